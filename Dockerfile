@@ -1,0 +1,74 @@
+# syntax=docker/dockerfile:1
+# The `tessera` image: Debian 12, the release build of the one binary, non-root.
+#
+#   docker build -t tessera:0.1.0 .
+#   docker run --rm tessera:0.1.0 version
+#
+# (docs/deploy.md, "The image"). Stage 1 builds with the project's own dependency script and
+# the release preset; stage 2 is debian:12-slim with only the Debian packages of the shared
+# libraries the binary loads (test/deploy/dockerfile_test.py checks the list against
+# `ldd tessera` and `dpkg -S`) and the stripped binary.
+
+FROM debian:12 AS build
+WORKDIR /src
+COPY tools/install_deps.sh tools/install_deps.sh
+RUN bash tools/install_deps.sh && rm -rf /var/lib/apt/lists/*
+COPY . .
+RUN rm -rf build \
+ && cmake --preset release -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCHMARKS=OFF \
+ && cmake --build --preset release --target tessera \
+ && mkdir -p /out \
+ && strip --strip-debug -o /out/tessera build/release/cmd/tessera/tessera \
+ && /out/tessera version
+
+FROM debian:12-slim
+# BEGIN RUNTIME PACKAGES (one per line; every library `ldd tessera` names comes from one of them)
+ARG RUNTIME_PACKAGES="\
+ libabsl20220623 \
+ libbrotli1 \
+ libc6 \
+ libcom-err2 \
+ libcpp-httplib0.11 \
+ libcurl4 \
+ libffi8 \
+ libfmt9 \
+ libgcc-s1 \
+ libgmp10 \
+ libgnutls30 \
+ libgssapi-krb5-2 \
+ libhogweed6 \
+ libidn2-0 \
+ libk5crypto3 \
+ libkeyutils1 \
+ libkrb5-3 \
+ libkrb5support0 \
+ libldap-2.5-0 \
+ libnettle8 \
+ libnghttp2-14 \
+ libp11-kit0 \
+ libprometheus-cpp-core1.0 \
+ libpsl5 \
+ librtmp1 \
+ libsasl2-2 \
+ libsimdjson14 \
+ libssh2-1 \
+ libssl3 \
+ libstdc++6 \
+ libtasn1-6 \
+ libunistring2 \
+ libyaml-cpp0.7 \
+ libzstd1 \
+ zlib1g \
+"
+# END RUNTIME PACKAGES
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${RUNTIME_PACKAGES} \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /out/tessera /usr/local/bin/tessera
+# Fails the build if a library is missing from the list above.
+RUN if ldd /usr/local/bin/tessera | grep -q "not found"; then ldd /usr/local/bin/tessera; exit 1; fi \
+ && /usr/local/bin/tessera version
+# The uid/gid the manifests run as (deploy/base/deployment.yaml: runAsUser 65532).
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/tessera"]
+CMD ["serve"]

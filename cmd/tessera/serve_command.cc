@@ -1,0 +1,310 @@
+// `tessera serve`: the HAMi-compatible scheduler extender (docs/serve.md).
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include <signal.h>
+
+#include "absl/time/time.h"
+#include "cmd/tessera/commands.h"
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "tessera/base/logging.h"
+#include "tessera/device/codec.h"
+#include "tessera/serve/service.h"
+
+namespace tessera::cmd {
+namespace {
+
+struct ServeFlags {
+  std::string http_bind = "127.0.0.1:8080";
+  std::string cert_file;
+  std::string key_file;
+  std::string metrics_bind_address = ":9395";
+  std::string scheduler_name = "hami-scheduler";
+  bool force_overwrite_default_scheduler = true;
+  std::string node_scheduler_policy = "binpack";
+  std::string gpu_scheduler_policy = "spread";
+  std::string device_config_file;
+  std::string node_label_selector;
+  std::string node_lock_timeout = "5m";
+  std::string reservation_ttl = "5m";
+  std::string audit_period = "30s";
+  std::string resync_period = "5m";
+  double kube_qps = 50;
+  int kube_burst = 100;
+  bool legacy_metrics = false;
+  std::string kubeconfig;
+  std::string context;
+  // Leadership. The CLI11 options are kept to tell "not given" from a given empty value.
+  bool leader_elect = false;
+  std::string leader_elect_mode = "follow";
+  std::string leader_elect_resource_name;
+  std::string leader_elect_resource_namespace;
+  std::string leader_elect_identity;
+  std::string leader_elect_lease_duration = "15s";
+  std::string leader_elect_renew_deadline = "10s";
+  std::string leader_elect_retry_period = "2s";
+  CLI::Option* leader_elect_flag = nullptr;
+  CLI::Option* leader_elect_mode_flag = nullptr;
+  CLI::Option* leader_elect_name_flag = nullptr;
+};
+
+int Usage(const std::string& message) {
+  fmt::print(stderr, "tessera serve: {}\n", message);
+  return kExitUsage;
+}
+
+bool ParsePositiveDuration(const std::string& flag, const std::string& text, absl::Duration* out,
+                           std::string* error) {
+  if (!absl::ParseDuration(text, out) || *out <= absl::ZeroDuration()) {
+    *error =
+        fmt::format("{}: want a positive duration such as 30s, 5m or 1h, got \"{}\"", flag, text);
+    return false;
+  }
+  return true;
+}
+
+// The leadership flags (docs/serve.md "Leadership"). HAMi's extender reads --leader-elect as
+// "follow the kube-scheduler sidecar's Lease named by --leader-elect-resource-name", and its
+// chart passes that Lease's name; so --leader-elect (=true) selects follow mode here too, and
+// --leader-elect=false HAMi's "no election". Tessera's own Lease is --leader-elect-mode=lease:
+// reading --leader-elect as kube-scheduler does would make Tessera contend for the
+// kube-scheduler's own Lease in a HAMi chart deployment (docs/compatibility.md).
+int LeaderOptions(const ServeFlags& f, serve::ElectorOptions* out) {
+  absl::StatusOr<serve::LeaderMode> mode = serve::ParseLeaderMode(f.leader_elect_mode);
+  if (!mode.ok()) {
+    return Usage("--leader-elect-mode: " + std::string(mode.status().message()));
+  }
+  if (f.leader_elect_flag->count() > 0) {
+    const serve::LeaderMode implied =
+        f.leader_elect ? serve::LeaderMode::kFollow : serve::LeaderMode::kNone;
+    if (f.leader_elect_mode_flag->count() > 0 && *mode != implied &&
+        !(f.leader_elect && *mode == serve::LeaderMode::kLease)) {
+      return Usage(fmt::format("--leader-elect={} contradicts --leader-elect-mode={}",
+                               f.leader_elect ? "true" : "false", f.leader_elect_mode));
+    }
+    if (f.leader_elect_mode_flag->count() == 0) {
+      *mode = implied;
+    }
+  }
+  serve::ElectorOptions& o = *out;
+  o.mode = *mode;
+  if (f.leader_elect_name_flag->count() > 0) {
+    o.name = f.leader_elect_resource_name;
+    if (o.name.empty() && o.mode == serve::LeaderMode::kFollow) {
+      o.mode = serve::LeaderMode::kNone;  // nothing to follow: this replica always leads
+    } else if (o.name.empty() && o.mode == serve::LeaderMode::kLease) {
+      return Usage("--leader-elect-mode=lease needs a --leader-elect-resource-name");
+    }
+  } else {
+    // Follow: the chart names the sidecar's Lease after the scheduler. Lease: a name of its
+    // own, never the kube-scheduler's.
+    o.name = o.mode == serve::LeaderMode::kLease ? f.scheduler_name + "-tessera" : f.scheduler_name;
+  }
+  o.ns = f.leader_elect_resource_namespace;
+  if (o.ns.empty()) {
+    const char* pod_ns = std::getenv("POD_NAMESPACE");
+    o.ns = pod_ns != nullptr && *pod_ns != '\0' ? pod_ns : "kube-system";
+  }
+  o.identity = f.leader_elect_identity;
+  std::string error;
+  if (!ParsePositiveDuration("--leader-elect-lease-duration", f.leader_elect_lease_duration,
+                             &o.lease_duration, &error) ||
+      !ParsePositiveDuration("--leader-elect-renew-deadline", f.leader_elect_renew_deadline,
+                             &o.renew_deadline, &error) ||
+      !ParsePositiveDuration("--leader-elect-retry-period", f.leader_elect_retry_period,
+                             &o.retry_period, &error)) {
+    return Usage(error);
+  }
+  return kExitOk;
+}
+
+int RunServe(const ServeFlags& f) {
+  serve::ServeOptions o;
+  o.http_bind = f.http_bind;
+  o.cert_file = f.cert_file;
+  o.key_file = f.key_file;
+  if (o.cert_file.empty() != o.key_file.empty()) {
+    return Usage("--cert_file and --key_file go together: give both for TLS, or neither");
+  }
+  o.metrics_bind_address = f.metrics_bind_address;
+  o.scheduler_name = f.scheduler_name;
+  o.force_overwrite_default_scheduler = f.force_overwrite_default_scheduler;
+  absl::StatusOr<device::NodePolicy> node_policy = device::ParseNodePolicy(f.node_scheduler_policy);
+  if (!node_policy.ok()) {
+    return Usage("--node-scheduler-policy: " + std::string(node_policy.status().message()));
+  }
+  o.node_policy = *node_policy;
+  absl::StatusOr<device::GpuPolicy> gpu_policy = device::ParseGpuPolicy(f.gpu_scheduler_policy);
+  if (!gpu_policy.ok()) {
+    return Usage("--gpu-scheduler-policy: " + std::string(gpu_policy.status().message()));
+  }
+  o.gpu_policy = *gpu_policy;
+  o.device_config_file = f.device_config_file;
+  o.node_label_selector = f.node_label_selector;
+  std::string error;
+  if (!ParsePositiveDuration("--node-lock-timeout", f.node_lock_timeout, &o.node_lock_timeout,
+                             &error) ||
+      !ParsePositiveDuration("--reservation-ttl", f.reservation_ttl, &o.reservation_ttl, &error)) {
+    return Usage(error);
+  }
+  if (f.audit_period != "0" &&
+      !ParsePositiveDuration("--audit-period", f.audit_period, &o.audit_period, &error)) {
+    return Usage(error);
+  }
+  if (f.audit_period == "0") {
+    o.audit_period = absl::ZeroDuration();
+  }
+  if (f.resync_period != "0" &&
+      !ParsePositiveDuration("--resync-period", f.resync_period, &o.resync_period, &error)) {
+    return Usage(error);
+  }
+  if (f.resync_period == "0") {
+    o.resync_period = absl::ZeroDuration();
+  }
+  o.kube_qps = f.kube_qps;
+  o.kube_burst = f.kube_burst;
+  o.legacy_metrics = f.legacy_metrics;
+  o.kube.path = f.kubeconfig;
+  o.kube.context = f.context;
+  if (int rc = LeaderOptions(f, &o.leader); rc != kExitOk) {
+    return rc;
+  }
+
+  // Block the stop signals before any thread starts, then wait for them here.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  absl::StatusOr<std::unique_ptr<serve::Service>> service = serve::Service::Start(o);
+  if (!service.ok()) {
+    fmt::print(stderr, "tessera serve: {}\n", std::string(service.status().message()));
+    return absl::IsInvalidArgument(service.status()) || absl::IsNotFound(service.status())
+               ? kExitUsage
+               : kExitFailure;
+  }
+  fmt::print("serving on {} (port {}); metrics on {} (port {})\n", o.http_bind, (*service)->port(),
+             o.metrics_bind_address, (*service)->metrics_port());
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop, &sig);
+  TESSERA_LOG(kInfo, "serve: signal {}, stopping", sig);
+  (*service)->Stop();
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, Runner* run) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "serve",
+      "Run the scheduler extender: kube-scheduler calls /filter and /bind, HAMi's device plugin "
+      "reads the annotations it writes, Prometheus scrapes /metrics. Flag names follow HAMi's "
+      "scheduler, so a deployment can switch images.");
+  sub->add_option("--http_bind", flags->http_bind,
+                  "Address of the extender routes (/filter /bind /webhook /healthz /readyz "
+                  "/debug/ledger), host:port; port 0 picks a free one")
+      ->capture_default_str();
+  sub->add_option("--cert_file", flags->cert_file,
+                  "TLS certificate (PEM, leaf first) for the extender; reloaded when the file "
+                  "changes. With --key_file; neither = plain HTTP");
+  sub->add_option("--key_file", flags->key_file, "TLS private key (PEM) matching --cert_file");
+  sub->add_option("--metrics-bind-address", flags->metrics_bind_address,
+                  "Address of the Prometheus /metrics listener (\":9395\" = every interface); "
+                  "empty disables it")
+      ->capture_default_str();
+  sub->add_option("--scheduler-name", flags->scheduler_name,
+                  "The scheduler profile name: the source of the events Tessera records and the "
+                  "schedulerName the /webhook writes into GPU pods")
+      ->capture_default_str();
+  sub->add_flag("--force-overwrite-default-scheduler", flags->force_overwrite_default_scheduler,
+                "The /webhook also gives our scheduler name to pods that carry "
+                "\"default-scheduler\" (default true); =false leaves them to the default scheduler")
+      ->capture_default_str();
+  sub->add_option("--node-scheduler-policy", flags->node_scheduler_policy,
+                  "Default node policy, binpack or spread (a pod's "
+                  "hami.io/node-scheduler-policy overrides it)")
+      ->capture_default_str();
+  sub->add_option("--gpu-scheduler-policy", flags->gpu_scheduler_policy,
+                  "Default GPU policy: binpack, spread, topology-aware, mutex, numa or a chain "
+                  "such as binpack,numa (hami.io/gpu-scheduler-policy overrides it)")
+      ->capture_default_str();
+  sub->add_option("--device-config-file", flags->device_config_file,
+                  "HAMi's device-config YAML (the hami-scheduler-device ConfigMap); empty = "
+                  "HAMi's defaults (nvidia.com/gpu, gpumem, gpucores, ...)");
+  sub->add_option("--node-label-selector", flags->node_label_selector,
+                  "Only nodes with all these labels take GPU pods: key=value[,key=value]");
+  sub->add_option("--node-lock-timeout", flags->node_lock_timeout,
+                  "A node lock (hami.io/mutex.lock) older than this is taken over")
+      ->capture_default_str();
+  sub->add_option("--reservation-ttl", flags->reservation_ttl,
+                  "How long a filter decision holds its devices while waiting for bind")
+      ->capture_default_str();
+  sub->add_option("--audit-period", flags->audit_period,
+                  "Every this often the ledger is recomputed from the informers' objects and "
+                  "repaired where it differs (counted in tessera_ledger_audit_corrections_total); "
+                  "0 disables")
+      ->capture_default_str();
+  sub->add_option("--resync-period", flags->resync_period,
+                  "Every this often (jittered by 10%) pods and nodes are LISTed from the API "
+                  "server in pages of 500 and the informers repaired where they differ (lost "
+                  "watch events; counted in tessera_resync_corrections_total); 0 disables")
+      ->capture_default_str();
+  sub->add_option("--kube-qps", flags->kube_qps,
+                  "Client-side limit of API requests per second (0 = unlimited)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--kube-burst", flags->kube_burst, "Burst of the client-side limit")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_flag("--legacy-metrics", flags->legacy_metrics,
+                "Also export the v2.5-era metric names (GPUDeviceMemoryAllocated, ...)");
+  sub->add_option("--kubeconfig", flags->kubeconfig,
+                  "kubeconfig file; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else "
+                  "$KUBECONFIG, else ~/.kube/config");
+  sub->add_option("--context", flags->context, "kubeconfig context (default: current-context)");
+  flags->leader_elect_flag =
+      sub->add_flag("--leader-elect", flags->leader_elect,
+                    "HAMi's flag: --leader-elect (=true) follows the kube-scheduler Lease named by "
+                    "--leader-elect-resource-name, as HAMi v2.8+ does (the default anyway); "
+                    "--leader-elect=false turns leader election off (every replica writes)");
+  flags->leader_elect_mode_flag =
+      sub->add_option("--leader-elect-mode", flags->leader_elect_mode,
+                      "Which replica runs the background writers (node handshakes): follow = "
+                      "the one whose co-located kube-scheduler holds the Lease (holder "
+                      "<hostname>_...; a missing Lease counts as no election: lead); lease = "
+                      "Tessera holds its own Lease (client-go's algorithm, released on stop); "
+                      "none = always lead")
+          ->capture_default_str();
+  flags->leader_elect_name_flag = sub->add_option(
+      "--leader-elect-resource-name", flags->leader_elect_resource_name,
+      "The Lease: follow mode reads it, lease mode holds it. Default: the --scheduler-name "
+      "(hami-scheduler, the name HAMi's chart gives the kube-scheduler's Lease); in lease mode "
+      "<scheduler-name>-tessera. \"\" in follow mode = leader election off");
+  sub->add_option("--leader-elect-resource-namespace", flags->leader_elect_resource_namespace,
+                  "Namespace of the Lease. Default: $POD_NAMESPACE, else kube-system");
+  sub->add_option("--leader-elect-identity", flags->leader_elect_identity,
+                  "This replica's name: follow mode leads when the holder is <identity>_...; "
+                  "lease mode holds the Lease as <identity>_<uuid>. Default: the host name "
+                  "(the pod name)");
+  sub->add_option("--leader-elect-lease-duration", flags->leader_elect_lease_duration,
+                  "lease: how long a holder's claim lasts after its last change before another "
+                  "replica may take over; follow: the duration of a Lease that states none")
+      ->capture_default_str();
+  sub->add_option("--leader-elect-renew-deadline", flags->leader_elect_renew_deadline,
+                  "lease: the leader steps down when no renewal has succeeded for this long "
+                  "(less than the lease duration)")
+      ->capture_default_str();
+  sub->add_option("--leader-elect-retry-period", flags->leader_elect_retry_period,
+                  "How often the Lease is renewed or tried (lease) or read (follow)")
+      ->capture_default_str();
+  sub->callback([run, flags] { *run = [flags] { return RunServe(*flags); }; });
+}
+
+}  // namespace tessera::cmd

@@ -1,0 +1,110 @@
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "tessera/base/backoff.h"
+#include "tessera/base/clock.h"
+#include "tessera/base/logging.h"
+#include "tessera/base/status_macros.h"
+
+namespace tessera {
+namespace {
+
+absl::StatusOr<int> Half(int n) {
+  if (n % 2 != 0) {
+    return absl::InvalidArgumentError("odd");
+  }
+  return n / 2;
+}
+
+absl::StatusOr<int> Quarter(int n) {
+  TESSERA_ASSIGN_OR_RETURN(int half, Half(n));
+  TESSERA_ASSIGN_OR_RETURN(int quarter, Half(half));
+  return quarter;
+}
+
+absl::Status CheckEven(int n) {
+  TESSERA_RETURN_IF_ERROR(Half(n).status());
+  return absl::OkStatus();
+}
+
+TEST(StatusMacrosTest, PropagatesFirstError) {
+  EXPECT_EQ(*Quarter(8), 2);
+  EXPECT_EQ(Quarter(6).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckEven(4).ok());
+  EXPECT_EQ(CheckEven(3).message(), "odd");
+}
+
+TEST(StatusMacrosTest, AnnotateKeepsCodeAndPrefixesMessage) {
+  absl::Status s = Annotate(absl::NotFoundError("no such key"), "pod default/x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "pod default/x: no such key");
+  EXPECT_TRUE(Annotate(absl::OkStatus(), "x").ok());
+}
+
+TEST(LoggingTest, KlogLayoutAndVerbosity) {
+  std::vector<std::string> lines;
+  LogSink previous =
+      SetLogSink([&](LogSeverity, std::string_view line) { lines.emplace_back(line); });
+  TESSERA_LOG(kWarning, "node {} has {} free", "gpu-1", 3);
+  SetLogVerbosity(0);
+  TESSERA_VLOG(2, "hidden");
+  SetLogVerbosity(2);
+  TESSERA_VLOG(2, "shown");
+  SetLogVerbosity(0);
+  SetLogSink(std::move(previous));
+  ASSERT_EQ(lines.size(), 2u);
+  // W1202 13:34:07.494821   12345 base_test.cc:55] node gpu-1 has 3 free
+  EXPECT_THAT(lines[0],
+              ::testing::MatchesRegex("W[0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6} +[0-9]+ "
+                                      "base_test\\.cc:[0-9]+\\] node gpu-1 has 3 free"));
+  EXPECT_THAT(lines[1], ::testing::EndsWith("] shown"));
+}
+
+TEST(FakeClockTest, MovesOnlyWhenTold) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  EXPECT_EQ(clock.Now(), absl::FromUnixSeconds(1000));
+  clock.Advance(absl::Seconds(5));
+  EXPECT_EQ(clock.Now(), absl::FromUnixSeconds(1005));
+  clock.Set(absl::FromUnixSeconds(7));
+  EXPECT_EQ(clock.Now(), absl::FromUnixSeconds(7));
+}
+
+TEST(BackoffTest, GrowsToCapWithoutJitter) {
+  Backoff b({.initial = absl::Milliseconds(100),
+             .cap = absl::Milliseconds(500),
+             .factor = 2,
+             .jitter = 0});
+  EXPECT_EQ(b.Next(), absl::Milliseconds(100));
+  EXPECT_EQ(b.Next(), absl::Milliseconds(200));
+  EXPECT_EQ(b.Next(), absl::Milliseconds(400));
+  EXPECT_EQ(b.Next(), absl::Milliseconds(500));
+  EXPECT_EQ(b.Next(), absl::Milliseconds(500));
+  EXPECT_EQ(b.attempts(), 5);
+  b.Reset();
+  EXPECT_EQ(b.Next(), absl::Milliseconds(100));
+}
+
+TEST(BackoffTest, JitterStaysInBandAndBelowCap) {
+  Backoff b({.initial = absl::Seconds(1), .cap = absl::Seconds(8), .factor = 2, .jitter = 0.5}, 42);
+  absl::Duration expected_base = absl::Seconds(1);
+  bool varied = false;
+  absl::Duration first = absl::ZeroDuration();
+  for (int i = 0; i < 50; ++i) {
+    absl::Duration d = b.Next();
+    EXPECT_GE(d, expected_base * 0.5);
+    EXPECT_LE(d, std::min(expected_base * 1.5, absl::Seconds(8)));
+    if (i == 0) {
+      first = d;
+    } else if (i < 3 && d != first * (1 << i)) {
+      varied = true;
+    }
+    expected_base = std::min(expected_base * 2, absl::Seconds(8));
+  }
+  EXPECT_TRUE(varied);
+}
+
+}  // namespace
+}  // namespace tessera

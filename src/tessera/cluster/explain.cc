@@ -1,0 +1,300 @@
+#include "tessera/cluster/explain.h"
+
+#include <algorithm>
+#include <charconv>
+#include <memory>
+#include <string_view>
+#include <utility>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "tessera/base/status_macros.h"
+#include "tessera/cluster/projection.h"
+#include "tessera/device/annotations.h"
+#include "tessera/ledger/ledger.h"
+#include "tessera/schedule/score.h"
+
+namespace tessera::cluster {
+namespace {
+
+std::string NodePolicyName(device::NodePolicy p) {
+  return p == device::NodePolicy::kSpread ? "spread" : "binpack";
+}
+
+std::string GpuPolicyName(const device::GpuPolicy& p) {
+  std::string out;
+  for (device::GpuPolicyKey k : p.chain) {
+    if (!out.empty()) {
+      out += ',';
+    }
+    switch (k) {
+      case device::GpuPolicyKey::kBinpack:
+        out += "binpack";
+        break;
+      case device::GpuPolicyKey::kSpread:
+        out += "spread";
+        break;
+      case device::GpuPolicyKey::kNuma:
+        out += "numa";
+        break;
+      case device::GpuPolicyKey::kMutex:
+        out += "mutex";
+        break;
+    }
+  }
+  return out;
+}
+
+// The pod's hami.io/vgpu-time as a time, if it parses.
+std::optional<absl::Time> FilterTime(const kube::Pod& pod) {
+  std::string_view v = pod.meta.annotations.Get(device::kVgpuTimeAnnotation);
+  int64_t seconds = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), seconds);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
+    return std::nullopt;
+  }
+  return absl::FromUnixSeconds(seconds);
+}
+
+}  // namespace
+
+absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const ExplainInput& input) {
+  ExplainResult result;
+  result.pod = input.pod.Key();
+
+  TESSERA_ASSIGN_OR_RETURN(device::PodRequest request, vendor.DecodeRequest(input.pod));
+  TESSERA_ASSIGN_OR_RETURN(device::PodConstraints constraints, vendor.DecodeConstraints(input.pod));
+  const device::NodePolicy node_policy = constraints.node_policy.value_or(input.node_policy);
+  const device::GpuPolicy gpu_policy = constraints.gpu_policy.value_or(input.gpu_policy);
+  result.node_policy = NodePolicyName(node_policy);
+  result.gpu_policy = GpuPolicyName(gpu_policy);
+  for (const kube::Container& c : input.pod.init_containers) {
+    result.container_names.push_back(c.name);
+  }
+  for (const kube::Container& c : input.pod.containers) {
+    result.container_names.push_back(c.name);
+  }
+
+  ledger::Ledger ledger;
+  std::vector<std::string> unregistered_reason(input.nodes.size());
+  for (size_t i = 0; i < input.nodes.size(); ++i) {
+    const kube::Node& node = input.nodes[i];
+    absl::StatusOr<std::shared_ptr<const device::NodeDevices>> devices = ProjectNode(vendor, node);
+    if (!devices.ok()) {
+      if (!absl::IsNotFound(devices.status())) {
+        result.warnings.push_back(std::string(devices.status().message()));
+      }
+      continue;
+    }
+    absl::Status set = ledger.SetNode(*std::move(devices));
+    if (!set.ok()) {
+      result.warnings.push_back(
+          fmt::format("node {}: {}", node.meta.name, std::string(set.message())));
+    }
+  }
+  for (const kube::Pod& pod : input.pods) {
+    if (!input.pod.meta.uid.empty() && pod.meta.uid == input.pod.meta.uid) {
+      continue;  // the pod being placed releases whatever it held (a re-filter)
+    }
+    absl::StatusOr<ledger::PodAllocation> alloc = ProjectPod(vendor, pod);
+    if (!alloc.ok()) {
+      result.warnings.push_back(std::string(alloc.status().message()));
+      continue;
+    }
+    if (alloc->node.empty()) {
+      continue;
+    }
+    if (absl::Status s = ledger.Apply(*alloc); !s.ok()) {
+      result.warnings.push_back(fmt::format("pod {}: {}", pod.Key(), std::string(s.message())));
+      continue;
+    }
+    const bool in_flight = alloc->bound_node.empty() && !alloc->terminal && !alloc->bind_failed;
+    if (!in_flight) {
+      continue;
+    }
+    std::optional<absl::Time> filtered = FilterTime(pod);
+    if (filtered && *filtered + input.reservation_ttl > input.now) {
+      absl::Status s =
+          ledger.Reserve(alloc->uid, alloc->ns, alloc->name, alloc->node, alloc->devices,
+                         *filtered + input.reservation_ttl, alloc->init_count);
+      if (s.ok()) {
+        result.warnings.push_back(
+            fmt::format("pod {} is filtered to {} but not bound yet: its devices count as reserved",
+                        pod.Key(), alloc->node));
+      }
+    } else {
+      result.warnings.push_back(
+          fmt::format("pod {} is annotated for {} but unbound for longer than the reservation "
+                      "TTL: it holds nothing",
+                      pod.Key(), alloc->node));
+    }
+  }
+  const ledger::Problems problems = ledger.FindProblems();
+  for (const ledger::Conflict& c : problems.conflicts) {
+    result.warnings.push_back(
+        fmt::format("pod {}/{} is annotated for {} but bound to {}: it holds nothing", c.ns, c.name,
+                    c.node, c.bound_node));
+  }
+  for (const ledger::Orphan& o : problems.orphans) {
+    result.warnings.push_back(
+        fmt::format("pod {}/{} names device {} that node {} does not "
+                    "register: that device entry holds nothing",
+                    o.ns, o.name, o.uuid, o.node));
+  }
+
+  std::vector<std::string_view> names;
+  names.reserve(input.nodes.size());
+  for (const kube::Node& node : input.nodes) {
+    names.push_back(node.meta.name);
+  }
+  std::vector<std::optional<device::NodeSnapshot>> snapshots = ledger.Snapshot(names);
+  std::vector<schedule::Candidate> candidates(input.nodes.size());
+  for (size_t i = 0; i < input.nodes.size(); ++i) {
+    candidates[i].name = input.nodes[i].meta.name;
+    candidates[i].snapshot = std::move(snapshots[i]);
+  }
+  schedule::Decision decision =
+      schedule::Decide(candidates, request, constraints, input.node_policy, input.gpu_policy);
+  result.no_request = decision.no_request;
+  for (size_t i = 0; i < decision.nodes.size(); ++i) {
+    const schedule::NodeResult& r = decision.nodes[i];
+    ExplainNode node;
+    node.name = candidates[i].name;
+    node.fit = r.fit;
+    node.score = r.score;
+    if (!r.fit) {
+      if (!r.reasons.empty()) {
+        node.reasons = r.reasons.Strings();
+      } else if (!r.reason.empty()) {
+        node.reasons.push_back(r.reason);
+      }
+    }
+    result.nodes.push_back(std::move(node));
+  }
+  if (decision.winner) {
+    const schedule::Candidate& winner = candidates[*decision.winner];
+    result.node = winner.name;
+    const device::NodeDevices& devices = *winner.snapshot->devices;
+    for (const device::ContainerDevices& container : decision.devices) {
+      std::vector<ExplainDevice> out;
+      for (const device::ContainerDevice& d : container) {
+        ExplainDevice e;
+        e.uuid = d.uuid;
+        e.mem_mib = d.usedmem;
+        e.cores = d.usedcores;
+        int pos = devices.Find(d.uuid);
+        if (pos >= 0) {
+          e.type = devices.devices[pos].type;
+          e.index = devices.devices[pos].index;
+        } else {
+          e.type = d.type;
+        }
+        out.push_back(std::move(e));
+      }
+      result.containers.push_back(std::move(out));
+    }
+    result.annotations =
+        device::FilterAnnotations(vendor, winner.name, decision.devices, input.now);
+    result.labels = device::FilterLabels(winner.name);
+  }
+  return result;
+}
+
+std::string RenderExplainText(const ExplainResult& r) {
+  std::string out;
+  if (r.no_request) {
+    out +=
+        fmt::format("pod {} requests no GPU: Tessera passes every node through unchanged\n", r.pod);
+  } else if (r.node) {
+    out += fmt::format("pod {} → node {}   (node policy {}, GPU policy {})\n", r.pod, *r.node,
+                       r.node_policy, r.gpu_policy);
+    for (size_t i = 0; i < r.containers.size(); ++i) {
+      std::string name = i < r.container_names.size() ? r.container_names[i] : "?";
+      if (r.containers[i].empty()) {
+        out += fmt::format("  container {}: no GPU\n", name);
+        continue;
+      }
+      for (const ExplainDevice& d : r.containers[i]) {
+        out += fmt::format("  container {}: {} (#{} {}) {} MiB, {}% cores\n", name, d.uuid, d.index,
+                           d.type, d.mem_mib, d.cores);
+      }
+    }
+    out += "annotations to write:\n";
+    for (const auto& [k, v] : r.annotations) {
+      out += fmt::format("  {}: {}\n", k, v);
+    }
+    for (const auto& [k, v] : r.labels) {
+      out += fmt::format("label:\n  {}: {}\n", k, v);
+    }
+  } else {
+    out += fmt::format("pod {} fits no node   (node policy {}, GPU policy {})\n", r.pod,
+                       r.node_policy, r.gpu_policy);
+  }
+  size_t width = 4;
+  for (const ExplainNode& n : r.nodes) {
+    width = std::max(width, n.name.size());
+  }
+  out +=
+      fmt::format("nodes:\n  {:<{}}  {:<3}  {:>6}  {}\n", "NODE", width, "FIT", "SCORE", "WHY NOT");
+  for (const ExplainNode& n : r.nodes) {
+    std::string why;
+    for (const std::string& reason : n.reasons) {
+      if (!why.empty()) {
+        why += ", ";
+      }
+      why += reason;
+    }
+    std::string mark = n.fit ? "yes" : "no";
+    if (r.node && *r.node == n.name) {
+      mark = "yes*";
+    }
+    std::string line =
+        fmt::format("  {:<{}}  {:<4} {:>6.2f}  {}", n.name, width, mark, n.score, why);
+    while (!line.empty() && line.back() == ' ') {
+      line.pop_back();
+    }
+    out += line + "\n";
+  }
+  for (const std::string& w : r.warnings) {
+    out += fmt::format("warning: {}\n", w);
+  }
+  return out;
+}
+
+std::string RenderExplainJson(const ExplainResult& r) {
+  nlohmann::ordered_json doc;
+  doc["pod"] = r.pod;
+  doc["node"] = r.node ? nlohmann::ordered_json(*r.node) : nlohmann::ordered_json(nullptr);
+  doc["noRequest"] = r.no_request;
+  nlohmann::ordered_json containers = nlohmann::ordered_json::array();
+  for (const auto& c : r.containers) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const ExplainDevice& d : c) {
+      list.push_back(
+          {{"uuid", d.uuid}, {"type", d.type}, {"memMiB", d.mem_mib}, {"cores", d.cores}});
+    }
+    containers.push_back(std::move(list));
+  }
+  doc["containers"] = std::move(containers);
+  nlohmann::ordered_json annotations = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : r.annotations) {
+    annotations[k] = v;
+  }
+  doc["annotations"] = std::move(annotations);
+  nlohmann::ordered_json labels = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : r.labels) {
+    labels[k] = v;
+  }
+  doc["labels"] = std::move(labels);
+  nlohmann::ordered_json nodes = nlohmann::ordered_json::object();
+  for (const ExplainNode& n : r.nodes) {
+    nodes[n.name] = {{"fit", n.fit}, {"score", n.score}, {"reasons", n.reasons}};
+  }
+  doc["nodes"] = std::move(nodes);
+  doc["policies"] = {{"node", r.node_policy}, {"gpu", r.gpu_policy}};
+  doc["warnings"] = r.warnings;
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace tessera::cluster

@@ -1,0 +1,247 @@
+#include "tessera/cluster/explain.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include <nlohmann/json.hpp>
+
+#include "tessera/cluster/test_objects.h"
+
+namespace tessera::cluster {
+namespace {
+
+using testing::AllocatedPod;
+using ::testing::ElementsAre;
+using testing::GpuContainer;
+using testing::GpuNode;
+using ::testing::HasSubstr;
+
+constexpr char kBig[] =
+    R"([{"id":"GPU-A","count":10,"devmem":8000,"devcore":100,"type":"NVIDIA-Tesla T4","health":true},)"
+    R"({"id":"GPU-B","index":1,"count":10,"devmem":8000,"devcore":100,"type":"NVIDIA-Tesla T4","health":true}])";
+constexpr char kSmall[] = "GPU-S,10,4000,100,NVIDIA-Tesla P4,0,true,0,hami-core:";
+
+class ExplainTest : public ::testing::Test {
+ protected:
+  ExplainTest() {
+    input_.nodes = {GpuNode("big", kBig), GpuNode("small", kSmall)};
+    kube::Node cpu;
+    cpu.meta.name = "cpu";
+    input_.nodes.push_back(cpu);
+    input_.pods = {AllocatedPod("busy", "big", "GPU-A,NVIDIA,6000,10:;")};
+    input_.now = absl::FromUnixSeconds(1700000000);
+    Want("3000", "20");
+  }
+
+  void Want(std::string mem, std::string cores) {
+    input_.pod = kube::Pod();
+    input_.pod.meta.ns = "ml";
+    input_.pod.meta.name = "new";
+    input_.pod.meta.uid = "uid-new";
+    input_.pod.containers = {GpuContainer("main", "1", mem, cores)};
+  }
+
+  ExplainResult Run() {
+    absl::StatusOr<ExplainResult> r = Explain(*vendor_, input_);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : ExplainResult();
+  }
+
+  const ExplainNode& NodeOf(const ExplainResult& r, std::string_view name) {
+    for (const ExplainNode& n : r.nodes) {
+      if (n.name == name) {
+        return n;
+      }
+    }
+    ADD_FAILURE() << "no node " << name;
+    return r.nodes.front();
+  }
+
+  std::unique_ptr<device::Vendor> vendor_ = device::NewNvidiaVendor(device::DefaultNvidiaConfig());
+  ExplainInput input_;
+};
+
+TEST_F(ExplainTest, BinpackPicksTheBusierNodeAndSpreadTheEmptyDevice) {
+  ExplainResult r = Run();
+  ASSERT_TRUE(r.node.has_value());
+  EXPECT_EQ(*r.node, "big");
+  // GPU policy spread (the default) tries the least used device first: GPU-B.
+  ASSERT_EQ(r.containers.size(), 1u);
+  ASSERT_EQ(r.containers[0].size(), 1u);
+  EXPECT_EQ(r.containers[0][0].uuid, "GPU-B");
+  EXPECT_EQ(r.containers[0][0].type, "NVIDIA-Tesla T4");
+  EXPECT_EQ(r.containers[0][0].index, 1);
+  EXPECT_EQ(r.containers[0][0].mem_mib, 3000);
+  EXPECT_EQ(r.containers[0][0].cores, 20);
+  EXPECT_EQ(r.annotations, (kube::StringMap{
+                               {"hami.io/vgpu-node", "big"},
+                               {"hami.io/vgpu-time", "1700000000"},
+                               {"hami.io/vgpu-devices-to-allocate", "GPU-B,NVIDIA,3000,20:;"},
+                               {"hami.io/vgpu-devices-allocated", "GPU-B,NVIDIA,3000,20:;"},
+                           }));
+  EXPECT_EQ(r.labels, (kube::StringMap{{"hami.io/vgpu-node", "big"}}));
+  EXPECT_THAT(NodeOf(r, "cpu").reasons, ElementsAre("node unregistered"));
+  EXPECT_TRUE(NodeOf(r, "small").fit);
+  EXPECT_GT(NodeOf(r, "big").score, NodeOf(r, "small").score);
+
+  input_.node_policy = device::NodePolicy::kSpread;
+  r = Run();
+  ASSERT_TRUE(r.node.has_value());
+  EXPECT_EQ(*r.node, "small");
+}
+
+TEST_F(ExplainTest, PodAnnotationOverridesPolicies) {
+  Want("1000", "20");
+  input_.pod.meta.annotations.Set("hami.io/node-scheduler-policy", "spread");
+  input_.pod.meta.annotations.Set("hami.io/gpu-scheduler-policy", "binpack");
+  input_.nodes.pop_back();
+  input_.nodes.erase(input_.nodes.begin() + 1);  // only "big"
+  ExplainResult r = Run();
+  ASSERT_TRUE(r.node.has_value());
+  EXPECT_EQ(r.node_policy, "spread");
+  EXPECT_EQ(r.gpu_policy, "binpack");
+  EXPECT_EQ(r.containers[0][0].uuid, "GPU-A");  // binpack: the fuller device first
+}
+
+TEST_F(ExplainTest, ReasonsForEveryNodeThatDoesNotFit) {
+  Want("9000", "");
+  ExplainResult r = Run();
+  EXPECT_FALSE(r.node.has_value());
+  EXPECT_THAT(NodeOf(r, "big").reasons, ElementsAre("2/2 CardInsufficientMemory"));
+  EXPECT_THAT(NodeOf(r, "small").reasons, ElementsAre("1/1 CardInsufficientMemory"));
+  EXPECT_THAT(NodeOf(r, "cpu").reasons, ElementsAre("node unregistered"));
+  EXPECT_TRUE(r.annotations.empty());
+  EXPECT_THAT(RenderExplainText(r), HasSubstr("fits no node"));
+}
+
+TEST_F(ExplainTest, TerminalAndFailedPodsHoldNothing) {
+  Want("7000", "");
+  // GPU-A is busy (6000 of 8000), so 7000 only fits GPU-B.
+  ExplainResult r = Run();
+  ASSERT_TRUE(r.node.has_value());
+  EXPECT_EQ(r.containers[0][0].uuid, "GPU-B");
+  input_.pods.push_back(AllocatedPod("done", "big", "GPU-B,NVIDIA,8000,100:;"));
+  input_.pods.back().phase = kube::PodPhase::kSucceeded;
+  input_.pods.push_back(AllocatedPod("failed", "big", "GPU-B,NVIDIA,8000,100:;"));
+  input_.pods.back().meta.annotations.Set("hami.io/bind-phase", "failed");
+  r = Run();
+  ASSERT_TRUE(r.node.has_value());
+  EXPECT_EQ(*r.node, "big");
+  // A running pod on GPU-B fills the node.
+  input_.pods.push_back(AllocatedPod("full", "big", "GPU-B,NVIDIA,8000,100:;"));
+  r = Run();
+  EXPECT_FALSE(r.node.has_value()) << RenderExplainText(r);
+  EXPECT_THAT(NodeOf(r, "big").reasons, ElementsAre("2/2 CardInsufficientMemory"));
+}
+
+TEST_F(ExplainTest, InFlightPodsCountOnlyWithinTheReservationTtl) {
+  Want("5000", "");
+  kube::Pod inflight = AllocatedPod("inflight", "big", "GPU-B,NVIDIA,8000,100:;");
+  inflight.node_name.clear();
+  inflight.meta.annotations.Erase("hami.io/bind-phase");
+  inflight.meta.annotations.Set("hami.io/vgpu-time", "1699999940");  // 60 s ago
+  input_.pods.push_back(inflight);
+  input_.nodes.pop_back();
+  input_.nodes.pop_back();  // only "big"
+  ExplainResult r = Run();
+  EXPECT_FALSE(r.node.has_value()) << RenderExplainText(r);
+  EXPECT_THAT(r.warnings, ::testing::Contains(HasSubstr("not bound yet")));
+
+  input_.pods.back().meta.annotations.Set("hami.io/vgpu-time", "1699990000");  // hours ago
+  r = Run();
+  ASSERT_TRUE(r.node.has_value());
+  EXPECT_THAT(r.warnings, ::testing::Contains(HasSubstr("holds nothing")));
+}
+
+TEST_F(ExplainTest, InitAndAppContainerOnOneGpuCountTheMaxNotTheSum) {
+  // One 8000 MiB GPU. "staged" has an init container and an app container, 6000 MiB each, on
+  // it (init containers first in the allocation): it occupies max(6000, 6000) = 6000 MiB, not
+  // 12000, so 2000 MiB are left — exactly what the fit computed when it placed "staged".
+  input_.nodes = {GpuNode("one", "GPU-O,10,8000,100,NVIDIA-Tesla T4,0,true,0,hami-core:")};
+  kube::Pod staged = AllocatedPod("staged", "one", "GPU-O,NVIDIA,6000,10:;GPU-O,NVIDIA,6000,30:;");
+  staged.init_containers.push_back(GpuContainer("warmup", "1", "6000", "10"));
+  input_.pods = {staged};
+  Want("2000", "60");
+  ExplainResult r = Run();
+  ASSERT_TRUE(r.node.has_value()) << RenderExplainText(r);
+  EXPECT_EQ(*r.node, "one");
+  EXPECT_EQ(r.containers[0][0].uuid, "GPU-O");
+  // One MiB more does not fit: the 6000 MiB are really held. Cores are max(10, 30) = 30, so
+  // 71% does not fit either.
+  Want("2001", "");
+  r = Run();
+  EXPECT_FALSE(r.node.has_value()) << RenderExplainText(r);
+  EXPECT_THAT(NodeOf(r, "one").reasons, ElementsAre("1/1 CardInsufficientMemory"));
+  Want("1000", "71");
+  r = Run();
+  EXPECT_THAT(NodeOf(r, "one").reasons, ElementsAre("1/1 CardInsufficientCore"));
+
+  // The same pod in flight (annotated, unbound, filtered 60 s ago) is a reservation that
+  // collapses the same way.
+  input_.pods[0].node_name.clear();
+  input_.pods[0].meta.annotations.Erase("hami.io/bind-phase");
+  input_.pods[0].meta.annotations.Set("hami.io/vgpu-time", "1699999940");
+  Want("2000", "");
+  r = Run();
+  ASSERT_TRUE(r.node.has_value()) << RenderExplainText(r);
+  EXPECT_THAT(r.warnings, ::testing::Contains(HasSubstr("not bound yet")));
+  Want("2001", "");
+  r = Run();
+  EXPECT_FALSE(r.node.has_value()) << RenderExplainText(r);
+
+  // Without the init container both entries are app containers and add up: 12000 MiB on an
+  // 8000 MiB GPU, so nothing else fits.
+  input_.pods = {AllocatedPod("staged", "one", "GPU-O,NVIDIA,6000,10:;GPU-O,NVIDIA,6000,30:;")};
+  input_.pods[0].containers.push_back(GpuContainer("second", "1", "6000", "30"));
+  Want("1", "");
+  r = Run();
+  EXPECT_FALSE(r.node.has_value()) << RenderExplainText(r);
+}
+
+TEST_F(ExplainTest, PodWithoutRequestPassesThrough) {
+  input_.pod.containers = {kube::Container()};
+  ExplainResult r = Run();
+  EXPECT_TRUE(r.no_request);
+  EXPECT_FALSE(r.node.has_value());
+  EXPECT_THAT(RenderExplainText(r), HasSubstr("requests no GPU"));
+}
+
+TEST_F(ExplainTest, MalformedRequestIsAnError) {
+  Want("lots", "");
+  absl::StatusOr<ExplainResult> r = Explain(*vendor_, input_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status()));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("nvidia.com/gpumem"));
+}
+
+TEST_F(ExplainTest, BrokenClusterObjectsBecomeWarnings) {
+  input_.nodes.push_back(GpuNode("broken", "GPU-X,1,2:"));
+  input_.pods.push_back(AllocatedPod("garbled", "big", "GPU-A,NVIDIA;"));
+  ExplainResult r = Run();
+  ASSERT_TRUE(r.node.has_value());
+  EXPECT_THAT(NodeOf(r, "broken").reasons, ElementsAre("node unregistered"));
+  EXPECT_THAT(r.warnings, ::testing::Contains(HasSubstr("node broken")));
+  EXPECT_THAT(r.warnings, ::testing::Contains(HasSubstr("pod ml/garbled")));
+}
+
+TEST_F(ExplainTest, JsonFollowsTheDocumentedSchema) {
+  ExplainResult r = Run();
+  nlohmann::json doc = nlohmann::json::parse(RenderExplainJson(r));
+  EXPECT_EQ(doc["pod"], "ml/new");
+  EXPECT_EQ(doc["node"], "big");
+  ASSERT_EQ(doc["containers"].size(), 1u);
+  EXPECT_EQ(doc["containers"][0][0]["uuid"], "GPU-B");
+  EXPECT_EQ(doc["containers"][0][0]["type"], "NVIDIA-Tesla T4");
+  EXPECT_EQ(doc["containers"][0][0]["memMiB"], 3000);
+  EXPECT_EQ(doc["containers"][0][0]["cores"], 20);
+  EXPECT_EQ(doc["annotations"]["hami.io/vgpu-devices-allocated"], "GPU-B,NVIDIA,3000,20:;");
+  EXPECT_EQ(doc["nodes"]["cpu"]["fit"], false);
+  EXPECT_EQ(doc["nodes"]["cpu"]["reasons"][0], "node unregistered");
+  EXPECT_TRUE(doc["nodes"]["big"]["score"].is_number());
+  Want("9000", "");
+  doc = nlohmann::json::parse(RenderExplainJson(Run()));
+  EXPECT_TRUE(doc["node"].is_null());
+  EXPECT_TRUE(doc["containers"].empty());
+}
+
+}  // namespace
+}  // namespace tessera::cluster

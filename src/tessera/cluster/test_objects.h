@@ -1,0 +1,55 @@
+// Test helpers: small Kubernetes objects carrying HAMi annotations.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/kube/objects.h"
+
+namespace tessera::cluster::testing {
+
+inline kube::Node GpuNode(std::string name, std::string register_value) {
+  kube::Node node;
+  node.meta.name = std::move(name);
+  node.meta.uid = "uid-" + node.meta.name;
+  node.meta.annotations.Set("hami.io/node-nvidia-register", std::move(register_value));
+  node.ready = kube::ConditionStatus::kTrue;
+  return node;
+}
+
+inline kube::Container GpuContainer(std::string name, std::string count, std::string mem,
+                                    std::string cores) {
+  kube::Container c;
+  c.name = std::move(name);
+  if (!count.empty()) {
+    c.limits.Set("nvidia.com/gpu", std::move(count));
+  }
+  if (!mem.empty()) {
+    c.limits.Set("nvidia.com/gpumem", std::move(mem));
+  }
+  if (!cores.empty()) {
+    c.limits.Set("nvidia.com/gpucores", std::move(cores));
+  }
+  return c;
+}
+
+// A pod bound to `node` whose allocation is `allocated` (empty: no HAMi annotations).
+inline kube::Pod AllocatedPod(std::string name, std::string node, std::string allocated) {
+  kube::Pod pod;
+  pod.meta.ns = "ml";
+  pod.meta.name = std::move(name);
+  pod.meta.uid = "uid-" + pod.meta.name;
+  pod.node_name = node;
+  pod.phase = kube::PodPhase::kRunning;
+  if (!allocated.empty()) {
+    pod.meta.annotations.Set("hami.io/vgpu-node", node);
+    pod.meta.annotations.Set("hami.io/vgpu-devices-allocated", allocated);
+    pod.meta.annotations.Set("hami.io/vgpu-devices-to-allocate", ";");
+    pod.meta.annotations.Set("hami.io/bind-phase", "success");
+  }
+  pod.containers.push_back(GpuContainer("main", "1", "1000", "10"));
+  return pod;
+}
+
+}  // namespace tessera::cluster::testing

@@ -1,0 +1,95 @@
+// File: tessera/device/device_config.h
+//
+// HAMi's device configuration: the YAML file of the `hami-scheduler-device` ConfigMap, mounted
+// at /device-config.yaml and named by --device-config-file. The same file is read by HAMi's
+// device plugin. The scheduler uses the `nvidia:` section; the other vendor sections
+// (cambricon, hygon, metax, mthreads, iluvatar, vnpus, ...) are accepted and ignored.
+//
+// Format (keys as HAMi spells them; every key is optional and takes the chart default when
+// absent or null):
+//
+//   nvidia:
+//     resourceCountName: nvidia.com/gpu
+//     resourceMemoryName: nvidia.com/gpumem
+//     resourceMemoryPercentageName: nvidia.com/gpumem-percentage
+//     resourceCoreName: nvidia.com/gpucores
+//     resourcePriorityName: nvidia.com/priority
+//     overwriteEnv: false
+//     defaultMemory: 0
+//     defaultCores: 0
+//     defaultGPUNum: 1
+//     memoryFactor: 1
+//     deviceSplitCount: 10
+//     deviceMemoryScaling: 1
+//     deviceCoreScaling: 1
+//     gpuCorePolicy: default        # default | force | disable
+//     runtimeClassName: ""
+//     knownMigGeometries: [...]     # accepted, not interpreted here
+//
+// Validation: integers and booleans must be plain (unquoted) YAML scalars of the right type;
+// integers and scalings must not be negative; resource names must be non-empty and contain no
+// whitespace; duplicate keys are rejected. Unknown keys are ignored, as HAMi ignores them. A
+// document in which every vendor section is empty (or absent) is rejected, as HAMi rejects it.
+//
+// Thread safety: plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace tessera::device {
+
+// nvidia.gpuCorePolicy: what the webhook injects as GPU_CORE_UTILIZATION_POLICY (nothing for
+// kDefault).
+enum class GpuCorePolicy { kDefault, kForce, kDisable };
+
+// "default", "force", "disable".
+std::string_view GpuCorePolicyName(GpuCorePolicy policy);
+
+struct NvidiaConfig {
+  // Extended-resource names a container asks with.
+  std::string resource_count_name = "nvidia.com/gpu";
+  std::string resource_memory_name = "nvidia.com/gpumem";  // MiB per device
+  std::string resource_memory_percentage_name = "nvidia.com/gpumem-percentage";
+  std::string resource_core_name = "nvidia.com/gpucores";  // percent per device
+  std::string resource_priority_name = "nvidia.com/priority";
+  // Webhook: give containers without a GPU NVIDIA_VISIBLE_DEVICES=none.
+  bool overwrite_env = false;
+  // MiB booked when a container gives neither memory nor percentage; 0 = the whole device.
+  int32_t default_memory = 0;
+  // Cores booked when a container gives no core request.
+  int32_t default_cores = 0;
+  // Webhook: the device count added when a container gives memory, cores or percentage only.
+  int32_t default_gpu_num = 1;
+  // Multiplier applied to the memory request (HAMi v2.6+); 0 and 1 both mean "none".
+  int32_t memory_factor = 1;
+  // Device-plugin settings, kept so one parsed file describes the whole deployment. The
+  // scheduler sees their effect through the node registration, not through these fields.
+  int32_t device_split_count = 10;
+  double device_memory_scaling = 1.0;
+  double device_core_scaling = 1.0;
+  // Webhook settings.
+  GpuCorePolicy gpu_core_policy = GpuCorePolicy::kDefault;
+  std::string runtime_class_name;  // empty: leave spec.runtimeClassName alone
+
+  friend bool operator==(const NvidiaConfig&, const NvidiaConfig&) = default;
+};
+
+// The HAMi chart's defaults (the values shown in the format above).
+NvidiaConfig DefaultNvidiaConfig();
+
+// Parses a device-config document. Returns InvalidArgument naming the key and the problem, for
+// example `nvidia.defaultMemory: not an integer: "x"`, `nvidia: not a mapping`, or
+// `device config: every vendor section is empty`; YAML syntax errors carry yaml-cpp's line and
+// column.
+absl::StatusOr<NvidiaConfig> ParseDeviceConfig(std::string_view yaml);
+
+// Reads and parses the file at `path`. File errors map errno to a status code (NotFound,
+// PermissionDenied, ...) and name the path; parse errors are ParseDeviceConfig's, prefixed
+// with the path.
+absl::StatusOr<NvidiaConfig> LoadDeviceConfigFile(const std::string& path);
+
+}  // namespace tessera::device

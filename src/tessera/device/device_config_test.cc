@@ -1,0 +1,275 @@
+#include "tessera/device/device_config.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <ostream>
+#include <string>
+
+#include <unistd.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::device {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string SourceDir() {
+  const char* dir = std::getenv("TESSERA_SOURCE_DIR");
+  return dir != nullptr ? dir : ".";
+}
+
+TEST(DeviceConfigTest, DefaultsAreTheChartDefaults) {
+  NvidiaConfig c = DefaultNvidiaConfig();
+  EXPECT_EQ(c.resource_count_name, "nvidia.com/gpu");
+  EXPECT_EQ(c.resource_memory_name, "nvidia.com/gpumem");
+  EXPECT_EQ(c.resource_memory_percentage_name, "nvidia.com/gpumem-percentage");
+  EXPECT_EQ(c.resource_core_name, "nvidia.com/gpucores");
+  EXPECT_EQ(c.resource_priority_name, "nvidia.com/priority");
+  EXPECT_FALSE(c.overwrite_env);
+  EXPECT_EQ(c.default_memory, 0);
+  EXPECT_EQ(c.default_cores, 0);
+  EXPECT_EQ(c.default_gpu_num, 1);
+  EXPECT_EQ(c.memory_factor, 1);
+  EXPECT_EQ(c.device_split_count, 10);
+  EXPECT_EQ(c.device_memory_scaling, 1.0);
+  EXPECT_EQ(c.device_core_scaling, 1.0);
+  EXPECT_EQ(c.gpu_core_policy, GpuCorePolicy::kDefault);
+  EXPECT_EQ(c.runtime_class_name, "");
+}
+
+TEST(DeviceConfigTest, ExampleFileIsTheChartDefaults) {
+  absl::StatusOr<NvidiaConfig> c =
+      LoadDeviceConfigFile(SourceDir() + "/examples/device-config.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(*c, DefaultNvidiaConfig());
+}
+
+TEST(DeviceConfigTest, ParsesEveryKey) {
+  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(R"(
+nvidia:
+  resourceCountName: example.com/vgpu
+  resourceMemoryName: example.com/vmem
+  resourceMemoryPercentageName: example.com/vmem-pct
+  resourceCoreName: example.com/vcores
+  resourcePriorityName: example.com/prio
+  overwriteEnv: true
+  defaultMemory: 2048
+  defaultCores: 30
+  defaultGPUNum: 2
+  memoryFactor: 1024
+  deviceSplitCount: 4
+  deviceMemoryScaling: 1.5
+  deviceCoreScaling: 2
+  gpuCorePolicy: force
+  runtimeClassName: nvidia
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->resource_count_name, "example.com/vgpu");
+  EXPECT_EQ(c->resource_memory_name, "example.com/vmem");
+  EXPECT_EQ(c->resource_memory_percentage_name, "example.com/vmem-pct");
+  EXPECT_EQ(c->resource_core_name, "example.com/vcores");
+  EXPECT_EQ(c->resource_priority_name, "example.com/prio");
+  EXPECT_TRUE(c->overwrite_env);
+  EXPECT_EQ(c->default_memory, 2048);
+  EXPECT_EQ(c->default_cores, 30);
+  EXPECT_EQ(c->default_gpu_num, 2);
+  EXPECT_EQ(c->memory_factor, 1024);
+  EXPECT_EQ(c->device_split_count, 4);
+  EXPECT_EQ(c->device_memory_scaling, 1.5);
+  EXPECT_EQ(c->device_core_scaling, 2.0);
+  EXPECT_EQ(c->gpu_core_policy, GpuCorePolicy::kForce);
+  EXPECT_EQ(c->runtime_class_name, "nvidia");
+}
+
+TEST(DeviceConfigTest, AbsentAndNullKeysKeepTheDefaults) {
+  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(
+      "nvidia:\n  defaultMemory: 1024\n  resourceCountName: ~\n  defaultCores:\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  NvidiaConfig want = DefaultNvidiaConfig();
+  want.default_memory = 1024;
+  EXPECT_EQ(*c, want);
+}
+
+TEST(DeviceConfigTest, OtherVendorsAndUnknownKeysAreIgnored) {
+  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(R"(
+nvidia:
+  defaultCores: 10
+  knownMigGeometries:
+    - models: ["A30"]
+      allowedGeometries: [[{name: 1g.6gb, memory: 6144, count: 4}]]
+  disableCoreLimit: true
+  someFutureKey: {a: 1}
+cambricon:
+  resourceCountName: cambricon.com/vmlu
+vnpus:
+  - chipName: 910B
+somethingElse: 3
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  NvidiaConfig want = DefaultNvidiaConfig();
+  want.default_cores = 10;
+  EXPECT_EQ(*c, want);
+}
+
+TEST(DeviceConfigTest, AnotherVendorAloneIsEnoughAndNvidiaTakesDefaults) {
+  absl::StatusOr<NvidiaConfig> c =
+      ParseDeviceConfig("hygon:\n  resourceCountName: hygon.com/dcunum\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(*c, DefaultNvidiaConfig());
+}
+
+TEST(DeviceConfigTest, ScalarSpellings) {
+  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(
+      "nvidia:\n  overwriteEnv: yes\n  defaultMemory: +12\n  defaultCores: !!int 7\n"
+      "  deviceMemoryScaling: 3\n  deviceCoreScaling: .5\n  gpuCorePolicy: disable\n"
+      "  resourceCountName: \"quoted.example/gpu\"\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->overwrite_env);
+  EXPECT_EQ(c->default_memory, 12);
+  EXPECT_EQ(c->default_cores, 7);
+  EXPECT_EQ(c->device_memory_scaling, 3.0);
+  EXPECT_EQ(c->device_core_scaling, 0.5);
+  EXPECT_EQ(c->gpu_core_policy, GpuCorePolicy::kDisable);
+  EXPECT_EQ(c->resource_count_name, "quoted.example/gpu");
+  for (const char* spelling : {"true", "True", "TRUE", "on", "On", "Yes"}) {
+    c = ParseDeviceConfig(std::string("nvidia:\n  overwriteEnv: ") + spelling + "\n");
+    ASSERT_TRUE(c.ok()) << spelling << ": " << c.status();
+    EXPECT_TRUE(c->overwrite_env) << spelling;
+  }
+  c = ParseDeviceConfig("nvidia:\n  defaultMemory: 1\n  overwriteEnv: Off\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->overwrite_env);
+  c = ParseDeviceConfig("nvidia:\n  gpuCorePolicy: \"\"\n  defaultMemory: 1\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->gpu_core_policy, GpuCorePolicy::kDefault);
+}
+
+struct Bad {
+  std::string yaml;
+  std::string message;  // a substring of the error
+};
+
+void PrintTo(const Bad& b, std::ostream* os) { *os << b.message; }
+
+class BadConfigTest : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(BadConfigTest, IsRejectedNamingTheKey) {
+  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(GetParam().yaml);
+  ASSERT_FALSE(c.ok()) << GetParam().yaml;
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr(GetParam().message));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, BadConfigTest,
+    ::testing::Values(
+        // Wrong types.
+        Bad{"nvidia:\n  defaultMemory: x\n", "nvidia.defaultMemory: not an integer: \"x\""},
+        Bad{"nvidia:\n  defaultMemory: \"5\"\n", "nvidia.defaultMemory: not an integer: \"5\""},
+        Bad{"nvidia:\n  defaultMemory: 1.5\n", "nvidia.defaultMemory: not an integer: \"1.5\""},
+        Bad{"nvidia:\n  defaultMemory: 0x10\n", "nvidia.defaultMemory: not an integer"},
+        Bad{"nvidia:\n  defaultMemory: +-5\n", "nvidia.defaultMemory: not an integer"},
+        Bad{"nvidia:\n  defaultMemory: 1Gi\n", "nvidia.defaultMemory: not an integer"},
+        Bad{"nvidia:\n  defaultCores: [1]\n",
+            "nvidia.defaultCores: not an integer: got a sequence"},
+        Bad{"nvidia:\n  memoryFactor: {a: 1}\n",
+            "nvidia.memoryFactor: not an integer: got a mapping"},
+        Bad{"nvidia:\n  overwriteEnv: maybe\n", "nvidia.overwriteEnv: not a boolean: \"maybe\""},
+        Bad{"nvidia:\n  overwriteEnv: \"true\"\n", "nvidia.overwriteEnv: not a boolean"},
+        Bad{"nvidia:\n  overwriteEnv: 1\n", "nvidia.overwriteEnv: not a boolean"},
+        Bad{"nvidia:\n  deviceMemoryScaling: abc\n",
+            "nvidia.deviceMemoryScaling: not a finite number: \"abc\""},
+        Bad{"nvidia:\n  deviceCoreScaling: .nan\n", "nvidia.deviceCoreScaling: not a finite"},
+        Bad{"nvidia:\n  deviceCoreScaling: 1e999\n", "nvidia.deviceCoreScaling: not a finite"},
+        Bad{"nvidia:\n  resourceCountName: [a]\n",
+            "nvidia.resourceCountName: not a string: got a sequence"},
+        Bad{"nvidia:\n  runtimeClassName: {a: b}\n", "nvidia.runtimeClassName: not a string"},
+        // Negative and out-of-range values.
+        Bad{"nvidia:\n  defaultMemory: -1\n", "nvidia.defaultMemory: must not be negative: -1"},
+        Bad{"nvidia:\n  defaultGPUNum: -2\n", "nvidia.defaultGPUNum: must not be negative"},
+        Bad{"nvidia:\n  memoryFactor: -1\n", "nvidia.memoryFactor: must not be negative"},
+        Bad{"nvidia:\n  deviceSplitCount: -10\n", "nvidia.deviceSplitCount: must not be negative"},
+        Bad{"nvidia:\n  deviceMemoryScaling: -0.5\n",
+            "nvidia.deviceMemoryScaling: must not be negative"},
+        Bad{"nvidia:\n  defaultMemory: 2147483648\n", "nvidia.defaultMemory: out of range"},
+        Bad{"nvidia:\n  defaultMemory: 99999999999999999999999\n",
+            "nvidia.defaultMemory: out of range"},
+        // Bad values.
+        Bad{"nvidia:\n  gpuCorePolicy: sometimes\n",
+            "nvidia.gpuCorePolicy: unknown policy \"sometimes\""},
+        Bad{"nvidia:\n  resourceCountName: \"\"\n", "nvidia.resourceCountName: must not be empty"},
+        Bad{"nvidia:\n  resourceMemoryName: \"nvidia.com/ gpumem\"\n",
+            "nvidia.resourceMemoryName: resource name contains whitespace"},
+        // Structure.
+        Bad{"nvidia:\n  defaultMemory: 1\n  defaultMemory: 2\n",
+            "nvidia: duplicate key \"defaultMemory\""},
+        Bad{"nvidia:\n  defaultMemory: 1\nnvidia:\n  defaultCores: 1\n",
+            "device config: duplicate key \"nvidia\""},
+        Bad{"nvidia: [1, 2]\n", "nvidia: not a mapping: got a sequence"},
+        Bad{"nvidia: 5\n", "nvidia: not a mapping: got a scalar"},
+        Bad{"nvidia:\n  ? [a]\n  : 1\n", "nvidia: a key is a sequence, not a scalar"},
+        Bad{"- nvidia\n", "device config: the top level is a sequence, not a mapping"},
+        Bad{"hello\n", "device config: the top level is a scalar, not a mapping"},
+        // Syntax.
+        Bad{"nvidia: [1, 2\n", "device config: invalid YAML at line"},
+        Bad{"nvidia:\n  a: b\n c: d\n", "device config: invalid YAML at line 3"},
+        // Every section empty.
+        Bad{"", "every vendor section is empty"}, Bad{"# only a comment\n", "every vendor"},
+        Bad{"nvidia:\n", "every vendor section is empty"},
+        Bad{"nvidia: {}\n", "every vendor section is empty"},
+        Bad{"nvidia:\n  defaultMemory: 0\n  overwriteEnv: false\n  resourceCountName:\n",
+            "every vendor section is empty"},
+        Bad{"cambricon: {}\nhygon:\nmetax: {resourceCountName: \"\"}\n",
+            "every vendor section is empty"},
+        Bad{"notAVendor:\n  resourceCountName: x\n", "every vendor section is empty"}));
+
+TEST(DeviceConfigTest, GpuCorePolicyNames) {
+  EXPECT_EQ(GpuCorePolicyName(GpuCorePolicy::kDefault), "default");
+  EXPECT_EQ(GpuCorePolicyName(GpuCorePolicy::kForce), "force");
+  EXPECT_EQ(GpuCorePolicyName(GpuCorePolicy::kDisable), "disable");
+}
+
+TEST(DeviceConfigTest, MissingFileIsNotFoundNamingThePath) {
+  absl::StatusOr<NvidiaConfig> c = LoadDeviceConfigFile("/nonexistent/tessera/device.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(), HasSubstr("/nonexistent/tessera/device.yaml"));
+}
+
+TEST(DeviceConfigTest, FileParseErrorsArePrefixedWithThePath) {
+  std::string path = ::testing::TempDir() + "/device-config-" + std::to_string(getpid()) + ".yaml";
+  {
+    std::ofstream out(path);
+    out << "nvidia:\n  defaultCores: lots\n";
+  }
+  absl::StatusOr<NvidiaConfig> c = LoadDeviceConfigFile(path);
+  std::remove(path.c_str());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), StartsWith(path + ": "));
+  EXPECT_THAT(c.status().message(), HasSubstr("nvidia.defaultCores: not an integer: \"lots\""));
+}
+
+TEST(DeviceConfigTest, AliasBombIsBounded) {
+  // Aliases make this a tree of 10^9 leaves; the emptiness check must not walk all of them.
+  std::string yaml = "a0: &a0 {x: 0}\n";
+  for (int i = 1; i <= 9; ++i) {
+    yaml += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " {";
+    for (int j = 0; j < 10; ++j) {
+      yaml += (j > 0 ? ", " : "") + std::string("k") + std::to_string(j) + ": *a" +
+              std::to_string(i - 1);
+    }
+    yaml += "}\n";
+  }
+  yaml += "cambricon: *a9\n";
+  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(yaml);
+  // The walk gives up after a bounded number of nodes and counts the section as non-empty.
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
+}  // namespace
+}  // namespace tessera::device

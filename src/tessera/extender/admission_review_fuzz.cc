@@ -1,0 +1,60 @@
+// Any bytes give a reply that is an AdmissionReview (HTTP 200 or 400), never a crash; a review
+// that decodes gets a 200 whose uid is the request's and whose patch, when there is one, is a
+// JSON array of add/replace operations.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/escaping.h"
+#include <nlohmann/json.hpp>
+
+#include "tessera/extender/webhook.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using nlohmann::json;
+  std::string_view body(reinterpret_cast<const char*>(data), size);
+  tessera::extender::WebhookOptions options;
+  if (size > 0 && (data[0] & 1) != 0) {
+    options.nvidia.overwrite_env = true;
+    options.nvidia.gpu_core_policy = tessera::device::GpuCorePolicy::kDisable;
+    options.nvidia.runtime_class_name = "nvidia";
+  }
+  absl::StatusOr<tessera::extender::AdmissionRequest> request =
+      tessera::extender::DecodeAdmissionReview(body);
+  if (!request.ok() && request.status().message().empty()) {
+    std::abort();
+  }
+  tessera::extender::WebhookReply reply =
+      tessera::extender::HandleAdmissionReview("application/json", body, options);
+  if (reply.http_status != (request.ok() ? 200 : 400)) {
+    std::abort();
+  }
+  json review = json::parse(reply.body, nullptr, false);
+  if (review.is_discarded() || !review.is_object() || review["kind"] != "AdmissionReview") {
+    std::abort();
+  }
+  if (request.ok()) {
+    const json& response = review["response"];
+    if (response["uid"] != request->uid) {
+      std::abort();
+    }
+    if (response.contains("patch")) {
+      std::string patch;
+      if (!absl::Base64Unescape(response["patch"].get<std::string>(), &patch)) {
+        std::abort();
+      }
+      json ops = json::parse(patch, nullptr, false);
+      if (!ops.is_array() || ops.empty()) {
+        std::abort();
+      }
+      for (const json& op : ops) {
+        if (op["op"] != "add" && op["op"] != "replace") {
+          std::abort();
+        }
+      }
+    }
+  }
+  return 0;
+}

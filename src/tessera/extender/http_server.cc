@@ -1,0 +1,646 @@
+#include "tessera/extender/http_server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "absl/strings/numbers.h"
+#include "fmt/core.h"
+#include "httplib.h"
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include "tessera/base/logging.h"
+#include "tessera/base/mutex.h"
+#include "tessera/base/status_macros.h"
+
+namespace tessera::extender {
+namespace {
+
+constexpr char kJson[] = "application/json";
+constexpr char kText[] = "text/plain; charset=utf-8";
+constexpr char kMetricsType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+// ---- certificates ------------------------------------------------------------------------------
+
+// A parsed certificate pair. Immutable once built; shared by the handshakes that use it.
+struct CertPair {
+  std::string cert_pem;
+  std::string key_pem;
+  X509* cert = nullptr;
+  EVP_PKEY* key = nullptr;
+  STACK_OF(X509) * chain = nullptr;
+
+  CertPair() = default;
+  CertPair(const CertPair&) = delete;
+  CertPair& operator=(const CertPair&) = delete;
+  ~CertPair() {
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    sk_X509_pop_free(chain, X509_free);
+  }
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good()) {
+    return absl::InvalidArgumentError(
+        fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::shared_ptr<const CertPair>> ParsePair(std::string cert_pem,
+                                                          std::string key_pem) {
+  auto pair = std::make_shared<CertPair>();
+  pair->cert_pem = std::move(cert_pem);
+  pair->key_pem = std::move(key_pem);
+  BIO* cb = BIO_new_mem_buf(pair->cert_pem.data(), static_cast<int>(pair->cert_pem.size()));
+  BIO* kb = BIO_new_mem_buf(pair->key_pem.data(), static_cast<int>(pair->key_pem.size()));
+  if (cb == nullptr || kb == nullptr) {
+    BIO_free(cb);
+    BIO_free(kb);
+    return absl::ResourceExhaustedError("out of memory");
+  }
+  pair->cert = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
+  if (pair->cert != nullptr) {
+    pair->chain = sk_X509_new_null();
+    while (X509* extra = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr)) {
+      sk_X509_push(pair->chain, extra);
+    }
+  }
+  pair->key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
+  BIO_free(cb);
+  BIO_free(kb);
+  ERR_clear_error();  // the chain loop ends on a "no start line" error
+  if (pair->cert == nullptr) {
+    return absl::InvalidArgumentError("no PEM certificate in the certificate file");
+  }
+  if (pair->key == nullptr) {
+    return absl::InvalidArgumentError("no PEM private key in the key file");
+  }
+  if (X509_check_private_key(pair->cert, pair->key) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError("the private key does not match the certificate");
+  }
+  return std::shared_ptr<const CertPair>(std::move(pair));
+}
+
+// Holds the serving pair and re-reads the files at most once per interval.
+class CertWatcher {
+ public:
+  CertWatcher(std::string cert_file, std::string key_file, absl::Duration interval, Clock* clock)
+      : cert_file_(std::move(cert_file)),
+        key_file_(std::move(key_file)),
+        interval_(interval),
+        clock_(clock) {}
+
+  absl::Status Load() {
+    TESSERA_ASSIGN_OR_RETURN(std::string cert_pem, ReadFile(cert_file_));
+    TESSERA_ASSIGN_OR_RETURN(std::string key_pem, ReadFile(key_file_));
+    absl::StatusOr<std::shared_ptr<const CertPair>> pair =
+        ParsePair(std::move(cert_pem), std::move(key_pem));
+    if (!pair.ok()) {
+      return absl::InvalidArgumentError(fmt::format("certificate {} with key {}: {}", cert_file_,
+                                                    key_file_,
+                                                    std::string(pair.status().message())));
+    }
+    MutexLock l(&mu_);
+    current_ = *std::move(pair);
+    last_check_ = clock_->Now();
+    return absl::OkStatus();
+  }
+
+  // The pair for a new handshake, after re-reading the files if the interval has passed.
+  std::shared_ptr<const CertPair> Current() {
+    MutexLock l(&mu_);
+    const absl::Time now = clock_->Now();
+    if (now - last_check_ >= interval_) {
+      last_check_ = now;
+      Check();
+    }
+    return current_;
+  }
+
+ private:
+  void Check() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<std::string> cert_pem = ReadFile(cert_file_);
+    absl::StatusOr<std::string> key_pem = ReadFile(key_file_);
+    if (!cert_pem.ok() || !key_pem.ok()) {
+      const absl::Status& bad = !cert_pem.ok() ? cert_pem.status() : key_pem.status();
+      if (bad.message() != last_error_) {
+        last_error_ = std::string(bad.message());
+        TESSERA_LOG(kWarning, "TLS certificate reload: {}; keeping the current certificate",
+                    last_error_);
+      }
+      return;
+    }
+    if (*cert_pem == current_->cert_pem && *key_pem == current_->key_pem) {
+      return;
+    }
+    if (*cert_pem == bad_cert_pem_ && *key_pem == bad_key_pem_) {
+      return;  // already reported
+    }
+    absl::StatusOr<std::shared_ptr<const CertPair>> pair = ParsePair(*cert_pem, *key_pem);
+    if (!pair.ok()) {
+      bad_cert_pem_ = *std::move(cert_pem);
+      bad_key_pem_ = *std::move(key_pem);
+      last_error_ = std::string(pair.status().message());
+      TESSERA_LOG(kWarning, "TLS certificate reload from {} and {}: {}; keeping the current one",
+                  cert_file_, key_file_, last_error_);
+      return;
+    }
+    current_ = *std::move(pair);
+    bad_cert_pem_.clear();
+    bad_key_pem_.clear();
+    last_error_.clear();
+    TESSERA_LOG(kInfo, "TLS certificate reloaded from {} and {}", cert_file_, key_file_);
+  }
+
+  const std::string cert_file_;
+  const std::string key_file_;
+  const absl::Duration interval_;
+  Clock* const clock_;
+  Mutex mu_;
+  std::shared_ptr<const CertPair> current_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_check_ ABSL_GUARDED_BY(mu_);
+  std::string bad_cert_pem_ ABSL_GUARDED_BY(mu_);
+  std::string bad_key_pem_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+};
+
+// OpenSSL calls this for every handshake, before it picks the certificate: each connection gets
+// the pair that is current at its handshake, so a reload never touches a shared SSL_CTX.
+int CertCallback(SSL* ssl, void* arg) {
+  std::shared_ptr<const CertPair> pair = static_cast<CertWatcher*>(arg)->Current();
+  if (pair == nullptr) {
+    return 0;
+  }
+  // Takes its own references to the certificate, key and chain.
+  return SSL_use_cert_and_key(ssl, pair->cert, pair->key, pair->chain, 1) == 1 ? 1 : 0;
+}
+
+// ---- requests ----------------------------------------------------------------------------------
+
+thread_local std::chrono::steady_clock::time_point t_request_start;
+
+bool TooLarge(const httplib::Request& req) {
+  if (!req.has_header("Content-Length")) {
+    return false;
+  }
+  uint64_t length = 0;
+  const std::string value = req.get_header_value("Content-Length");
+  return absl::SimpleAtoi(value, &length) && length > kMaxRequestBytes;
+}
+
+void RejectTooLarge(httplib::Response& res) {
+  res.status = 413;
+  res.set_header("Connection", "close");  // the rest of the body is never read
+  res.set_content(fmt::format("request body larger than {} bytes", kMaxRequestBytes), kText);
+}
+
+void SendText(httplib::Response& res, int status, std::string body) {
+  res.status = status;
+  res.set_content(std::move(body), kText);
+}
+
+void SendJson(httplib::Response& res, std::string body) {
+  res.status = 200;
+  res.set_content(std::move(body), kJson);
+}
+
+std::string StatusText(int status) {
+  switch (status) {
+    case 400:
+      return "bad request";
+    case 404:
+      return "404 page not found";
+    case 405:
+      return "method not allowed";
+    case 413:
+      return fmt::format("request body larger than {} bytes", kMaxRequestBytes);
+    default:
+      return fmt::format("HTTP {}", status);
+  }
+}
+
+// One bound httplib server and the thread that runs its accept loop.
+struct Listener {
+  std::unique_ptr<httplib::Server> server;
+  std::thread thread;
+  std::atomic<bool> done{false};
+  int port = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<ListenAddress> ParseListenAddress(std::string_view address) {
+  const auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(fmt::format("address {}: {}", address, why));
+  };
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) {
+    return bad("missing port in address");
+  }
+  std::string_view host;
+  if (!address.empty() && address[0] == '[') {
+    const size_t end = address.find(']');
+    if (end == std::string_view::npos) {
+      return bad("missing ']' in address");
+    }
+    if (end + 1 != colon) {
+      return end + 1 == address.size() ? bad("missing port in address")
+                                       : bad("unexpected characters after ']' in address");
+    }
+    host = address.substr(1, end - 1);
+    if (host.find('[') != std::string_view::npos || host.find(']') != std::string_view::npos) {
+      return bad("unexpected '[' or ']' in address");
+    }
+  } else {
+    host = address.substr(0, colon);
+    if (host.find(':') != std::string_view::npos) {
+      return bad("too many colons in address");
+    }
+    if (host.find('[') != std::string_view::npos || host.find(']') != std::string_view::npos) {
+      return bad("unexpected '[' or ']' in address");
+    }
+  }
+  const std::string_view port_text = address.substr(colon + 1);
+  int port = 0;
+  if (port_text.empty() || port_text.size() > 5 ||
+      port_text.find_first_not_of("0123456789") != std::string_view::npos ||
+      !absl::SimpleAtoi(std::string(port_text), &port) || port > 65535) {
+    return bad("invalid port");
+  }
+  return ListenAddress{std::string(host), port};
+}
+
+class HttpServer::Impl {
+ public:
+  Impl(Backend* backend, HttpServerOptions options)
+      : backend_(backend), options_(std::move(options)) {
+    if (options_.clock == nullptr) {
+      options_.clock = Clock::Real();
+    }
+  }
+
+  ~Impl() { Stop(); }
+
+  absl::Status Start() {
+    if (started_) {
+      return absl::FailedPreconditionError("HttpServer::Start called twice");
+    }
+    started_ = true;
+    TESSERA_ASSIGN_OR_RETURN(ListenAddress main_address, ParseListenAddress(options_.bind_address));
+    std::optional<ListenAddress> metrics_address;
+    if (!options_.metrics_bind_address.empty()) {
+      TESSERA_ASSIGN_OR_RETURN(metrics_address, ParseListenAddress(options_.metrics_bind_address));
+    }
+    const bool has_cert = !options_.cert_file.empty();
+    if (has_cert != !options_.key_file.empty()) {
+      return absl::InvalidArgumentError("TLS needs both a certificate file and a key file");
+    }
+    if (has_cert) {
+      certs_ = std::make_unique<CertWatcher>(options_.cert_file, options_.key_file,
+                                             options_.cert_check_interval, options_.clock);
+      TESSERA_RETURN_IF_ERROR(certs_->Load());
+      CertWatcher* watcher = certs_.get();
+      auto ssl = std::make_unique<httplib::SSLServer>([watcher](SSL_CTX& ctx) {
+        SSL_CTX_set_options(&ctx, SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+        SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
+        SSL_CTX_set_cert_cb(&ctx, CertCallback, watcher);
+        return true;
+      });
+      if (!ssl->is_valid()) {
+        return absl::InternalError("TLS server set-up failed");
+      }
+      main_.server = std::move(ssl);
+      tls_ = true;
+    } else {
+      main_.server = std::make_unique<httplib::Server>();
+    }
+    ConfigureCommon(*main_.server, options_.threads, /*compress=*/false);
+    ConfigureMain(*main_.server);
+    TESSERA_RETURN_IF_ERROR(Listen(&main_, main_address, options_.bind_address));
+    if (metrics_address.has_value()) {
+      metrics_.server = std::make_unique<httplib::Server>();
+      ConfigureCommon(*metrics_.server, 2, /*compress=*/true);  // scrapes are large
+      ConfigureMetrics(*metrics_.server);
+      if (absl::Status s = Listen(&metrics_, *metrics_address, options_.metrics_bind_address);
+          !s.ok()) {
+        Stop();
+        return s;
+      }
+    }
+    TESSERA_LOG(kInfo, "extender listening on {} ({}, port {}){}", options_.bind_address,
+                tls_ ? "https" : "http", main_.port,
+                metrics_.port > 0 ? fmt::format(", metrics on port {}", metrics_.port) : "");
+    return absl::OkStatus();
+  }
+
+  void Stop() {
+    StopListener(&main_);
+    StopListener(&metrics_);
+  }
+
+  int port() const { return main_.port; }
+  int metrics_port() const { return metrics_.port; }
+  bool tls() const { return tls_; }
+
+ private:
+  // Binds `address` (all interfaces: IPv6 dual-stack, else IPv4) and starts the accept loop.
+  absl::Status Listen(Listener* l, const ListenAddress& address, const std::string& text) {
+    std::vector<std::string> hosts;
+    if (address.host.empty()) {
+      hosts = {"::", "0.0.0.0"};
+    } else {
+      hosts = {address.host};
+    }
+    int err = 0;
+    int port = -1;
+    for (const std::string& host : hosts) {
+      errno = 0;
+      port = address.port == 0 ? l->server->bind_to_any_port(host)
+                               : (l->server->bind_to_port(host, address.port) ? address.port : -1);
+      if (port > 0) {
+        break;
+      }
+      err = errno;
+      if (err == EADDRINUSE) {
+        break;  // the fallback would bind the same port on IPv4 only
+      }
+    }
+    if (port <= 0) {
+      return absl::UnavailableError(fmt::format("cannot listen on {}: {}", text,
+                                                err != 0 ? std::strerror(err) : "bind failed"));
+    }
+    l->port = port;
+    httplib::Server* server = l->server.get();
+    std::atomic<bool>* done = &l->done;
+    l->thread = std::thread([server, done] {
+      server->listen_after_bind();
+      done->store(true);
+    });
+    // httplib's stop() is a no-op until the accept loop runs: wait for it, so that a Stop()
+    // right after Start() cannot miss it.
+    while (!server->is_running() && !done->load()) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return absl::OkStatus();
+  }
+
+  static void StopListener(Listener* l) {
+    if (l->server != nullptr) {
+      l->server->stop();
+    }
+    if (l->thread.joinable()) {
+      l->thread.join();
+    }
+  }
+
+  void ConfigureCommon(httplib::Server& s, size_t threads, bool compress) {
+    const size_t n = std::max<size_t>(threads, 1);
+    s.new_task_queue = [n] { return new httplib::ThreadPool(n); };
+    s.set_tcp_nodelay(true);  // else every reply waits for a delayed ACK (cpp-toolchain.md A.2)
+    s.set_payload_max_length(kMaxRequestBytes);
+    s.set_read_timeout(std::chrono::microseconds(absl::ToInt64Microseconds(options_.read_timeout)));
+    s.set_write_timeout(
+        std::chrono::microseconds(absl::ToInt64Microseconds(options_.write_timeout)));
+    s.set_keep_alive_max_count(std::numeric_limits<int>::max());
+    s.set_keep_alive_timeout(
+        std::max<time_t>(1, absl::ToInt64Seconds(options_.keep_alive_timeout)));
+    // httplib's default also sets SO_REUSEPORT, which would let a second server bind a port in
+    // use. SO_REUSEADDR only (as Go sets), and dual-stack on an IPv6 "any" socket.
+    s.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      int no = 0;
+      setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));  // fails on IPv4: harmless
+    });
+    // httplib gzips a text or application/json reply whenever the request accepts gzip, and
+    // Go's client always says it does. Unless `compress`, that is turned off: deflate on every
+    // filter reply is wasted CPU on a loopback hop, and HAMi replies uncompressed. httplib has
+    // no switch for it and decides from the request's Accept-Encoding when it writes the reply,
+    // so the header is dropped before routing (the Request is a non-const object inside
+    // httplib, so casting away const is well defined).
+    s.set_pre_routing_handler([compress](const httplib::Request& req, httplib::Response& res) {
+      t_request_start = std::chrono::steady_clock::now();
+      if (!compress) {
+        const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
+      }
+      if (TooLarge(req)) {
+        RejectTooLarge(res);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    s.set_expect_100_continue_handler([](const httplib::Request& req, httplib::Response& res) {
+      t_request_start = std::chrono::steady_clock::now();
+      if (TooLarge(req)) {
+        RejectTooLarge(res);
+        return 413;
+      }
+      return 100;
+    });
+    s.set_error_handler(
+        httplib::Server::Handler([](const httplib::Request&, httplib::Response& res) {
+          if (res.body.empty()) {
+            res.set_content(StatusText(res.status), kText);
+          }
+          if (res.status == 413 && !res.has_header("Connection")) {
+            res.set_header("Connection", "close");
+          }
+        }));
+    s.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+      const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::steady_clock::now() - t_request_start)
+                              .count();
+      TESSERA_VLOG(2, "http {} {} {} {}us", req.method, req.path, res.status, micros);
+    });
+  }
+
+  // Reads the body with a cap that also holds for chunked bodies; false when it was refused
+  // (the response is then set).
+  static bool ReadBody(const httplib::ContentReader& reader, httplib::Response& res,
+                       std::string* body) {
+    bool too_large = false;
+    const bool ok = reader([&](const char* data, size_t n) {
+      if (body->size() + n > kMaxRequestBytes) {
+        too_large = true;
+        return false;
+      }
+      body->append(data, n);
+      return true;
+    });
+    if (too_large || res.status == 413) {
+      RejectTooLarge(res);
+      return false;
+    }
+    if (!ok) {
+      res.set_header("Connection", "close");
+      SendText(res, 400, "cannot read the request body");
+      return false;
+    }
+    return true;
+  }
+
+  void ConfigureMain(httplib::Server& s) {
+    s.Post(".*", [this](const httplib::Request& req, httplib::Response& res,
+                        const httplib::ContentReader& reader) {
+      if (req.path == "/filter" || req.path == "/bind") {
+        std::string body;
+        if (!ReadBody(reader, res, &body)) {
+          return;
+        }
+        if (req.path == "/filter") {
+          Filter(body, res);
+        } else {
+          Bind(body, res);
+        }
+        return;
+      }
+      if (req.path == "/webhook" && options_.webhook) {
+        std::string body;
+        if (ReadBody(reader, res, &body)) {
+          auto [status, reply] = options_.webhook(req.get_header_value("Content-Type"), body);
+          res.status = status;
+          res.set_content(std::move(reply), kJson);
+        }
+        return;
+      }
+      MethodOrNotFound(req, res);
+    });
+    s.Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.path == "/healthz") {
+        SendText(res, 200, "ok");
+      } else if (req.path == "/readyz") {
+        std::string why;
+        if (backend_->Ready(&why)) {
+          SendText(res, 200, why.empty() ? "ok" : why);
+        } else {
+          SendText(res, 503, why.empty() ? "not ready" : why);
+        }
+      } else if (req.path == "/debug/ledger") {
+        SendJson(res, backend_->DebugLedgerJson());
+      } else if (req.path == "/debug/audit") {
+        SendJson(res, backend_->DebugAuditJson());
+      } else {
+        MethodOrNotFound(req, res);
+      }
+    });
+    RegisterOthers(s, [this](const httplib::Request& req, httplib::Response& res) {
+      MethodOrNotFound(req, res);
+    });
+  }
+
+  void ConfigureMetrics(httplib::Server& s) {
+    s.Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.path != "/metrics") {
+        SendText(res, 404, StatusText(404));
+        return;
+      }
+      res.status = 200;
+      res.set_content(options_.metrics ? options_.metrics() : std::string(), kMetricsType);
+    });
+    auto other = [](const httplib::Request& req, httplib::Response& res) {
+      if (req.path == "/metrics") {
+        res.set_header("Allow", "GET, HEAD");
+        SendText(res, 405, StatusText(405));
+      } else {
+        SendText(res, 404, StatusText(404));
+      }
+    };
+    s.Post(".*", other);
+    RegisterOthers(s, other);
+  }
+
+  static void RegisterOthers(httplib::Server& s, const httplib::Server::Handler& handler) {
+    s.Put(".*", handler);
+    s.Patch(".*", handler);
+    s.Delete(".*", handler);
+    s.Options(".*", handler);
+  }
+
+  void MethodOrNotFound(const httplib::Request& req, httplib::Response& res) const {
+    const std::string& p = req.path;
+    if (p == "/filter" || p == "/bind" || (p == "/webhook" && options_.webhook)) {
+      res.set_header("Allow", "POST");
+    } else if (p == "/healthz" || p == "/readyz" || p == "/debug/ledger" || p == "/debug/audit") {
+      res.set_header("Allow", "GET, HEAD");
+    } else {
+      SendText(res, 404, StatusText(404));
+      return;
+    }
+    SendText(res, 405, StatusText(405));
+  }
+
+  void Filter(const std::string& body, httplib::Response& res) {
+    if (body.empty()) {
+      SendText(res, 400, "Please send a request body");
+      return;
+    }
+    absl::StatusOr<FilterArgs> args = DecodeFilterArgs(body);
+    if (!args.ok()) {
+      if (args.status().message() == kMissingPodMessage) {
+        FilterResult result;
+        result.error = kMissingPodMessage;
+        SendJson(res, EncodeFilterResult(result));
+        return;
+      }
+      SendText(res, 400, std::string(args.status().message()));
+      return;
+    }
+    SendJson(res, EncodeFilterResult(backend_->Filter(*args)));
+  }
+
+  void Bind(const std::string& body, httplib::Response& res) {
+    if (body.empty()) {
+      SendText(res, 400, "Please send a request body");
+      return;
+    }
+    absl::StatusOr<BindArgs> args = DecodeBindArgs(body);
+    if (!args.ok()) {
+      SendText(res, 400, std::string(args.status().message()));
+      return;
+    }
+    SendJson(res, EncodeBindResult(backend_->Bind(*args)));
+  }
+
+  Backend* const backend_;
+  HttpServerOptions options_;
+  bool started_ = false;
+  bool tls_ = false;
+  std::unique_ptr<CertWatcher> certs_;
+  Listener main_;
+  Listener metrics_;
+};
+
+HttpServer::HttpServer(Backend* backend, HttpServerOptions options)
+    : impl_(std::make_unique<Impl>(backend, std::move(options))) {}
+
+HttpServer::~HttpServer() { impl_->Stop(); }
+
+absl::Status HttpServer::Start() { return impl_->Start(); }
+void HttpServer::Stop() { impl_->Stop(); }
+int HttpServer::port() const { return impl_->port(); }
+int HttpServer::metrics_port() const { return impl_->metrics_port(); }
+bool HttpServer::tls() const { return impl_->tls(); }
+
+}  // namespace tessera::extender

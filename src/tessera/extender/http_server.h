@@ -1,0 +1,160 @@
+// File: tessera/extender/http_server.h
+//
+// The extender's HTTP(S) server: the routes kube-scheduler calls (k8s-protocol.md §1.3, §1.4;
+// hami-protocol.md §3) in front of a Backend that makes the decisions, plus a separate plain-HTTP
+// listener for Prometheus.
+//
+//   main listener (--http_bind; TLS when --cert_file and --key_file are given)
+//     POST /filter        ExtenderArgs → 200 ExtenderFilterResult (application/json)
+//     POST /bind          ExtenderBindingArgs → 200 ExtenderBindingResult (application/json)
+//     GET  /healthz       200 "ok"
+//     GET  /readyz        200 when Backend::Ready, else 503; the body is what Ready wrote to
+//                         *why ("ok" when it wrote nothing on success, "not ready" on failure)
+//     GET  /debug/ledger  200 Backend::DebugLedgerJson() (application/json)
+//     POST /webhook       HttpServerOptions::webhook (the admission webhook, webhook.h); 404
+//                         when it is not set
+//     GET  /debug/audit   200 Backend::DebugAuditJson() (application/json)
+//   metrics listener (--metrics-bind-address, HAMi's default ":9395")
+//     GET  /metrics       200 metrics() as text/plain; version=0.0.4; charset=utf-8
+//
+// Errors: an empty body → 400 "Please send a request body"; a body the decoder rejects → 400 with
+// the decoder's message (text/plain); a filter request without a pod → 200 with
+// {"Error":"extender args missing pod"} as HAMi answers; a body over kMaxRequestBytes → 413
+// (refused from Content-Length before the body is read, also after 100-continue; a chunked body
+// is cut off as soon as it passes the limit; the connection is then closed); another method on a
+// known path → 405 with Allow; an unknown path → 404. Connections are kept alive.
+//
+// TLS: the certificate and key are read at Start (a bad pair fails Start). Afterwards, at most
+// once per cert_check_interval (measured on options.clock), a new TLS handshake re-reads both
+// files; when their contents changed and form a valid, matching pair, new connections get the new
+// certificate (existing connections keep theirs). A bad new pair (unparsable, or a key that does
+// not match the certificate, e.g. while only one file has been replaced) is logged once and the
+// old pair kept. The certificate file may hold a chain (leaf first).
+//
+// Addresses are parsed as Go's net.Listen parses "host:port": "127.0.0.1:8080", ":9395" (all
+// interfaces: IPv6 and IPv4 when the host has IPv6, else IPv4), "[::1]:8080", "localhost:80".
+// Port 0 picks a free port; port() / metrics_port() report the bound ones.
+//
+// Access log: one TESSERA_VLOG(2) line per request: method, path, status, duration.
+//
+//   MyBackend backend;
+//   HttpServerOptions options;
+//   options.bind_address = "127.0.0.1:0";
+//   options.metrics_bind_address = "127.0.0.1:0";
+//   options.metrics = [&] { return registry.Render(); };
+//   HttpServer server(&backend, options);
+//   TESSERA_RETURN_IF_ERROR(server.Start());
+//   ... server.port() ...
+//   server.Stop();
+//
+// Thread safety: Start and Stop must not race with each other or with the destructor; port(),
+// metrics_port() and tls() are safe from any thread after Start. Requests are served on a pool
+// of threads, so the Backend and the metrics function are called concurrently (see Backend).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+#include "tessera/base/clock.h"
+#include "tessera/extender/wire.h"
+
+namespace tessera::extender {
+
+// What the server asks. Thread safety: every method is called concurrently from several server
+// threads (one per open connection), with no lock held by the server, and must therefore be
+// thread-safe; Filter and Bind may block (kube-scheduler waits up to its httpTimeout), but each
+// call ties up one server thread while it does. The Backend must outlive the server's Stop().
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // The reply to one /filter request. Never fails: errors go in FilterResult::error.
+  virtual FilterResult Filter(const FilterArgs& args) = 0;
+  // The reply to one /bind request; an empty error is success.
+  virtual BindResult Bind(const BindArgs& args) = 0;
+  // Whether the extender can answer filter requests now; when not, *why says what it waits for
+  // (the body of the 503). When ready, *why may describe the replica (the body of the 200).
+  virtual bool Ready(std::string* why) = 0;
+  // A JSON document describing the ledger, for operators.
+  virtual std::string DebugLedgerJson() = 0;
+  // A JSON document describing the last audit and resync of the self-healing accounting
+  // (docs/self-healing.md). The default: nothing has run.
+  virtual std::string DebugAuditJson() { return "{\"audit\":null,\"resync\":null}\n"; }
+};
+
+struct HttpServerOptions {
+  // "host:port" of the extender routes (HAMi's --http_bind).
+  std::string bind_address = "127.0.0.1:8080";
+  // PEM files; both empty → plain HTTP, both set → HTTPS (HAMi's --cert_file / --key_file).
+  std::string cert_file;
+  std::string key_file;
+  // How often, at most, the certificate files are re-read.
+  absl::Duration cert_check_interval = absl::Seconds(5);
+  // Measures cert_check_interval; nullptr means Clock::Real(). Must outlive the server.
+  Clock* clock = nullptr;
+  // "host:port" of the metrics listener; empty for none.
+  std::string metrics_bind_address = ":9395";
+  // The /metrics body (Prometheus text format); called concurrently; nullptr serves "".
+  std::function<std::string()> metrics;
+  // POST /webhook: called concurrently with the request's Content-Type and body (capped like
+  // every body); returns the HTTP status and the application/json body. nullptr: 404.
+  std::function<std::pair<int, std::string>(std::string_view content_type, std::string_view body)>
+      webhook;
+  // Worker threads of the main listener. Each open keep-alive connection holds one while it is
+  // open, so this bounds the number of concurrent connections served (others wait).
+  size_t threads = 16;
+  absl::Duration read_timeout = absl::Seconds(30);
+  absl::Duration write_timeout = absl::Seconds(30);
+  // How long an idle keep-alive connection is kept.
+  absl::Duration keep_alive_timeout = absl::Seconds(60);
+};
+
+// A parsed listen address. `host` is empty for "all interfaces" (":9395").
+struct ListenAddress {
+  std::string host;
+  int port = 0;
+
+  friend bool operator==(const ListenAddress&, const ListenAddress&) = default;
+};
+
+// Parses "host:port", ":port" or "[ipv6]:port" as Go's net.SplitHostPort does; the port must be
+// a decimal number in 0..65535. InvalidArgument otherwise ("missing port in address",
+// "too many colons in address", ...).
+absl::StatusOr<ListenAddress> ParseListenAddress(std::string_view address);
+
+class HttpServer {
+ public:
+  // `backend` must outlive the server.
+  HttpServer(Backend* backend, HttpServerOptions options);
+  // Stops the server.
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds both listeners and starts serving. InvalidArgument for a bad address or an unusable
+  // certificate pair; Unavailable when a port cannot be bound (e.g. in use). On error nothing is
+  // left running. Call at most once.
+  absl::Status Start();
+  // Stops accepting, closes the listeners and joins every server thread: in-flight requests
+  // finish first, idle keep-alive connections are closed. Idempotent.
+  void Stop();
+
+  // The bound ports (0 before Start, and for a metrics listener that is not configured).
+  int port() const;
+  int metrics_port() const;
+  // Whether the main listener serves HTTPS.
+  bool tls() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::extender

@@ -1,0 +1,689 @@
+#include "tessera/extender/http_server.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+
+#include "tessera/apisim/tls.h"
+#include "tessera/base/clock.h"
+#include "tessera/base/logging.h"
+#include "tessera/base/mutex.h"
+
+namespace tessera::extender {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr char kPod[] = R"({"metadata":{"name":"p","namespace":"ns","uid":"u"},"spec":{}})";
+
+// Passes the first candidate, fails the others; binds unless the node is "bad".
+class FakeBackend : public Backend {
+ public:
+  FilterResult Filter(const FilterArgs& args) override {
+    {
+      MutexLock l(&mu_);
+      ++filters_;
+      last_pod_ = args.pod.Key();
+    }
+    FilterResult result;
+    std::vector<std::string> names = args.CandidateNames();
+    result.node_names = std::vector<std::string>();
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (i == 0) {
+        result.node_names->push_back(names[i]);
+      } else {
+        result.failed_nodes[names[i]] = "node not fit pod";
+      }
+    }
+    return result;
+  }
+  BindResult Bind(const BindArgs& args) override {
+    MutexLock l(&mu_);
+    last_bind_ = args.pod_namespace + "/" + args.pod_name + "@" + args.node + "#" + args.pod_uid;
+    return BindResult{args.node == "bad" ? "node bad is gone" : ""};
+  }
+  bool Ready(std::string* why) override {
+    if (!ready_.load()) {
+      *why = "waiting for the pod informer to sync";
+    } else if (describe_.load()) {
+      *why = "ok\nrole: leader\n";
+    }
+    return ready_.load();
+  }
+  std::string DebugLedgerJson() override { return R"({"devices":[]})"; }
+
+  void SetReady(bool ready) { ready_.store(ready); }
+  void SetDescribe(bool describe) { describe_.store(describe); }
+  int filters() {
+    MutexLock l(&mu_);
+    return filters_;
+  }
+  std::string last_pod() {
+    MutexLock l(&mu_);
+    return last_pod_;
+  }
+  std::string last_bind() {
+    MutexLock l(&mu_);
+    return last_bind_;
+  }
+
+ private:
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> describe_{false};
+  Mutex mu_;
+  int filters_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_pod_ ABSL_GUARDED_BY(mu_);
+  std::string last_bind_ ABSL_GUARDED_BY(mu_);
+};
+
+HttpServerOptions LocalOptions() {
+  HttpServerOptions options;
+  options.bind_address = "127.0.0.1:0";
+  options.metrics_bind_address = "";
+  options.keep_alive_timeout = absl::Seconds(1);
+  options.read_timeout = absl::Seconds(10);
+  return options;
+}
+
+// The number of complete responses (headers and Content-Length bytes of body) at the start of
+// `data`.
+int CompleteResponses(const std::string& data) {
+  int complete = 0;
+  size_t at = 0;
+  while (true) {
+    const size_t end = data.find("\r\n\r\n", at);
+    if (end == std::string::npos) {
+      return complete;
+    }
+    const std::string headers = data.substr(at, end - at);
+    size_t length = 0;
+    const size_t cl = headers.find("Content-Length: ");
+    if (cl != std::string::npos) {
+      length = std::stoul(headers.substr(cl + 16));
+    }
+    if (data.size() < end + 4 + length) {
+      return complete;
+    }
+    ++complete;
+    at = end + 4 + length;
+  }
+}
+
+// Sends `request` on a fresh connection and returns everything read until the server closes
+// the connection, `want_responses` complete responses have arrived, or 10 s pass. The writer runs
+// on its own thread, so a server that stops reading cannot block it.
+std::string RawExchange(int port, const std::string& request, int want_responses = 1) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "connect failed";
+  }
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  std::thread writer([fd, &request] {
+    size_t off = 0;
+    while (off < request.size()) {
+      const ssize_t n = send(fd, request.data() + off, request.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) {
+        return;
+      }
+      off += static_cast<size_t>(n);
+    }
+  });
+  std::string got;
+  char buf[65536];
+  while (true) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      break;
+    }
+    got.append(buf, static_cast<size_t>(n));
+    if (CompleteResponses(got) >= want_responses) {
+      break;
+    }
+  }
+  shutdown(fd, SHUT_RDWR);
+  writer.join();
+  close(fd);
+  return got;
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void StartServer(HttpServerOptions options = LocalOptions()) {
+    server_ = std::make_unique<HttpServer>(&backend_, std::move(options));
+    absl::Status s = server_->Start();
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_GT(server_->port(), 0);
+  }
+  httplib::Client Client() {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_connection_timeout(5);
+    c.set_read_timeout(10);
+    return c;
+  }
+
+  FakeBackend backend_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+TEST_F(HttpServerTest, FilterAndBindRoundTrip) {
+  StartServer();
+  httplib::Client c = Client();
+  const std::string pascal =
+      std::string(R"({"Pod":)") + kPod + R"(,"Nodes":null,"NodeNames":["node-a","node-b"]})";
+  const std::string lower =
+      std::string(R"({"pod":)") + kPod + R"(,"nodes":null,"nodenames":["node-a","node-b"]})";
+  for (const std::string& body : {pascal, lower}) {
+    httplib::Result r = c.Post("/filter", body, "application/json");
+    ASSERT_TRUE(r) << httplib::to_string(r.error());
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+    EXPECT_EQ(r->body,
+              R"({"Nodes":null,"NodeNames":["node-a"],"FailedNodes":{"node-b":"node not fit pod"},)"
+              R"("FailedAndUnresolvableNodes":{},"Error":""})");
+  }
+  EXPECT_EQ(backend_.filters(), 2);
+  EXPECT_EQ(backend_.last_pod(), "ns/p");
+
+  httplib::Result r =
+      c.Post("/bind", R"({"PodName":"p","PodNamespace":"ns","PodUID":"u","Node":"node-a"})",
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(r->body, R"({"Error":""})");
+  EXPECT_EQ(backend_.last_bind(), "ns/p@node-a#u");
+
+  r = c.Post("/bind", R"({"podName":"q","podNamespace":"ns","podUID":"v","node":"bad"})",
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);  // HAMi answers a failed bind with 200 and the error
+  EXPECT_EQ(r->body, R"({"Error":"node bad is gone"})");
+  EXPECT_EQ(backend_.last_bind(), "ns/q@bad#v");
+}
+
+// Go's client always sends Accept-Encoding: gzip; the replies stay uncompressed, as HAMi's are.
+TEST_F(HttpServerTest, RepliesAreNotCompressed) {
+  StartServer();
+  const std::string body =
+      std::string(R"({"Pod":)") + kPod + R"(,"NodeNames":["node-a","node-b"]})";
+  const std::string got =
+      RawExchange(server_->port(),
+                  "POST /filter HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n"
+                  "Content-Type: application/json\r\nContent-Length: " +
+                      std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_THAT(got, StartsWith("HTTP/1.1 200"));
+  EXPECT_EQ(got.find("Content-Encoding"), std::string::npos) << got;
+  EXPECT_THAT(got, HasSubstr(R"({"Nodes":null,"NodeNames":["node-a"],)"));
+}
+
+TEST_F(HttpServerTest, BadRequests) {
+  StartServer();
+  httplib::Client c = Client();
+  for (const char* path : {"/filter", "/bind"}) {
+    httplib::Result r = c.Post(path, "", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << path;
+    EXPECT_EQ(r->body, "Please send a request body") << path;
+
+    r = c.Post(path, R"({"Pod":)", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << path;
+    EXPECT_THAT(r->body, HasSubstr("extender")) << path;
+
+    r = c.Post(path, "[1,2]", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << path;
+    EXPECT_THAT(r->body, HasSubstr("expected a JSON object")) << path;
+  }
+  // A filter request without a pod: HAMi's 200 with the error in the reply.
+  httplib::Result r = c.Post("/filter", R"({"NodeNames":["a"]})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_THAT(r->body, HasSubstr(R"("Error":"extender args missing pod")"));
+  EXPECT_EQ(backend_.filters(), 0);
+
+  // Wrong methods and unknown paths.
+  r = c.Get("/filter");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST");
+  r = c.Delete("/bind");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  r = c.Post("/healthz", "x", "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "GET, HEAD");
+  r = c.Get("/nope");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  r = c.Post("/prioritize", "{}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  r = c.Get("/metrics");  // only on the metrics listener
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+
+  // The connection survived all of that (keep-alive), and still serves.
+  r = c.Get("/healthz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(HttpServerTest, HealthReadyAndLedger) {
+  StartServer();
+  httplib::Client c = Client();
+  httplib::Result r = c.Get("/healthz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "ok");
+
+  r = c.Get("/readyz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->body, "waiting for the pod informer to sync");
+  backend_.SetReady(true);
+  r = c.Get("/readyz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "ok");
+  // What Ready writes when ready (the service: the replica's role) is the body.
+  backend_.SetDescribe(true);
+  r = c.Get("/readyz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "ok\nrole: leader\n");
+
+  r = c.Get("/debug/ledger");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(r->body, R"({"devices":[]})");
+
+  r = c.Get("/debug/audit");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(r->body, R"({"audit":null,"resync":null})"
+                     "\n");
+  r = c.Post("/debug/audit", "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+}
+
+// Two requests on one connection get two answers on it (httplib does not pipeline, and neither
+// does Go's client: the second request goes out after the first answer).
+TEST_F(HttpServerTest, KeepAlive) {
+  StartServer();
+  const std::string body = R"({"PodName":"p","PodNamespace":"ns","PodUID":"u","Node":"n"})";
+  const std::string request =
+      "POST /bind HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    std::string got;
+    char buf[4096];
+    while (got.empty() || got.back() != '}') {
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      ASSERT_GT(n, 0) << "connection closed after " << i << " answers: " << got;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    EXPECT_THAT(got, StartsWith("HTTP/1.1 200"));
+    EXPECT_THAT(got, HasSubstr("Keep-Alive:"));
+  }
+  close(fd);
+}
+
+TEST_F(HttpServerTest, BodyLimit) {
+  StartServer();
+  // Refused from the header alone: the body is never sent, and the answer comes at once.
+  std::string got =
+      RawExchange(server_->port(),
+                  "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n{\"Pod\":");
+  EXPECT_THAT(got, StartsWith("HTTP/1.1 413"));
+  EXPECT_THAT(got, HasSubstr("Connection: close"));
+
+  // Likewise when the client waits for 100-continue.
+  got = RawExchange(server_->port(),
+                    "POST /filter HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                    "Content-Length: 2000000\r\n\r\n");
+  EXPECT_THAT(got, StartsWith("HTTP/1.1 413"));
+  EXPECT_THAT(got, HasSubstr("Connection: close"));
+
+  // A chunked body is cut off once it passes the limit.
+  std::string chunked = "POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string piece(64 * 1024, ' ');
+  for (int i = 0; i < 20; ++i) {  // 1.25 MiB
+    chunked += "10000\r\n" + piece + "\r\n";
+  }
+  chunked += "0\r\n\r\n";
+  got = RawExchange(server_->port(), chunked);
+  EXPECT_THAT(got, StartsWith("HTTP/1.1 413"));
+  EXPECT_THAT(got, HasSubstr("Connection: close"));
+
+  // Exactly the limit is accepted.
+  std::string body = std::string(R"({"Pod":)") + kPod + R"(,"NodeNames":["n"]})";
+  body.resize(kMaxRequestBytes, ' ');
+  httplib::Client c = Client();
+  httplib::Result r = c.Post("/filter", body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_THAT(r->body, HasSubstr(R"("NodeNames":["n"])"));
+  // One byte more is not.
+  body.push_back(' ');
+  r = c.Post("/filter", body, "application/json");
+  if (r) {  // the server may close before the client has written everything
+    EXPECT_EQ(r->status, 413);
+  }
+}
+
+TEST_F(HttpServerTest, ConcurrentClients) {
+  StartServer();
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      httplib::Client c("127.0.0.1", server_->port());
+      for (int i = 0; i < 25; ++i) {
+        const std::string body =
+            std::string(R"({"Pod":)") + kPod + R"(,"NodeNames":["n)" + std::to_string(t) + R"("]})";
+        httplib::Result r = c.Post("/filter", body, "application/json");
+        if (r && r->status == 200 &&
+            r->body.find("\"NodeNames\":[\"n" + std::to_string(t) + "\"]") != std::string::npos) {
+          ok.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(ok.load(), 100);
+  EXPECT_EQ(backend_.filters(), 100);
+}
+
+TEST_F(HttpServerTest, MetricsListener) {
+  HttpServerOptions options = LocalOptions();
+  options.metrics_bind_address = "127.0.0.1:0";
+  std::atomic<int> scrapes{0};
+  options.metrics = [&scrapes] {
+    scrapes.fetch_add(1);
+    return std::string("# TYPE up gauge\nup 1\n");
+  };
+  StartServer(options);
+  ASSERT_GT(server_->metrics_port(), 0);
+  EXPECT_NE(server_->metrics_port(), server_->port());
+  httplib::Client m("127.0.0.1", server_->metrics_port());
+  httplib::Result r = m.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(r->body, "# TYPE up gauge\nup 1\n");
+  EXPECT_EQ(scrapes.load(), 1);
+  r = m.Get("/filter");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  r = m.Post("/metrics", "x", "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+}
+
+TEST_F(HttpServerTest, AccessLogAtVerbosity2) {
+  Mutex mu;
+  CondVar cv;
+  std::vector<std::string> lines;
+  LogSink previous = SetLogSink([&](LogSeverity, std::string_view line) {
+    MutexLock l(&mu);
+    lines.emplace_back(line);
+    cv.SignalAll();
+  });
+  const int verbosity = LogVerbosity();
+  SetLogVerbosity(2);
+  StartServer();
+  {
+    httplib::Client c = Client();
+    httplib::Result r = c.Get("/nope");
+    ASSERT_TRUE(r);
+  }
+  bool found = false;
+  {
+    MutexLock l(&mu);
+    for (int i = 0; i < 100 && !found; ++i) {
+      for (const std::string& line : lines) {
+        found = found || line.find("http GET /nope 404 ") != std::string::npos;
+      }
+      if (!found) {
+        cv.WaitFor(&mu, std::chrono::milliseconds(100));
+      }
+    }
+  }
+  server_->Stop();
+  SetLogVerbosity(verbosity);
+  SetLogSink(previous);
+  EXPECT_TRUE(found);
+}
+
+// Stop() does not wait for a client that keeps its connection open (the keep-alive timeout is
+// a minute here), and the server is gone afterwards.
+TEST_F(HttpServerTest, StopWithIdleKeepAliveConnection) {
+  HttpServerOptions options = LocalOptions();
+  options.keep_alive_timeout = absl::Seconds(60);
+  StartServer(options);
+  httplib::Client c = Client();
+  httplib::Result r = c.Get("/healthz");
+  ASSERT_TRUE(r);
+  const absl::Time start = absl::Now();
+  server_->Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  r = c.Get("/healthz");
+  EXPECT_FALSE(r);
+}
+
+TEST(ParseListenAddress, GoForms) {
+  EXPECT_EQ(*ParseListenAddress("127.0.0.1:8080"), (ListenAddress{"127.0.0.1", 8080}));
+  EXPECT_EQ(*ParseListenAddress(":9395"), (ListenAddress{"", 9395}));
+  EXPECT_EQ(*ParseListenAddress("[::1]:443"), (ListenAddress{"::1", 443}));
+  EXPECT_EQ(*ParseListenAddress("[::]:0"), (ListenAddress{"::", 0}));
+  EXPECT_EQ(*ParseListenAddress("localhost:65535"), (ListenAddress{"localhost", 65535}));
+  for (const char* bad : {"127.0.0.1", "", "::1:80", "[::1]", "[::1]x:80", "host:", "host:http",
+                          "host:65536", "host:-1", "host:+80", "a]:80", "[a:80"}) {
+    absl::StatusOr<ListenAddress> a = ParseListenAddress(bad);
+    EXPECT_FALSE(a.ok()) << bad;
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_THAT(std::string(ParseListenAddress("127.0.0.1").status().message()),
+              HasSubstr("missing port in address"));
+  EXPECT_THAT(std::string(ParseListenAddress("::1:80").status().message()),
+              HasSubstr("too many colons"));
+}
+
+TEST(HttpServerStart, Errors) {
+  FakeBackend backend;
+  HttpServerOptions options = LocalOptions();
+  options.bind_address = "127.0.0.1";
+  EXPECT_EQ(HttpServer(&backend, options).Start().code(), absl::StatusCode::kInvalidArgument);
+
+  options = LocalOptions();
+  options.metrics_bind_address = "nope";
+  EXPECT_EQ(HttpServer(&backend, options).Start().code(), absl::StatusCode::kInvalidArgument);
+
+  // A port in use, on the main and on the metrics listener.
+  HttpServer first(&backend, LocalOptions());
+  ASSERT_TRUE(first.Start().ok());
+  options = LocalOptions();
+  options.bind_address = "127.0.0.1:" + std::to_string(first.port());
+  absl::Status s = HttpServer(&backend, options).Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(options.bind_address));
+  options = LocalOptions();
+  options.metrics_bind_address = "127.0.0.1:" + std::to_string(first.port());
+  s = HttpServer(&backend, options).Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  // The first server still serves.
+  httplib::Client c("127.0.0.1", first.port());
+  httplib::Result r = c.Get("/healthz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+
+  // TLS needs both files, and readable, matching ones.
+  options = LocalOptions();
+  options.cert_file = "/nonexistent/tls.crt";
+  EXPECT_EQ(HttpServer(&backend, options).Start().code(), absl::StatusCode::kInvalidArgument);
+  options.key_file = "/nonexistent/tls.key";
+  EXPECT_EQ(HttpServer(&backend, options).Start().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ":port" listens on every interface, so 127.0.0.1 reaches it; Stop() twice is fine.
+TEST(HttpServerStart, AllInterfacesAndIpv6Loopback) {
+  FakeBackend backend;
+  HttpServerOptions options = LocalOptions();
+  options.bind_address = ":0";
+  HttpServer server(&backend, options);
+  ASSERT_TRUE(server.Start().ok());
+  {
+    httplib::Client c("127.0.0.1", server.port());
+    httplib::Result r = c.Get("/healthz");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+  server.Stop();
+  server.Stop();
+
+  options.bind_address = "[::1]:0";
+  HttpServer v6(&backend, options);
+  if (!v6.Start().ok()) {
+    GTEST_SKIP() << "no IPv6 loopback here";
+  }
+  httplib::Client c("::1", v6.port());
+  httplib::Result r = c.Get("/healthz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+// ---- TLS -----------------------------------------------------------------------------------
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = ::testing::TempDir() + "extender_tls_XXXXXX";
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+  // Replaces a file atomically, as a Secret volume update does.
+  void Write(const std::string& name, const std::string& content) const {
+    const std::string tmp = File(name + ".tmp");
+    std::ofstream(tmp, std::ios::binary) << content;
+    std::rename(tmp.c_str(), File(name).c_str());
+  }
+
+ private:
+  std::string path_;
+};
+
+// Whether a fresh client that trusts only `ca_file` completes a handshake and a request.
+bool TrustedBy(int port, const std::string& ca_file) {
+  httplib::SSLClient c("127.0.0.1", port);
+  c.set_ca_cert_path(ca_file.c_str());
+  c.enable_server_certificate_verification(true);
+  c.set_connection_timeout(5);
+  c.set_read_timeout(10);
+  httplib::Result r = c.Get("/healthz");
+  return r && r->status == 200 && r->body == "ok";
+}
+
+TEST(HttpServerTls, ServesAndReloadsCertificate) {
+  absl::StatusOr<apisim::PemPair> a = apisim::GenerateSelfSignedCert();
+  absl::StatusOr<apisim::PemPair> b = apisim::GenerateSelfSignedCert();
+  ASSERT_TRUE(a.ok() && b.ok());
+  TempDir dir;
+  dir.Write("tls.crt", a->cert_pem);
+  dir.Write("tls.key", a->key_pem);
+  dir.Write("a.pem", a->cert_pem);
+  dir.Write("b.pem", b->cert_pem);
+
+  FakeClock clock;
+  FakeBackend backend;
+  HttpServerOptions options = LocalOptions();
+  options.cert_file = dir.File("tls.crt");
+  options.key_file = dir.File("tls.key");
+  options.cert_check_interval = absl::Seconds(5);
+  options.clock = &clock;
+  HttpServer server(&backend, options);
+  absl::Status s = server.Start();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(server.tls());
+
+  EXPECT_TRUE(TrustedBy(server.port(), dir.File("a.pem")));
+  EXPECT_FALSE(TrustedBy(server.port(), dir.File("b.pem")));
+  {
+    // The extender routes over TLS.
+    httplib::SSLClient c("127.0.0.1", server.port());
+    c.enable_server_certificate_verification(false);
+    httplib::Result r = c.Post("/bind", R"({"PodName":"p","Node":"n"})", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, R"({"Error":""})");
+  }
+
+  // New files are not looked at before the interval has passed...
+  dir.Write("tls.crt", b->cert_pem);
+  dir.Write("tls.key", b->key_pem);
+  clock.Advance(absl::Seconds(4));
+  EXPECT_TRUE(TrustedBy(server.port(), dir.File("a.pem")));
+  // ...and are served once it has, without a restart.
+  clock.Advance(absl::Seconds(1));
+  EXPECT_TRUE(TrustedBy(server.port(), dir.File("b.pem")));
+  EXPECT_FALSE(TrustedBy(server.port(), dir.File("a.pem")));
+
+  // A half-replaced pair (certificate A with key B) is refused; B stays in service.
+  dir.Write("tls.crt", a->cert_pem);
+  clock.Advance(absl::Seconds(5));
+  EXPECT_TRUE(TrustedBy(server.port(), dir.File("b.pem")));
+  // So is garbage.
+  dir.Write("tls.crt", "not a certificate");
+  clock.Advance(absl::Seconds(5));
+  EXPECT_TRUE(TrustedBy(server.port(), dir.File("b.pem")));
+  // Completing the replacement brings A back.
+  dir.Write("tls.crt", a->cert_pem);
+  dir.Write("tls.key", a->key_pem);
+  clock.Advance(absl::Seconds(5));
+  EXPECT_TRUE(TrustedBy(server.port(), dir.File("a.pem")));
+  server.Stop();
+}
+
+}  // namespace
+}  // namespace tessera::extender

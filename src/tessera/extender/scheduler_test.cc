@@ -1,0 +1,859 @@
+// Filter and bind against an in-process apisim over the real HTTP client, with the ledger filled
+// directly (the informer wiring is not part of this library).
+#include "tessera/extender/scheduler.h"
+
+#include <atomic>
+#include <barrier>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tessera/cluster/projection.h"
+#include "tessera/device/annotations.h"
+#include "tessera/device/codec.h"
+#include "tessera/extender/scheduler_testutil.h"
+
+namespace tessera::extender {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+const absl::Time kNow = absl::FromUnixSeconds(1767225600);  // 2026-01-01T00:00:00Z
+constexpr char kPodPath[] = "/api/v1/namespaces/default/pods/";
+
+struct Gpu {
+  std::string uuid;
+  int count = 10;
+  int mem = 8000;
+  int cores = 100;
+};
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string Register(const std::vector<Gpu>& gpus) {
+  std::string out = "[";
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    out += fmt::format(
+        R"({}{{"id":"{}","index":{},"count":{},"devmem":{},"devcore":{},"type":"NVIDIA-T4",)"
+        R"("health":true}})",
+        i == 0 ? "" : ",", gpus[i].uuid, i, gpus[i].count, gpus[i].mem, gpus[i].cores);
+  }
+  return out + "]";
+}
+
+std::string Limits(int mem, int cores = 0, int count = 1) {
+  return fmt::format(
+      R"({{"nvidia.com/gpu":"{}","nvidia.com/gpumem":"{}","nvidia.com/gpucores":"{}"}})", count,
+      mem, cores);
+}
+
+struct SeenEvent {
+  std::string reason, message, type, component, pod, uid;
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    env_.Start();
+    options_.vendor = vendor_.get();
+    options_.lock.sleep = [](absl::Duration) {};
+    // Most tests check what the patch did when Filter returns; the write-behind tests below
+    // turn it on.
+    options_.write_behind = false;
+  }
+
+  // A node registered with the API server and in the ledger.
+  void AddNode(const std::string& name, const std::vector<Gpu>& gpus) {
+    env_.CreateNode(
+        name, fmt::format(R"({{"hami.io/node-nvidia-register":"{}"}})", Escape(Register(gpus))));
+    absl::StatusOr<kube::Node> node = env_.client()->GetNode(name);
+    ASSERT_TRUE(node.ok()) << node.status();
+    auto devices = cluster::ProjectNode(*vendor_, *node);
+    ASSERT_TRUE(devices.ok()) << devices.status();
+    ASSERT_TRUE(ledger_.SetNode(*devices).ok());
+  }
+  void SetLock(const std::string& node, const std::string& value) {
+    kube::MetadataPatch patch;
+    patch.annotations.emplace_back(std::string(device::kNodeLockAnnotation), value);
+    ASSERT_TRUE(env_.client()->PatchNodeMetadata(node, patch).ok());
+  }
+  std::string Lock(const std::string& node) {
+    return std::string(
+        env_.client()->GetNode(node)->meta.annotations.Get(device::kNodeLockAnnotation, "<none>"));
+  }
+  kube::Pod Pod(const std::string& name) {
+    absl::StatusOr<kube::Pod> pod = env_.client()->GetPod("default", name);
+    EXPECT_TRUE(pod.ok()) << pod.status();
+    return pod.ok() ? *pod : kube::Pod();
+  }
+  Scheduler& Make(PodLookup lookup = nullptr) {
+    scheduler_ = std::make_unique<Scheduler>(
+        options_, Scheduler::Deps{&ledger_, env_.client(), &clock_, std::move(lookup)});
+    return *scheduler_;
+  }
+  FilterArgs Args(const std::string& pod, std::vector<std::string> nodes) {
+    FilterArgs args;
+    args.pod = Pod(pod);
+    args.node_names = std::move(nodes);
+    return args;
+  }
+  BindArgs BindFor(const std::string& pod, const std::string& node) {
+    return BindArgs{pod, "default", Pod(pod).meta.uid, node};
+  }
+  std::vector<kube::Request> PodPatches(const std::string& pod) {
+    return env_.faults()->Matching("PATCH", kPodPath + pod);
+  }
+  std::vector<SeenEvent> Events() {
+    scheduler_->FlushEvents();
+    absl::StatusOr<std::string> list =
+        env_.store().List(*apisim::FindResource("", "v1", "events"), "default", {});
+    EXPECT_TRUE(list.ok()) << list.status();
+    std::vector<SeenEvent> out;
+    const nlohmann::json doc = nlohmann::json::parse(*list);
+    for (const auto& item : doc["items"]) {
+      out.push_back({item.value("reason", ""), item.value("message", ""), item.value("type", ""),
+                     item["source"].value("component", ""),
+                     item["involvedObject"].value("name", ""),
+                     item["involvedObject"].value("uid", "")});
+    }
+    return out;
+  }
+  std::vector<std::string> EventReasons() {
+    std::vector<std::string> out;
+    for (const SeenEvent& e : Events()) {
+      out.push_back(e.reason);
+    }
+    return out;
+  }
+  // The state a failed bind must leave: no reservation, no lock, pod not bound or marked.
+  void ExpectNothingHeld(const std::string& pod, const std::string& node) {
+    EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+    EXPECT_EQ(Lock(node), "<none>");
+    kube::Pod p = Pod(pod);
+    EXPECT_EQ(p.node_name, "");
+    EXPECT_FALSE(p.meta.annotations.Contains(device::kBindPhaseAnnotation));
+  }
+
+  testing::ApisimEnv env_;
+  std::unique_ptr<device::Vendor> vendor_ = device::NewNvidiaVendor(device::DefaultNvidiaConfig());
+  ledger::Ledger ledger_;
+  FakeClock clock_{kNow};
+  Scheduler::Options options_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+// ---- filter -------------------------------------------------------------------------------
+
+TEST_F(SchedulerTest, FilterWritesHamiAnnotationsAndLabelInOnePatch) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000, 30));
+  Scheduler& s = Make();
+  FilterResult r = s.Filter(Args("p1", {"n1"}));
+  EXPECT_EQ(r.error, "");
+  ASSERT_TRUE(r.node_names.has_value());
+  EXPECT_THAT(*r.node_names, ElementsAre("n1"));
+  EXPECT_THAT(r.failed_nodes, IsEmpty());
+
+  ASSERT_EQ(PodPatches("p1").size(), 1u);
+  const kube::Pod pod = Pod("p1");
+  const std::string expected = vendor_->EncodeAllocation({{{"GPU-a", "NVIDIA", 1000, 30}}});
+  EXPECT_EQ(expected, "GPU-a,NVIDIA,1000,30:;");
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-node"), "n1");
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-time"), "1767225600");
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-devices-to-allocate"), expected);
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-devices-allocated"), expected);
+  EXPECT_EQ(pod.meta.labels.Get("hami.io/vgpu-node"), "n1");
+  absl::StatusOr<device::PodDevices> decoded =
+      device::DecodePodDevices(pod.meta.annotations.Get("hami.io/vgpu-devices-allocated"));
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(*decoded, (device::PodDevices{{{"GPU-a", "NVIDIA", 1000, 30}}}));
+
+  std::vector<ledger::Reservation> res = ledger_.Reservations();
+  ASSERT_EQ(res.size(), 1u);
+  EXPECT_EQ(res[0].uid, pod.meta.uid);
+  EXPECT_EQ(res[0].node, "n1");
+  EXPECT_EQ(res[0].expires_at, kNow + absl::Minutes(5));
+  EXPECT_EQ(res[0].devices, *decoded);
+
+  std::vector<SeenEvent> events = Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].reason, "FilteringSucceed");
+  EXPECT_EQ(events[0].type, "Normal");
+  EXPECT_EQ(events[0].component, "hami-scheduler");
+  EXPECT_EQ(events[0].pod, "p1");
+  EXPECT_EQ(events[0].uid, pod.meta.uid);
+  EXPECT_EQ(events[0].message, "find fit node(n1), 0 nodes not fit, 1 nodes fit(n1:0.00)");
+  const Stats st = s.stats();
+  EXPECT_EQ(st.filter_outcomes.at("fit"), 1u);
+  EXPECT_EQ(st.reservations_in_flight, 1u);
+  EXPECT_EQ(st.filter_latency.count, 1u);
+  EXPECT_EQ(st.decide_latency.count, 1u);
+  EXPECT_EQ(st.events_sent, 1u);
+}
+
+TEST_F(SchedulerTest, FilterReadsOnlyTheCandidatesAndPicksPerPolicy) {
+  AddNode("busy", {{"GPU-b"}});
+  AddNode("idle", {{"GPU-i"}});
+  AddNode("other", {{"GPU-o"}});
+  ledger::PodAllocation running{
+      "r1", "default", "r1", "busy", "busy", false, false, false, {{{"GPU-b", "NVIDIA", 2000, 0}}},
+      0};
+  ASSERT_TRUE(ledger_.Apply(running).ok());
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler& s = Make();
+  // Binpack (the default) takes the busier node; "other" is not a candidate and never chosen.
+  FilterResult r = s.Filter(Args("p1", {"idle", "busy"}));
+  ASSERT_TRUE(r.node_names.has_value());
+  EXPECT_THAT(*r.node_names, ElementsAre("busy"));
+}
+
+TEST_F(SchedulerTest, NoFitReturnsFailedNodesWithHamiReasons) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreateNode("n2", "{}");  // no registration: not in the ledger
+  env_.CreatePod("p1", Limits(20000));
+  Scheduler& s = Make();
+  FilterResult r = s.Filter(Args("p1", {"n1", "n2"}));
+  EXPECT_EQ(r.error, "");
+  ASSERT_TRUE(r.node_names.has_value());
+  EXPECT_THAT(*r.node_names, IsEmpty());
+  EXPECT_EQ(r.failed_nodes,
+            (std::map<std::string, std::string>{{"n1", "1/1 CardInsufficientMemory"},
+                                                {"n2", "node unregistered"}}));
+  EXPECT_THAT(PodPatches("p1"), IsEmpty());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  std::vector<std::string> messages;
+  for (const SeenEvent& e : Events()) {
+    EXPECT_EQ(e.reason, "FilteringFailed");
+    EXPECT_EQ(e.type, "Warning");
+    messages.push_back(e.message);
+  }
+  EXPECT_THAT(messages, UnorderedElementsAre("1 nodes CardInsufficientMemory(n1)",
+                                             "1 nodes node unregistered(n2)"));
+  Stats st = s.stats();
+  EXPECT_EQ(st.filter_outcomes.at("no_fit"), 1u);
+  EXPECT_EQ(st.filter_node_reasons.at("CardInsufficientMemory"), 1u);
+  EXPECT_EQ(st.filter_node_reasons.at("node unregistered"), 1u);
+}
+
+TEST_F(SchedulerTest, PodsWithoutManagedDevicesPassThroughUntouched) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("plain", R"({"cpu":"1"})");
+  const kube::Pod before = Pod("plain");
+  Scheduler& s = Make();
+  FilterResult r = s.Filter(Args("plain", {"n1", "n2"}));
+  EXPECT_EQ(r.error, "");
+  ASSERT_TRUE(r.node_names.has_value());
+  EXPECT_THAT(*r.node_names, ElementsAre("n1", "n2"));
+  EXPECT_THAT(r.failed_nodes, IsEmpty());
+  EXPECT_THAT(PodPatches("plain"), IsEmpty());
+  EXPECT_EQ(Pod("plain"), before);
+  EXPECT_THAT(Events(), IsEmpty());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_EQ(s.stats().filter_outcomes.at("pass_through"), 1u);
+}
+
+TEST_F(SchedulerTest, FilteringAgainReleasesTheEarlierReservation) {
+  AddNode("n1", {{"GPU-a", /*count=*/1, 8000}});
+  env_.CreatePod("p1", Limits(8000));
+  env_.CreatePod("p2", Limits(8000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  // The whole GPU is reserved for p1; p1 itself still fits (its old reservation goes first).
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_EQ(ledger_.Reservations().size(), 1u);
+  // ...and nobody else does.
+  FilterResult r2 = s.Filter(Args("p2", {"n1"}));
+  EXPECT_THAT(*r2.node_names, IsEmpty());
+  EXPECT_THAT(r2.failed_nodes.at("n1"), HasSubstr("CardTimeSlicingExhausted"));
+}
+
+TEST_F(SchedulerTest, ConcurrentFiltersNeverOverCommit) {
+  AddNode("n1", {{"GPU-a", 10, 8000}});
+  constexpr int kPods = 16;
+  std::vector<FilterArgs> args;
+  for (int i = 0; i < kPods; ++i) {
+    env_.CreatePod(fmt::format("p{}", i), Limits(1000));
+    args.push_back(Args(fmt::format("p{}", i), {"n1"}));
+  }
+  Scheduler& s = Make();
+  std::atomic<int> fits{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = t; i < kPods; i += 4) {
+        FilterResult r = s.Filter(args[static_cast<size_t>(i)]);
+        EXPECT_EQ(r.error, "");
+        if (r.node_names && !r.node_names->empty()) {
+          ++fits;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(fits.load(), 8);
+  EXPECT_EQ(ledger_.Reservations().size(), 8u);
+  auto snap = ledger_.Snapshot({"n1"});
+  ASSERT_TRUE(snap[0].has_value());
+  EXPECT_EQ(snap[0]->usage[0].usedmem, 8000);
+  EXPECT_EQ(s.stats().filter_outcomes.at("no_fit"), 8u);
+}
+
+TEST_F(SchedulerTest, SimultaneousFiltersForTheLastSlotHaveOneWinner) {
+  // Each round: one node with room for one pod, four pods filtered at the same instant (a
+  // barrier releases the threads together). 400 small candidate nodes (in the ledger only) make
+  // each decision long enough that, without the decision lock, the threads would overlap.
+  constexpr int kRounds = 25;
+  constexpr int kThreads = 4;
+  std::vector<std::string> small;
+  for (int k = 0; k < 400; ++k) {
+    auto node = std::make_shared<device::NodeDevices>();
+    node->node = fmt::format("small-{}", k);
+    for (int g = 0; g < 4; ++g) {
+      device::DeviceInfo d;
+      d.id = fmt::format("GPU-s{}-{}", k, g);
+      d.index = g;
+      d.count = 10;
+      d.devmem = 100;
+      d.devcore = 100;
+      d.type = "NVIDIA-T4";
+      node->devices.push_back(d);
+    }
+    ASSERT_TRUE(ledger_.SetNode(node).ok());
+    small.push_back(node->node);
+  }
+  std::vector<std::vector<FilterArgs>> args(kRounds);
+  for (int r = 0; r < kRounds; ++r) {
+    AddNode(fmt::format("n{}", r), {{fmt::format("GPU-{}", r), /*count=*/1, 8000}});
+    std::vector<std::string> candidates = small;
+    candidates.push_back(fmt::format("n{}", r));
+    for (int t = 0; t < kThreads; ++t) {
+      const std::string name = fmt::format("r{}-{}", r, t);
+      env_.CreatePod(name, Limits(8000));
+      args[static_cast<size_t>(r)].push_back(Args(name, candidates));
+    }
+  }
+  Scheduler& s = Make();
+  std::barrier sync(kThreads);
+  std::vector<std::atomic<int>> wins(kRounds);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        sync.arrive_and_wait();
+        FilterResult res = s.Filter(args[static_cast<size_t>(r)][static_cast<size_t>(t)]);
+        EXPECT_EQ(res.error, "");
+        if (res.node_names && !res.node_names->empty()) {
+          ++wins[static_cast<size_t>(r)];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  for (int r = 0; r < kRounds; ++r) {
+    EXPECT_EQ(wins[static_cast<size_t>(r)].load(), 1) << "round " << r;
+  }
+  EXPECT_EQ(ledger_.Reservations().size(), static_cast<size_t>(kRounds));
+}
+
+TEST_F(SchedulerTest, FailedAnnotationPatchUndoesTheReservation) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler& s = Make();
+  env_.faults()->Inject("PATCH", std::string(kPodPath) + "p1", 500, "InternalError");
+  FilterResult r = s.Filter(Args("p1", {"n1"}));
+  EXPECT_THAT(r.error, HasSubstr("patch pod default/p1 annotations"));
+  EXPECT_FALSE(r.node_names.has_value());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_THAT(EventReasons(), ElementsAre("FilteringFailed"));
+  EXPECT_EQ(s.stats().filter_outcomes.at("error"), 1u);
+}
+
+TEST_F(SchedulerTest, NodesRequestIsAnsweredWithNodesAndNoSideEffects) {
+  AddNode("small", {{"GPU-s", 10, 2000}});
+  env_.CreatePod("p1", Limits(4000));
+  Scheduler& s = Make();
+  FilterArgs args;
+  args.pod = Pod("p1");
+  kube::Node small = *env_.client()->GetNode("small");
+  // A template node the ledger does not know: decided on its own registration, unused.
+  kube::Node tmpl;
+  tmpl.meta.name = "template-1";
+  tmpl.meta.annotations.Set("hami.io/node-nvidia-register", Register({{"GPU-t"}}));
+  args.nodes = std::vector<WireNode>{{small, R"({"metadata":{"name":"small"}})"},
+                                     {tmpl, R"({"metadata":{"name":"template-1"}})"}};
+  FilterResult r = s.Filter(args);
+  EXPECT_EQ(r.error, "");
+  EXPECT_FALSE(r.node_names.has_value());
+  ASSERT_TRUE(r.nodes.has_value());
+  EXPECT_THAT(*r.nodes, ElementsAre(R"({"metadata":{"name":"template-1"}})"));
+  EXPECT_THAT(PodPatches("p1"), IsEmpty());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_THAT(Events(), IsEmpty());
+  EXPECT_EQ(s.stats().filter_outcomes.at("simulated"), 1u);
+}
+
+// ---- bind ---------------------------------------------------------------------------------
+
+TEST_F(SchedulerTest, BindTakesTheLockMarksThePhaseAndPostsTheBinding) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  clock_.Advance(absl::Seconds(3));
+  BindResult b = s.Bind(BindFor("p1", "n1"));
+  EXPECT_EQ(b.error, "");
+  const kube::Pod pod = Pod("p1");
+  EXPECT_EQ(pod.node_name, "n1");
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/bind-phase"), "allocating");
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/bind-time"), "1767225603");
+  EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:03Z,default,p1");
+  // Held until the ledger observes the pod bound.
+  ASSERT_EQ(ledger_.Reservations().size(), 1u);
+  std::vector<SeenEvent> events = Events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].reason, "BindingSucceed");
+  EXPECT_EQ(events[1].message, "Successfully binding node [n1] to default/p1");
+  Stats st = s.stats();
+  EXPECT_EQ(st.bind_outcomes.at("bound"), 1u);
+  EXPECT_EQ(st.lock_outcomes.at("acquired"), 1u);
+  EXPECT_EQ(st.bind_latency.count, 1u);
+}
+
+TEST_F(SchedulerTest, BindUsesTheLookupAndFallsBackToTheApiWhenItsCopyIsStale) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  const kube::Pod unannotated = Pod("p1");  // the informer has not seen the filter's patch yet
+  std::atomic<int> lookups{0};
+  Scheduler& s = Make([&](std::string_view, std::string_view name) -> std::optional<kube::Pod> {
+    ++lookups;
+    if (name == "p1") {
+      return unannotated;
+    }
+    return std::nullopt;
+  });
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  env_.faults()->Clear();
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  EXPECT_GE(lookups.load(), 1);
+  EXPECT_EQ(Pod("p1").node_name, "n1");
+}
+
+TEST_F(SchedulerTest, BindFailsWhenALivePodHoldsTheLock) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("holder", Limits(1000));
+  env_.CreatePod("p1", Limits(1000));
+  SetLock("n1", "2025-12-31T23:58:00Z,default,holder");
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  BindResult b = s.Bind(BindFor("p1", "n1"));
+  EXPECT_THAT(b.error, HasSubstr("locked by default/holder"));
+  EXPECT_EQ(Lock("n1"), "2025-12-31T23:58:00Z,default,holder");
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  kube::Pod p = Pod("p1");
+  EXPECT_EQ(p.node_name, "");
+  EXPECT_FALSE(p.meta.annotations.Contains("hami.io/bind-phase"));
+  EXPECT_THAT(EventReasons(), ElementsAre("FilteringSucceed", "BindingFailed"));
+  EXPECT_EQ(s.stats().bind_outcomes.at("lock_held"), 1u);
+}
+
+TEST_F(SchedulerTest, BindTakesOverALockOlderThanTheTimeout) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("holder", Limits(1000));
+  env_.CreatePod("p1", Limits(1000));
+  SetLock("n1", "2025-12-31T23:54:00Z,default,holder");
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
+  EXPECT_EQ(s.stats().lock_outcomes.at("took_over_expired"), 1u);
+}
+
+TEST_F(SchedulerTest, BindTakesOverALockWhoseOwnerIsGone) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  SetLock("n1", "2025-12-31T23:59:59Z,default,ghost");
+  // The lookup misses the ghost too, so the API is asked (404).
+  Scheduler& s = Make([](std::string_view, std::string_view) { return std::nullopt; });
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
+  EXPECT_EQ(s.stats().lock_outcomes.at("took_over_orphan"), 1u);
+}
+
+TEST_F(SchedulerTest, BindIsReentrantForTheLockOwner) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  SetLock("n1", "2025-12-31T23:59:00Z,default,p1");
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  EXPECT_EQ(Lock("n1"), "2025-12-31T23:59:00Z,default,p1");
+  EXPECT_EQ(Pod("p1").node_name, "n1");
+  EXPECT_EQ(s.stats().lock_outcomes.at("reentered"), 1u);
+}
+
+TEST_F(SchedulerTest, BindFailsWhenTheDevicesAreNoLongerFree) {
+  AddNode("n1", {{"GPU-a", 10, 8000}});
+  env_.CreatePod("p1", Limits(6000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  // Another scheduler's pod lands on the same GPU before the bind.
+  ASSERT_TRUE(ledger_
+                  .Apply({"intruder",
+                          "default",
+                          "intruder",
+                          "n1",
+                          "n1",
+                          false,
+                          false,
+                          false,
+                          {{{"GPU-a", "NVIDIA", 4000, 0}}},
+                          0})
+                  .ok());
+  BindResult b = s.Bind(BindFor("p1", "n1"));
+  EXPECT_THAT(b.error, HasSubstr("no longer free"));
+  EXPECT_THAT(b.error, HasSubstr("10000/8000 MiB"));
+  ExpectNothingHeld("p1", "n1");
+  EXPECT_EQ(s.stats().bind_outcomes.at("devices_not_free"), 1u);
+}
+
+TEST_F(SchedulerTest, BindRejectedBecauseThePodIsAlreadyBound) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  const BindArgs args = BindFor("p1", "n1");
+  ASSERT_TRUE(env_.client()->BindPod("default", "p1", args.pod_uid, "n1").ok());
+  BindResult b = s.Bind(args);
+  EXPECT_THAT(b.error, HasSubstr("already assigned"));
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_EQ(Lock("n1"), "<none>");
+  EXPECT_EQ(s.stats().bind_outcomes.at("binding_rejected"), 1u);
+}
+
+TEST_F(SchedulerTest, BindOfADeletedPodFails) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  const BindArgs args = BindFor("p1", "n1");
+  env_.Delete("pods", "default", "p1");
+  BindResult b = s.Bind(args);
+  EXPECT_THAT(b.error, HasSubstr("not found"));
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_EQ(Lock("n1"), "<none>");
+  EXPECT_EQ(s.stats().bind_outcomes.at("pod_not_found"), 1u);
+}
+
+TEST_F(SchedulerTest, BindOfADeletedPodStillInTheCacheReleasesTheLock) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler* s = nullptr;
+  kube::Pod cached;
+  s = &Make([&](std::string_view, std::string_view name) -> std::optional<kube::Pod> {
+    if (name == "p1") {
+      return cached;
+    }
+    return std::nullopt;
+  });
+  ASSERT_THAT(*s->Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  cached = Pod("p1");  // annotated: the cache is current...
+  const BindArgs args = BindFor("p1", "n1");
+  env_.Delete("pods", "default", "p1");  // ...until the pod goes
+  BindResult b = s->Bind(args);
+  EXPECT_NE(b.error, "");
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_EQ(Lock("n1"), "<none>");
+  EXPECT_EQ(s->stats().bind_outcomes.at("patch_failed"), 1u);
+}
+
+TEST_F(SchedulerTest, BindPhasePatchFailureReleasesLockAndReservation) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  env_.faults()->Inject("PATCH", std::string(kPodPath) + "p1", 500, "InternalError");
+  BindResult b = s.Bind(BindFor("p1", "n1"));
+  EXPECT_THAT(b.error, HasSubstr("bind phase"));
+  ExpectNothingHeld("p1", "n1");
+  EXPECT_THAT(env_.faults()->Matching("POST", std::string(kPodPath) + "p1/binding"), IsEmpty());
+  EXPECT_EQ(s.stats().bind_outcomes.at("patch_failed"), 1u);
+}
+
+TEST_F(SchedulerTest, BindToANodeOtherThanTheFilteredOneFails) {
+  AddNode("n1", {{"GPU-a"}});
+  AddNode("n2", {{"GPU-b"}});
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  BindResult b = s.Bind(BindFor("p1", "n2"));
+  EXPECT_THAT(b.error, HasSubstr("filtered to node n1, not n2"));
+  ExpectNothingHeld("p1", "n2");
+  EXPECT_EQ(Lock("n1"), "<none>");
+}
+
+TEST_F(SchedulerTest, BindAfterTheReservationExpiredRereservesWhenStillFree) {
+  AddNode("n1", {{"GPU-a", 1, 8000}});
+  env_.CreatePod("p1", Limits(8000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  clock_.Advance(absl::Minutes(6));
+  ASSERT_EQ(s.ExpireReservations(clock_.Now()).size(), 1u);
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  std::vector<ledger::Reservation> res = ledger_.Reservations();
+  ASSERT_EQ(res.size(), 1u);
+  EXPECT_EQ(res[0].expires_at, clock_.Now() + absl::Minutes(5));
+  EXPECT_EQ(s.stats().reservations_expired, 1u);
+}
+
+TEST_F(SchedulerTest, BindAfterTheReservationExpiredFailsWhenTheDevicesWereTaken) {
+  AddNode("n1", {{"GPU-a", 1, 8000}});
+  env_.CreatePod("p1", Limits(8000));
+  env_.CreatePod("p2", Limits(8000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  clock_.Advance(absl::Minutes(6));
+  s.ExpireReservations(clock_.Now());
+  ASSERT_THAT(*s.Filter(Args("p2", {"n1"})).node_names, ElementsAre("n1"));
+  BindResult b = s.Bind(BindFor("p1", "n1"));
+  EXPECT_THAT(b.error, HasSubstr("no longer free"));
+  EXPECT_EQ(Lock("n1"), "<none>");
+  // p2's reservation is untouched; p1 holds nothing.
+  std::vector<ledger::Reservation> res = ledger_.Reservations();
+  ASSERT_EQ(res.size(), 1u);
+  EXPECT_EQ(res[0].name, "p2");
+}
+
+TEST_F(SchedulerTest, ABoundPodKeepsItsReservationPastTheTtlUntilObservedBound) {
+  // Finding 2 of docs/simulate.md: the reservation expiring between the binding POST and the
+  // informer observing the pod bound freed a running pod's share for the next filter.
+  AddNode("n1", {{"GPU-a", 1, 8000}});
+  env_.CreatePod("p1", Limits(8000));
+  env_.CreatePod("p2", Limits(8000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  clock_.Advance(absl::Minutes(6));  // past the bind's fresh TTL, not yet observed
+  EXPECT_THAT(s.ExpireReservations(clock_.Now()), IsEmpty());
+  ASSERT_EQ(ledger_.Reservations().size(), 1u);
+  FilterResult r = s.Filter(Args("p2", {"n1"}));
+  EXPECT_THAT(*r.node_names, IsEmpty()) << "p2 placed on p1's share";
+  // The informer observes p1 bound: the record holds, the reservation ends, and expiry
+  // forgets the bind.
+  absl::StatusOr<ledger::PodAllocation> bound = cluster::ProjectPod(*vendor_, Pod("p1"));
+  ASSERT_TRUE(bound.ok());
+  ASSERT_EQ(bound->bound_node, "n1");
+  ASSERT_TRUE(ledger_.Apply(*bound).ok());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_THAT(s.ExpireReservations(clock_.Now()), IsEmpty());
+  EXPECT_THAT(*s.Filter(Args("p2", {"n1"})).node_names, IsEmpty());
+}
+
+TEST_F(SchedulerTest, ABoundPodNeverObservedIsKeptOnlyForBoundHold) {
+  options_.bound_hold = absl::Minutes(10);
+  AddNode("n1", {{"GPU-a", 1, 8000}});
+  env_.CreatePod("p1", Limits(8000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  clock_.Advance(absl::Minutes(9));
+  EXPECT_THAT(s.ExpireReservations(clock_.Now()), IsEmpty());
+  clock_.Advance(absl::Minutes(1));
+  EXPECT_EQ(s.ExpireReservations(clock_.Now()).size(), 1u);
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+}
+
+TEST_F(SchedulerTest, AFailedBindAfterExpiryIsNotKept) {
+  AddNode("n1", {{"GPU-a", 1, 8000}});
+  env_.CreatePod("p1", Limits(8000));
+  SetLock("n1", "2026-01-01T00:00:00Z,default,other");
+  env_.CreatePod("other", Limits(1000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  EXPECT_THAT(s.Bind(BindFor("p1", "n1")).error, HasSubstr("is locked by"));
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  clock_.Advance(absl::Minutes(6));
+  EXPECT_EQ(s.ExpireReservations(clock_.Now()).size(), 1u);
+}
+
+TEST_F(SchedulerTest, ReleaseAbsentEndsOnlyReservationsOlderThanTheListOfAbsentPods) {
+  // Finding 1 of docs/simulate.md: a pod filtered, bound and deleted while the watch was down
+  // leaves no tombstone; the relist's LIST must end its reservation.
+  AddNode("n1", {{"GPU-a", 4, 8000}});
+  for (const char* name : {"gone", "present", "young"}) {
+    env_.CreatePod(name, Limits(1000));
+  }
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("gone", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_EQ(s.Bind(BindFor("gone", "n1")).error, "");
+  ASSERT_THAT(*s.Filter(Args("present", {"n1"})).node_names, ElementsAre("n1"));
+  clock_.Advance(absl::Seconds(1));
+  const absl::Time list_started = clock_.Now();
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_THAT(*s.Filter(Args("young", {"n1"})).node_names, ElementsAre("n1"));
+  const std::string present_uid = Pod("present").meta.uid;
+  std::vector<ledger::Reservation> released =
+      s.ReleaseAbsent(list_started, [&](std::string_view uid) { return uid == present_uid; });
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].name, "gone");
+  std::vector<std::string> left;
+  for (const ledger::Reservation& r : ledger_.Reservations()) {
+    left.push_back(r.name);
+  }
+  EXPECT_THAT(left, UnorderedElementsAre("present", "young"));
+}
+
+TEST_F(SchedulerTest, ConcurrentBindsToOneNodeAreSerialisedByTheLock) {
+  // HAMi's invariant: one pod per node between bind and the device plugin's Allocate.
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  env_.CreatePod("p2", Limits(1000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_THAT(*s.Filter(Args("p2", {"n1"})).node_names, ElementsAre("n1"));
+  const std::vector<BindArgs> binds = {BindFor("p1", "n1"), BindFor("p2", "n1")};
+  std::vector<BindResult> results(2);
+  std::barrier sync(2);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      sync.arrive_and_wait();
+      results[i] = s.Bind(binds[i]);
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  const size_t winner = results[0].error.empty() ? 0 : 1;
+  const size_t loser = 1 - winner;
+  ASSERT_EQ(results[winner].error, "");
+  EXPECT_THAT(results[loser].error, HasSubstr("is locked by"));
+  const std::string win = binds[winner].pod_name;
+  const std::string lose = binds[loser].pod_name;
+  EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default," + win);
+  EXPECT_EQ(Pod(win).node_name, "n1");
+  EXPECT_EQ(Pod(lose).node_name, "");
+  std::vector<ledger::Reservation> res = ledger_.Reservations();
+  ASSERT_EQ(res.size(), 1u);
+  EXPECT_EQ(res[0].name, win);
+}
+
+TEST_F(SchedulerTest, BindOfAPodWithoutManagedDevicesSkipsTheLock) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("plain", R"({"cpu":"1"})");
+  Scheduler& s = Make();
+  EXPECT_EQ(s.Bind(BindFor("plain", "n1")).error, "");
+  EXPECT_EQ(Pod("plain").node_name, "n1");
+  EXPECT_EQ(Lock("n1"), "<none>");
+  EXPECT_THAT(env_.faults()->Matching("PATCH", "/api/v1/nodes/"), IsEmpty());
+}
+
+TEST_F(SchedulerTest, LockConflictDuringBindIsRetried) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  env_.faults()->Inject("PATCH", "/api/v1/nodes/n1", 409, "Conflict");
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
+  EXPECT_EQ(s.stats().lock_conflicts_retried, 1u);
+}
+
+TEST_F(SchedulerTest, EventFailuresNeverFailTheRequest) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler& s = Make();
+  env_.faults()->Inject("POST", "/api/v1/namespaces/default/events", 500, "InternalError", 10);
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  s.FlushEvents();
+  EXPECT_EQ(s.stats().events_failed, 2u);
+}
+
+// ---- the filter patch written behind the reply -----------------------------------------------
+
+TEST_F(SchedulerTest, WriteBehindBindWaitsForThePatchAndUsesThePodItReturned) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  const kube::Pod unannotated = Pod("p1");
+  options_.write_behind = true;
+  std::atomic<int> lookups{0};
+  Scheduler& s = Make([&](std::string_view, std::string_view) -> std::optional<kube::Pod> {
+    ++lookups;
+    return unannotated;  // an informer that has not seen the patch yet
+  });
+  FilterResult r = s.Filter(Args("p1", {"n1"}));
+  ASSERT_EQ(r.error, "");
+  ASSERT_TRUE(r.node_names.has_value());
+  EXPECT_THAT(*r.node_names, ElementsAre("n1"));
+  const BindArgs bind = BindFor("p1", "n1");
+  const size_t gets = env_.faults()->Matching("GET", std::string(kPodPath) + "p1").size();
+  BindResult b = s.Bind(bind);
+  EXPECT_EQ(b.error, "");
+  // The patched pod came from the patch's reply: neither the lookup nor a GET was needed.
+  EXPECT_EQ(lookups.load(), 0);
+  EXPECT_EQ(env_.faults()->Matching("GET", std::string(kPodPath) + "p1").size(), gets);
+  kube::Pod bound = Pod("p1");
+  EXPECT_EQ(bound.node_name, "n1");
+  EXPECT_EQ(bound.meta.annotations.Get(device::kVgpuNodeAnnotation), "n1");
+  EXPECT_EQ(s.stats().patch_latency.count, 1u);
+}
+
+TEST_F(SchedulerTest, WriteBehindPatchFailureFailsTheBindAndHoldsNothing) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  options_.write_behind = true;
+  Scheduler& s = Make();
+  env_.faults()->Inject("PATCH", std::string(kPodPath) + "p1", 500, "InternalError");
+  FilterResult r = s.Filter(Args("p1", {"n1"}));
+  EXPECT_EQ(r.error, "");  // the decision was made; the patch is behind the reply
+  BindResult b = s.Bind(BindFor("p1", "n1"));
+  EXPECT_THAT(b.error, HasSubstr("patch pod default/p1 annotations"));
+  ExpectNothingHeld("p1", "n1");
+  EXPECT_EQ(s.stats().patch_failures, 1u);
+  EXPECT_EQ(s.stats().bind_outcomes.at("patch_failed"), 1u);
+}
+
+TEST_F(SchedulerTest, WriteBehindReFilterLeavesTheLastDecisionOnThePod) {
+  AddNode("n1", {{"GPU-a"}});
+  AddNode("n2", {{"GPU-b"}});
+  env_.CreatePod("p1", Limits(1000));
+  options_.write_behind = true;
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_THAT(*s.Filter(Args("p1", {"n2"})).node_names, ElementsAre("n2"));
+  EXPECT_EQ(s.Bind(BindFor("p1", "n2")).error, "");
+  kube::Pod bound = Pod("p1");
+  EXPECT_EQ(bound.meta.annotations.Get(device::kVgpuNodeAnnotation), "n2");
+  EXPECT_THAT(std::string(bound.meta.annotations.Get(device::kDevicesAllocatedAnnotation)),
+              HasSubstr("GPU-b"));
+  ASSERT_EQ(ledger_.Reservations().size(), 1u);
+  EXPECT_EQ(ledger_.Reservations()[0].node, "n2");
+}
+
+}  // namespace
+}  // namespace tessera::extender

@@ -1,0 +1,406 @@
+#include "tessera/extender/webhook.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "fmt/format.h"
+#include <nlohmann/json.hpp>
+
+#include "tessera/device/quantity.h"
+#include "tessera/device/request.h"
+#include "tessera/json/text.h"
+#include "tessera/kube/objects.h"
+
+namespace tessera::extender {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxDepth = 512;
+constexpr std::string_view kDefaultScheduler = "default-scheduler";
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+PatchOp Op(std::string op, std::string path, const json& value) {
+  return PatchOp{std::move(op), std::move(path), Dump(value)};
+}
+
+// A string member of an object, or "" when absent or not a string.
+std::string StringAt(const json& object, std::string_view key) {
+  if (!object.is_object()) {
+    return {};
+  }
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_string()) {
+    return {};
+  }
+  return it->get<std::string>();
+}
+
+const json* MemberAt(const json& object, std::string_view key) {
+  if (!object.is_object()) {
+    return nullptr;
+  }
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+// A quantity as text: the API server sends strings; numbers keep their JSON text.
+std::optional<std::string> QuantityText(const json& value) {
+  if (value.is_string()) {
+    return value.get<std::string>();
+  }
+  if (value.is_number()) {
+    return Dump(value);
+  }
+  return std::nullopt;
+}
+
+// The mutation of one container, and what the pod-level steps need from it.
+class ContainerMutation {
+ public:
+  ContainerMutation(const json& container, std::string path, const WebhookOptions& options)
+      : path_(std::move(path)), options_(options) {
+    name_ = StringAt(container, "name");
+    if (const json* resources = MemberAt(container, "resources")) {
+      has_resources_ = resources->is_object();
+      if (const json* limits = MemberAt(*resources, "limits"); limits && limits->is_object()) {
+        has_limits_ = true;
+        for (const auto& [key, value] : limits->items()) {
+          if (std::optional<std::string> text = QuantityText(value)) {
+            limits_.Set(key, *std::move(text));
+          }
+        }
+      }
+    }
+    if (const json* sc = MemberAt(container, "securityContext")) {
+      const json* privileged = MemberAt(*sc, "privileged");
+      privileged_ = privileged != nullptr && privileged->is_boolean() && privileged->get<bool>();
+    }
+    if (const json* env = MemberAt(container, "env"); env && env->is_array()) {
+      env_size_ = env->size();
+      has_env_ = true;
+    }
+  }
+
+  const std::string& name() const { return name_; }
+  bool privileged() const { return privileged_; }
+
+  // Whether the container asks for a device, counting the count HAMi would default.
+  bool AsksForDevice() const {
+    const device::NvidiaConfig& c = options_.nvidia;
+    if (limits_.Contains(c.resource_count_name)) {
+      return true;
+    }
+    return options_.nvidia.default_gpu_num > 0 &&
+           (limits_.Contains(c.resource_core_name) || limits_.Contains(c.resource_memory_name) ||
+            limits_.Contains(c.resource_memory_percentage_name));
+  }
+
+  // HAMi's percentage check; the errored message when it fails.
+  std::optional<std::string> CheckPercentage() const {
+    const std::string& key = options_.nvidia.resource_memory_percentage_name;
+    const std::string* text = limits_.Find(key);
+    if (text == nullptr) {
+      return std::nullopt;
+    }
+    absl::StatusOr<device::Quantity> q = device::ParseQuantity(*text);
+    absl::StatusOr<int64_t> v =
+        q.ok() ? q->AsInt64() : absl::StatusOr<int64_t>(absl::InvalidArgumentError(""));
+    if (v.ok() && *v >= 0 && *v <= 100) {
+      return std::nullopt;
+    }
+    return fmt::format("invalid {} value {} in container {}: must be an integer between 0 and 100",
+                       key, *text, name_);
+  }
+
+  // Appends this container's operations to `ops`; an error message when a value is unusable.
+  std::optional<std::string> Mutate(std::vector<PatchOp>* ops) {
+    const device::NvidiaConfig& c = options_.nvidia;
+    if (const std::string* priority = limits_.Find(c.resource_priority_name)) {
+      absl::StatusOr<device::Quantity> q = device::ParseQuantity(*priority);
+      absl::StatusOr<int64_t> v =
+          q.ok() ? q->AsInt64() : absl::StatusOr<int64_t>(absl::InvalidArgumentError(""));
+      if (!v.ok()) {
+        return fmt::format("invalid {} value {} in container {}: must be an integer",
+                           c.resource_priority_name, device::QuoteForError(*priority), name_);
+      }
+      AddEnv("CUDA_TASK_PRIORITY", std::to_string(*v), ops);
+    }
+    if (c.gpu_core_policy != device::GpuCorePolicy::kDefault) {
+      AddEnv("GPU_CORE_UTILIZATION_POLICY",
+             std::string(device::GpuCorePolicyName(c.gpu_core_policy)), ops);
+    }
+    const bool asks = AsksForDevice();
+    if (asks && !limits_.Contains(c.resource_count_name)) {
+      AddLimit(c.resource_count_name, std::to_string(c.default_gpu_num), ops);
+    }
+    if (asks && !limits_.Contains(c.resource_core_name) && WholeMemory()) {
+      AddLimit(c.resource_core_name, "100", ops);
+    }
+    if (!asks && c.overwrite_env) {
+      AddEnv("NVIDIA_VISIBLE_DEVICES", "none", ops);
+    }
+    return std::nullopt;
+  }
+
+ private:
+  // Whether the request, derived as the scheduler derives it, books each device's whole memory.
+  bool WholeMemory() const {
+    kube::Container view;
+    view.name = name_;
+    view.limits = limits_;
+    absl::StatusOr<std::optional<device::ContainerRequest>> r =
+        device::DeriveContainerRequest(view, options_.nvidia);
+    return r.ok() && r->has_value() && (*r)->memreq == 0 && (*r)->mem_percentage == 100;
+  }
+
+  void AddLimit(const std::string& resource, std::string value, std::vector<PatchOp>* ops) {
+    limits_.Set(resource, value);
+    if (!has_resources_) {
+      ops->push_back(Op("add", path_ + "/resources", json{{"limits", {{resource, value}}}}));
+      has_resources_ = has_limits_ = true;
+    } else if (!has_limits_) {
+      ops->push_back(Op("add", path_ + "/resources/limits", json{{resource, value}}));
+      has_limits_ = true;
+    } else {
+      ops->push_back(
+          Op("add", path_ + "/resources/limits/" + tessera::json::PointerEscape(resource), value));
+    }
+  }
+
+  void AddEnv(std::string name, std::string value, std::vector<PatchOp>* ops) {
+    json var = {{"name", std::move(name)}, {"value", std::move(value)}};
+    if (!has_env_) {
+      ops->push_back(Op("add", path_ + "/env", json::array({std::move(var)})));
+      has_env_ = true;
+      env_size_ = 1;
+    } else {
+      ops->push_back(Op("add", fmt::format("{}/env/{}", path_, env_size_), var));
+      ++env_size_;
+    }
+  }
+
+  const std::string path_;
+  const WebhookOptions& options_;
+  std::string name_;
+  kube::StringMap limits_;
+  bool has_resources_ = false;
+  bool has_limits_ = false;
+  bool has_env_ = false;
+  size_t env_size_ = 0;
+  bool privileged_ = false;
+};
+
+AdmissionResponse Denied(std::string message) {
+  AdmissionResponse r;
+  r.allowed = false;
+  r.code = 403;
+  r.reason = "Forbidden";
+  r.message = std::move(message);
+  return r;
+}
+
+AdmissionResponse Errored(int32_t code, std::string message) {
+  AdmissionResponse r;
+  r.allowed = false;
+  r.code = code;
+  r.message = std::move(message);
+  return r;
+}
+
+AdmissionResponse AllowedWith(std::string message) {
+  AdmissionResponse r;
+  r.message = std::move(message);
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<AdmissionRequest> DecodeAdmissionReview(std::string_view body) {
+  if (body.empty()) {
+    return absl::InvalidArgumentError("request body is empty");
+  }
+  if (tessera::json::ExceedsDepth(body, kMaxDepth)) {
+    return absl::InvalidArgumentError(
+        fmt::format("the document nests deeper than {} levels", kMaxDepth));
+  }
+  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return absl::InvalidArgumentError("not JSON: the body cannot be parsed");
+  }
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError("expected a JSON object (an AdmissionReview)");
+  }
+  AdmissionRequest out;
+  out.api_version = StringAt(doc, "apiVersion");
+  if (out.api_version != kAdmissionV1 && out.api_version != kAdmissionV1Beta1) {
+    return absl::InvalidArgumentError(fmt::format("apiVersion: want {} or {}, got {}", kAdmissionV1,
+                                                  kAdmissionV1Beta1,
+                                                  device::QuoteForError(out.api_version)));
+  }
+  const std::string kind = StringAt(doc, "kind");
+  if (kind != "AdmissionReview") {
+    return absl::InvalidArgumentError(
+        fmt::format("kind: want AdmissionReview, got {}", device::QuoteForError(kind)));
+  }
+  const json* request = MemberAt(doc, "request");
+  if (request == nullptr || !request->is_object()) {
+    return absl::InvalidArgumentError("request: missing or not an object");
+  }
+  const json* uid = MemberAt(*request, "uid");
+  if (uid == nullptr || !uid->is_string() || uid->get<std::string>().empty()) {
+    return absl::InvalidArgumentError("request.uid: missing or not a non-empty string");
+  }
+  out.uid = uid->get<std::string>();
+  if (const json* k = MemberAt(*request, "kind")) {
+    out.kind = StringAt(*k, "kind");
+  }
+  if (const json* r = MemberAt(*request, "resource")) {
+    out.resource = StringAt(*r, "resource");
+  }
+  out.sub_resource = StringAt(*request, "subResource");
+  out.operation = StringAt(*request, "operation");
+  out.ns = StringAt(*request, "namespace");
+  out.name = StringAt(*request, "name");
+  if (const json* object = MemberAt(*request, "object")) {
+    if (!object->is_object()) {
+      return absl::InvalidArgumentError("request.object: expected an object");
+    }
+    out.object_json = Dump(*object);
+  } else if (out.operation == "CREATE" || out.operation.empty()) {
+    return absl::InvalidArgumentError("request.object: missing");
+  }
+  return out;
+}
+
+AdmissionResponse ReviewPod(const AdmissionRequest& request, const WebhookOptions& options) {
+  const bool is_pod = (request.kind.empty() || request.kind == "Pod") &&
+                      (request.resource.empty() || request.resource == "pods") &&
+                      request.sub_resource.empty();
+  if (!is_pod) {
+    return AllowedWith("not a pod: left unchanged");
+  }
+  if (!request.operation.empty() && request.operation != "CREATE") {
+    return AllowedWith(fmt::format("{} is not mutated", request.operation));
+  }
+  const json pod = json::parse(request.object_json, nullptr, /*allow_exceptions=*/false);
+  const json* spec = MemberAt(pod, "spec");
+  const json* containers = spec != nullptr ? MemberAt(*spec, "containers") : nullptr;
+  if (containers == nullptr || !containers->is_array() || containers->empty()) {
+    return Denied("pod has no containers");
+  }
+  const std::string scheduler = StringAt(*spec, "schedulerName");
+  if (!scheduler.empty() && scheduler != options.scheduler_name &&
+      (scheduler != kDefaultScheduler || !options.force_overwrite_default_scheduler)) {
+    return AllowedWith("pod already has different scheduler assigned");
+  }
+
+  std::vector<ContainerMutation> all;
+  auto collect = [&](std::string_view list) {
+    const json* items = MemberAt(*spec, list);
+    if (items == nullptr || !items->is_array()) {
+      return;
+    }
+    for (size_t i = 0; i < items->size(); ++i) {
+      all.emplace_back((*items)[i], fmt::format("/spec/{}/{}", list, i), options);
+    }
+  };
+  collect("initContainers");
+  collect("containers");
+
+  AdmissionResponse response;
+  bool asks = false;
+  const ContainerMutation* privileged = nullptr;
+  for (ContainerMutation& c : all) {
+    if (std::optional<std::string> bad = c.CheckPercentage()) {
+      return Errored(500, *std::move(bad));
+    }
+    asks = asks || c.AsksForDevice();
+    if (c.privileged()) {
+      if (privileged == nullptr) {
+        privileged = &c;
+      }
+      continue;
+    }
+    if (std::optional<std::string> bad = c.Mutate(&response.patch)) {
+      return Errored(500, *std::move(bad));
+    }
+  }
+  if (!asks) {
+    return response;  // only env additions (overwriteEnv, gpuCorePolicy), if any
+  }
+  if (privileged != nullptr) {
+    return Denied(fmt::format("container {} is privileged", privileged->name()));
+  }
+  if (!options.nvidia.runtime_class_name.empty() && StringAt(*spec, "runtimeClassName").empty()) {
+    response.patch.push_back(
+        Op("add", "/spec/runtimeClassName", options.nvidia.runtime_class_name));
+  }
+  if (!options.scheduler_name.empty()) {
+    if (!StringAt(*spec, "nodeName").empty()) {
+      return Denied("pod has node assigned");
+    }
+    if (scheduler != options.scheduler_name) {
+      response.patch.push_back(Op(MemberAt(*spec, "schedulerName") != nullptr ? "replace" : "add",
+                                  "/spec/schedulerName", options.scheduler_name));
+    }
+  }
+  return response;
+}
+
+std::string EncodePatch(const std::vector<PatchOp>& ops) {
+  json out = json::array();
+  for (const PatchOp& op : ops) {
+    json value = json::parse(op.value_json, nullptr, /*allow_exceptions=*/false);
+    out.push_back({{"op", op.op}, {"path", op.path}, {"value", std::move(value)}});
+  }
+  return Dump(out);
+}
+
+std::string EncodeAdmissionReview(std::string_view api_version, std::string_view uid,
+                                  const AdmissionResponse& response) {
+  json status = {{"metadata", json::object()}, {"code", response.code}};
+  if (!response.reason.empty()) {
+    status["reason"] = response.reason;
+  }
+  if (!response.message.empty()) {
+    status["message"] = response.message;
+  }
+  json r = {
+      {"uid", std::string(uid)}, {"allowed", response.allowed}, {"status", std::move(status)}};
+  if (response.allowed && !response.patch.empty()) {
+    r["patchType"] = "JSONPatch";
+    r["patch"] = absl::Base64Escape(EncodePatch(response.patch));
+  }
+  return Dump(json{{"apiVersion", std::string(api_version)},
+                   {"kind", "AdmissionReview"},
+                   {"response", std::move(r)}});
+}
+
+WebhookReply HandleAdmissionReview(std::string_view content_type, std::string_view body,
+                                   const WebhookOptions& options) {
+  auto bad = [](std::string message, std::string_view api_version, std::string_view uid) {
+    return WebhookReply{400,
+                        EncodeAdmissionReview(api_version, uid, Errored(400, std::move(message)))};
+  };
+  std::string media(content_type.substr(0, content_type.find(';')));
+  absl::StripAsciiWhitespace(&media);
+  if (absl::AsciiStrToLower(media) != "application/json") {
+    return bad(fmt::format("contentType={}, expected application/json",
+                           device::QuoteForError(content_type)),
+               kAdmissionV1, "");
+  }
+  absl::StatusOr<AdmissionRequest> request = DecodeAdmissionReview(body);
+  if (!request.ok()) {
+    return bad(std::string(request.status().message()), kAdmissionV1, "");
+  }
+  return WebhookReply{
+      200, EncodeAdmissionReview(request->api_version, request->uid, ReviewPod(*request, options))};
+}
+
+}  // namespace tessera::extender

@@ -1,0 +1,379 @@
+#include "tessera/extender/webhook.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/escaping.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include <nlohmann/json.hpp>
+
+#include "tessera/apisim/patch.h"
+
+namespace tessera::extender {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+std::string SourceDir() {
+  const char* dir = std::getenv("TESSERA_SOURCE_DIR");
+  return dir != nullptr ? dir : ".";
+}
+
+std::string ReadTestdata(const std::string& name) {
+  std::ifstream in(SourceDir() + "/test/testdata/webhook/" + name);
+  EXPECT_TRUE(in.good()) << name;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// What the API server would do with a reply: the review, the decoded patch, and the pod the
+// patch produces.
+struct Outcome {
+  int http_status = 0;
+  json review;
+  json response;
+  json patch;  // the decoded JSON Patch, or null
+  json pod;    // request.object with the patch applied
+};
+
+Outcome Review(const std::string& body, const WebhookOptions& options = {}) {
+  Outcome out;
+  WebhookReply reply = HandleAdmissionReview("application/json", body, options);
+  out.http_status = reply.http_status;
+  out.review = json::parse(reply.body);
+  out.response = out.review["response"];
+  json request = json::parse(body);
+  out.pod = request["request"]["object"];
+  if (out.response.contains("patch")) {
+    EXPECT_EQ(out.response["patchType"], "JSONPatch");
+    std::string patch;
+    EXPECT_TRUE(absl::Base64Unescape(out.response["patch"].get<std::string>(), &patch));
+    out.patch = json::parse(patch);
+    absl::StatusOr<std::string> patched =
+        apisim::ApplyPatch(apisim::PatchType::kJson, out.pod.dump(), patch);
+    EXPECT_TRUE(patched.ok()) << patched.status() << "\n" << patch;
+    if (patched.ok()) {
+      out.pod = json::parse(*patched);
+    }
+  } else {
+    EXPECT_FALSE(out.response.contains("patchType"));
+  }
+  EXPECT_EQ(out.response["uid"], request["request"]["uid"]);
+  EXPECT_EQ(out.review["apiVersion"], request["apiVersion"]);
+  EXPECT_EQ(out.review["kind"], "AdmissionReview");
+  return out;
+}
+
+Outcome RunFile(const std::string& name, const WebhookOptions& options = {}) {
+  return Review(ReadTestdata(name), options);
+}
+
+json Limits(const json& pod, const std::string& list, int i) {
+  return pod["spec"][list][i]["resources"]["limits"];
+}
+
+TEST(WebhookTest, MemoryOnlyGetsTheDefaultCountAndOurScheduler) {
+  Outcome o = RunFile("gpumem-only.json");
+  EXPECT_EQ(o.http_status, 200);
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_EQ(o.response["status"]["code"], 200);
+  EXPECT_EQ(o.pod["spec"]["schedulerName"], "hami-scheduler");
+  EXPECT_EQ(Limits(o.pod, "containers", 0),
+            json({{"nvidia.com/gpumem", "4096"}, {"nvidia.com/gpu", "1"}}));
+  // Exactly HAMi's two operations, with the RFC 6901 escape of the resource name.
+  EXPECT_EQ(o.patch, json::parse(R"([
+    {"op":"add","path":"/spec/containers/0/resources/limits/nvidia.com~1gpu","value":"1"},
+    {"op":"replace","path":"/spec/schedulerName","value":"hami-scheduler"}])"));
+}
+
+TEST(WebhookTest, CountOnlyBecomesExclusive) {
+  Outcome o = RunFile("gpu-only.json");
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_EQ(Limits(o.pod, "containers", 0),
+            json({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "100"}}));
+  EXPECT_EQ(o.pod["spec"]["schedulerName"], "hami-scheduler");
+  EXPECT_EQ(o.pod["spec"]["containers"][0]["env"], json::parse(R"([{"name":"A","value":"1"}])"));
+}
+
+TEST(WebhookTest, WholeMemoryPercentageBecomesExclusive) {
+  Outcome o = RunFile("percentage-100.json");
+  EXPECT_EQ(Limits(o.pod, "containers", 0), json({{"nvidia.com/gpumem-percentage", "100"},
+                                                  {"nvidia.com/gpu", "1"},
+                                                  {"nvidia.com/gpucores", "100"}}));
+}
+
+TEST(WebhookTest, FullRequestOnlyChangesTheScheduler) {
+  Outcome o = RunFile("gpu-and-memory.json");
+  EXPECT_EQ(o.patch, json::parse(R"([
+    {"op":"replace","path":"/spec/schedulerName","value":"hami-scheduler"}])"));
+}
+
+TEST(WebhookTest, InitContainersAndPriority) {
+  Outcome o = RunFile("init-and-priority.json");
+  ASSERT_TRUE(o.response["allowed"]);
+  // The init container's memory request is partial: no count to add, no exclusive cores.
+  EXPECT_EQ(Limits(o.pod, "initContainers", 0),
+            json({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1024"}}));
+  EXPECT_EQ(Limits(o.pod, "containers", 0), json({{"cpu", "100m"}}));
+  EXPECT_FALSE(o.pod["spec"]["containers"][0].contains("env"));
+  EXPECT_EQ(
+      Limits(o.pod, "containers", 1),
+      json({{"nvidia.com/gpucores", "50"}, {"nvidia.com/priority", "1"}, {"nvidia.com/gpu", "1"}}));
+  EXPECT_EQ(o.pod["spec"]["containers"][1]["env"],
+            json::parse(R"([{"name":"CUDA_TASK_PRIORITY","value":"1"}])"));
+  EXPECT_EQ(o.pod["spec"]["schedulerName"], "hami-scheduler");
+}
+
+TEST(WebhookTest, PercentageOutOfRangeIsErrored) {
+  Outcome o = RunFile("percentage-invalid.json");
+  EXPECT_EQ(o.http_status, 200);
+  EXPECT_FALSE(o.response["allowed"]);
+  EXPECT_EQ(o.response["status"]["code"], 500);
+  EXPECT_EQ(o.response["status"]["message"],
+            "invalid nvidia.com/gpumem-percentage value 150 in container main: must be an "
+            "integer between 0 and 100");
+}
+
+TEST(WebhookTest, PrivilegedContainerWithAGpuIsDenied) {
+  Outcome o = RunFile("privileged.json");
+  EXPECT_FALSE(o.response["allowed"]);
+  EXPECT_EQ(o.response["status"]["code"], 403);
+  EXPECT_EQ(o.response["status"]["reason"], "Forbidden");
+  EXPECT_EQ(o.response["status"]["message"], "container main is privileged");
+}
+
+TEST(WebhookTest, PrivilegedSidecarOfAGpuPodIsDenied) {
+  Outcome o = RunFile("privileged-other-container.json");
+  EXPECT_FALSE(o.response["allowed"]);
+  EXPECT_EQ(o.response["status"]["message"], "container debug is privileged");
+}
+
+TEST(WebhookTest, PrivilegedPodWithoutGpuIsLeftAlone) {
+  Outcome o = RunFile("privileged-no-gpu.json");
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_TRUE(o.patch.is_null());
+}
+
+TEST(WebhookTest, BoundGpuPodIsDenied) {
+  Outcome o = RunFile("bound.json");
+  EXPECT_FALSE(o.response["allowed"]);
+  EXPECT_EQ(o.response["status"]["code"], 403);
+  EXPECT_EQ(o.response["status"]["message"], "pod has node assigned");
+}
+
+TEST(WebhookTest, BoundPodWithoutGpuIsAllowed) {
+  Outcome o = RunFile("bound-no-gpu.json");
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_TRUE(o.patch.is_null());
+}
+
+TEST(WebhookTest, WithoutASchedulerNameNothingIsDeniedForBeingBound) {
+  WebhookOptions options;
+  options.scheduler_name = "";
+  Outcome o = RunFile("bound.json", options);
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_EQ(o.pod["spec"]["schedulerName"], "default-scheduler");
+  EXPECT_EQ(Limits(o.pod, "containers", 0)["nvidia.com/gpucores"], "100");
+}
+
+TEST(WebhookTest, AnotherSchedulerIsLeftAlone) {
+  Outcome o = RunFile("other-scheduler.json");
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_TRUE(o.patch.is_null());
+  EXPECT_EQ(o.response["status"]["message"], "pod already has different scheduler assigned");
+}
+
+TEST(WebhookTest, DefaultSchedulerKeptWhenNotForced) {
+  WebhookOptions options;
+  options.force_overwrite_default_scheduler = false;
+  Outcome o = RunFile("gpu-only.json", options);
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_TRUE(o.patch.is_null());
+}
+
+TEST(WebhookTest, OursAlreadyAndComplete) {
+  Outcome o = RunFile("ours-already.json");
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_TRUE(o.patch.is_null());
+}
+
+TEST(WebhookTest, PodsWithoutGpusAreNotTouched) {
+  for (const char* name : {"no-gpu.json", "no-resources.json"}) {
+    Outcome o = RunFile(name);
+    EXPECT_TRUE(o.response["allowed"]) << name;
+    EXPECT_TRUE(o.patch.is_null()) << name;
+    EXPECT_EQ(o.pod["spec"]["schedulerName"], "default-scheduler") << name;
+  }
+}
+
+TEST(WebhookTest, V1beta1IsEchoed) {
+  Outcome o = RunFile("v1beta1.json");
+  EXPECT_EQ(o.review["apiVersion"], "admission.k8s.io/v1beta1");
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_EQ(Limits(o.pod, "containers", 0)["nvidia.com/gpu"], "1");
+}
+
+TEST(WebhookTest, NoContainersIsDenied) {
+  Outcome o = RunFile("no-containers.json");
+  EXPECT_FALSE(o.response["allowed"]);
+  EXPECT_EQ(o.response["status"]["message"], "pod has no containers");
+}
+
+TEST(WebhookTest, OverwriteEnvHidesDevicesFromContainersWithoutOne) {
+  WebhookOptions options;
+  options.nvidia.overwrite_env = true;
+  Outcome o = RunFile("init-and-priority.json", options);
+  // Only the sidecar (no device) gets it; it had no env list.
+  EXPECT_EQ(o.pod["spec"]["containers"][0]["env"],
+            json::parse(R"([{"name":"NVIDIA_VISIBLE_DEVICES","value":"none"}])"));
+  EXPECT_FALSE(o.pod["spec"]["initContainers"][0].contains("env"));
+  EXPECT_EQ(o.pod["spec"]["containers"][1]["env"].size(), 1u);
+  // A GPU-less pod gets it too, and nothing else.
+  Outcome plain = RunFile("no-gpu.json", options);
+  EXPECT_EQ(plain.pod["spec"]["containers"][0]["env"],
+            json::parse(R"([{"name":"NVIDIA_VISIBLE_DEVICES","value":"none"}])"));
+  EXPECT_EQ(plain.pod["spec"]["schedulerName"], "default-scheduler");
+}
+
+TEST(WebhookTest, CorePolicyAndRuntimeClass) {
+  WebhookOptions options;
+  options.nvidia.gpu_core_policy = device::GpuCorePolicy::kForce;
+  options.nvidia.runtime_class_name = "nvidia";
+  Outcome o = RunFile("gpu-only.json", options);
+  // Appended after the existing variable.
+  EXPECT_EQ(o.pod["spec"]["containers"][0]["env"], json::parse(R"([{"name":"A","value":"1"},
+      {"name":"GPU_CORE_UTILIZATION_POLICY","value":"force"}])"));
+  EXPECT_EQ(o.pod["spec"]["runtimeClassName"], "nvidia");
+}
+
+TEST(WebhookTest, DefaultGpuNumZeroAddsNoCount) {
+  WebhookOptions options;
+  options.nvidia.default_gpu_num = 0;
+  Outcome o = RunFile("gpumem-only.json", options);
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_TRUE(o.patch.is_null());
+  o = RunFile("percentage-100.json", options);
+  EXPECT_TRUE(o.patch.is_null());
+}
+
+TEST(WebhookTest, DefaultMemoryMakesACountOnlyRequestShared) {
+  WebhookOptions options;
+  options.nvidia.default_memory = 2048;
+  Outcome o = RunFile("gpu-only.json", options);
+  EXPECT_FALSE(Limits(o.pod, "containers", 0).contains("nvidia.com/gpucores"));
+  EXPECT_EQ(o.pod["spec"]["schedulerName"], "hami-scheduler");
+}
+
+TEST(WebhookTest, ResourceNamesComeFromTheDeviceConfig) {
+  WebhookOptions options;
+  options.nvidia.resource_count_name = "example.com/vgpu";
+  options.nvidia.resource_memory_name = "example.com/vgpu-memory";
+  options.scheduler_name = "tessera";
+  std::string body = ReadTestdata("gpumem-only.json");
+  // Under other names the stock resource is not managed.
+  Outcome o = Review(body, options);
+  EXPECT_TRUE(o.patch.is_null());
+  json doc = json::parse(body);
+  doc["request"]["object"]["spec"]["containers"][0]["resources"]["limits"] =
+      json{{"example.com/vgpu-memory", "1000"}};
+  o = Review(doc.dump(), options);
+  EXPECT_EQ(Limits(o.pod, "containers", 0)["example.com/vgpu"], "1");
+  EXPECT_EQ(o.pod["spec"]["schedulerName"], "tessera");
+}
+
+TEST(WebhookTest, CoresOnlyGetsACountAndInitContainersWithoutResourcesAreUntouched) {
+  json doc = json::parse(ReadTestdata("no-resources.json"));
+  doc["request"]["object"]["spec"]["initContainers"] =
+      json::array({{{"name", "a"}, {"image", "x"}}});
+  doc["request"]["object"]["spec"]["containers"][0]["resources"]["limits"] =
+      json{{"nvidia.com/gpucores", "20"}};
+  Outcome o = Review(doc.dump());
+  EXPECT_EQ(Limits(o.pod, "containers", 0),
+            json({{"nvidia.com/gpucores", "20"}, {"nvidia.com/gpu", "1"}}));
+  EXPECT_FALSE(o.pod["spec"]["initContainers"][0].contains("resources"));
+}
+
+TEST(WebhookTest, SchedulerNameAbsentIsAdded) {
+  json doc = json::parse(ReadTestdata("gpu-only.json"));
+  doc["request"]["object"]["spec"].erase("schedulerName");
+  Outcome o = Review(doc.dump());
+  EXPECT_EQ(o.pod["spec"]["schedulerName"], "hami-scheduler");
+  EXPECT_THAT(o.patch.dump(), HasSubstr(R"("op":"add","path":"/spec/schedulerName")"));
+}
+
+TEST(WebhookTest, OtherOperationsAndResourcesAreAllowedUnchanged) {
+  json doc = json::parse(ReadTestdata("gpu-only.json"));
+  doc["request"]["operation"] = "UPDATE";
+  Outcome o = Review(doc.dump());
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_TRUE(o.patch.is_null());
+  doc["request"]["operation"] = "CREATE";
+  doc["request"]["subResource"] = "ephemeralcontainers";
+  o = Review(doc.dump());
+  EXPECT_TRUE(o.patch.is_null());
+}
+
+// ---- malformed reviews -------------------------------------------------------------------------
+
+json Bad(std::string_view content_type, std::string_view body) {
+  WebhookReply reply = HandleAdmissionReview(content_type, body, WebhookOptions{});
+  EXPECT_EQ(reply.http_status, 400) << body;
+  json review = json::parse(reply.body);
+  EXPECT_EQ(review["kind"], "AdmissionReview");
+  EXPECT_FALSE(review["response"]["allowed"]);
+  EXPECT_EQ(review["response"]["status"]["code"], 400);
+  return review["response"]["status"]["message"];
+}
+
+TEST(WebhookTest, MalformedReviewsAre400WithAMessage) {
+  const std::string good = ReadTestdata("gpu-only.json");
+  EXPECT_EQ(Bad("application/json", ""), "request body is empty");
+  EXPECT_THAT(Bad("text/plain", good).get<std::string>(), HasSubstr("expected application/json"));
+  EXPECT_THAT(Bad("application/json", "{not json").get<std::string>(), HasSubstr("not JSON"));
+  EXPECT_THAT(Bad("application/json", "[]").get<std::string>(), HasSubstr("JSON object"));
+  EXPECT_THAT(
+      Bad("application/json", std::string(600, '[') + std::string(600, ']')).get<std::string>(),
+      HasSubstr("deeper than 512"));
+  json doc = json::parse(good);
+  doc["apiVersion"] = "v1";
+  EXPECT_THAT(Bad("application/json", doc.dump()).get<std::string>(), HasSubstr("apiVersion"));
+  doc = json::parse(good);
+  doc["kind"] = "Pod";
+  EXPECT_THAT(Bad("application/json", doc.dump()).get<std::string>(), HasSubstr("kind"));
+  doc = json::parse(good);
+  doc["request"].erase("uid");
+  EXPECT_THAT(Bad("application/json", doc.dump()).get<std::string>(), HasSubstr("request.uid"));
+  doc = json::parse(good);
+  doc["request"]["uid"] = 7;
+  EXPECT_THAT(Bad("application/json", doc.dump()).get<std::string>(), HasSubstr("request.uid"));
+  doc = json::parse(good);
+  doc["request"]["object"] = "pod";
+  EXPECT_THAT(Bad("application/json", doc.dump()).get<std::string>(), HasSubstr("request.object"));
+  doc = json::parse(good);
+  doc["request"].erase("object");
+  EXPECT_THAT(Bad("application/json", doc.dump()).get<std::string>(), HasSubstr("request.object"));
+  doc = json::parse(good);
+  doc.erase("request");
+  EXPECT_THAT(Bad("application/json", doc.dump()).get<std::string>(), HasSubstr("request"));
+  // A charset parameter is fine.
+  EXPECT_EQ(HandleAdmissionReview("application/json; charset=utf-8", good, {}).http_status, 200);
+}
+
+TEST(WebhookTest, EveryTestdataReviewDecodes) {
+  for (const char* name : {"gpumem-only.json", "v1beta1.json", "bound.json"}) {
+    absl::StatusOr<AdmissionRequest> r = DecodeAdmissionReview(ReadTestdata(name));
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_EQ(r->kind, "Pod");
+    EXPECT_EQ(r->resource, "pods");
+    EXPECT_EQ(r->operation, "CREATE");
+    EXPECT_EQ(r->ns, "ml");
+  }
+}
+
+}  // namespace
+}  // namespace tessera::extender

@@ -1,0 +1,604 @@
+// The extender wire codec.
+//
+// Decoding uses simdjson On-Demand rather than nlohmann because the request carries whole Pod
+// and Node objects whose exact text must be kept (raw_pod, WireNode::raw) and then decoded by
+// kube::DecodePod / kube::DecodeNode: On-Demand hands out each object's span of the input
+// (raw_json()) without building a DOM, whereas nlohmann would build a DOM of every node only to
+// re-serialise it (and not byte for byte). A Nodes request of 500 full nodes is ~2.5 MB, where
+// nlohmann costs tens of milliseconds. Every simdjson access is checked and the first error ends
+// the decode (continuing after an On-Demand error is undefined behaviour, cpp-toolchain.md A.3).
+//
+// Encoding is a small hand-written writer: the replies are flat, and Go's escaping rules must be
+// followed exactly (nlohmann escapes differently: it does not escape <, >, & or U+2028).
+#include "tessera/extender/wire.h"
+
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "fmt/format.h"
+#include "simdjson.h"
+
+#include "tessera/json/frame_splitter.h"
+#include "tessera/json/text.h"
+#include "tessera/kube/decode.h"
+
+namespace tessera::extender {
+namespace {
+
+namespace od = simdjson::ondemand;
+
+// Go's encoding/json rule for a key: the field whose name equals it exactly, else the first
+// field whose name equals it under case folding; -1 when none does.
+int MatchField(std::string_view key, const std::string_view* names, int count) {
+  for (int i = 0; i < count; ++i) {
+    if (key == names[i]) {
+      return i;
+    }
+  }
+  for (int i = 0; i < count; ++i) {
+    if (json::KeyEqualsFold(key, names[i])) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+std::string_view TrimTrailingSpace(std::string_view s) {
+  while (!s.empty() && json::IsJsonSpace(s.back())) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// Requests larger than this release the thread's parser buffers after decoding.
+constexpr size_t kRetainBytes = size_t{256} << 10;
+
+// One decode of one request body. Every method returns false on the first error, having set
+// error_; nothing is read from simdjson after an error.
+class RequestDecoder {
+ public:
+  explicit RequestDecoder(std::string_view what) : what_(what) {}
+  ~RequestDecoder() {
+    if (input_.size() > kRetainBytes) {
+      Parser() = od::parser();
+    }
+  }
+  RequestDecoder(const RequestDecoder&) = delete;
+  RequestDecoder& operator=(const RequestDecoder&) = delete;
+
+  // Parses the first JSON value of `body`, which must be an object, into *object. Trailing data
+  // after it is ignored, as Go's json.Decoder does.
+  bool Open(std::string_view body, od::object* object) {
+    size_t start = 0;
+    while (start < body.size() && json::IsJsonSpace(body[start])) {
+      ++start;
+    }
+    if (start == body.size()) {
+      return Fail("", "unexpected end of JSON input");
+    }
+    if (body[start] != '{') {
+      return Fail("", "expected a JSON object");
+    }
+    // Find where the first object ends (string-aware bracket depth), so that whatever follows
+    // it never reaches the parser. The splitter keeps frames completed before an error.
+    json::FrameSplitter splitter(kMaxRequestBytes * 4 + body.size());
+    std::vector<std::string> frames;
+    splitter.Feed(body.substr(start), &frames).IgnoreError();
+    if (frames.empty()) {
+      return Fail("", "unexpected end of JSON input");
+    }
+    input_ = std::move(frames.front());
+    const size_t size = input_.size();
+    input_.resize(size + simdjson::SIMDJSON_PADDING, '\0');  // zeroed padding, then the size back
+    input_.resize(size);
+    if (auto e = Parser().iterate(input_.data(), size, input_.capacity()).get(doc_); e) {
+      return JsonFail("", e);
+    }
+    if (auto e = doc_.get_object().get(*object); e) {
+      return JsonFail("", e);
+    }
+    return true;
+  }
+
+  // Iterates the fields of `object`, calling on_field(index, value) for those matching `names`
+  // (index into names) and skipping the others.
+  template <typename F>
+  bool Fields(od::object& object, const std::string_view* names, int count, F&& on_field) {
+    for (auto field_result : object) {
+      od::field field;
+      if (auto e = std::move(field_result).get(field); e) {
+        return JsonFail("", e);
+      }
+      std::string_view key;
+      if (auto e = field.unescaped_key().get(key); e) {
+        return JsonFail("", e);
+      }
+      const int index = MatchField(key, names, count);
+      if (index < 0) {
+        continue;  // unknown keys are ignored; On-Demand skips the value
+      }
+      if (!on_field(index, field.value())) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  bool IsNull(od::value& v, bool* is_null) {
+    od::json_type t;
+    if (auto e = v.type().get(t); e) {
+      return JsonFail("", e);
+    }
+    *is_null = t == od::json_type::null;
+    if (*is_null) {
+      bool n = false;
+      if (auto e = v.is_null().get(n); e || !n) {
+        return e ? JsonFail("", e) : Fail("", "invalid literal");
+      }
+    }
+    return true;
+  }
+
+  bool String(std::string_view field, od::value& v, std::string* out) {
+    od::json_type t;
+    if (auto e = v.type().get(t); e) {
+      return JsonFail(field, e);
+    }
+    if (t == od::json_type::null) {
+      bool n = false;
+      if (auto e = v.is_null().get(n); e || !n) {
+        return e ? JsonFail(field, e) : Fail(field, "invalid literal");
+      }
+      return true;  // null leaves a Go string unchanged
+    }
+    if (t != od::json_type::string) {
+      return Fail(field, "expected string");
+    }
+    std::string_view s;
+    if (auto e = v.get_string().get(s); e) {
+      return JsonFail(field, e);
+    }
+    out->assign(s.data(), s.size());
+    return true;
+  }
+
+  // An object's exact text (without trailing whitespace); the value is consumed.
+  bool RawObject(std::string_view field, od::value& v, std::string* raw) {
+    od::json_type t;
+    if (auto e = v.type().get(t); e) {
+      return JsonFail(field, e);
+    }
+    if (t != od::json_type::object) {
+      return Fail(field, "expected object");
+    }
+    od::object object;
+    if (auto e = v.get_object().get(object); e) {
+      return JsonFail(field, e);
+    }
+    std::string_view text;
+    if (auto e = object.raw_json().get(text); e) {
+      return JsonFail(field, e);
+    }
+    text = TrimTrailingSpace(text);
+    raw->assign(text.data(), text.size());
+    return true;
+  }
+
+  bool StringArray(std::string_view field, od::value& v,
+                   std::optional<std::vector<std::string>>* out) {
+    bool is_null = false;
+    if (!IsNull(v, &is_null)) {
+      return false;
+    }
+    if (is_null) {
+      out->reset();
+      return true;
+    }
+    od::json_type t;
+    if (auto e = v.type().get(t); e) {
+      return JsonFail(field, e);
+    }
+    if (t != od::json_type::array) {
+      return Fail(field, "expected array of strings");
+    }
+    od::array array;
+    if (auto e = v.get_array().get(array); e) {
+      return JsonFail(field, e);
+    }
+    std::vector<std::string> names;
+    size_t index = 0;
+    for (auto element_result : array) {
+      od::value element;
+      if (auto e = std::move(element_result).get(element); e) {
+        return JsonFail(field, e);
+      }
+      // The element's field name is formatted only on error: this loop runs once per node.
+      od::json_type element_type;
+      if (auto e = element.type().get(element_type); e) {
+        return JsonFail(fmt::format("{}[{}]", field, index), e);
+      }
+      if (element_type == od::json_type::string) {
+        std::string_view name;
+        if (auto e = element.get_string().get(name); e) {
+          return JsonFail(fmt::format("{}[{}]", field, index), e);
+        }
+        names.emplace_back(name);
+      } else if (std::string name; String(fmt::format("{}[{}]", field, index), element, &name)) {
+        names.push_back(std::move(name));  // null: ""
+      } else {
+        return false;
+      }
+      ++index;
+    }
+    *out = std::move(names);
+    return true;
+  }
+
+  // v1.NodeList: {"metadata":…,"items":[…]}; only items is read.
+  bool Nodes(od::value& v, std::optional<std::vector<WireNode>>* out) {
+    bool is_null = false;
+    if (!IsNull(v, &is_null)) {
+      return false;
+    }
+    if (is_null) {
+      out->reset();
+      return true;
+    }
+    od::json_type t;
+    if (auto e = v.type().get(t); e) {
+      return JsonFail("Nodes", e);
+    }
+    if (t != od::json_type::object) {
+      return Fail("Nodes", "expected object");
+    }
+    od::object list;
+    if (auto e = v.get_object().get(list); e) {
+      return JsonFail("Nodes", e);
+    }
+    static constexpr std::string_view kNames[] = {"items"};
+    std::vector<WireNode> nodes;
+    bool ok = Fields(list, kNames, 1, [&](int, od::value& items) {
+      bool items_null = false;
+      if (!IsNull(items, &items_null)) {
+        return false;
+      }
+      nodes.clear();  // a repeated key replaces the list
+      if (items_null) {
+        return true;
+      }
+      od::json_type items_type;
+      if (auto e = items.type().get(items_type); e) {
+        return JsonFail("Nodes.items", e);
+      }
+      if (items_type != od::json_type::array) {
+        return Fail("Nodes.items", "expected array");
+      }
+      od::array array;
+      if (auto e = items.get_array().get(array); e) {
+        return JsonFail("Nodes.items", e);
+      }
+      size_t index = 0;
+      for (auto element_result : array) {
+        od::value element;
+        if (auto e = std::move(element_result).get(element); e) {
+          return JsonFail("Nodes.items", e);
+        }
+        const std::string field = fmt::format("Nodes.items[{}]", index);
+        WireNode node;
+        if (!RawObject(field, element, &node.raw)) {
+          return false;
+        }
+        absl::StatusOr<kube::Node> decoded = kube::DecodeNode(node.raw);
+        if (!decoded.ok()) {
+          return Fail(field, std::string(decoded.status().message()));
+        }
+        node.node = *std::move(decoded);
+        nodes.push_back(std::move(node));
+        ++index;
+      }
+      return true;
+    });
+    if (!ok) {
+      return false;
+    }
+    *out = std::move(nodes);
+    return true;
+  }
+
+  absl::Status Error() const { return absl::InvalidArgumentError(error_); }
+
+  bool Fail(std::string_view field, std::string_view problem) {
+    error_ = field.empty() ? fmt::format("{}: {}", what_, problem)
+                           : fmt::format("{}: {}: {}", what_, field, problem);
+    return false;
+  }
+
+ private:
+  bool JsonFail(std::string_view field, simdjson::error_code e) {
+    return Fail(field, fmt::format("invalid JSON ({})", simdjson::error_message(e)));
+  }
+
+  std::string_view what_;
+  std::string error_;
+  // A parser per thread keeps its buffers across requests; one grown by a large request is
+  // dropped afterwards (see ~RequestDecoder).
+  static od::parser& Parser() {
+    thread_local od::parser parser;
+    return parser;
+  }
+
+  std::string input_;
+  od::document doc_;
+};
+
+// ---- encoding ----------------------------------------------------------------------------------
+
+constexpr char kHex[] = "0123456789abcdef";
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when it is not one (as Go's
+// utf8.DecodeRuneInString judges: no overlongs, no surrogates, at most U+10FFFF).
+size_t Utf8Length(std::string_view s, size_t i, uint32_t* rune) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  const size_t left = s.size() - i;
+  const auto cont = [&](size_t k) { return k < s.size() && (b(k) & 0xC0) == 0x80; };
+  if (c >= 0xC2 && c <= 0xDF && left >= 2 && cont(i + 1)) {
+    *rune = ((c & 0x1Fu) << 6) | (b(i + 1) & 0x3Fu);
+    return 2;
+  }
+  if (c >= 0xE0 && c <= 0xEF && left >= 3 && cont(i + 1) && cont(i + 2)) {
+    const uint32_t r = ((c & 0x0Fu) << 12) | ((b(i + 1) & 0x3Fu) << 6) | (b(i + 2) & 0x3Fu);
+    if (r < 0x800 || (r >= 0xD800 && r <= 0xDFFF)) {
+      return 0;
+    }
+    *rune = r;
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4 && left >= 4 && cont(i + 1) && cont(i + 2) && cont(i + 3)) {
+    const uint32_t r = ((c & 0x07u) << 18) | ((b(i + 1) & 0x3Fu) << 12) |
+                       ((b(i + 2) & 0x3Fu) << 6) | (b(i + 3) & 0x3Fu);
+    if (r < 0x10000 || r > 0x10FFFF) {
+      return 0;
+    }
+    *rune = r;
+    return 4;
+  }
+  return 0;
+}
+
+// A JSON string as Go's encoding/json writes it (with HTML escaping, its default).
+// Bytes that Go writes as they are: printable ASCII other than " \\ < > &.
+constexpr bool IsPlain(unsigned char c) {
+  return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&';
+}
+
+void AppendString(std::string* out, std::string_view s) {
+  out->push_back('"');
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t run = i;
+    while (run < s.size() && IsPlain(static_cast<unsigned char>(s[run]))) {
+      ++run;
+    }
+    if (run > i) {
+      out->append(s.data() + i, run - i);
+      i = run;
+      continue;
+    }
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      switch (c) {
+        case '"':
+          out->append("\\\"");
+          break;
+        case '\\':
+          out->append("\\\\");
+          break;
+        case '\b':
+          out->append("\\b");
+          break;
+        case '\f':
+          out->append("\\f");
+          break;
+        case '\n':
+          out->append("\\n");
+          break;
+        case '\r':
+          out->append("\\r");
+          break;
+        case '\t':
+          out->append("\\t");
+          break;
+        default:
+          if (c < 0x20 || c == '<' || c == '>' || c == '&') {
+            out->append("\\u00");
+            out->push_back(kHex[c >> 4]);
+            out->push_back(kHex[c & 0xF]);
+          } else {
+            out->push_back(static_cast<char>(c));
+          }
+      }
+      ++i;
+      continue;
+    }
+    uint32_t rune = 0;
+    const size_t n = Utf8Length(s, i, &rune);
+    if (n == 0) {
+      out->append("\\ufffd");  // Go replaces each invalid byte with U+FFFD
+      ++i;
+      continue;
+    }
+    if (rune == 0x2028 || rune == 0x2029) {
+      out->append(rune == 0x2028 ? "\\u2028" : "\\u2029");
+    } else {
+      out->append(s.data() + i, n);
+    }
+    i += n;
+  }
+  out->push_back('"');
+}
+
+void AppendStringMap(std::string* out, const std::map<std::string, std::string>& map) {
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [key, value] : map) {  // std::map orders keys bytewise, as Go sorts them
+    if (!first) {
+      out->push_back(',');
+    }
+    first = false;
+    AppendString(out, key);
+    out->push_back(':');
+    AppendString(out, value);
+  }
+  out->push_back('}');
+}
+
+}  // namespace
+
+std::vector<std::string> FilterArgs::CandidateNames() const {
+  if (node_names.has_value()) {
+    return *node_names;
+  }
+  std::vector<std::string> names;
+  if (nodes.has_value()) {
+    names.reserve(nodes->size());
+    for (const WireNode& n : *nodes) {
+      names.push_back(n.node.meta.name);
+    }
+  }
+  return names;
+}
+
+absl::StatusOr<FilterArgs> DecodeFilterArgs(std::string_view json) {
+  auto decoder = std::make_unique<RequestDecoder>("extender args");
+  od::object object;
+  if (!decoder->Open(json, &object)) {
+    return decoder->Error();
+  }
+  static constexpr std::string_view kNames[] = {"Pod", "Nodes", "NodeNames"};
+  FilterArgs args;
+  bool have_pod = false;
+  RequestDecoder& d = *decoder;
+  const bool ok = d.Fields(object, kNames, 3, [&](int index, od::value& v) {
+    switch (index) {
+      case 0: {
+        bool is_null = false;
+        if (!d.IsNull(v, &is_null)) {
+          return false;
+        }
+        if (is_null) {
+          have_pod = false;
+          args.raw_pod.clear();
+          return true;
+        }
+        if (!d.RawObject("Pod", v, &args.raw_pod)) {
+          return false;
+        }
+        have_pod = true;
+        return true;
+      }
+      case 1:
+        return d.Nodes(v, &args.nodes);
+      default:
+        return d.StringArray("NodeNames", v, &args.node_names);
+    }
+  });
+  if (!ok) {
+    return d.Error();
+  }
+  if (!have_pod) {
+    return absl::InvalidArgumentError(kMissingPodMessage);
+  }
+  absl::StatusOr<kube::Pod> pod = kube::DecodePod(args.raw_pod);
+  if (!pod.ok()) {
+    d.Fail("Pod", std::string(pod.status().message()));
+    return d.Error();
+  }
+  args.pod = *std::move(pod);
+  return args;
+}
+
+absl::StatusOr<BindArgs> DecodeBindArgs(std::string_view json) {
+  auto decoder = std::make_unique<RequestDecoder>("extender binding args");
+  od::object object;
+  if (!decoder->Open(json, &object)) {
+    return decoder->Error();
+  }
+  static constexpr std::string_view kNames[] = {"PodName", "PodNamespace", "PodUID", "Node"};
+  BindArgs args;
+  std::string* const targets[] = {&args.pod_name, &args.pod_namespace, &args.pod_uid, &args.node};
+  RequestDecoder& d = *decoder;
+  const bool ok = d.Fields(object, kNames, 4, [&](int index, od::value& v) {
+    return d.String(kNames[index], v, targets[index]);
+  });
+  if (!ok) {
+    return d.Error();
+  }
+  return args;
+}
+
+std::string EncodeFilterResult(const FilterResult& result) {
+  std::string out;
+  size_t reserve = 128 + result.error.size();
+  for (const auto* map : {&result.failed_nodes, &result.failed_and_unresolvable_nodes}) {
+    for (const auto& [key, value] : *map) {
+      reserve += key.size() + value.size() + 6;
+    }
+  }
+  if (result.node_names.has_value()) {
+    for (const std::string& name : *result.node_names) {
+      reserve += name.size() + 3;
+    }
+  }
+  if (result.nodes.has_value()) {
+    for (const std::string& raw : *result.nodes) {
+      reserve += raw.size() + 1;
+    }
+  }
+  out.reserve(reserve);
+  out.append("{\"Nodes\":");
+  if (result.nodes.has_value()) {
+    out.append("{\"metadata\":{},\"items\":[");
+    for (size_t i = 0; i < result.nodes->size(); ++i) {
+      if (i > 0) {
+        out.push_back(',');
+      }
+      out.append((*result.nodes)[i]);
+    }
+    out.append("]}");
+  } else {
+    out.append("null");
+  }
+  out.append(",\"NodeNames\":");
+  if (result.node_names.has_value()) {
+    out.push_back('[');
+    for (size_t i = 0; i < result.node_names->size(); ++i) {
+      if (i > 0) {
+        out.push_back(',');
+      }
+      AppendString(&out, (*result.node_names)[i]);
+    }
+    out.push_back(']');
+  } else {
+    out.append("null");
+  }
+  out.append(",\"FailedNodes\":");
+  AppendStringMap(&out, result.failed_nodes);
+  out.append(",\"FailedAndUnresolvableNodes\":");
+  AppendStringMap(&out, result.failed_and_unresolvable_nodes);
+  out.append(",\"Error\":");
+  AppendString(&out, result.error);
+  out.push_back('}');
+  return out;
+}
+
+std::string EncodeBindResult(const BindResult& result) {
+  std::string out = "{\"Error\":";
+  AppendString(&out, result.error);
+  out.push_back('}');
+  return out;
+}
+
+}  // namespace tessera::extender

@@ -1,0 +1,153 @@
+// File: tessera/kube/decode.h
+//
+// Typed decoders from the API server's JSON to the projections in tessera/kube/objects.h and
+// tessera/kube/lease.h: single objects, lists (one LIST page), watch events and Status errors.
+//
+// What is read: see the field comments of Pod, Node and Lease. Every other field is skipped
+// without being interpreted, so unknown and future fields never fail a decode. JSON null is
+// treated as absent everywhere. Resource quantities (limits, requests, allocatable) may arrive as
+// JSON strings or numbers; numbers keep their literal text ("2", "0.5"). Fields may come in any
+// order. Duplicate keys in a map: the last one wins. Skipped values are scanned for structure
+// (brackets, strings) but not validated: `{"unknownField":tru}` decodes, as On-Demand parsing
+// does not inspect values it is not asked for.
+//
+// Labels and annotations: only the keys listed in tessera/kube/objects.h are kept (pod and node
+// annotations and pod labels under hami.io/ and nvidia.com/, every node label, all of a Lease's
+// metadata). A dropped key's value must still be a string (or null), but its text is not read.
+//
+// Errors: a decode either returns the whole value or an error, never a partial value.
+//   InvalidArgument — malformed JSON, a wrong type or an unexpected kind. The message names the
+//                     object and the field path, e.g.
+//                       "Pod default/x: spec.containers[1].resources.limits: expected object"
+//                     and for list items
+//                       "PodList items[7] (Pod default/x): metadata.labels.app: expected string".
+//                     The part after the object label ("spec.containers[1]...: expected object")
+//                     is also available through FieldError(status).
+//
+// Performance: the decoders use simdjson On-Demand and copy the input once into a padded buffer
+// kept by the Decoder; only the strings that end up in the result are allocated.
+//
+// Thread safety: a Decoder is thread-compatible: use one per thread (it owns a parser whose
+// buffers are reused across calls). The free functions use a thread-local Decoder and are safe to
+// call from any thread. Results are plain values owned by the caller.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include "tessera/kube/lease.h"
+#include "tessera/kube/objects.h"
+
+namespace tessera::kube {
+
+// A metav1.Status: the body of an API error, and the object of a watch ERROR event.
+struct ApiStatus {
+  std::string status;               // "Success" or "Failure"
+  std::string reason;               // e.g. "Expired", "Conflict", "NotFound"; empty when absent
+  std::string message;              // human-readable
+  int32_t code = 0;                 // HTTP status code, e.g. 410, 409
+  int32_t retry_after_seconds = 0;  // details.retryAfterSeconds; 0 when absent
+
+  friend bool operator==(const ApiStatus&, const ApiStatus&) = default;
+};
+
+// metadata of a list response.
+struct ListMeta {
+  std::string resource_version;
+  std::string continue_token;  // metadata.continue; empty on the last page
+  std::optional<int64_t> remaining_item_count;
+
+  friend bool operator==(const ListMeta&, const ListMeta&) = default;
+};
+
+struct PodList {
+  ListMeta meta;
+  std::vector<Pod> items;
+};
+
+struct NodeList {
+  ListMeta meta;
+  std::vector<Node> items;
+};
+
+enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark, kError };
+
+// "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR".
+std::string_view WatchEventTypeName(WatchEventType type);
+
+// One event of a watch stream on objects of type T (Pod, Node or Lease).
+template <typename T>
+struct WatchEvent {
+  WatchEventType type = WatchEventType::kAdded;
+  // ADDED, MODIFIED, DELETED: the decoded object (DELETED carries the last state).
+  // BOOKMARK: only object.meta.resource_version and object.meta.annotations are set (a watch-list
+  //           bookmark carries "k8s.io/initial-events-end"); the rest of the object is skipped.
+  // ERROR: default-constructed.
+  T object;
+  ApiStatus status;  // ERROR only: the Status object, e.g. code 410 reason "Expired".
+};
+
+// The field path and problem of a decode error ("spec.containers: expected array"), without the
+// object label; empty for statuses that do not come from a decoder.
+std::string FieldError(const absl::Status& status);
+
+// Reusable decoder. Each call parses one complete JSON document; the input is copied, so it
+// need not outlive the call and needs no padding.
+class Decoder {
+ public:
+  // Buffers grown past `retain_bytes` by one call (the input copy and the parser's indexes, about
+  // twice the input) are released after that call, so that one huge body does not pin its memory
+  // for the life of the thread. Paged LISTs (a few MB) stay well below the default.
+  static constexpr size_t kDefaultRetainBytes = size_t{32} << 20;
+
+  explicit Decoder(size_t retain_bytes = kDefaultRetainBytes);
+  ~Decoder();
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+
+  // A single object. `kind`, when present, must match ("Pod", "Node", "Lease", "Status").
+  absl::StatusOr<Pod> DecodePod(std::string_view json);
+  absl::StatusOr<Node> DecodeNode(std::string_view json);
+  absl::StatusOr<Lease> DecodeLease(std::string_view json);
+  absl::StatusOr<ApiStatus> DecodeStatus(std::string_view json);
+
+  // A list response (one page). `kind`, when present, must be "PodList"/"NodeList" or "List";
+  // items need not carry a kind (the API server omits it), but one that does must match.
+  // `items` absent or null decodes to an empty list.
+  absl::StatusOr<PodList> DecodePodList(std::string_view json);
+  absl::StatusOr<NodeList> DecodeNodeList(std::string_view json);
+
+  // The same, parsing `*body` in place instead of copying it: the body's capacity is grown by
+  // the parser's padding (64 bytes) when it lacks it, which reallocates at most once, and the
+  // bytes past size() are overwritten. For multi-megabyte LIST bodies held in a std::string.
+  absl::StatusOr<PodList> DecodePodListInPlace(std::string* body);
+  absl::StatusOr<NodeList> DecodeNodeListInPlace(std::string* body);
+
+  // One watch event {"type": ..., "object": ...}. T is Pod, Node or Lease. The object's kind,
+  // when present, must be T's kind (or "Status" for ERROR); an unknown type is an error.
+  template <typename T>
+  absl::StatusOr<WatchEvent<T>> DecodeWatchEvent(std::string_view json);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Convenience wrappers over a thread-local Decoder.
+absl::StatusOr<Pod> DecodePod(std::string_view json);
+absl::StatusOr<Node> DecodeNode(std::string_view json);
+absl::StatusOr<Lease> DecodeLease(std::string_view json);
+absl::StatusOr<ApiStatus> DecodeStatus(std::string_view json);
+absl::StatusOr<PodList> DecodePodList(std::string_view json);
+absl::StatusOr<NodeList> DecodeNodeList(std::string_view json);
+template <typename T>
+absl::StatusOr<WatchEvent<T>> DecodeWatchEvent(std::string_view json);
+
+}  // namespace tessera::kube

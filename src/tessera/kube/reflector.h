@@ -1,0 +1,172 @@
+// File: tessera/kube/reflector.h
+//
+// Reflector<T> (T = Pod or Node) keeps a sink in step with the API server, with client-go's
+// list/watch semantics (reference: k8s-protocol.md §3.1):
+//
+//   1. LIST in pages of `page_size` (resourceVersion "0" the first time, so a watch cache can
+//      serve it). Pagination is used only with resourceVersion "" or "0"; a LIST at a specific
+//      RV is sent unpaged, as the watch cache serves those. A 410 on a continue page falls back
+//      to one full (unpaged) LIST; a 410 or a 504 ("too large resource version") on a LIST at
+//      an RV retries at once with RV "".
+//      The complete list goes to sink->OnReplace(items, list_rv, list_started).
+//   2. WATCH from the list's RV with allowWatchBookmarks=true and timeoutSeconds drawn
+//      uniformly from [min_watch_timeout, 2 × min_watch_timeout). Every ADDED / MODIFIED /
+//      DELETED event goes to sink->OnEvent and advances the last seen RV; a BOOKMARK only
+//      advances the RV.
+//   3. When the watch ends:
+//        normal close           → watch again from the last RV, at once (no LIST);
+//        "very short" close     → (under 1 s with no event) an error: relist after backoff;
+//        410 / ERROR event      → relist after backoff, at the last RV (then "" if that is 410);
+//        kUnavailable / 429     → watch again from the last RV after backoff;
+//        anything else          → relist after backoff.
+//      A failing LIST is retried after backoff. The backoff (tessera::Backoff) is reset when no
+//      failure happened for `backoff_reset`.
+//
+// The reflector owns no thread. Its owner (the Informer) runs every method and every posted
+// task on one thread: transport callbacks never touch the reflector, they hand a task to
+// `post`, which must run it later on the owner thread (or drop it once the owner stops). Time
+// is read from the injected Clock only; Tick() performs a retry whose backoff has elapsed.
+//
+// Thread safety: all methods except counters() must be called on the owner thread.
+// counters() may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+#include "tessera/base/backoff.h"
+#include "tessera/base/clock.h"
+#include "tessera/base/mutex.h"
+#include "tessera/kube/client.h"
+#include "tessera/kube/decode.h"
+
+namespace tessera::kube {
+
+struct ReflectorOptions {
+  std::string ns;  // empty: all namespaces
+  std::string label_selector;
+  std::string field_selector;
+  int64_t page_size = 500;
+  absl::Duration min_watch_timeout = absl::Minutes(5);
+  // Stall watchdog of each watch stream (zero: none). Keep it above the bookmark interval.
+  absl::Duration watch_stall_timeout = absl::Minutes(3);
+  Backoff::Options backoff = {absl::Milliseconds(800), absl::Seconds(30), 2.0, 0.5};
+  absl::Duration backoff_reset = absl::Minutes(2);
+  uint64_t seed = 0x5eed;
+};
+
+// Counters for metrics and tests. Monotonic except the "last_" fields.
+struct ReflectorCounters {
+  int64_t lists = 0;             // complete LISTs delivered to OnReplace
+  int64_t list_pages = 0;        // LIST requests answered with a page
+  int64_t list_errors = 0;       // failed LIST requests
+  int64_t relists = 0;           // LISTs started after the first
+  int64_t continue_expired = 0;  // 410 on a continue page (fell back to a full LIST)
+  int64_t watches = 0;           // WATCH requests started
+  int64_t watch_restarts = 0;    // watches started again after a normal close
+  int64_t watch_errors = 0;      // watches that ended with an error (410 and ERROR included)
+  int64_t events = 0;            // ADDED/MODIFIED/DELETED events delivered
+  int64_t bookmarks = 0;
+  absl::Time last_event_time = absl::InfinitePast();
+  std::string last_resource_version;
+  absl::Duration last_backoff = absl::ZeroDuration();
+  absl::Status last_error;
+};
+
+template <typename T>
+class ReflectorSink {
+ public:
+  virtual ~ReflectorSink() = default;
+  // The complete result of a LIST, every page concatenated, its resourceVersion, and the clock's
+  // time when the LIST's first request was about to be sent (the snapshot is no older).
+  virtual void OnReplace(std::vector<T> items, const std::string& resource_version,
+                         absl::Time list_started) = 0;
+  // One ADDED, MODIFIED or DELETED event.
+  virtual void OnEvent(WatchEvent<T> event) = 0;
+};
+
+template <typename T>
+class Reflector {
+ public:
+  using Task = absl::AnyInvocable<void()>;
+  using Post = std::function<void(Task)>;
+
+  // `client`, `clock` and `sink` must outlive the reflector.
+  Reflector(ApiClient* client, ReflectorOptions options, Clock* clock, ReflectorSink<T>* sink,
+            Post post);
+  ~Reflector();
+  Reflector(const Reflector&) = delete;
+  Reflector& operator=(const Reflector&) = delete;
+
+  // Starts the first LIST. Call once.
+  void Start();
+  // Cancels the watch and ignores every later result. Idempotent.
+  void Stop();
+  // Runs a retry whose backoff has elapsed. Returns when the next retry is due
+  // (InfiniteFuture when none is waiting).
+  absl::Time Tick();
+
+  ReflectorCounters counters() const;
+
+ private:
+  enum class Phase { kIdle, kListing, kWatching, kWaiting, kStopped };
+  enum class Retry { kRelist, kRewatch };
+
+  void StartList(std::string resource_version);
+  void SendPage();
+  void OnPage(uint64_t gen, absl::StatusOr<ApiClient::ListOf<T>> page);
+  void StartWatch();
+  void OnWatchEvent(uint64_t gen, WatchEvent<T> event);
+  void OnWatchEnd(uint64_t gen, absl::Status status);
+  void Fail(Retry retry, absl::Status error);
+  template <typename F>
+  void UpdateCounters(F f) {
+    MutexLock lock(&counters_mu_);
+    f(counters_);
+  }
+
+  ApiClient* const client_;
+  const ReflectorOptions options_;
+  Clock* const clock_;
+  ReflectorSink<T>* const sink_;
+  const Post post_;
+
+  Phase phase_ = Phase::kIdle;
+  uint64_t gen_ = 0;  // bumped by every new request; results of older ones are ignored
+  Backoff backoff_;
+  std::mt19937_64 rng_;
+  absl::Time last_failure_ = absl::InfinitePast();
+  absl::Time retry_at_ = absl::InfiniteFuture();
+  Retry retry_ = Retry::kRelist;
+  bool listed_once_ = false;
+
+  // The LIST in progress.
+  std::string list_rv_;
+  absl::Time list_started_;
+  bool paged_ = true;
+  std::string continue_;
+  std::string page_rv_;
+  std::vector<T> items_;
+
+  // The watch in progress.
+  std::string last_rv_;
+  WatchHandle watch_;
+  absl::Time watch_started_ = absl::InfinitePast();
+  int64_t watch_events_ = 0;
+
+  mutable Mutex counters_mu_;
+  ReflectorCounters counters_ ABSL_GUARDED_BY(counters_mu_);
+};
+
+extern template class Reflector<Pod>;
+extern template class Reflector<Node>;
+
+}  // namespace tessera::kube

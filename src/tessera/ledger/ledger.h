@@ -1,0 +1,416 @@
+// File: tessera/ledger/ledger.h
+//
+// The allocation ledger: which pod holds which share of which GPU, kept incrementally so that a
+// filter reads the usage of its candidate nodes in O(candidates), never O(pods).
+//
+// Inputs (all level-triggered: each call states the current truth for one key):
+//   * node registrations — SetNode / RemoveNode (hami.io/node-nvidia-register, decoded);
+//   * observed pods — Apply / Remove, keyed by pod UID, with REPLACE semantics (tombstones
+//     carry a UID only and go to Remove);
+//   * in-flight reservations — Reserve / Release / ExpireReservations, made by filter before the
+//     pod's annotations are observed.
+//
+// The holder rule (DESIGN.md "The ledger"). For one UID:
+//   1. An observed record is *stored* when the pod is not terminal (phase neither Succeeded nor
+//      Failed), its deletion has not completed (`deleted` false; a pod that only carries a
+//      deletionTimestamp still runs and is NOT deleted) and it carries an allocation (`node`, the
+//      hami.io/vgpu-node annotation, non-empty). Anything else erases the record.
+//   2. A stored record *holds* its devices when it is bound to its annotated node
+//      (bound_node == node) and is not bind-failed (hami.io/bind-phase=failed). Bound to another
+//      node: holds nothing and is reported as a conflict. Unbound: holds nothing by itself.
+//   3. A reservation holds its devices while it exists. A reservation and a bound record never
+//      coexist: observing the pod bound (to any node), terminal or deleted ends the reservation
+//      (bound_node == node is the normal confirmation; bound elsewhere means the reservation can
+//      never be used). Reserve on a UID whose record is bound is refused. An observed record that
+//      is unbound — with or without annotations, bind-failed or not — leaves the reservation
+//      alone: it stays until Release, a new Reserve, Remove, a bound/terminal/deleted Apply, or
+//      ExpireReservations. While both exist, the reservation (the newer decision) is what holds.
+//      Consequently an unbound annotated pod with no reservation (e.g. after a restart) holds
+//      nothing; a caller that wants it held again calls Reserve with an expiry of its choosing.
+//   4. Only the holder's node counts, and only while that node is registered. Each device entry
+//      is matched by UUID against the node's registration (a trailing MIG "[a-b]" suffix is
+//      ignored when matching, as HAMi v2.5.2 does); an entry whose UUID the node does not register
+//      holds nothing and is reported as an orphan. Entries with an empty UUID (HAMi v2.5.2's blank
+//      padding ",,0,0:") are dropped on input.
+//   5. Counting (HAMi v2.10's CollapseInitContainerUsage, the rule the fit uses): containers
+//      with index < init_count are init containers, the rest app containers. Per holder and per
+//      matched device, over that holder's entries on the device:
+//        used      += max(1 if any init entry is on it, number of app entries on it);
+//        usedmem   += max(largest init entry's MiB, sum of the app entries' MiB);
+//        usedcores += max(largest init entry's cores, sum of the app entries' cores).
+//      Init containers run one at a time before the app containers, so a pod needs its init peak
+//      or its app sum, never both. Without init containers (init_count 0) this is HAMi v2.5.2's
+//      additive rule: every entry adds one slot, its MiB and its cores. Entries are collapsed by
+//      the device they match (so "GPU-x" and "GPU-x[1-2]" of one pod collapse together). Holders
+//      still list one entry per container.
+//
+// Stored form: per record the UID, namespace, name, annotated node, bound-ness, bind-failed flag,
+// init container count and per container device (container index, UUID, MiB, cores). Device
+// types and trailing empty containers are not kept (they do not affect accounting); Records()
+// and Reservations() return devices as PodDevices with containers up to the last one that has a
+// device, and init_count clamped to that number of containers (which classifies every stored
+// entry exactly as the original count did).
+//
+// Thread safety: a Ledger is internally synchronised; every method may be called from any
+// thread. Each call is atomic with respect to all others: Snapshot and Full see either all or
+// none of any concurrent update.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+#include "tessera/base/mutex.h"
+#include "tessera/device/model.h"
+
+namespace tessera::ledger {
+
+// One observed pod, as the store projects it.
+struct PodAllocation {
+  std::string uid;
+  std::string ns;
+  std::string name;
+  std::string node;            // hami.io/vgpu-node; empty = carries no allocation
+  std::string bound_node;      // spec.nodeName; empty while unbound
+  bool terminal = false;       // status.phase is Succeeded or Failed
+  bool deleted = false;        // the deletion has completed (a DELETED event's last state)
+  bool bind_failed = false;    // hami.io/bind-phase=failed
+  device::PodDevices devices;  // hami.io/vgpu-devices-allocated, decoded
+  int32_t init_count = 0;      // devices[0, init_count) belong to init containers (>= 0)
+
+  friend bool operator==(const PodAllocation&, const PodAllocation&) = default;
+};
+
+// An in-flight filter decision.
+struct Reservation {
+  std::string uid;
+  std::string ns;
+  std::string name;
+  std::string node;
+  device::PodDevices devices;
+  absl::Time expires_at;
+  int32_t init_count = 0;  // devices[0, init_count) belong to init containers (>= 0)
+
+  friend bool operator==(const Reservation&, const Reservation&) = default;
+};
+
+// One container's share of one device.
+struct Holder {
+  std::string uid;
+  std::string ns;
+  std::string name;
+  int32_t container = 0;  // init containers first, then app containers
+  int32_t usedmem = 0;    // MiB
+  int32_t usedcores = 0;  // percent
+  bool reserved = false;  // held by a reservation rather than an observed bound pod
+  bool init = false;      // an init container's entry (container < the holder's init_count)
+
+  friend bool operator==(const Holder&, const Holder&) = default;
+};
+
+// One registered node with its usage and, per device, who holds it.
+struct NodeView {
+  std::shared_ptr<const device::NodeDevices> devices;
+  std::vector<device::DeviceUsage> usage;    // usage[i] belongs to devices->devices[i]
+  std::vector<std::vector<Holder>> holders;  // holders[i] likewise; sorted by (uid, container)
+};
+
+// The whole ledger at one instant (for metrics and /debug/ledger).
+struct FullSnapshot {
+  std::vector<NodeView> nodes;  // registered nodes, sorted by name
+  size_t records = 0;           // stored observed records
+  size_t reservations = 0;
+};
+
+// A pod bound to a node other than its hami.io/vgpu-node.
+struct Conflict {
+  std::string uid, ns, name;
+  std::string node;        // annotated
+  std::string bound_node;  // spec.nodeName
+};
+
+// A device entry of a holding record or reservation that its (registered) node does not have.
+struct Orphan {
+  std::string uid, ns, name;
+  std::string node;
+  std::string uuid;
+  int32_t container = 0;
+  bool reserved = false;
+};
+
+// A holding record or reservation whose node is not registered: it holds nothing.
+struct Unregistered {
+  std::string uid, ns, name;
+  std::string node;
+  bool reserved = false;
+};
+
+struct Problems {
+  std::vector<Conflict> conflicts;         // sorted by uid
+  std::vector<Orphan> orphans;             // sorted by (uid, container, uuid)
+  std::vector<Unregistered> unregistered;  // sorted by uid
+};
+
+enum class DiffKind {
+  kStale,    // in a, not in b
+  kMissing,  // in b, not in a
+  kChanged,  // in both, different node, bound state, flags, init count or devices
+};
+
+// A difference in one record (reservation == false) or one reservation (reservation == true).
+struct RecordDiff {
+  DiffKind kind = DiffKind::kChanged;
+  bool reservation = false;
+  std::string uid, ns, name;
+  std::string node_a;  // the annotated (or reserved) node in a; empty when absent
+  std::string node_b;
+};
+
+// A device whose usage or holders differ. For a node registered in only one ledger, every
+// device of that node with non-zero usage is listed against zero usage.
+struct UsageDiff {
+  std::string node;
+  std::string uuid;
+  device::DeviceUsage a, b;
+  std::vector<std::string> holders_a, holders_b;  // sorted UIDs, one per container entry
+};
+
+// A node registered in only one ledger, or registered with different devices.
+struct NodeDiff {
+  std::string node;
+  bool registered_a = false;
+  bool registered_b = false;
+};
+
+struct LedgerDiff {
+  std::vector<RecordDiff> records;  // sorted by (reservation, uid)
+  std::vector<UsageDiff> usage;     // sorted by (node, uuid)
+  std::vector<NodeDiff> nodes;      // sorted by node
+  bool Empty() const { return records.empty() && usage.empty() && nodes.empty(); }
+  // A human-readable multi-line summary, one line per difference (for logs and test failures).
+  std::string ToString() const;
+};
+
+class Ledger {
+ public:
+  Ledger();
+  ~Ledger();
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  // Registers `node` (replacing any earlier registration of node->node) and re-derives the
+  // usage of every pod recorded or reserved on it: entries naming UUIDs the node no longer has
+  // become orphans, entries naming UUIDs it now has start to hold. Re-registering identical
+  // devices only swaps the pointer. Errors: InvalidArgument for a null pointer, an empty node
+  // name or more than 32,767 devices (nothing changes). Costs O(devices + entries of the pods
+  // recorded or reserved on the node).
+  absl::Status SetNode(std::shared_ptr<const device::NodeDevices> node);
+  // Forgets the registration of `name`: its devices and usage go; records and reservations on
+  // it stay and hold nothing until it registers again. Returns false if it was not registered.
+  bool RemoveNode(std::string_view name);
+
+  // Replaces everything known about pod `pod.uid` (node included) by `pod`, applying the
+  // holder rule above. Errors: InvalidArgument for an empty uid, strings longer than 65,535
+  // bytes, more than 65,535 containers or a negative init_count (nothing changes). Costs O(entries
+  // of the pod) plus a few hash lookups; an Apply that changes nothing the ledger keeps (a
+  // status-only update) returns after one lookup and a comparison.
+  absl::Status Apply(const PodAllocation& pod);
+  // Forgets pod `uid` entirely: its record and its reservation. For DELETED events and
+  // tombstones. Returns false if nothing was known about it.
+  bool Remove(std::string_view uid);
+
+  // Holds `devices` on `node` for pod `uid` until the pod is observed bound, terminal or
+  // deleted, is reserved again (this replaces the old reservation), Release(uid), or
+  // ExpireReservations passes `expires_at`. `init_count` is the number of leading containers of
+  // `devices` that belong to init containers (counting rule 5). Errors: InvalidArgument (empty
+  // uid or node, sizes and init_count as for Apply); FailedPrecondition when the pod is already
+  // observed bound (nothing changes).
+  absl::Status Reserve(std::string_view uid, std::string_view ns, std::string_view name,
+                       std::string_view node, const device::PodDevices& devices,
+                       absl::Time expires_at, int32_t init_count = 0);
+  // Ends pod `uid`'s reservation (bind failed). Returns false if it had none.
+  bool Release(std::string_view uid);
+  // Ends every reservation with expires_at <= now and returns them, sorted by uid.
+  // Costs O(reservations).
+  std::vector<Reservation> ExpireReservations(absl::Time now);
+  // The same, except that reservations for which keep(uid) is true stay (the scheduler keeps
+  // those whose bind is in progress or done but not yet observed). `keep` runs under the
+  // ledger's lock: it must not call the ledger.
+  std::vector<Reservation> ExpireReservations(
+      absl::Time now, const std::function<bool(std::string_view uid)>& keep);
+  // Whether pod `uid` has a live reservation. O(1).
+  bool HasReservation(std::string_view uid) const;
+
+  // For each name, the node's devices and usage, or nullopt if it is not registered. All nodes
+  // are read under one lock, so the result is one consistent instant. O(sum of their devices).
+  std::vector<std::optional<device::NodeSnapshot>> Snapshot(
+      const std::vector<std::string_view>& node_names) const;
+  // Every registered node with per-device usage and holders. O(nodes + records).
+  FullSnapshot Full() const;
+  // Conflicts, orphans and holders on unregistered nodes. O(records + reservations).
+  Problems FindProblems() const;
+  // The stored observed records (normalised as stored), sorted by uid. O(records).
+  std::vector<PodAllocation> Records() const;
+  // The live reservations, sorted by uid. O(reservations).
+  std::vector<Reservation> Reservations() const;
+
+  // A fresh ledger built from scratch: registers `nodes`, stores `pods` (a later entry with the
+  // same uid replaces an earlier one), adds `reservations` (skipping those the holder rule
+  // refuses, i.e. for pods observed bound), then derives all usage in one pass. Inputs that
+  // Apply/SetNode/Reserve would reject are skipped.
+  static std::unique_ptr<Ledger> Recompute(
+      const std::vector<std::shared_ptr<const device::NodeDevices>>& nodes,
+      const std::vector<PodAllocation>& pods, const std::vector<Reservation>& reservations);
+
+  // Compares a with b entry by entry. Diff(x, x) is empty. Locks both (in address order).
+  friend LedgerDiff Diff(const Ledger& a, const Ledger& b);
+
+ private:
+  static constexpr uint32_t kNone = 0xffffffffu;
+
+  // One container device of a record or reservation. `uuid` indexes uuids_; `dev` is the index
+  // of the matched device on the holder's node while held (-1: orphan or node unregistered).
+  struct Entry {
+    uint32_t uuid = 0;
+    int32_t usedmem = 0;
+    int32_t usedcores = 0;
+    uint16_t container = 0;
+    int16_t dev = -1;
+  };
+  using Entries = absl::InlinedVector<Entry, 1>;
+
+  struct Res {
+    uint32_t node = kNone;
+    uint16_t init_count = 0;  // normalised: at most the number of stored containers
+    absl::Time expires_at;
+    Entries entries;
+  };
+
+  enum class Source : uint8_t { kNothing, kRecord, kReservation };
+
+  // A pod known through a record, a reservation or both. `text` holds uid, ns, name and (only
+  // for a conflict) the bound node, back to back; pod_index_ keys point into it.
+  struct Pod {
+    std::unique_ptr<char[]> text;
+    uint16_t uid_len = 0, ns_len = 0, name_len = 0, bound_len = 0;
+    uint32_t node = kNone;  // record's annotated node slot
+    // Bit-fields keep Pod at 24 bytes before `entries` (the memory budget counts every byte).
+    bool has_record : 1 = false;
+    bool bound : 1 = false;
+    bool bind_failed : 1 = false;
+    Source held = Source::kNothing;
+    uint16_t init_count = 0;  // the record's, normalised like Res::init_count
+    Entries entries;          // the record's
+    std::unique_ptr<Res> res;
+
+    std::string_view uid() const { return {text.get(), uid_len}; }
+    std::string_view ns() const { return {text.get() + uid_len, ns_len}; }
+    std::string_view name() const { return {text.get() + uid_len + ns_len, name_len}; }
+    // Non-empty only when bound to a node other than the annotated one.
+    std::string_view bound_elsewhere() const {
+      return {text.get() + uid_len + ns_len + name_len, bound_len};
+    }
+    bool conflict() const { return has_record && bound && bound_len > 0; }
+    bool record_holds() const { return has_record && bound && bound_len == 0 && !bind_failed; }
+  };
+
+  struct NodeSlot {
+    std::string name;
+    std::shared_ptr<const device::NodeDevices> devices;  // null: not registered
+    std::vector<uint32_t> device_uuids;                  // interned base UUID per device
+    std::vector<device::DeviceUsage> usage;
+    std::vector<std::vector<uint32_t>> holders;  // pod ids, one per held entry
+    absl::flat_hash_set<uint32_t> members;       // pods with record or reservation here
+  };
+
+  // Per-device scratch for collapsing one pod's entries (Account/Unaccount).
+  struct Collapse {
+    int32_t app = 0;
+    int64_t app_mem = 0, app_cores = 0;  // sums of int32 values: 64 bits cannot overflow
+    int64_t init_mem = 0, init_cores = 0;
+    bool init = false;
+    bool touched = false;
+  };
+
+  struct UuidSlot {
+    std::string value;
+    uint32_t base = kNone;  // id of the UUID without a MIG suffix (self when none)
+    uint32_t refs = 0;
+  };
+
+  // All private helpers require mu_.
+  uint32_t InternUuid(std::string_view uuid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseUuid(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status BuildEntries(const device::PodDevices& devices, Entries* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds (sign +1) or subtracts (sign -1) the collapsed usage of `entries` (those with dev >= 0)
+  // on `slot`; entries with container < init_count are init containers.
+  void AddUsage(const Entries& entries, uint16_t init_count, NodeSlot* slot, int32_t sign)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseEntries(const Entries& entries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t NodeSlotFor(std::string_view name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeFreeNode(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t FindPod(std::string_view uid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t NewPod() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreePod(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetText(uint32_t id, std::string_view uid, std::string_view ns, std::string_view name,
+               std::string_view bound_elsewhere) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropReservation(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Link(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unlink(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Account(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unaccount(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the pod's life if it has neither record nor reservation; otherwise links and (when
+  // `account`) accounts it. Then frees the node slots `old_a`/`old_b` if unused.
+  void Settle(uint32_t id, bool account, uint32_t old_a, uint32_t old_b)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Status SetNodeLocked(std::shared_ptr<const device::NodeDevices> node, bool account)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ApplyLocked(const PodAllocation& pod, bool account)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReserveLocked(std::string_view uid, std::string_view ns, std::string_view name,
+                             std::string_view node, const device::PodDevices& devices,
+                             absl::Time expires_at, int32_t init_count, bool account)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReleaseLocked(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when storing `pod` would leave record `p` exactly as it is.
+  bool SameRecord(const Pod& p, const PodAllocation& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RebuildUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  device::PodDevices ExportDevices(const Entries& entries) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Reservation ExportReservation(const Pod& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  NodeView ViewLocked(const NodeSlot& slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  static LedgerDiff DiffLocked(const Ledger& a, const Ledger& b)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(a.mu_, b.mu_);
+
+  mutable Mutex mu_;
+  std::vector<Pod> pods_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_pods_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<absl::string_view, uint32_t> pod_index_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint32_t> reserved_ ABSL_GUARDED_BY(mu_);
+  size_t records_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<NodeSlot> nodes_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_nodes_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> node_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<UuidSlot> uuids_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_uuids_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> uuid_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<Collapse> collapse_ ABSL_GUARDED_BY(mu_);  // indexed by device; all untouched
+  std::vector<int16_t> touched_ ABSL_GUARDED_BY(mu_);
+};
+
+LedgerDiff Diff(const Ledger& a, const Ledger& b);
+
+}  // namespace tessera::ledger

@@ -1,0 +1,624 @@
+#include "tessera/ledger/ledger.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::ledger {
+namespace {
+
+using device::ContainerDevice;
+using device::DeviceUsage;
+using device::NodeDevices;
+using device::PodDevices;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+std::shared_ptr<const NodeDevices> MakeNode(const std::string& name,
+                                            const std::vector<std::string>& uuids) {
+  auto n = std::make_shared<NodeDevices>();
+  n->node = name;
+  for (size_t i = 0; i < uuids.size(); ++i) {
+    device::DeviceInfo d;
+    d.id = uuids[i];
+    d.index = static_cast<int32_t>(i);
+    d.count = 10;
+    d.devmem = 16384;
+    d.devcore = 100;
+    d.type = "NVIDIA-Tesla T4";
+    n->devices.push_back(d);
+  }
+  return n;
+}
+
+ContainerDevice Dev(const std::string& uuid, int32_t mem, int32_t cores) {
+  return ContainerDevice{uuid, "NVIDIA", mem, cores};
+}
+
+PodAllocation Bound(const std::string& uid, const std::string& node, PodDevices devices) {
+  PodAllocation p;
+  p.uid = uid;
+  p.ns = "default";
+  p.name = "pod-" + uid;
+  p.node = node;
+  p.bound_node = node;
+  p.devices = std::move(devices);
+  return p;
+}
+
+DeviceUsage Usage(const Ledger& l, const std::string& node, size_t dev) {
+  auto snap = l.Snapshot({node});
+  EXPECT_TRUE(snap[0].has_value()) << node;
+  if (!snap[0].has_value()) {
+    return {};
+  }
+  return snap[0]->usage.at(dev);
+}
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
+
+class LedgerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(ledger_.SetNode(MakeNode("n1", {"GPU-a", "GPU-b"})).ok());
+    ASSERT_TRUE(ledger_.SetNode(MakeNode("n2", {"GPU-c"})).ok());
+  }
+  Ledger ledger_;
+};
+
+TEST_F(LedgerTest, BoundPodHoldsItsDevices) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 3000, 30)}})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 3000, 30}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{}));
+  const FullSnapshot full = ledger_.Full();
+  ASSERT_THAT(full.nodes, SizeIs(2));
+  EXPECT_EQ(full.records, 1u);
+  EXPECT_THAT(full.nodes[0].holders[0],
+              ElementsAre(Holder{"u1", "default", "pod-u1", 0, 3000, 30, false}));
+}
+
+TEST_F(LedgerTest, SameUuidInSeveralAppContainersAddsUp) {
+  // No init containers (init_count 0): app containers 0 and 2 share GPU-a; container 1 has none.
+  ASSERT_TRUE(
+      ledger_
+          .Apply(
+              Bound("u1", "n1",
+                    {{Dev("GPU-a", 1000, 10)}, {}, {Dev("GPU-a", 2000, 20), Dev("GPU-b", 500, 5)}}))
+          .ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{2, 3000, 30}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{1, 500, 5}));
+  const FullSnapshot full = ledger_.Full();
+  EXPECT_THAT(full.nodes[0].holders[0],
+              ElementsAre(Holder{"u1", "default", "pod-u1", 0, 1000, 10, false},
+                          Holder{"u1", "default", "pod-u1", 2, 2000, 20, false}));
+}
+
+// ---- init containers: HAMi v2.10's collapse ----
+
+PodAllocation WithInit(PodAllocation p, int32_t init_count) {
+  p.init_count = init_count;
+  return p;
+}
+
+TEST_F(LedgerTest, InitAndAppOnOneDeviceCountTheMaxNotTheSum) {
+  // The case the fit accepts on a 16384 MiB device: init 12000 then app 12000, never both.
+  ASSERT_TRUE(ledger_
+                  .Apply(WithInit(
+                      Bound("u1", "n1", {{Dev("GPU-a", 12000, 60)}, {Dev("GPU-a", 12000, 30)}}), 1))
+                  .ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 12000, 60}));
+  // The app side wins the fields where it is larger.
+  ASSERT_TRUE(
+      ledger_
+          .Apply(WithInit(
+              Bound("u1", "n1",
+                    {{Dev("GPU-a", 1000, 50)}, {Dev("GPU-a", 3000, 10)}, {Dev("GPU-a", 2000, 10)}}),
+              1))
+          .ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{2, 5000, 50}));
+  // Holders still list every entry, marked init or app.
+  EXPECT_THAT(ledger_.Full().nodes[0].holders[0],
+              ElementsAre(Holder{"u1", "default", "pod-u1", 0, 1000, 50, false, true},
+                          Holder{"u1", "default", "pod-u1", 1, 3000, 10, false, false},
+                          Holder{"u1", "default", "pod-u1", 2, 2000, 10, false, false}));
+  // The same entries without init containers add up (HAMi v2.5.2).
+  ASSERT_TRUE(
+      ledger_
+          .Apply(
+              Bound("u1", "n1",
+                    {{Dev("GPU-a", 1000, 50)}, {Dev("GPU-a", 3000, 10)}, {Dev("GPU-a", 2000, 10)}}))
+          .ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{3, 6000, 70}));
+  EXPECT_TRUE(ledger_.Remove("u1"));
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+}
+
+TEST_F(LedgerTest, InitContainersOnOneDeviceCountTheirPeakAndOneSlot) {
+  // Two init containers on GPU-a (they run one after the other), no app container on it.
+  ASSERT_TRUE(
+      ledger_
+          .Apply(WithInit(
+              Bound("u1", "n1",
+                    {{Dev("GPU-a", 4000, 10)}, {Dev("GPU-a", 3000, 40)}, {Dev("GPU-b", 500, 5)}}),
+              2))
+          .ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 4000, 40}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{1, 500, 5}));
+  // Other pods on the device add to the collapsed usage as usual.
+  ASSERT_TRUE(ledger_.Apply(Bound("u2", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{2, 5000, 50}));
+}
+
+TEST_F(LedgerTest, InitOnOneDeviceAndAppOnAnotherBothCount) {
+  ASSERT_TRUE(ledger_
+                  .Apply(WithInit(
+                      Bound("u1", "n1", {{Dev("GPU-a", 6000, 20)}, {Dev("GPU-b", 7000, 30)}}), 1))
+                  .ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 6000, 20}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{1, 7000, 30}));
+}
+
+TEST_F(LedgerTest, SlotsAreTheAppCountOrOneForInit) {
+  // Init and two app entries on GPU-a: max(1, 2) = 2 slots; an app entry alone on GPU-b: 1.
+  ASSERT_TRUE(ledger_
+                  .Apply(WithInit(Bound("u1", "n1",
+                                        {{Dev("GPU-a", 100, 0)},
+                                         {Dev("GPU-a", 100, 0), Dev("GPU-b", 100, 0)},
+                                         {Dev("GPU-a", 100, 0)}}),
+                                  1))
+                  .ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0).used, 2);
+  EXPECT_EQ(Usage(ledger_, "n1", 0).usedmem, 200);
+  EXPECT_EQ(Usage(ledger_, "n1", 1).used, 1);
+  // Every container an init container: one slot, the peak.
+  ASSERT_TRUE(ledger_
+                  .Apply(WithInit(Bound("u1", "n1",
+                                        {{Dev("GPU-a", 100, 0)},
+                                         {Dev("GPU-a", 300, 0), Dev("GPU-b", 100, 0)},
+                                         {Dev("GPU-a", 200, 0)}}),
+                                  3))
+                  .ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 300, 0}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{1, 100, 0}));
+}
+
+TEST_F(LedgerTest, ReservationCollapsesInitContainersToo) {
+  ASSERT_TRUE(ledger_
+                  .Reserve("u1", "default", "pod-u1", "n1",
+                           {{Dev("GPU-a", 6000, 10)}, {Dev("GPU-a", 5000, 20)}}, kT0, 1)
+                  .ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 6000, 20}));
+  ASSERT_THAT(ledger_.Reservations(), SizeIs(1));
+  EXPECT_EQ(ledger_.Reservations()[0].init_count, 1);
+  // Confirmed by the bound pod with the same init count: same usage, now from the record.
+  ASSERT_TRUE(ledger_
+                  .Apply(WithInit(
+                      Bound("u1", "n1", {{Dev("GPU-a", 6000, 10)}, {Dev("GPU-a", 5000, 20)}}), 1))
+                  .ok());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 6000, 20}));
+}
+
+TEST_F(LedgerTest, InitCountIsStoredClampedAndComparedByDiff) {
+  // Init containers without devices after the last stored container are not kept: init_count is
+  // clamped to the stored containers, which classifies every entry the same way.
+  PodAllocation p = WithInit(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}, {}}), 5);
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  ASSERT_THAT(ledger_.Records(), SizeIs(1));
+  EXPECT_EQ(ledger_.Records()[0].init_count, 1);
+  // Re-applying with another count that classifies the same way changes nothing.
+  p.init_count = 3;
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  EXPECT_EQ(ledger_.Records()[0].init_count, 1);
+  // A ledger that disagrees about the init count differs, even where usage happens to agree.
+  PodAllocation app = p;
+  app.init_count = 0;
+  auto other =
+      Ledger::Recompute({MakeNode("n1", {"GPU-a", "GPU-b"}), MakeNode("n2", {"GPU-c"})}, {app}, {});
+  const LedgerDiff d = Diff(ledger_, *other);
+  ASSERT_THAT(d.records, SizeIs(1)) << d.ToString();
+  EXPECT_EQ(d.records[0].kind, DiffKind::kChanged);
+  // Negative counts are refused.
+  p.init_count = -1;
+  EXPECT_EQ(ledger_.Apply(p).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.Reserve("u2", "default", "p2", "n1", {{Dev("GPU-b", 1, 1)}}, kT0, -1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.Records()[0].init_count, 1);
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+}
+
+TEST_F(LedgerTest, CollapsedUsageFollowsReRegistration) {
+  ASSERT_TRUE(ledger_
+                  .Apply(WithInit(
+                      Bound("u1", "n1", {{Dev("GPU-a", 6000, 10)}, {Dev("GPU-a", 5000, 20)}}), 1))
+                  .ok());
+  // GPU-a moves to position 1; then the node loses it (orphan); then it comes back.
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n1", {"GPU-b", "GPU-a"})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{1, 6000, 20}));
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n1", {"GPU-b"})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_THAT(ledger_.FindProblems().orphans, SizeIs(2));
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n1", {"GPU-a", "GPU-b"})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 6000, 20}));
+  auto fresh = Ledger::Recompute({MakeNode("n1", {"GPU-a", "GPU-b"}), MakeNode("n2", {"GPU-c"})},
+                                 ledger_.Records(), ledger_.Reservations());
+  EXPECT_TRUE(Diff(ledger_, *fresh).Empty()) << Diff(ledger_, *fresh).ToString();
+}
+
+TEST_F(LedgerTest, BlankPaddingEntriesAreIgnoredAndMigSuffixMatches) {
+  ASSERT_TRUE(
+      ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a[7-9]", 1000, 0)}, {Dev("", 0, 0)}})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 0}));
+  EXPECT_THAT(ledger_.FindProblems().orphans, IsEmpty());
+  ASSERT_THAT(ledger_.Records(), SizeIs(1));
+  EXPECT_EQ(ledger_.Records()[0].devices, (PodDevices{{Dev("GPU-a[7-9]", 1000, 0)}}));
+}
+
+TEST_F(LedgerTest, TerminalDeletedUnannotatedAndBindFailedHoldNothing) {
+  PodAllocation terminal = Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}});
+  terminal.terminal = true;
+  PodAllocation deleted = Bound("u2", "n1", {{Dev("GPU-a", 1000, 10)}});
+  deleted.deleted = true;
+  PodAllocation unannotated = Bound("u3", "", {{Dev("GPU-a", 1000, 10)}});
+  unannotated.bound_node = "n1";
+  PodAllocation failed = Bound("u4", "n1", {{Dev("GPU-a", 1000, 10)}});
+  failed.bind_failed = true;
+  for (const auto& p : {terminal, deleted, unannotated, failed}) {
+    ASSERT_TRUE(ledger_.Apply(p).ok());
+  }
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  // Only the bind-failed pod is stored (it still carries a live allocation).
+  ASSERT_THAT(ledger_.Records(), SizeIs(1));
+  EXPECT_EQ(ledger_.Records()[0].uid, "u4");
+  EXPECT_TRUE(ledger_.Records()[0].bind_failed);
+}
+
+TEST_F(LedgerTest, TerminatingPodStillHolds) {
+  // deletionTimestamp set but the pod still exists: the caller passes deleted=false.
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0).used, 1);
+  // Turning terminal releases it.
+  PodAllocation done = Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}});
+  done.terminal = true;
+  ASSERT_TRUE(ledger_.Apply(done).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_THAT(ledger_.Records(), IsEmpty());
+}
+
+TEST_F(LedgerTest, UnboundRecordWithoutReservationHoldsNothing) {
+  PodAllocation p = Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}});
+  p.bound_node.clear();
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_THAT(ledger_.Records(), SizeIs(1));
+}
+
+TEST_F(LedgerTest, BoundElsewhereIsAConflictAndHoldsNothing) {
+  PodAllocation p = Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}});
+  p.bound_node = "n2";
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_EQ(Usage(ledger_, "n2", 0), (DeviceUsage{}));
+  const Problems problems = ledger_.FindProblems();
+  ASSERT_THAT(problems.conflicts, SizeIs(1));
+  EXPECT_EQ(problems.conflicts[0].uid, "u1");
+  EXPECT_EQ(problems.conflicts[0].node, "n1");
+  EXPECT_EQ(problems.conflicts[0].bound_node, "n2");
+  ASSERT_THAT(ledger_.Records(), SizeIs(1));
+  EXPECT_EQ(ledger_.Records()[0].bound_node, "n2");
+  // Resolving the conflict (the annotation now agrees) makes it hold.
+  p.node = "n2";
+  p.devices = {{Dev("GPU-c", 1000, 10)}};
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  EXPECT_THAT(ledger_.FindProblems().conflicts, IsEmpty());
+  EXPECT_EQ(Usage(ledger_, "n2", 0), (DeviceUsage{1, 1000, 10}));
+}
+
+TEST_F(LedgerTest, UnknownUuidIsAnOrphanAndHoldsNothing) {
+  ASSERT_TRUE(
+      ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10), Dev("GPU-zz", 2000, 20)}})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 10}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{}));
+  const Problems problems = ledger_.FindProblems();
+  ASSERT_THAT(problems.orphans, SizeIs(1));
+  EXPECT_EQ(problems.orphans[0].uuid, "GPU-zz");
+  EXPECT_EQ(problems.orphans[0].node, "n1");
+  EXPECT_FALSE(problems.orphans[0].reserved);
+}
+
+TEST_F(LedgerTest, ReplaceMovesPodToAnotherNode) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n2", {{Dev("GPU-c", 4000, 40)}})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_EQ(Usage(ledger_, "n2", 0), (DeviceUsage{1, 4000, 40}));
+  ASSERT_THAT(ledger_.Records(), SizeIs(1));
+  EXPECT_EQ(ledger_.Records()[0].node, "n2");
+  // Replacing the devices on the same node replaces, never adds.
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n2", {{Dev("GPU-c", 500, 5)}})).ok());
+  EXPECT_EQ(Usage(ledger_, "n2", 0), (DeviceUsage{1, 500, 5}));
+}
+
+TEST_F(LedgerTest, RemoveIsKeyedByUidOnly) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  ASSERT_TRUE(ledger_.Reserve("u2", "default", "p2", "n1", {{Dev("GPU-b", 1, 1)}}, kT0).ok());
+  EXPECT_TRUE(ledger_.Remove("u1"));  // a tombstone: no annotations, just the uid
+  EXPECT_TRUE(ledger_.Remove("u2"));  // deleting a reserved pod ends the reservation
+  EXPECT_FALSE(ledger_.Remove("u1"));
+  EXPECT_FALSE(ledger_.Remove("never-seen"));
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{}));
+  EXPECT_THAT(ledger_.Records(), IsEmpty());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+}
+
+TEST_F(LedgerTest, DeletedApplyActsLikeRemove) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  PodAllocation tomb;
+  tomb.uid = "u1";
+  tomb.deleted = true;
+  ASSERT_TRUE(ledger_.Apply(tomb).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_THAT(ledger_.Records(), IsEmpty());
+}
+
+TEST_F(LedgerTest, InvalidInputChangesNothing) {
+  PodAllocation p = Bound("", "n1", {{Dev("GPU-a", 1000, 10)}});
+  EXPECT_EQ(ledger_.Apply(p).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.Reserve("u1", "ns", "n", "", {}, kT0).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.SetNode(nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.SetNode(MakeNode("", {"GPU-x"})).code(), absl::StatusCode::kInvalidArgument);
+  PodAllocation huge = Bound("u9", "n1", {});
+  huge.devices.resize(70000);
+  EXPECT_EQ(ledger_.Apply(huge).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ledger_.Records(), IsEmpty());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+}
+
+// ---- reservations ----
+
+TEST_F(LedgerTest, ReservationHoldsUntilConfirmedByBoundPod) {
+  ASSERT_TRUE(
+      ledger_.Reserve("u1", "default", "pod-u1", "n1", {{Dev("GPU-a", 1000, 10)}}, kT0).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 10}));
+  EXPECT_TRUE(ledger_.Full().nodes[0].holders[0][0].reserved);
+  // The watch first shows the patched but unbound pod: the reservation keeps holding, once.
+  PodAllocation p = Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}});
+  p.bound_node.clear();
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 10}));
+  EXPECT_THAT(ledger_.Reservations(), SizeIs(1));
+  // Then bound: the record holds and the reservation is gone.
+  p.bound_node = "n1";
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 10}));
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_FALSE(ledger_.Full().nodes[0].holders[0][0].reserved);
+  // Nothing left to expire.
+  EXPECT_THAT(ledger_.ExpireReservations(kT0 + absl::Hours(1)), IsEmpty());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 10}));
+}
+
+TEST_F(LedgerTest, ReservationExpires) {
+  ASSERT_TRUE(
+      ledger_
+          .Reserve("u1", "default", "p1", "n1", {{Dev("GPU-a", 1000, 10)}}, kT0 + absl::Seconds(60))
+          .ok());
+  ASSERT_TRUE(ledger_
+                  .Reserve("u2", "default", "p2", "n1", {{Dev("GPU-b", 1000, 10)}},
+                           kT0 + absl::Seconds(120))
+                  .ok());
+  EXPECT_THAT(ledger_.ExpireReservations(kT0 + absl::Seconds(59)), IsEmpty());
+  const std::vector<Reservation> expired = ledger_.ExpireReservations(kT0 + absl::Seconds(60));
+  ASSERT_THAT(expired, SizeIs(1));
+  EXPECT_EQ(expired[0].uid, "u1");
+  EXPECT_EQ(expired[0].node, "n1");
+  EXPECT_EQ(expired[0].devices, (PodDevices{{Dev("GPU-a", 1000, 10)}}));
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{1, 1000, 10}));
+}
+
+TEST_F(LedgerTest, ExpiredReservationLeavesUnboundRecordHoldingNothing) {
+  ASSERT_TRUE(ledger_.Reserve("u1", "default", "p1", "n1", {{Dev("GPU-a", 1000, 10)}}, kT0).ok());
+  PodAllocation p = Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}});
+  p.bound_node.clear();
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  ASSERT_THAT(ledger_.ExpireReservations(kT0), SizeIs(1));
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_THAT(ledger_.Records(), SizeIs(1));  // the record itself stays
+}
+
+TEST_F(LedgerTest, ReleaseEndsReservation) {
+  ASSERT_TRUE(ledger_.Reserve("u1", "default", "p1", "n1", {{Dev("GPU-a", 1000, 10)}}, kT0).ok());
+  EXPECT_TRUE(ledger_.Release("u1"));
+  EXPECT_FALSE(ledger_.Release("u1"));
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+}
+
+TEST_F(LedgerTest, RefilterReplacesReservation) {
+  ASSERT_TRUE(ledger_.Reserve("u1", "default", "p1", "n1", {{Dev("GPU-a", 1000, 10)}}, kT0).ok());
+  ASSERT_TRUE(
+      ledger_
+          .Reserve("u1", "default", "p1", "n2", {{Dev("GPU-c", 2000, 20)}}, kT0 + absl::Seconds(5))
+          .ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_EQ(Usage(ledger_, "n2", 0), (DeviceUsage{1, 2000, 20}));
+  ASSERT_THAT(ledger_.Reservations(), SizeIs(1));
+  EXPECT_EQ(ledger_.Reservations()[0].expires_at, kT0 + absl::Seconds(5));
+}
+
+TEST_F(LedgerTest, ReservationWinsOverStaleUnboundAnnotations) {
+  // Old annotations (n1) observed after a re-filter reserved n2: the reservation holds.
+  ASSERT_TRUE(ledger_.Reserve("u1", "default", "p1", "n2", {{Dev("GPU-c", 2000, 20)}}, kT0).ok());
+  PodAllocation old = Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}});
+  old.bound_node.clear();
+  ASSERT_TRUE(ledger_.Apply(old).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_EQ(Usage(ledger_, "n2", 0), (DeviceUsage{1, 2000, 20}));
+}
+
+TEST_F(LedgerTest, BoundElsewhereEndsReservation) {
+  ASSERT_TRUE(ledger_.Reserve("u1", "default", "p1", "n1", {{Dev("GPU-a", 1000, 10)}}, kT0).ok());
+  PodAllocation p = Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}});
+  p.bound_node = "n2";
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_THAT(ledger_.FindProblems().conflicts, SizeIs(1));
+}
+
+TEST_F(LedgerTest, ReserveOnBoundPodIsRefused) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  EXPECT_EQ(ledger_.Reserve("u1", "default", "p1", "n1", {{Dev("GPU-b", 1, 1)}}, kT0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{}));
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+}
+
+TEST_F(LedgerTest, UnannotatedUnboundApplyKeepsReservation) {
+  // The watch delivers the pod as it was before filter's patch landed.
+  ASSERT_TRUE(ledger_.Reserve("u1", "default", "p1", "n1", {{Dev("GPU-a", 1000, 10)}}, kT0).ok());
+  PodAllocation before;
+  before.uid = "u1";
+  before.ns = "default";
+  before.name = "p1";
+  ASSERT_TRUE(ledger_.Apply(before).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 10}));
+}
+
+TEST_F(LedgerTest, TerminalPodEndsReservation) {
+  ASSERT_TRUE(ledger_.Reserve("u1", "default", "p1", "n1", {{Dev("GPU-a", 1000, 10)}}, kT0).ok());
+  PodAllocation p;
+  p.uid = "u1";
+  p.terminal = true;
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+}
+
+TEST_F(LedgerTest, ReservedOrphanIsReported) {
+  ASSERT_TRUE(ledger_.Reserve("u1", "default", "p1", "n1", {{Dev("GPU-q", 1000, 10)}}, kT0).ok());
+  const Problems problems = ledger_.FindProblems();
+  ASSERT_THAT(problems.orphans, SizeIs(1));
+  EXPECT_TRUE(problems.orphans[0].reserved);
+}
+
+// ---- nodes ----
+
+TEST_F(LedgerTest, NodeRemovalAndReRegistration) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  ASSERT_TRUE(ledger_.Reserve("u2", "default", "p2", "n1", {{Dev("GPU-b", 500, 5)}}, kT0).ok());
+  EXPECT_TRUE(ledger_.RemoveNode("n1"));
+  EXPECT_FALSE(ledger_.RemoveNode("n1"));
+  EXPECT_FALSE(ledger_.Snapshot({"n1"})[0].has_value());
+  const Problems problems = ledger_.FindProblems();
+  EXPECT_THAT(problems.unregistered, SizeIs(2));
+  EXPECT_THAT(ledger_.Records(), SizeIs(1));  // the record stays, holding nothing
+  // Re-registration: the same pods hold again.
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n1", {"GPU-a", "GPU-b"})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 10}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{1, 500, 5}));
+  EXPECT_THAT(ledger_.FindProblems().unregistered, IsEmpty());
+}
+
+TEST_F(LedgerTest, ReRegistrationReDerivesUsage) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-b", 1000, 10)}})).ok());
+  // GPU-b disappears, GPU-a moves to index 1 and GPU-d appears.
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n1", {"GPU-d", "GPU-a"})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{}));
+  ASSERT_THAT(ledger_.FindProblems().orphans, SizeIs(1));
+  // The UUID comes back (at a different index): it holds again.
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n1", {"GPU-d", "GPU-a", "GPU-b"})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 2), (DeviceUsage{1, 1000, 10}));
+  EXPECT_THAT(ledger_.FindProblems().orphans, IsEmpty());
+}
+
+TEST_F(LedgerTest, RecordOnNodeRegisteredLaterHoldsOnceRegistered) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n9", {{Dev("GPU-z", 1000, 10)}})).ok());
+  EXPECT_FALSE(ledger_.Snapshot({"n9"})[0].has_value());
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n9", {"GPU-z"})).ok());
+  EXPECT_EQ(Usage(ledger_, "n9", 0), (DeviceUsage{1, 1000, 10}));
+}
+
+TEST_F(LedgerTest, IdenticalReRegistrationSwapsPointerOnly) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  auto again = MakeNode("n1", {"GPU-a", "GPU-b"});
+  ASSERT_TRUE(ledger_.SetNode(again).ok());
+  auto snap = ledger_.Snapshot({"n1"});
+  EXPECT_EQ(snap[0]->devices, again);
+  EXPECT_EQ(snap[0]->usage[0], (DeviceUsage{1, 1000, 10}));
+}
+
+// ---- snapshot, recompute, diff ----
+
+TEST_F(LedgerTest, SnapshotReportsUnregisteredAsNullopt) {
+  auto snap = ledger_.Snapshot({"n2", "nope", "n1"});
+  ASSERT_THAT(snap, SizeIs(3));
+  EXPECT_TRUE(snap[0].has_value());
+  EXPECT_EQ(snap[0]->devices->node, "n2");
+  EXPECT_FALSE(snap[1].has_value());
+  EXPECT_EQ(snap[2]->devices->node, "n1");
+  EXPECT_THAT(snap[2]->usage, SizeIs(2));
+}
+
+TEST_F(LedgerTest, RecomputeEqualsIncremental) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  ASSERT_TRUE(ledger_.Apply(Bound("u2", "n2", {{Dev("GPU-c", 1000, 10)}})).ok());
+  ASSERT_TRUE(ledger_.Reserve("u3", "default", "p3", "n1", {{Dev("GPU-b", 1, 1)}}, kT0).ok());
+  auto fresh = Ledger::Recompute({MakeNode("n1", {"GPU-a", "GPU-b"}), MakeNode("n2", {"GPU-c"})},
+                                 ledger_.Records(), ledger_.Reservations());
+  const LedgerDiff d = Diff(ledger_, *fresh);
+  EXPECT_TRUE(d.Empty()) << d.ToString();
+  EXPECT_TRUE(Diff(ledger_, ledger_).Empty());
+}
+
+TEST_F(LedgerTest, DiffReportsStaleMissingChangedAndUsage) {
+  ASSERT_TRUE(ledger_.Apply(Bound("stale", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  ASSERT_TRUE(ledger_.Apply(Bound("moved", "n1", {{Dev("GPU-b", 1000, 10)}})).ok());
+  auto truth = Ledger::Recompute({MakeNode("n1", {"GPU-a", "GPU-b"}), MakeNode("n2", {"GPU-c"})},
+                                 {Bound("moved", "n2", {{Dev("GPU-c", 1000, 10)}}),
+                                  Bound("missing", "n2", {{Dev("GPU-c", 500, 5)}})},
+                                 {});
+  const LedgerDiff d = Diff(ledger_, *truth);
+  ASSERT_THAT(d.records, SizeIs(3)) << d.ToString();
+  EXPECT_EQ(d.records[0].uid, "missing");
+  EXPECT_EQ(d.records[0].kind, DiffKind::kMissing);
+  EXPECT_EQ(d.records[0].node_b, "n2");
+  EXPECT_EQ(d.records[1].uid, "moved");
+  EXPECT_EQ(d.records[1].kind, DiffKind::kChanged);
+  EXPECT_EQ(d.records[1].node_a, "n1");
+  EXPECT_EQ(d.records[1].node_b, "n2");
+  EXPECT_EQ(d.records[2].uid, "stale");
+  EXPECT_EQ(d.records[2].kind, DiffKind::kStale);
+  ASSERT_THAT(d.usage, SizeIs(3)) << d.ToString();
+  EXPECT_EQ(d.usage[0].uuid, "GPU-a");
+  EXPECT_EQ(d.usage[0].a, (DeviceUsage{1, 1000, 10}));
+  EXPECT_EQ(d.usage[0].b, (DeviceUsage{}));
+  EXPECT_THAT(d.usage[0].holders_a, ElementsAre("stale"));
+  EXPECT_EQ(d.usage[2].node, "n2");
+  EXPECT_EQ(d.usage[2].b, (DeviceUsage{2, 1500, 15}));
+  EXPECT_THAT(d.nodes, IsEmpty());
+}
+
+TEST_F(LedgerTest, DiffReportsNodeDifferences) {
+  auto other = Ledger::Recompute({MakeNode("n1", {"GPU-a"}), MakeNode("n3", {"GPU-x"})}, {}, {});
+  const LedgerDiff d = Diff(ledger_, *other);
+  ASSERT_THAT(d.nodes, SizeIs(3)) << d.ToString();
+  EXPECT_EQ(d.nodes[0].node, "n1");  // devices differ
+  EXPECT_TRUE(d.nodes[0].registered_a && d.nodes[0].registered_b);
+  EXPECT_EQ(d.nodes[1].node, "n2");
+  EXPECT_FALSE(d.nodes[1].registered_b);
+  EXPECT_EQ(d.nodes[2].node, "n3");
+  EXPECT_FALSE(d.nodes[2].registered_a);
+  EXPECT_THAT(d.usage, IsEmpty());  // nothing is used on either side
+}
+
+}  // namespace
+}  // namespace tessera::ledger

@@ -1,0 +1,853 @@
+#include "tessera/schedule/fit.h"
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cstring>
+#include <utility>
+
+namespace tessera::schedule {
+namespace {
+
+using device::ContainerRequest;
+using device::DeviceInfo;
+using device::DeviceUsage;
+using device::GpuPolicy;
+using device::GpuPolicyKey;
+using device::NodeDevices;
+using device::NodeSnapshot;
+
+constexpr std::array<std::string_view, kReasonCount> kReasonNames = {
+    "CardNotHealth",
+    "CardCordoned",
+    "CardTypeMismatch",
+    "NumaNotFit",
+    "CardUuidMismatch",
+    "CardTimeSlicingExhausted",
+    "ExclusiveDeviceAllocateConflict",
+    "CardInsufficientMemory",
+    "CardInsufficientCore",
+    "CardComputeUnitsExhausted",
+    "CardMigUnsupported",
+    "AllocatedCardsInsufficientRequest",
+    "NodeInsufficientDevice",
+};
+
+// Longest rendering: two int32 ("-2147483648" is 11 chars), '/', ' ', the longest name (33).
+constexpr size_t kPartBuffer = 64;
+
+size_t RenderPart(const ReasonPart& part, char* buf) {
+  char* p = buf;
+  char* end = buf + kPartBuffer;
+  p = std::to_chars(p, end, part.count).ptr;
+  *p++ = '/';
+  p = std::to_chars(p, end, part.total).ptr;
+  *p++ = ' ';
+  std::string_view name = ReasonName(part.reason);
+  std::memcpy(p, name.data(), name.size());
+  p += name.size();
+  return static_cast<size_t>(p - buf);
+}
+
+constexpr std::array<char, 256> MakeLowerTable() {
+  std::array<char, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    t[static_cast<size_t>(c)] = static_cast<char>((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c);
+  }
+  return t;
+}
+constexpr std::array<char, 256> kLower = MakeLowerTable();
+
+char Lower(char c) { return kLower[static_cast<unsigned char>(c)]; }
+
+// strings.Contains(strings.ToLower(haystack), strings.ToLower(needle)) for ASCII.
+bool ContainsFold(std::string_view haystack, std::string_view needle) {
+  if (needle.empty()) {
+    return true;
+  }
+  if (needle.size() > haystack.size()) {
+    return false;
+  }
+  const size_t last = haystack.size() - needle.size();
+  for (size_t i = 0; i <= last; ++i) {
+    size_t j = 0;
+    while (j < needle.size() && Lower(haystack[i + j]) == Lower(needle[j])) {
+      ++j;
+    }
+    if (j == needle.size()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Listed(const std::vector<std::string>& list, std::string_view value) {
+  for (const auto& item : list) {
+    if (item == value) {
+      return true;
+    }
+  }
+  return false;
+}
+
+SortKey KeyFor(GpuPolicyKey key) {
+  switch (key) {
+    case GpuPolicyKey::kBinpack:
+      return SortKey::kScoreAscending;
+    case GpuPolicyKey::kSpread:
+      return SortKey::kScoreDescending;
+    case GpuPolicyKey::kNuma:
+      return SortKey::kNumaAscending;
+    case GpuPolicyKey::kMutex:
+      return SortKey::kUsedDescending;
+  }
+  return SortKey::kScoreDescending;
+}
+
+int Dimension(SortKey key) {
+  switch (key) {
+    case SortKey::kScoreAscending:
+    case SortKey::kScoreDescending:
+      return 0;
+    case SortKey::kNumaAscending:
+    case SortKey::kNumaDescending:
+      return 1;
+    case SortKey::kUsedDescending:
+      return 2;
+  }
+  return 0;
+}
+
+void Push(SortOrder* order, SortKey key) {
+  for (size_t i = 0; i < order->size; ++i) {
+    if (Dimension(order->keys[i]) == Dimension(key)) {
+      return;  // this dimension already orders the devices: a second key never decides
+    }
+  }
+  order->keys[order->size++] = key;
+  if (Dimension(key) == 0) {
+    order->uses_score = true;
+  }
+}
+
+// The request's contribution to a device score (zero unless the Type matches exactly).
+struct ScoreRequest {
+  double req = 0;
+  double core = 0;
+  double mem = 0;
+};
+
+int64_t PercentOf(int32_t total, int32_t pct) { return static_cast<int64_t>(total) * pct / 100; }
+
+}  // namespace
+
+std::string_view ReasonName(Reason reason) {
+  auto i = static_cast<size_t>(reason);
+  return i < kReasonNames.size() ? kReasonNames[i] : std::string_view("Unknown");
+}
+
+std::string ReasonPart::ToString() const {
+  char buf[kPartBuffer];
+  return std::string(buf, RenderPart(*this, buf));
+}
+
+void ReasonParts::Assign(const std::array<int32_t, kReasonCount>& counts, int32_t total) {
+  size_ = 0;
+  for (size_t r = 0; r < kReasonCount; ++r) {
+    if (counts[r] != 0) {
+      parts_[size_++] = ReasonPart{static_cast<Reason>(r), counts[r], total};
+    }
+  }
+  if (size_ < 2) {
+    return;
+  }
+  // Sort by rendered string (insertion sort: at most kReasonCount parts, only on failure).
+  std::array<std::array<char, kPartBuffer>, kReasonCount> text;
+  std::array<size_t, kReasonCount> len;
+  std::array<size_t, kReasonCount> order;
+  for (size_t i = 0; i < size_; ++i) {
+    len[i] = RenderPart(parts_[i], text[i].data());
+    order[i] = i;
+  }
+  auto less = [&](size_t a, size_t b) {
+    return std::string_view(text[a].data(), len[a]) < std::string_view(text[b].data(), len[b]);
+  };
+  for (size_t i = 1; i < size_; ++i) {
+    size_t v = order[i];
+    size_t j = i;
+    while (j > 0 && less(v, order[j - 1])) {
+      order[j] = order[j - 1];
+      --j;
+    }
+    order[j] = v;
+  }
+  std::array<ReasonPart, kReasonCount> sorted;
+  for (size_t i = 0; i < size_; ++i) {
+    sorted[i] = parts_[order[i]];
+  }
+  parts_ = sorted;
+}
+
+void ReasonParts::AssignOne(ReasonPart part) {
+  parts_[0] = part;
+  size_ = 1;
+}
+
+std::vector<std::string> ReasonParts::Strings() const {
+  std::vector<std::string> out;
+  out.reserve(size_);
+  for (const auto& part : *this) {
+    out.push_back(part.ToString());
+  }
+  return out;
+}
+
+void ReasonParts::JoinTo(std::string* out) const {
+  out->clear();
+  std::array<std::array<char, kPartBuffer>, kReasonCount> text;
+  std::array<size_t, kReasonCount> len;
+  size_t total = 0;
+  for (size_t i = 0; i < size_; ++i) {
+    len[i] = RenderPart(parts_[i], text[i].data());
+    total += len[i] + (i > 0 ? 2 : 0);
+  }
+  out->reserve(total);  // one allocation at most
+  for (size_t i = 0; i < size_; ++i) {
+    if (i > 0) {
+      out->append(", ");
+    }
+    out->append(text[i].data(), len[i]);
+  }
+}
+
+std::string ReasonParts::Joined() const {
+  std::string out;
+  JoinTo(&out);
+  return out;
+}
+
+SortOrder SortOrderFor(const GpuPolicy& policy, bool numa_bind) {
+  SortOrder order;
+  if (policy.chain.size() == 1 &&
+      (policy.chain[0] == GpuPolicyKey::kBinpack || policy.chain[0] == GpuPolicyKey::kSpread)) {
+    const bool binpack = policy.chain[0] == GpuPolicyKey::kBinpack;
+    if (numa_bind) {
+      Push(&order, binpack ? SortKey::kNumaDescending : SortKey::kNumaAscending);
+      Push(&order, binpack ? SortKey::kScoreAscending : SortKey::kScoreDescending);
+    } else {
+      Push(&order, binpack ? SortKey::kScoreAscending : SortKey::kScoreDescending);
+      Push(&order, SortKey::kNumaAscending);
+    }
+    return order;
+  }
+  if (policy.chain.empty()) {
+    // No policy at all: HAMi's flag default, spread.
+    return SortOrderFor(GpuPolicy{}, numa_bind);
+  }
+  if (numa_bind) {
+    Push(&order, SortKey::kNumaAscending);
+  }
+  for (GpuPolicyKey key : policy.chain) {
+    Push(&order, KeyFor(key));
+  }
+  return order;
+}
+
+bool HasMutex(const GpuPolicy& policy) {
+  return std::find(policy.chain.begin(), policy.chain.end(), GpuPolicyKey::kMutex) !=
+         policy.chain.end();
+}
+
+namespace {
+
+ScoreRequest ScorePart(bool exact_type, int32_t devmem, const ContainerRequest& request) {
+  ScoreRequest r;
+  if (exact_type) {
+    r.req = 1;
+    r.core = request.coresreq;
+    if (request.mem_percentage != 0 && request.mem_percentage != device::kPercentageUnset) {
+      r.mem = static_cast<double>(PercentOf(devmem, request.mem_percentage));
+    } else {
+      r.mem = request.memreq;
+    }
+  }
+  return r;
+}
+
+// The one score expression; the inverses are 1.0 / total (0 when any total is 0).
+[[gnu::always_inline]] inline double Score(double inv_count, double inv_core, double inv_mem,
+                                           const DeviceUsage& u, const ScoreRequest& r) {
+  if (inv_count == 0 || inv_core == 0 || inv_mem == 0) {
+    return 0;
+  }
+  return 10.0 *
+         ((r.req + u.used) * inv_count + (r.core + static_cast<double>(u.usedcores)) * inv_core +
+          (r.mem + static_cast<double>(u.usedmem)) * inv_mem);
+}
+
+double Inverse(int32_t total) { return total == 0 ? 0.0 : 1.0 / total; }
+
+}  // namespace
+
+double ComputeDeviceScore(const DeviceInfo& info, const DeviceUsage& usage,
+                          const ContainerRequest& request) {
+  return Score(Inverse(info.count), Inverse(info.devcore), Inverse(info.devmem), usage,
+               ScorePart(info.type == request.type, info.devmem, request));
+}
+
+void Fitter::Prepare(const device::PodRequest& request, const device::PodConstraints& constraints,
+                     const GpuPolicy& policy) {
+  request_ = &request;
+  constraints_ = &constraints;
+  needle_valid_ = false;
+  order_ = SortOrderFor(policy, constraints.numa_bind);
+  for (size_t k = 0; k < order_.size; ++k) {
+    const SortKey key = order_.keys[k];
+    key_source_[k] = Dimension(key);
+    key_sign_[k] = (key == SortKey::kScoreAscending || key == SortKey::kNumaAscending) ? 1.0 : -1.0;
+  }
+  for (size_t k = order_.size; k < key_sign_.size(); ++k) {
+    key_source_[k] = 0;
+    key_sign_[k] = 0.0;
+  }
+  primary_type_ = device::kNvidiaVendor;
+  for (const auto& c : request.containers) {
+    if (c.has_value() && c->nums > 0) {
+      primary_type_ = c->type;
+      break;
+    }
+  }
+  primary_is_nvidia_ = primary_type_ == device::kNvidiaVendor;
+  last_app_ = -1;
+  for (size_t c = request.init_count; c < request.containers.size(); ++c) {
+    if (request.containers[c].has_value() && request.containers[c]->nums > 0) {
+      last_app_ = static_cast<int>(c);
+    }
+  }
+  mutex_ = HasMutex(policy);
+  has_type_filters_ = !constraints.use_types.empty() || !constraints.nouse_types.empty() ||
+                      constraints.vgpu_mode.has_value();
+  has_uuid_filters_ = !constraints.use_uuids.empty() || !constraints.nouse_uuids.empty();
+}
+
+bool Fitter::TypeFilterPasses(const DeviceInfo& info) const {
+  const auto& c = *constraints_;
+  if (!c.use_types.empty()) {
+    bool any = false;
+    bool any_token = false;
+    for (const auto& token : c.use_types) {
+      if (token.empty()) {
+        continue;
+      }
+      any_token = true;
+      if (ContainsFold(info.type, token)) {
+        any = true;
+        break;
+      }
+    }
+    if (any_token && !any) {
+      return false;
+    }
+  }
+  for (const auto& token : c.nouse_types) {
+    if (!token.empty() && ContainsFold(info.type, token)) {
+      return false;
+    }
+  }
+  if (c.vgpu_mode.has_value() && c.vgpu_mode->find(info.mode) == std::string::npos) {
+    return false;
+  }
+  return true;
+}
+
+bool Fitter::UuidFilterPasses(const DeviceInfo& info) const {
+  const auto& c = *constraints_;
+  if (!c.use_uuids.empty() && !Listed(c.use_uuids, info.id)) {
+    return false;
+  }
+  return !Listed(c.nouse_uuids, info.id);
+}
+
+inline bool Fitter::TypeMatches(const std::string& type, std::string_view needle) const {
+  // Fast path: real Types start with the vendor name ("NVIDIA-Tesla T4", "NVIDIA A100-…").
+  // For an all-letter needle of at most 8 bytes, byte b equals letter L case-insensitively iff
+  // (b | 0x20) == L, so one 8-byte load compares the prefix.
+  if (needle_swar_ && type.size() >= 8) {
+    uint64_t word;
+    std::memcpy(&word, type.data(), 8);
+    if (((word | 0x2020202020202020ULL) & needle_mask_) == needle_bits_) {
+      return true;
+    }
+  } else {
+    const size_t k = needle_lower_.size();
+    if (type.size() >= k) {
+      size_t j = 0;
+      while (j < k && Lower(type[j]) == needle_lower_[j]) {
+        ++j;
+      }
+      if (j == k) {
+        return true;
+      }
+    }
+  }
+  return ContainsFold(type, needle);
+}
+
+void Fitter::PrepareNeedle(std::string_view type) {
+  needle_lower_.assign(type.begin(), type.end());
+  needle_swar_ = std::endian::native == std::endian::little && !type.empty() && type.size() <= 8;
+  needle_bits_ = 0;
+  needle_mask_ = 0;
+  for (size_t j = 0; j < needle_lower_.size(); ++j) {
+    char& c = needle_lower_[j];
+    c = Lower(c);
+    if (c < 'a' || c > 'z') {
+      needle_swar_ = false;
+    }
+    if (j < 8) {
+      // Little-endian: byte j of the word is bits 8j..8j+7.
+      needle_bits_ |= static_cast<uint64_t>(static_cast<unsigned char>(c)) << (8 * j);
+      needle_mask_ |= 0xFFULL << (8 * j);
+    }
+  }
+  needle_ = type;
+  needle_valid_ = true;
+}
+
+void Fitter::SetKeys(int32_t numa, int32_t used, double score, SortEntry* e) const {
+  const std::array<double, 3> src{score, static_cast<double>(numa), static_cast<double>(used)};
+  // Unused keys have sign 0 and stay 0.
+  e->key[0] = key_sign_[0] * src[static_cast<size_t>(key_source_[0])];
+  e->key[1] = key_sign_[1] * src[static_cast<size_t>(key_source_[1])];
+  e->key[2] = key_sign_[2] * src[static_cast<size_t>(key_source_[2])];
+}
+
+template <bool base>
+void Fitter::BuildImpl(const NodeSnapshot& node, const std::vector<DeviceUsage>& usage,
+                       std::string_view type, const ContainerRequest* request,
+                       std::vector<SortEntry>* out) {
+  const auto& devs = node.devices->devices;
+  const size_t n = devs.size();
+  out->resize(n);
+  if constexpr (base) {
+    entry_of_.resize(n);
+    any_exact_ = false;
+  }
+  SortEntry* e = out->data();
+  size_t m = 0;
+  int64_t count = 0;
+  int64_t totalcore = 0;
+  int64_t totalmem = 0;
+  int64_t used = 0;
+  int64_t usedcores = 0;
+  int64_t usedmem = 0;
+  // Nodes are usually homogeneous: reuse the inverses of the previous device's totals.
+  int32_t last_count = -1;
+  int32_t last_core = -1;
+  int32_t last_mem = -1;
+  double inv_count = 0;
+  double inv_core = 0;
+  double inv_mem = 0;
+  if (!needle_valid_ || needle_ != type) {
+    PrepareNeedle(type);
+  }
+  const ScoreRequest none;
+  for (size_t i = 0; i < n; ++i) {
+    const DeviceInfo& d = devs[i];
+    const DeviceUsage& u = usage[i];
+    if constexpr (base) {
+      count += d.count;
+      totalcore += d.devcore;
+      totalmem += d.devmem;
+      used += u.used;
+      usedcores += u.usedcores;
+      usedmem += u.usedmem;
+    }
+    const bool exact = d.type == type;
+    if (!exact && !TypeMatches(d.type, type)) {
+      if constexpr (base) {
+        entry_of_[i] = -1;
+      }
+      continue;
+    }
+    if constexpr (base) {
+      entry_of_[i] = static_cast<int32_t>(m);
+      any_exact_ |= exact;
+    }
+    double score = 0;
+    if (order_.uses_score) {
+      if (d.count != last_count) {
+        last_count = d.count;
+        inv_count = Inverse(d.count);
+      }
+      if (d.devcore != last_core) {
+        last_core = d.devcore;
+        inv_core = Inverse(d.devcore);
+      }
+      if (d.devmem != last_mem) {
+        last_mem = d.devmem;
+        inv_mem = Inverse(d.devmem);
+      }
+      if (request == nullptr) {
+        score = Score(inv_count, inv_core, inv_mem, u, none);
+      } else {
+        score = Score(inv_count, inv_core, inv_mem, u, ScorePart(exact, d.devmem, *request));
+      }
+    }
+    SetKeys(d.numa, u.used, score, &e[m]);
+    e[m].pos = static_cast<int32_t>(i);
+    e[m].tie = (static_cast<int64_t>(d.index) << 32) | static_cast<int64_t>(i);
+    ++m;
+  }
+  out->resize(m);
+  if constexpr (base) {
+    if (count == 0 || totalcore == 0 || totalmem == 0) {
+      node_score_ = 0;
+    } else {
+      node_score_ = 10.0 * (static_cast<double>(used) / static_cast<double>(count) +
+                            static_cast<double>(usedcores) / static_cast<double>(totalcore) +
+                            static_cast<double>(usedmem) / static_cast<double>(totalmem));
+    }
+  }
+}
+
+void Fitter::Build(const NodeSnapshot& node, const std::vector<DeviceUsage>& usage,
+                   std::string_view type, const ContainerRequest* request,
+                   std::vector<SortEntry>* out, bool base) {
+  if (base) {
+    BuildImpl<true>(node, usage, type, request, out);
+  } else {
+    BuildImpl<false>(node, usage, type, request, out);
+  }
+}
+
+namespace {
+
+// The device order: keys, then index, then position. Walking "from the end" of the sorted list
+// is taking the greatest remaining entry under this order.
+[[gnu::always_inline]] inline bool EntryLess(const std::array<double, 3>& ka, int64_t ta,
+                                             const std::array<double, 3>& kb, int64_t tb) {
+  if (ka[0] != kb[0]) {
+    return ka[0] < kb[0];
+  }
+  if (ka[1] != kb[1]) {
+    return ka[1] < kb[1];
+  }
+  if (ka[2] != kb[2]) {
+    return ka[2] < kb[2];
+  }
+  return ta < tb;
+}
+
+[[gnu::always_inline]] inline bool RankLess(const std::vector<Fitter::SortEntry>& e, int32_t a,
+                                            int32_t b) {
+  return EntryLess(e[static_cast<size_t>(a)].key, e[static_cast<size_t>(a)].tie,
+                   e[static_cast<size_t>(b)].key, e[static_cast<size_t>(b)].tie);
+}
+
+// rank := the entry indices sorted ascending (the order is total, so any algorithm gives the
+// same result: insertion sort for the usual handful of GPUs, std::sort for large nodes).
+void SortRank(const std::vector<Fitter::SortEntry>& entries, std::vector<int32_t>* rank) {
+  const size_t m = entries.size();
+  rank->resize(m);
+  int32_t* r = rank->data();
+  for (size_t j = 0; j < m; ++j) {
+    r[j] = static_cast<int32_t>(j);
+  }
+  if (m <= 16) {
+    for (size_t i = 1; i < m; ++i) {
+      const int32_t v = r[i];
+      size_t j = i;
+      while (j > 0 && RankLess(entries, v, r[j - 1])) {
+        r[j] = r[j - 1];
+        --j;
+      }
+      r[j] = v;
+    }
+  } else {
+    std::sort(r, r + m, [&entries](int32_t a, int32_t b) { return RankLess(entries, a, b); });
+  }
+}
+
+// Entry `e`, normally at rank[p] (an earlier move may have shifted it), changed its keys: move
+// it to its place in the otherwise sorted `rank`.
+void Reposition(const std::vector<Fitter::SortEntry>& entries, std::vector<int32_t>* rank, size_t p,
+                int32_t e) {
+  auto& r = *rank;
+  if (p >= r.size() || r[p] != e) {
+    p = 0;
+    while (r[p] != e) {
+      ++p;
+    }
+  }
+  while (p + 1 < r.size() && RankLess(entries, r[p + 1], e)) {
+    r[p] = r[p + 1];
+    ++p;
+  }
+  while (p > 0 && RankLess(entries, e, r[p - 1])) {
+    r[p] = r[p - 1];
+    --p;
+  }
+  r[p] = e;
+}
+
+}  // namespace
+
+bool Fitter::FitContainer(int container, const ContainerRequest& request, const NodeSnapshot& snap,
+                          const std::vector<DeviceUsage>& usage, std::vector<DeviceUsage>* apply,
+                          bool app) {
+  const NodeDevices& node = *snap.devices;
+  const auto& devs = node.devices;
+
+  // 1. The devices of the request's type with their sort keys against this container's view
+  // of the usage. Normally the keys do not depend on the request (no device Type equals the
+  // request type exactly), so they come from the per-node build (init containers: the node's
+  // usage) or from the app entries kept in step with app_. Otherwise they are rebuilt.
+  const std::vector<SortEntry>* entries;
+  const std::vector<int32_t>* rank;
+  // type_key_ views the first requesting container's type: identity settles the usual case.
+  const bool same_type =
+      (request.type.data() == type_key_.data() && request.type.size() == type_key_.size()) ||
+      request.type == type_key_;
+  const bool fast = !any_exact_ && same_type;
+  if (!fast) {
+    Build(snap, usage, request.type, &request, &entries_, /*base=*/false);
+    SortRank(entries_, &rank_);
+    entries = &entries_;
+    rank = &rank_;
+  } else {
+    // Init containers run before any app container, so the base entries match the node's
+    // usage for them; app containers update the base entries in place as they take devices.
+    if (app && !base_tracks_app_) {
+      Build(snap, usage, request.type, nullptr, &base_entries_, /*base=*/false);
+      SortRank(base_entries_, &base_rank_);
+      base_tracks_app_ = true;
+    }
+    entries = &base_entries_;
+    rank = &base_rank_;
+  }
+  const size_t m = entries->size();
+  const auto total = static_cast<int32_t>(m);
+  if (request.nums > total) {
+    failed_container_ = container;
+    reasons_.AssignOne(ReasonPart{Reason::kNodeInsufficientDevice, request.nums, total});
+    return false;
+  }
+
+  // 2. Walk the sorted devices from the end.
+  const SortEntry* ent = entries->data();
+  const int32_t* order = rank->data();
+  std::array<int32_t, kReasonCount> counts{};
+  auto skip = [&counts](Reason r) { ++counts[static_cast<size_t>(r)]; };
+  const bool numa_bind = constraints_->numa_bind;
+  const bool cordons = !node.cordoned.empty();
+  const bool type_ok = same_type ? primary_is_nvidia_ : request.type == device::kNvidiaVendor;
+  int32_t remaining = request.nums;
+  int32_t prevnuma = -1;
+  int32_t coresreq = request.coresreq;
+  taken_.clear();
+  for (size_t k = m; k-- > 0;) {
+    const int32_t i = ent[order[k]].pos;
+    const DeviceInfo& d = devs[i];
+    const DeviceUsage& u = usage[i];
+    if (!d.health) {
+      skip(Reason::kCardNotHealth);
+      continue;
+    }
+    if (cordons && node.IsCordoned(d.id)) {
+      skip(Reason::kCardCordoned);
+      continue;
+    }
+    if (!type_ok || (has_type_filters_ && !TypeFilterPasses(d))) {
+      skip(Reason::kCardTypeMismatch);
+      continue;
+    }
+    if (numa_bind && d.numa != prevnuma) {
+      counts[static_cast<size_t>(Reason::kNumaNotFit)] += static_cast<int32_t>(taken_.size());
+      remaining = request.nums;
+      taken_.clear();
+      prevnuma = d.numa;
+    }
+    if (has_uuid_filters_ && !UuidFilterPasses(d)) {
+      skip(Reason::kCardUuidMismatch);
+      continue;
+    }
+    if (u.used >= d.count) {
+      skip(Reason::kCardTimeSlicingExhausted);
+      continue;
+    }
+    if (mutex_ && u.used > 0) {
+      skip(Reason::kExclusiveDeviceAllocateConflict);
+      continue;
+    }
+    if (coresreq > 100) {
+      coresreq = 100;
+    }
+    int64_t memreq = 0;
+    if (request.memreq > 0) {
+      memreq = request.memreq;
+    } else if (request.mem_percentage != device::kPercentageUnset) {
+      memreq = PercentOf(d.devmem, request.mem_percentage);
+    }
+    if (d.devmem - u.usedmem < memreq) {
+      skip(Reason::kCardInsufficientMemory);
+      continue;
+    }
+    if (d.devcore - u.usedcores < coresreq) {
+      skip(Reason::kCardInsufficientCore);
+      continue;
+    }
+    if (d.devcore == 100 && coresreq == 100 && u.used > 0) {
+      skip(Reason::kExclusiveDeviceAllocateConflict);
+      continue;
+    }
+    if (d.devcore != 0 && u.usedcores == d.devcore && coresreq == 0) {
+      skip(Reason::kCardComputeUnitsExhausted);
+      continue;
+    }
+    if (d.mode.size() == 3 && d.mode == "mig") {
+      skip(Reason::kCardMigUnsupported);
+      continue;
+    }
+    taken_.push_back(Taken{i, static_cast<int32_t>(memreq), coresreq, static_cast<int32_t>(k)});
+    if (--remaining == 0) {
+      break;
+    }
+  }
+  if (remaining > 0) {
+    counts[static_cast<size_t>(Reason::kAllocatedCardsInsufficientRequest)] =
+        static_cast<int32_t>(taken_.size());
+    failed_container_ = container;
+    reasons_.Assign(counts, total);
+    return false;
+  }
+  for (const Taken& t : taken_) {
+    choices_.push_back(Choice{container, t.device, t.usedmem, t.usedcores});
+    if (apply == nullptr) {
+      continue;
+    }
+    DeviceUsage& w = (*apply)[static_cast<size_t>(t.device)];
+    w.used += 1;
+    w.usedmem += t.usedmem;
+    w.usedcores += t.usedcores;
+    if (app && fast && container < last_app_) {
+      // Keep the base entries in step with app_ (for the app containers still to come).
+      const DeviceInfo& d = devs[static_cast<size_t>(t.device)];
+      const double score = order_.uses_score ? Score(Inverse(d.count), Inverse(d.devcore),
+                                                     Inverse(d.devmem), w, ScoreRequest{})
+                                             : 0;
+      const int32_t e = entry_of_[static_cast<size_t>(t.device)];
+      SetKeys(d.numa, w.used, score, &base_entries_[static_cast<size_t>(e)]);
+      Reposition(base_entries_, &base_rank_, static_cast<size_t>(t.rank), e);
+    }
+  }
+  if (app && !fast) {
+    base_tracks_app_ = false;  // app_ changed behind the base entries
+  }
+  return true;
+}
+
+namespace {
+
+void MaxInto(std::vector<DeviceUsage>* into, const std::vector<DeviceUsage>& from) {
+  for (size_t i = 0; i < from.size(); ++i) {
+    DeviceUsage& a = (*into)[i];
+    a.used = std::max(a.used, from[i].used);
+    a.usedmem = std::max(a.usedmem, from[i].usedmem);
+    a.usedcores = std::max(a.usedcores, from[i].usedcores);
+  }
+}
+
+}  // namespace
+
+bool Fitter::Fit(const NodeSnapshot& node, bool want_usage_after) {
+  choices_.clear();
+  reasons_.clear();
+  failed_container_ = -1;
+  node_score_ = 0;
+  if (node.devices == nullptr || node.usage.size() != node.devices->devices.size()) {
+    return false;
+  }
+  type_key_ = primary_type_;
+  Build(node, node.usage, type_key_, nullptr, &base_entries_, /*base=*/true);
+  SortRank(base_entries_, &base_rank_);
+  base_tracks_app_ = true;
+  const auto& containers = request_->containers;
+  const size_t init_count = std::min(request_->init_count, containers.size());
+
+  // Init containers: each on a fresh copy; keep the per-field peak in after_.
+  bool any_init = false;
+  for (size_t c = 0; c < init_count; ++c) {
+    const auto& req = containers[c];
+    if (!req.has_value() || req->nums <= 0) {
+      continue;
+    }
+    if (!any_init && want_usage_after) {
+      after_ = node.usage;
+    }
+    any_init = true;
+    if (want_usage_after) {
+      init_ = node.usage;
+    }
+    // Without usage_after nothing reads an init container's copy: fit it on the node's usage.
+    if (!FitContainer(static_cast<int>(c), *req, node, node.usage,
+                      want_usage_after ? &init_ : nullptr, /*app=*/false)) {
+      return false;
+    }
+    if (want_usage_after) {
+      MaxInto(&after_, init_);
+    }
+  }
+  // App containers: cumulative on one copy.
+  app_ = node.usage;
+  for (size_t c = init_count; c < containers.size(); ++c) {
+    const auto& req = containers[c];
+    if (!req.has_value() || req->nums <= 0) {
+      continue;
+    }
+    if (!FitContainer(static_cast<int>(c), *req, node, app_, &app_, /*app=*/true)) {
+      return false;
+    }
+  }
+  if (want_usage_after) {
+    if (any_init) {
+      MaxInto(&after_, app_);
+    } else {
+      after_ = app_;
+    }
+  }
+  return true;
+}
+
+device::PodDevices Fitter::BuildPodDevices(const NodeSnapshot& node) const {
+  device::PodDevices out(request_->containers.size());
+  for (const Choice& ch : choices_) {
+    out[ch.container].push_back(device::ContainerDevice{node.devices->devices[ch.device].id,
+                                                        std::string(device::kNvidiaVendor),
+                                                        ch.usedmem, ch.usedcores});
+  }
+  return out;
+}
+
+FitResult FitPod(const NodeSnapshot& node, const device::PodRequest& request,
+                 const device::PodConstraints& constraints, const GpuPolicy& policy) {
+  FitResult result;
+  Fitter fitter;
+  fitter.Prepare(request, constraints, policy);
+  result.fit = fitter.Fit(node);
+  if (result.fit) {
+    result.devices = fitter.BuildPodDevices(node);
+    result.usage_after = fitter.usage_after();
+    return result;
+  }
+  result.failed_container = fitter.failed_container();
+  result.reasons = fitter.reasons();
+  if (result.failed_container < 0) {
+    result.reason = "node usage unavailable";
+  } else {
+    result.reasons.JoinTo(&result.reason);
+  }
+  return result;
+}
+
+}  // namespace tessera::schedule

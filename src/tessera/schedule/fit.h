@@ -1,0 +1,268 @@
+// File: tessera/schedule/fit.h
+//
+// Fitting one pod on one node: HAMi v2.10's NVIDIA device fit (hami-protocol.md §4.3/§4.4),
+// reproduced check for check, with HAMi's reason names and reason-string format. Pure: no I/O,
+// no clock, no global state.
+//
+// Per container that asks for devices (containers with nullopt or nums <= 0 get an empty entry):
+//   1. the devices whose Type contains the request type (case-insensitive) are the candidates;
+//      more devices requested than candidates fails with NodeInsufficientDevice;
+//   2. each candidate gets a device score (ComputeDeviceScore) against the node's current usage;
+//   3. the candidates are sorted per the GPU policy (SortOrderFor) and walked from the END;
+//   4. each device passes the checks in HAMi's order (see docs/scheduling.md) or is skipped with
+//      one reason; the first `nums` devices that pass are taken.
+// App containers are fitted cumulatively on one copy of the node's usage (later containers see
+// earlier ones); each init container is fitted on its own fresh copy and the per-field peak of
+// those copies is kept; the usage after the pod is max(app cumulative, init peak) per field.
+//
+// Init containers are reported like app containers: PodDevices has one entry per container, init
+// containers first (the HAMi v2.9+ index space the device plugin consumes), and an init
+// container's entry lists the devices it was fitted on. A container without a request has an
+// empty entry, so entry i always belongs to container i.
+//
+// Thread safety: free functions are thread-compatible (they only read their arguments). A Fitter
+// holds scratch buffers: one Fitter per thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/device/model.h"
+
+namespace tessera::schedule {
+
+// HAMi's reason names (v2.10 pkg/device/common), plus Tessera's kCardMigUnsupported.
+enum class Reason : uint8_t {
+  kCardNotHealth,
+  kCardCordoned,
+  kCardTypeMismatch,
+  kNumaNotFit,
+  kCardUuidMismatch,
+  kCardTimeSlicingExhausted,
+  kExclusiveDeviceAllocateConflict,
+  kCardInsufficientMemory,
+  kCardInsufficientCore,
+  kCardComputeUnitsExhausted,
+  // Tessera: MIG placement (HAMi §4.7) is not implemented, so a device in mode "mig" never fits
+  // (fail closed, at the position of HAMi's CustomFilterRule check).
+  kCardMigUnsupported,
+  kAllocatedCardsInsufficientRequest,
+  kNodeInsufficientDevice,
+};
+inline constexpr size_t kReasonCount = 13;
+
+// The wire name, e.g. "CardInsufficientMemory".
+std::string_view ReasonName(Reason reason);
+
+// One "<count>/<total> <Reason>" part of a reason string: `count` of the `total` devices
+// considered failed for `reason`.
+struct ReasonPart {
+  Reason reason = Reason::kCardNotHealth;
+  int32_t count = 0;
+  int32_t total = 0;
+
+  std::string ToString() const;
+  friend bool operator==(const ReasonPart&, const ReasonPart&) = default;
+};
+
+// The parts of one failure, sorted by their rendered strings (byte order, as HAMi sorts them).
+// Fixed capacity, no allocation: at most one part per Reason.
+class ReasonParts {
+ public:
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const ReasonPart& operator[](size_t i) const { return parts_[i]; }
+  const ReasonPart* begin() const { return parts_.data(); }
+  const ReasonPart* end() const { return parts_.data() + size_; }
+  void clear() { size_ = 0; }
+
+  // Builds the sorted parts from per-reason counters (zero counters are left out).
+  void Assign(const std::array<int32_t, kReasonCount>& counts, int32_t total);
+  // A single part (used for NodeInsufficientDevice).
+  void AssignOne(ReasonPart part);
+
+  // The rendered parts, e.g. {"1/2 CardInsufficientMemory", "1/2 CardTimeSlicingExhausted"}.
+  std::vector<std::string> Strings() const;
+  // The parts joined with ", " into `out` (replacing its contents; reuses its capacity).
+  void JoinTo(std::string* out) const;
+  std::string Joined() const;
+
+ private:
+  std::array<ReasonPart, kReasonCount> parts_{};
+  size_t size_ = 0;
+};
+
+// One ordering key of the device sort. The sorted list is walked from the end, so an "ascending"
+// key tries the largest value first.
+enum class SortKey : uint8_t {
+  kScoreAscending,   // binpack: highest score tried first
+  kScoreDescending,  // spread: lowest score tried first
+  kNumaAscending,    // highest NUMA id tried first
+  kNumaDescending,   // lowest NUMA id tried first (v2.5.2 binpack order)
+  kUsedDescending,   // mutex: idle devices tried first
+};
+
+// The resolved device ordering for one pod: keys in order, then device index ascending, then
+// position in NodeDevices::devices ascending (so the order is total and deterministic; the walk
+// from the end therefore tries the highest index first among otherwise equal devices).
+struct SortOrder {
+  std::array<SortKey, 3> keys{};  // at most one per dimension: score, NUMA, Used
+  size_t size = 0;
+  bool uses_score = false;
+};
+
+// HAMi v2.10's device sort for `policy` (§4.4):
+//   single binpack/spread: score primary, NUMA ascending as tie-breaker; with numa_bind the
+//     v2.5.2 NUMA-grouped order (binpack: NUMA descending, score ascending; spread: NUMA
+//     ascending, score descending);
+//   single mutex: Used descending (numa_bind puts NUMA ascending in front);
+//   bare numa or a chain: the keys in order (binpack = score ascending, spread = score descending,
+//     numa = NUMA ascending, mutex = Used descending); a key on a dimension (score, NUMA, Used)
+//     already ordered is dropped, since it can never decide; numa_bind forces NUMA ascending to
+//     be the first key.
+SortOrder SortOrderFor(const device::GpuPolicy& policy, bool numa_bind);
+
+// True when the policy chain contains mutex (enables the Used > 0 exclusivity check).
+bool HasMutex(const device::GpuPolicy& policy);
+
+// HAMi v2.10 ComputeScore with weights 1,1,1 for one device and one container request:
+//   10 * ((req + Used)/Count + (core + Usedcores)/Totalcore + (mem + Usedmem)/Totalmem),
+// where req/core/mem are 1/Coresreq/(percentage of Totalmem if set, else Memreq) when the
+// device Type equals the request type exactly, and 0 otherwise; 0 when any total is 0.
+// Computed in double as x * (1.0 / total) (the fit uses exactly this expression, so equal
+// inputs always give equal scores).
+double ComputeDeviceScore(const device::DeviceInfo& info, const device::DeviceUsage& usage,
+                          const device::ContainerRequest& request);
+
+// The outcome of fitting one pod on one node.
+struct FitResult {
+  bool fit = false;
+  // On success: one entry per container of the request (init first), Type "NVIDIA".
+  device::PodDevices devices;
+  // On success: usage of every device after the pod (max of app cumulative and init peak).
+  std::vector<device::DeviceUsage> usage_after;
+  // On failure: the first failing container (index into PodRequest::containers) and why; for a
+  // malformed snapshot (usage size differs from the device count) failed_container is -1 and
+  // `reason` is "node usage unavailable".
+  int failed_container = -1;
+  ReasonParts reasons;
+  std::string reason;  // the parts joined with ", ", e.g. "1/2 CardInsufficientMemory"
+};
+
+// Fits `request` on `node` with the constraints and the effective GPU policy (the caller
+// resolves the pod-annotation override). Allocates; for the hot path use a Fitter.
+FitResult FitPod(const device::NodeSnapshot& node, const device::PodRequest& request,
+                 const device::PodConstraints& constraints, const device::GpuPolicy& policy);
+
+// The reusable fit engine behind FitPod and Decide. Prepare once per pod, then Fit per node;
+// Fit allocates nothing once its buffers have grown to the node size.
+// Not thread-safe: one Fitter per thread.
+class Fitter {
+ public:
+  // One device chosen for one container.
+  struct Choice {
+    int32_t container = 0;
+    int32_t device = 0;  // position in NodeDevices::devices
+    int32_t usedmem = 0;
+    int32_t usedcores = 0;
+  };
+
+  // Binds the pod. `request` and `constraints` must outlive the Fit calls.
+  void Prepare(const device::PodRequest& request, const device::PodConstraints& constraints,
+               const device::GpuPolicy& policy);
+
+  // Fits the prepared pod on `node`. Returns true when every requesting container fits.
+  // Afterwards choices() (on success) or failed_container()/reasons() (on failure) describe the
+  // outcome. A snapshot without devices or with usage.size() != devices.size() fails with
+  // failed_container() == -1 and empty reasons (the caller reports "node usage unavailable").
+  // With want_usage_after false, usage_after() is not maintained (saves work in Decide).
+  bool Fit(const device::NodeSnapshot& node, bool want_usage_after = true);
+
+  const std::vector<Choice>& choices() const { return choices_; }
+  int failed_container() const { return failed_container_; }
+  const ReasonParts& reasons() const { return reasons_; }
+  // ComputeNodeScore of the node (valid after a Fit on a well-formed snapshot, fit or not).
+  double node_score() const { return node_score_; }
+  // Usage after the pod (valid after a successful Fit).
+  const std::vector<device::DeviceUsage>& usage_after() const { return after_; }
+
+  // Builds the PodDevices of the last successful Fit on `node` (the same snapshot).
+  device::PodDevices BuildPodDevices(const device::NodeSnapshot& node) const;
+
+  // Internal: one candidate device with its sort keys, all ascending after sign flips
+  // (unused keys 0). Public only so that the implementation's helpers can name it.
+  struct SortEntry {
+    std::array<double, 3> key;
+    int64_t tie;  // device index << 32 | position
+    int32_t pos;  // position in NodeDevices::devices
+  };
+
+ private:
+  struct Taken {
+    int32_t device;
+    int32_t usedmem;
+    int32_t usedcores;
+    int32_t rank;  // position in the rank list walked
+  };
+
+  // One pass over the node: the entries of the devices whose Type contains `type` against
+  // `usage`, scored with `request` (nullptr: without the request part). With `base` it also
+  // computes the node score, entry_of_ and any_exact_.
+  void Build(const device::NodeSnapshot& node, const std::vector<device::DeviceUsage>& usage,
+             std::string_view type, const device::ContainerRequest* request,
+             std::vector<SortEntry>* out, bool base);
+  template <bool base>
+  void BuildImpl(const device::NodeSnapshot& node, const std::vector<device::DeviceUsage>& usage,
+                 std::string_view type, const device::ContainerRequest* request,
+                 std::vector<SortEntry>* out);
+  bool TypeMatches(const std::string& type, std::string_view needle) const;
+  void PrepareNeedle(std::string_view type);
+  void SetKeys(int32_t numa, int32_t used, double score, SortEntry* e) const;
+  // Fits one container against `usage`; the devices taken are added to `apply` (if given).
+  bool FitContainer(int container, const device::ContainerRequest& request,
+                    const device::NodeSnapshot& node, const std::vector<device::DeviceUsage>& usage,
+                    std::vector<device::DeviceUsage>* apply, bool app);
+  bool TypeFilterPasses(const device::DeviceInfo& info) const;
+  bool UuidFilterPasses(const device::DeviceInfo& info) const;
+
+  const device::PodRequest* request_ = nullptr;
+  const device::PodConstraints* constraints_ = nullptr;
+  std::string_view primary_type_;  // the type of the first requesting container
+  bool primary_is_nvidia_ = false;
+  int last_app_ = -1;  // the last app container with a request
+  SortOrder order_;
+  std::array<int, 3> key_source_{};  // per key: 0 = score, 1 = NUMA, 2 = Used
+  std::array<double, 3> key_sign_{};
+  bool mutex_ = false;
+  bool has_type_filters_ = false;
+  bool has_uuid_filters_ = false;
+
+  // Scratch, reused across Fit calls.
+  std::vector<device::DeviceUsage> app_;
+  std::vector<device::DeviceUsage> init_;
+  std::vector<device::DeviceUsage> after_;
+  std::vector<SortEntry> base_entries_;  // against the node's usage, then against app_
+  std::vector<SortEntry> entries_;       // rebuilt per container when the request matters
+  std::vector<int32_t> entry_of_;        // device position -> base/app entry, -1 if no match
+  std::vector<int32_t> base_rank_;       // entry indices in policy order, per entry list
+  std::vector<int32_t> rank_;
+  std::vector<Taken> taken_;
+  std::vector<Choice> choices_;
+  std::string_view type_key_;
+  bool any_exact_ = false;
+  bool base_tracks_app_ = true;  // base entries reflect app_ (false after a rebuilt container)
+  std::string_view needle_;      // the request type being matched
+  bool needle_valid_ = false;
+  std::string needle_lower_;  // needle_, lower-cased
+  bool needle_swar_ = false;  // all letters, at most 8: compare the prefix in one word
+  uint64_t needle_bits_ = 0;
+  uint64_t needle_mask_ = 0;
+  double node_score_ = 0;
+  int failed_container_ = -1;
+  ReasonParts reasons_;
+};
+
+}  // namespace tessera::schedule

@@ -1,0 +1,85 @@
+// File: tessera/serve/auditor.h
+//
+// The audit layer of the self-healing accounting (DESIGN.md principle 2, docs/self-healing.md):
+// every --audit-period the ledger is rebuilt from scratch out of the informer's pods and the
+// registry's registrations (Ledger::Recompute, with the live reservations carried over) and
+// compared with the live ledger entry by entry (Diff). Every difference is a bug of the apply
+// layer. Each differing pod is repaired through PodFeed::Reconcile with the store's CURRENT
+// object (never the possibly older copy the recomputation used), so a repair cannot undo a
+// delivery that raced with the audit; a difference counts as a correction only when the repair
+// actually changed the pod's ledger record AND the store's object is still the one the audit
+// listed (same resourceVersion; otherwise its delivery may simply not have been handled yet,
+// since the store is updated before the handler runs), so such races are not reported as bugs.
+// The report line gives node and devices of the record before and after the repair. A node
+// whose registration differs from the registry's is re-registered.
+//
+//   Auditor auditor(&vendor, &ledger, &feed, pods_source, pod_by_uid, registrations);
+//   AuditReport report = auditor.Run(clock->Now());
+//
+// Cost: O(pods + devices) for the recomputation, plus O(records) for each audit that finds a
+// difference. It reads the ledger with its own consistent snapshots and never holds a lock that
+// filter or bind take for longer than one ledger call.
+//
+// Thread safety: Run may be called from any one thread at a time; last() from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/time/time.h"
+
+#include "tessera/base/mutex.h"
+#include "tessera/device/model.h"
+#include "tessera/device/vendor.h"
+#include "tessera/kube/objects.h"
+#include "tessera/ledger/ledger.h"
+#include "tessera/serve/pod_feed.h"
+
+namespace tessera::serve {
+
+struct AuditReport {
+  absl::Time at = absl::InfinitePast();  // when it ran (InfinitePast: never)
+  absl::Duration took;
+  size_t pods = 0;   // pods in the informer's store
+  size_t nodes = 0;  // registrations
+  // Corrections by cause: "stale_record" (the ledger held a pod the store says holds nothing or
+  // does not have), "missing_record" (the store's pod holds devices the ledger did not count),
+  // "changed_record" (node, bound state or devices differ), "node" (a registration differs),
+  // "usage" (device usage differs with no record difference: a ledger bug, counted and logged).
+  std::map<std::string, int64_t> corrections;
+  // One line per correction (at most 100): the cause, the pod or node, the devices involved.
+  std::vector<std::string> details;
+  ledger::Problems problems;  // conflicts, orphans, holders on unregistered nodes
+};
+
+class Auditor {
+ public:
+  using PodSource = std::function<std::vector<std::shared_ptr<const kube::Pod>>()>;
+  using PodByUid = std::function<std::shared_ptr<const kube::Pod>(std::string_view uid)>;
+  using NodeSource = std::function<std::vector<std::shared_ptr<const device::NodeDevices>>()>;
+
+  // Every pointer and function must outlive the auditor.
+  Auditor(const device::Vendor* vendor, ledger::Ledger* ledger, PodFeed* feed, PodSource pods,
+          PodByUid pod_by_uid, NodeSource registrations);
+
+  AuditReport Run(absl::Time now);
+  AuditReport last() const;
+
+ private:
+  const device::Vendor* vendor_;
+  ledger::Ledger* ledger_;
+  PodFeed* feed_;
+  PodSource pods_;
+  PodByUid pod_by_uid_;
+  NodeSource registrations_;
+
+  mutable Mutex mu_;
+  AuditReport last_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera::serve

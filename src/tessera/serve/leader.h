@@ -1,0 +1,181 @@
+// File: tessera/serve/leader.h
+//
+// Elector: which replica of `tessera serve` runs the background writers (the handshake writes
+// of the node registry). Three modes behind one interface (docs/serve.md "Leadership"):
+//
+//   kFollow (default): follow the co-located kube-scheduler's Lease, as HAMi v2.8+ does
+//     (hami-protocol.md §1.7). This replica leads while the Lease `ns/name` names it:
+//     holderIdentity is `identity` or starts with `identity + "_"` (kube-scheduler writes
+//     `<hostname>_<uuid>`; HAMi tests a bare prefix, which would let host "a-1" follow "a-10"'s
+//     Lease) and the Lease has not expired: (renewTime, else acquireTime) + leaseDurationSeconds
+//     (else options.lease_duration) > clock->Now(). The Lease was written by the kube-scheduler
+//     on this very host, so its times and our clock agree. A Lease that does not exist makes
+//     this replica the leader: with no Lease there is no election to follow (kube-scheduler runs
+//     without --leader-elect, or elsewhere), and a replica that never wrote would silently stop
+//     the handshake; with several replicas the worst case is that each writes, which the
+//     resourceVersion preconditions of those writes keep consistent. (HAMi: not leader.)
+//     A Lease with an empty holder (released by a stopping kube-scheduler) or with no usable
+//     time leads nowhere. An API error keeps the last Lease seen, so leadership still ends when
+//     that Lease expires by the clock. One GET per retry_period.
+//   kLease (--leader-elect-mode=lease): Tessera holds its own Lease, with client-go's
+//     algorithm (k8s-protocol.md §5): identity `<identity>_<random uuid>`; acquire by POST when
+//     the Lease is missing, or by PUT with the read resourceVersion as the precondition when it
+//     is released (empty holder) or its holder has not changed it for the holder's
+//     leaseDurationSeconds, judged on this clock from when the change was observed (so clock
+//     skew between hosts does not matter); renew by PUT every retry_period; leadership ends
+//     when no renewal has succeeded for renew_deadline (IsLeader() checks that against the
+//     clock on every call, not only when a round runs), and at once when a read shows another
+//     holder. Stop() releases: holderIdentity "", leaseDurationSeconds 1, so a follower can take
+//     over on its next round instead of waiting for the expiry.
+//   kNone: always the leader, no API calls (a single replica; --leader-elect-resource-name="").
+//
+//   ElectorOptions o;  o.mode = LeaderMode::kLease;  o.name = "hami-scheduler-tessera";
+//   absl::StatusOr<std::unique_ptr<Elector>> e = Elector::Create(&client, o);
+//   (*e)->Start();                 // a thread: Step() every retry_period
+//   if ((*e)->IsLeader()) writer.WriteAll(patches);
+//   (*e)->Stop();                  // joins the thread; kLease: releases the Lease if held
+//
+// Step() runs one round synchronously (tests drive it with a FakeClock and no thread).
+// generation() increments on every change of role that a round observes, and on_change (set
+// before Start) runs on the round's thread after each such change, without the elector's lock.
+//
+// Thread safety: IsLeader, generation, Describe and status may be called from any thread.
+// Step must not run concurrently with itself or with the thread Start runs; Start and Stop from
+// one thread. The ApiClient must outlive the elector.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+#include "tessera/base/clock.h"
+#include "tessera/base/mutex.h"
+#include "tessera/kube/client.h"
+#include "tessera/kube/lease.h"
+
+namespace tessera::serve {
+
+enum class LeaderMode { kNone, kFollow, kLease };
+// "none", "follow", "lease".
+std::string_view LeaderModeName(LeaderMode mode);
+// Inverse of LeaderModeName; InvalidArgument otherwise.
+absl::StatusOr<LeaderMode> ParseLeaderMode(std::string_view text);
+
+struct ElectorOptions {
+  LeaderMode mode = LeaderMode::kFollow;
+  // The Lease (--leader-elect-resource-namespace, --leader-elect-resource-name).
+  std::string ns = "kube-system";
+  std::string name = "hami-scheduler";
+  // This replica's name (--leader-elect-identity): kFollow matches the holder against it;
+  // kLease holds the Lease as `<identity>_<uuid>`. Empty: the host name.
+  std::string identity;
+  // client-go's LeaseDuration / RenewDeadline / RetryPeriod. kFollow uses lease_duration only
+  // for a Lease without leaseDurationSeconds and polls every retry_period.
+  absl::Duration lease_duration = absl::Seconds(15);
+  absl::Duration renew_deadline = absl::Seconds(10);
+  absl::Duration retry_period = absl::Seconds(2);
+  Clock* clock = Clock::Real();
+  // Runs after each change of role (see the file comment).
+  std::function<void(bool leader)> on_change;
+};
+
+// What the elector last saw, for /readyz, /debug and tests.
+struct ElectorStatus {
+  LeaderMode mode = LeaderMode::kFollow;
+  bool leader = false;
+  std::string identity;      // kFollow: the host name matched; kLease: the full holder identity
+  std::string lease;         // "ns/name"; empty for kNone
+  bool lease_read = false;   // a read of the Lease has succeeded (or found it missing)
+  bool lease_found = false;  // ... and it existed
+  std::string holder;        // holderIdentity last read (empty: none or released)
+  std::optional<absl::Time> expires;  // when the holder's claim ends by our clock
+  bool stopped = false;               // Stop() has run
+  uint64_t generation = 0;
+  uint64_t rounds = 0;
+  uint64_t errors = 0;     // API calls that failed (409 races included)
+  std::string last_error;  // empty after a round without error
+};
+
+class Elector {
+ public:
+  // InvalidArgument when: ns or name is empty (except kNone), a duration is not positive, or,
+  // for kLease, lease_duration <= renew_deadline or renew_deadline <= 1.2 × retry_period
+  // (client-go's checks). `client` may be null for kNone only.
+  static absl::StatusOr<std::unique_ptr<Elector>> Create(kube::ApiClient* client,
+                                                         ElectorOptions options);
+  // The checks of Create that do not need the client.
+  static absl::Status Validate(const ElectorOptions& options);
+  ~Elector();
+  Elector(const Elector&) = delete;
+  Elector& operator=(const Elector&) = delete;
+
+  // One round: kFollow reads the Lease; kLease tries to acquire or renew it. Blocking.
+  void Step();
+  // Runs Step at once and then every retry_period (real time) on a thread.
+  void Start();
+  // Joins the thread; in kLease mode releases the Lease when this replica holds it. The
+  // replica is not the leader afterwards. Idempotent.
+  void Stop();
+
+  // Evaluated against the clock at the call (a renewal overdue by renew_deadline, or a followed
+  // Lease past its expiry, is already "not leader" before the next round notices).
+  bool IsLeader() const;
+  uint64_t generation() const;
+  ElectorStatus status() const;
+  // One line: "leader (lease kube-system/x held by h_1, expires in 9.8s)", "follower (...)".
+  std::string Describe() const;
+
+  // The host name as the kernel reports it (HAMi's os.Hostname()).
+  static std::string HostName();
+  // `<host>_<random uuid v4>`, the identity kube-scheduler would use.
+  static std::string UniqueIdentity(std::string_view host);
+
+ private:
+  Elector(kube::ApiClient* client, ElectorOptions options);
+
+  void StepFollow(absl::Time now);
+  void StepLease(absl::Time now);
+  bool TryAcquireOrRenew(absl::Time now);
+  void Release();
+  // Recomputes the role (under mu_) and reports a change.
+  void Publish();
+  bool LeaderLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteError(const absl::Status& status);
+  bool HolderIsMe(std::string_view holder) const;
+
+  kube::ApiClient* const client_;
+  const ElectorOptions options_;
+  std::string identity_;  // fixed after construction
+
+  mutable Mutex mu_;
+  // kFollow / kLease: the Lease last read or written.
+  std::optional<kube::Lease> lease_ ABSL_GUARDED_BY(mu_);
+  bool lease_found_ ABSL_GUARDED_BY(mu_) = false;
+  bool have_read_ ABSL_GUARDED_BY(mu_) = false;  // a first read has completed
+  // kLease: when lease_'s spec was first seen in its present form (client-go observedTime).
+  absl::Time observed_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // kLease: the last successful acquire or renew while holding; InfinitePast when not held.
+  absl::Time renewed_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool holding_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool reported_ ABSL_GUARDED_BY(mu_) = false;  // the role last published
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t errors_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  std::string logged_error_ ABSL_GUARDED_BY(mu_);  // the last error logged as a warning
+
+  Mutex run_mu_;
+  CondVar run_cv_;
+  bool run_stop_ ABSL_GUARDED_BY(run_mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace tessera::serve

@@ -1,0 +1,123 @@
+// File: tessera/serve/resyncer.h
+//
+// The resync layer of the self-healing accounting (DESIGN.md principle 2, docs/self-healing.md):
+// every --resync-period (jittered by ±10 %) the pods and the nodes are LISTed from the API server
+// itself — in pages of 500, resourceVersion "" (a consistent read, never the watch cache and
+// never the informer's store) — and each complete list is handed to its informer's
+// Informer::Reconcile, which compares it with the store on the informer's own worker thread and
+// repairs the differences as synthetic deliveries (so the store, the pod feed, the ledger and the
+// node registry all see them, in order with the watch). The three kinds of repair are counted in
+// tessera_resync_corrections_total{kind}:
+//   missing — on the server, not in the store (an ADDED event lost for good);
+//   gone    — in the store, not on the server (a DELETED event lost for good);
+//   stale   — in both, the server's resourceVersion newer (a MODIFIED event lost for good).
+// See informer.h "Reconcile" for the rule that keeps a repair from undoing a newer watch delivery.
+//
+//   Resyncer resyncer(&client, &pods, &nodes, {.period = absl::Minutes(5)}, on_report);
+//   resyncer.Start();   // its own thread; the first pass one (jittered) period after Start
+//   ...
+//   resyncer.Stop();
+//
+// Cost per pass: ceil(pods / 500) + ceil(nodes / 500) LIST requests, and O(objects) on the
+// informer threads. It never takes a lock that filter or bind take: the LISTs run on the
+// resyncer's thread, the comparison on the informers' workers (which bind and filter never
+// wait for).
+//
+// Thread safety: Start and Stop from one thread (Stop is idempotent and run by the destructor);
+// RunOnce and last() from any thread (passes are serialised: a RunOnce waits for a pass in
+// progress to end). The on_report callback runs on the thread that ran the pass.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+
+#include "tessera/base/clock.h"
+#include "tessera/base/mutex.h"
+#include "tessera/kube/client.h"
+#include "tessera/kube/informer.h"
+
+namespace tessera::serve {
+
+struct ResyncOptions {
+  // Zero: Start() starts nothing (RunOnce still works).
+  absl::Duration period = absl::Minutes(5);
+  // Each wait is period × (1 + u), u uniform in [-jitter, +jitter].
+  double jitter = 0.1;
+  int64_t page_size = 500;
+  // Longest wait for an informer to run a Reconcile before the pass gives up on it.
+  absl::Duration reconcile_timeout = absl::Minutes(1);
+  // Timestamps of the reports.
+  Clock* clock = Clock::Real();
+  uint64_t seed = 0x7e55e7a;
+};
+
+struct ResyncReport {
+  absl::Time at = absl::InfinitePast();  // when the pass started (InfinitePast: never ran)
+  absl::Duration took;
+  size_t pods = 0;       // pods listed
+  size_t nodes = 0;      // nodes listed
+  int64_t requests = 0;  // LIST requests (pages) sent
+  // Repairs by kind ("missing", "stale", "gone"); only kinds with repairs appear.
+  std::map<std::string, int64_t> corrections;
+  // One line per repair (at most 100 per resource): "<resource> <kind> <key> uid=.. rv=a->b".
+  std::vector<std::string> details;
+  // Non-empty when a LIST failed or an informer did not run the comparison; the other
+  // resource may still have been repaired.
+  std::string error;
+};
+
+class Resyncer {
+ public:
+  using OnReport = std::function<void(const ResyncReport&)>;
+
+  // Every pointer must outlive the resyncer. `on_report` (may be empty) gets every pass's report.
+  Resyncer(kube::ApiClient* client, kube::Informer<kube::Pod>* pods,
+           kube::Informer<kube::Node>* nodes, ResyncOptions options, OnReport on_report);
+  ~Resyncer();
+  Resyncer(const Resyncer&) = delete;
+  Resyncer& operator=(const Resyncer&) = delete;
+
+  // Starts the resyncer's thread (named "resync") unless options.period is zero.
+  void Start();
+  // Stops the thread; a pass in progress ends at its next LIST page or wait. Idempotent.
+  void Stop();
+
+  // One pass now, on the calling thread. Passes before both informers have synced list
+  // nothing and report an error.
+  ResyncReport RunOnce();
+
+  ResyncReport last() const;
+
+ private:
+  void Loop();
+  bool Stopping() const;
+  // Lists every object of T in pages; false (with *error) when a page failed.
+  template <typename T>
+  bool ListAll(std::vector<T>* items, std::string* resource_version, int64_t* requests,
+               std::string* error);
+  template <typename T>
+  void Resync(kube::Informer<T>* informer, std::string_view resource, ResyncReport* report);
+
+  kube::ApiClient* const client_;
+  kube::Informer<kube::Pod>* const pods_;
+  kube::Informer<kube::Node>* const nodes_;
+  const ResyncOptions options_;
+  const OnReport on_report_;
+
+  Mutex run_mu_;  // held for a whole pass
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  ResyncReport last_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 rng_;  // the loop thread only
+  std::thread thread_;
+};
+
+}  // namespace tessera::serve

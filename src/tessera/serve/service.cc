@@ -1,0 +1,766 @@
+#include "tessera/serve/service.h"
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "tessera/base/logging.h"
+#include "tessera/base/status_macros.h"
+#include "tessera/device/device_config.h"
+#include "tessera/device/vendor.h"
+#include "tessera/extender/registry.h"
+#include "tessera/extender/scheduler.h"
+#include "tessera/extender/webhook.h"
+#include "tessera/kube/client.h"
+#include "tessera/kube/informer.h"
+#include "tessera/kube/transport.h"
+#include "tessera/ledger/ledger.h"
+#include "tessera/metrics/registry.h"
+#include "tessera/serve/auditor.h"
+#include "tessera/serve/pod_feed.h"
+#include "tessera/serve/resyncer.h"
+
+#ifndef TESSERA_VERSION
+#define TESSERA_VERSION "0.0.0"
+#endif
+
+namespace tessera::serve {
+
+namespace {
+
+// The label of an unschedulable filter in tessera_filter_decisions_total{reason}: the reason
+// name most failed candidates give (HAMi's "2/8 CardInsufficientMemory, 1/8 CardNotHealth"
+// strings counted by name; a reason without a count, such as "node unregistered", as it is),
+// ties broken by name. Bounded by the fixed set of reasons, never a node name.
+std::string CommonFailureReason(const std::map<std::string, std::string>& failed_nodes) {
+  std::map<std::string, int64_t> counts;
+  for (const auto& [node, text] : failed_nodes) {
+    for (absl::string_view part : absl::StrSplit(text, ", ", absl::SkipEmpty())) {
+      const size_t space = part.find(' ');
+      if (space != absl::string_view::npos &&
+          part.substr(0, space).find('/') != absl::string_view::npos) {
+        part = part.substr(space + 1);
+      }
+      ++counts[std::string(part)];
+    }
+  }
+  std::string best;
+  int64_t best_count = 0;
+  for (const auto& [name, count] : counts) {
+    if (count > best_count) {
+      best = name;
+      best_count = count;
+    }
+  }
+  return best;
+}
+
+// tessera_bind_total{outcome} from the scheduler's bind outcome (extender/scheduler.h Stats):
+// refusals that leave the cluster as it was are "rejected", failed API calls "error".
+metrics::BindOutcome BindOutcomeOf(std::string_view outcome, const extender::BindResult& result) {
+  if (result.error.empty()) {
+    return metrics::BindOutcome::kBound;
+  }
+  if (outcome == "pod_not_found" || outcome == "no_allocation" || outcome == "lock_held" ||
+      outcome == "devices_not_free" || outcome == "binding_rejected") {
+    return metrics::BindOutcome::kRejected;
+  }
+  return metrics::BindOutcome::kError;
+}
+
+}  // namespace
+
+class Service::Impl : public extender::Backend {
+ public:
+  explicit Impl(ServeOptions options) : options_(std::move(options)) {}
+  ~Impl() override { Stop(); }
+
+  absl::Status Init();
+  void Stop();
+
+  bool Synced() const { return pods_->HasSynced() && nodes_->HasSynced(); }
+  bool WaitForSync(absl::Duration timeout) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    return pods_->WaitForSync(timeout) && nodes_->WaitForSync(deadline - absl::Now());
+  }
+  int port() const { return http_->port(); }
+  int metrics_port() const { return http_->metrics_port(); }
+
+  // extender::Backend
+  extender::FilterResult Filter(const extender::FilterArgs& args) override;
+  extender::BindResult Bind(const extender::BindArgs& args) override;
+  bool Ready(std::string* why) override;
+  std::string DebugLedgerJson() override;
+  std::string DebugAuditJson() override;
+  ResyncReport ResyncNow() { return resyncer_->RunOnce(); }
+
+  bool IsLeader() const { return elector_->IsLeader(); }
+  std::string LeaderDescription() const { return elector_->Describe(); }
+
+  std::string MetricsText() const {
+    return metrics_->Render(ledger_.Full(), options_.legacy_metrics);
+  }
+
+ private:
+  void Housekeeping();
+  void OnNode(const kube::Node& node);
+  void QueuePatches(std::vector<extender::NodePatch> patches);
+  void UpdateInformerMetrics();
+  std::string SyncState() const;
+
+  const ServeOptions options_;
+  Clock* clock() const { return options_.clock; }
+
+  std::unique_ptr<device::Vendor> vendor_;
+  ledger::Ledger ledger_;
+  std::unique_ptr<kube::CurlTransport> transport_;
+  std::unique_ptr<kube::ApiClient> client_;
+  std::unique_ptr<metrics::Registry> metrics_;
+  std::unique_ptr<PodFeed> feed_;
+  std::unique_ptr<extender::NodeRegistry> registry_;
+  std::unique_ptr<extender::HandshakeWriter> writer_;
+  std::unique_ptr<Elector> elector_;
+  uint64_t leader_generation_ = 0;  // housekeeping thread only
+  std::unique_ptr<kube::Informer<kube::Pod>> pods_;
+  std::unique_ptr<kube::Informer<kube::Node>> nodes_;
+  std::unique_ptr<extender::Scheduler> scheduler_;
+  std::unique_ptr<extender::HttpServer> http_;
+  std::unique_ptr<Auditor> auditor_;
+  std::unique_ptr<Resyncer> resyncer_;
+
+  // What the self-healing layers repaired, for /debug/audit: totals since start and the latest
+  // lines (layer "apply", "audit", "resync" or "expiry"), newest last.
+  struct Repair {
+    absl::Time at;
+    std::string layer;
+    std::string what;
+  };
+  void NoteRepair(std::string_view layer, std::string what);
+  void NoteRepairCounts(std::string_view layer, const std::map<std::string, int64_t>& counts);
+  // Ends the reservations made before `list_started` whose pod the informer's store (which
+  // now reflects a complete LIST taken after that time) does not have; counted under `layer`
+  // as "absent_reservation".
+  void ReleaseAbsentReservations(absl::Time list_started, std::string_view layer);
+  mutable Mutex repairs_mu_;
+  std::deque<Repair> repairs_ ABSL_GUARDED_BY(repairs_mu_);
+  std::map<std::string, std::map<std::string, int64_t>> repair_totals_ ABSL_GUARDED_BY(repairs_mu_);
+  absl::Time next_audit_ = absl::InfinitePast();  // housekeeping thread only
+
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<extender::NodePatch> patches_ ABSL_GUARDED_BY(mu_);
+  std::thread loop_;
+
+  // Informer counters as last exported (housekeeping thread only).
+  int64_t pod_relists_ = 0, node_relists_ = 0;
+  int64_t pod_events_ = 0, node_events_ = 0;
+};
+
+absl::Status Service::Impl::Init() {
+  device::NvidiaConfig config = device::DefaultNvidiaConfig();
+  if (!options_.device_config_file.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(config, device::LoadDeviceConfigFile(options_.device_config_file));
+  }
+  vendor_ = device::NewNvidiaVendor(config);
+  TESSERA_ASSIGN_OR_RETURN(extender::NodeSelector selector,
+                           extender::NodeSelector::Parse(options_.node_label_selector));
+  if (options_.reservation_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--reservation-ttl must be positive");
+  }
+  if (options_.node_lock_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--node-lock-timeout must be positive");
+  }
+  TESSERA_RETURN_IF_ERROR(Elector::Validate(options_.leader));
+
+  absl::StatusOr<kube::RestConfig> rest = kube::LoadRestConfig(options_.kube);
+  if (!rest.ok()) {
+    return Annotate(rest.status(), "kubernetes client configuration");
+  }
+  rest->qps = options_.kube_qps;
+  rest->burst = options_.kube_burst;
+  TESSERA_LOG(kInfo, "serve: API server {}", rest->DebugString());
+  kube::CurlTransport::Options transport_options;
+  transport_options.user_agent = "tessera/" TESSERA_VERSION " (serve)";
+  std::shared_ptr<kube::TokenSource> tokens = kube::MakeTokenSource(*rest, Clock::Real());
+  TESSERA_ASSIGN_OR_RETURN(transport_,
+                           kube::CurlTransport::Create(*rest, tokens, transport_options));
+  client_ = std::make_unique<kube::ApiClient>(transport_.get());
+  ElectorOptions leader = options_.leader;
+  leader.clock = clock();
+  leader.on_change = nullptr;  // the housekeeping loop polls generation()
+  TESSERA_ASSIGN_OR_RETURN(elector_, Elector::Create(client_.get(), std::move(leader)));
+
+  metrics_ = std::make_unique<metrics::Registry>(
+      metrics::BuildInfo{TESSERA_VERSION, "", metrics::CompilerId()}, clock());
+  feed_ = std::make_unique<PodFeed>(vendor_.get(), &ledger_, clock(),
+                                    PodFeedOptions{.reservation_ttl = options_.reservation_ttl});
+  registry_ = std::make_unique<extender::NodeRegistry>(
+      vendor_.get(), &ledger_, extender::NodeRegistry::Options{.selector = std::move(selector)});
+  // Only the leader writes; the check is repeated at each write (leadership can end between
+  // the loop's check and the PATCH).
+  writer_ = std::make_unique<extender::HandshakeWriter>(
+      client_.get(),
+      extender::HandshakeWriter::Options{.is_leader = [this] { return elector_->IsLeader(); }});
+
+  kube::Informer<kube::Pod>::Options pod_options;
+  pod_options.name = "pods";
+  pod_options.reflector.min_watch_timeout = options_.min_watch_timeout;
+  pod_options.clock = clock();
+  kube::EventHandlers<kube::Pod> pod_handlers = feed_->Handlers();
+  // The apply layer's repairs of lost events, named for /debug/audit.
+  pod_handlers.on_delete = [this, on_delete = std::move(pod_handlers.on_delete)](
+                               const kube::Pod& pod, bool final_state_unknown) {
+    on_delete(pod, final_state_unknown);
+    if (final_state_unknown) {
+      NoteRepair("apply", fmt::format("tombstone {}/{} uid={} node={}", pod.meta.ns, pod.meta.name,
+                                      pod.meta.uid, pod.node_name));
+      NoteRepairCounts("apply", {{"tombstone", 1}});
+    }
+  };
+  pod_handlers.on_update = [this, on_update = std::move(pod_handlers.on_update)](
+                               const kube::Pod& old_pod, const kube::Pod& pod) {
+    on_update(old_pod, pod);
+    if (old_pod.meta.uid != pod.meta.uid) {
+      NoteRepair("apply", fmt::format("uid_change {}/{} uid={}->{}", pod.meta.ns, pod.meta.name,
+                                      old_pod.meta.uid, pod.meta.uid));
+      NoteRepairCounts("apply", {{"uid_change", 1}});
+    }
+  };
+  // A relist ends the reservations of pods it does not return (created, filtered, bound and
+  // deleted while the watch was down: no tombstone tells).
+  pod_handlers.on_listed = [this](absl::Time list_started, bool initial) {
+    if (!initial) {
+      ReleaseAbsentReservations(list_started, "apply");
+    }
+  };
+  pods_ = std::make_unique<kube::Informer<kube::Pod>>(client_.get(), pod_options,
+                                                      std::move(pod_handlers));
+
+  kube::Informer<kube::Node>::Options node_options;
+  node_options.name = "nodes";
+  node_options.reflector.min_watch_timeout = options_.min_watch_timeout;
+  node_options.clock = clock();
+  kube::EventHandlers<kube::Node> node_handlers;
+  node_handlers.on_add = [this](const kube::Node& node, bool) { OnNode(node); };
+  node_handlers.on_update = [this](const kube::Node&, const kube::Node& node) { OnNode(node); };
+  node_handlers.on_delete = [this](const kube::Node& node, bool final_state_unknown) {
+    if (final_state_unknown) {
+      NoteRepair("apply", "tombstone node " + node.meta.name);
+      NoteRepairCounts("apply", {{"node_tombstone", 1}});
+    }
+    if (registry_->Forget(node.meta.name)) {
+      TESSERA_LOG(kInfo, "node {} deleted: its devices and usage leave the ledger", node.meta.name);
+    }
+  };
+  nodes_ = std::make_unique<kube::Informer<kube::Node>>(client_.get(), node_options,
+                                                        std::move(node_handlers));
+
+  extender::Scheduler::Options scheduler_options;
+  scheduler_options.scheduler_name = options_.scheduler_name;
+  scheduler_options.node_policy = options_.node_policy;
+  scheduler_options.gpu_policy = options_.gpu_policy;
+  scheduler_options.node_lock_timeout = options_.node_lock_timeout;
+  scheduler_options.reservation_ttl = options_.reservation_ttl;
+  scheduler_options.vendor = vendor_.get();
+  // The node informer's copy saves the GET of an unlocked node in bind.
+  scheduler_options.lock.cached = [this](std::string_view name) -> std::optional<kube::Node> {
+    auto node = nodes_->store().Get(name);
+    if (node == nullptr) {
+      return std::nullopt;
+    }
+    return *node;
+  };
+  extender::Scheduler::Deps deps;
+  deps.ledger = &ledger_;
+  deps.client = client_.get();
+  deps.clock = clock();
+  deps.lookup = [this](std::string_view ns, std::string_view name) -> std::optional<kube::Pod> {
+    auto pod = pods_->store().Get(std::string(ns) + "/" + std::string(name));
+    if (pod == nullptr) {
+      return std::nullopt;
+    }
+    return *pod;
+  };
+  scheduler_ = std::make_unique<extender::Scheduler>(scheduler_options, std::move(deps));
+
+  auditor_ = std::make_unique<Auditor>(
+      vendor_.get(), &ledger_, feed_.get(), [this] { return pods_->store().List(); },
+      [this](std::string_view uid) { return pods_->store().GetByUid(uid); },
+      [this] { return registry_->Registrations(); });
+
+  resyncer_ =
+      std::make_unique<Resyncer>(client_.get(), pods_.get(), nodes_.get(),
+                                 ResyncOptions{.period = options_.resync_period, .clock = clock()},
+                                 [this](const ResyncReport& report) {
+                                   for (const auto& [kind, n] : report.corrections) {
+                                     metrics_->RecordResyncCorrections(kind, n);
+                                   }
+                                   NoteRepairCounts("resync", report.corrections);
+                                   for (const std::string& line : report.details) {
+                                     NoteRepair("resync", line);
+                                   }
+                                   if (report.error.empty()) {
+                                     ReleaseAbsentReservations(report.at, "resync");
+                                   }
+                                 });
+
+  extender::HttpServerOptions http_options;
+  http_options.bind_address = options_.http_bind;
+  http_options.cert_file = options_.cert_file;
+  http_options.key_file = options_.key_file;
+  http_options.metrics_bind_address = options_.metrics_bind_address;
+  http_options.metrics = [this] { return MetricsText(); };
+  http_options.threads = options_.http_threads;
+  extender::WebhookOptions webhook{
+      .scheduler_name = options_.scheduler_name,
+      .force_overwrite_default_scheduler = options_.force_overwrite_default_scheduler,
+      .nvidia = config};
+  http_options.webhook = [webhook](std::string_view content_type, std::string_view body) {
+    extender::WebhookReply reply = extender::HandleAdmissionReview(content_type, body, webhook);
+    return std::make_pair(reply.http_status, std::move(reply.body));
+  };
+  http_ = std::make_unique<extender::HttpServer>(this, http_options);
+  TESSERA_RETURN_IF_ERROR(http_->Start());
+
+  elector_->Step();  // the role before the first delivery
+  metrics_->SetLeader(elector_->IsLeader());
+  TESSERA_LOG(kInfo, "serve: leadership: {}", elector_->Describe());
+  elector_->Start();
+  pods_->Start();
+  nodes_->Start();
+  loop_ = std::thread([this] { Housekeeping(); });
+  resyncer_->Start();
+  TESSERA_LOG(kInfo, "serve: extender on {} (port {}), metrics on {} (port {})", options_.http_bind,
+              http_->port(), options_.metrics_bind_address, http_->metrics_port());
+  return absl::OkStatus();
+}
+
+void Service::Impl::Stop() {
+  {
+    MutexLock lock(&mu_);
+    if (stopping_) {
+      return;
+    }
+    stopping_ = true;
+    cv_.SignalAll();
+  }
+  if (http_ != nullptr) {
+    http_->Stop();
+  }
+  if (loop_.joinable()) {
+    loop_.join();
+  }
+  if (resyncer_ != nullptr) {
+    resyncer_->Stop();  // before the informers, whose Reconcile it may be waiting for
+  }
+  if (elector_ != nullptr) {
+    elector_->Stop();  // after the last write: releases an own Lease for a quick takeover
+    if (metrics_ != nullptr) {
+      metrics_->SetLeader(false);
+    }
+  }
+  if (pods_ != nullptr) {
+    pods_->Stop();
+  }
+  if (nodes_ != nullptr) {
+    nodes_->Stop();
+  }
+  scheduler_.reset();  // drains its event queue while the client still exists
+}
+
+void Service::Impl::OnNode(const kube::Node& node) {
+  QueuePatches(registry_->Observe(node, clock()->Now()));
+}
+
+void Service::Impl::QueuePatches(std::vector<extender::NodePatch> patches) {
+  if (patches.empty()) {
+    return;
+  }
+  MutexLock lock(&mu_);
+  for (extender::NodePatch& p : patches) {
+    patches_.push_back(std::move(p));
+  }
+  cv_.SignalAll();
+}
+
+void Service::Impl::Housekeeping() {
+  while (true) {
+    std::vector<extender::NodePatch> patches;
+    {
+      MutexLock lock(&mu_);
+      if (patches_.empty() && !stopping_) {
+        cv_.WaitFor(&mu_, absl::ToChronoMilliseconds(options_.housekeeping_period));
+      }
+      if (stopping_) {
+        return;
+      }
+      patches.swap(patches_);
+    }
+    const absl::Time now = clock()->Now();
+    const bool leader = elector_->IsLeader();
+    metrics_->SetLeader(leader);
+    if (const uint64_t gen = elector_->generation(); gen != leader_generation_) {
+      leader_generation_ = gen;
+      if (leader) {
+        registry_->ResetAsks();  // what was asked for as a follower was dropped
+      }
+    }
+    if (nodes_->HasSynced()) {
+      std::vector<extender::NodePatch> due = registry_->Tick(now);
+      patches.insert(patches.end(), std::make_move_iterator(due.begin()),
+                     std::make_move_iterator(due.end()));
+    }
+    // Handshake writes: the only background writer, the leader's job.
+    if (!patches.empty()) {
+      if (leader) {
+        writer_->WriteAll(patches);
+      } else {
+        TESSERA_VLOG(2, "follower: {} handshake writes left to the leader", patches.size());
+      }
+    }
+    std::vector<ledger::Reservation> expired = scheduler_->ExpireReservations(now);
+    if (!expired.empty()) {
+      metrics_->RecordReservationsExpired(static_cast<int64_t>(expired.size()));
+      NoteRepairCounts("expiry", {{"reservation", static_cast<int64_t>(expired.size())}});
+      for (const ledger::Reservation& r : expired) {
+        NoteRepair("expiry",
+                   fmt::format("reservation {}/{} uid={} node={}", r.ns, r.name, r.uid, r.node));
+        TESSERA_LOG(kInfo, "reservation of pod {}/{} on node {} expired (no bind observed)", r.ns,
+                    r.name, r.node);
+      }
+    }
+    UpdateInformerMetrics();
+    if (options_.audit_period > absl::ZeroDuration() && Synced()) {
+      if (next_audit_ == absl::InfinitePast()) {
+        next_audit_ = now + options_.audit_period;
+      } else if (now >= next_audit_) {
+        next_audit_ = now + options_.audit_period;
+        AuditReport report = auditor_->Run(now);
+        int64_t total = 0;
+        for (const auto& [cause, n] : report.corrections) {
+          metrics_->RecordAuditCorrections(cause, n);
+          total += n;
+        }
+        NoteRepairCounts("audit", report.corrections);
+        for (const std::string& line : report.details) {
+          NoteRepair("audit", line);
+        }
+        TESSERA_VLOG(1, "audit: {} pods, {} nodes, {} corrections, {}", report.pods, report.nodes,
+                     total, absl::FormatDuration(report.took));
+      }
+    }
+  }
+}
+
+void Service::Impl::UpdateInformerMetrics() {
+  auto update = [this](std::string_view resource, const kube::InformerCounters& c, bool synced,
+                       int64_t* relists, int64_t* events) {
+    metrics_->SetInformerSynced(resource, synced);
+    if (c.reflector.relists > *relists) {
+      for (int64_t i = *relists; i < c.reflector.relists; ++i) {
+        metrics_->RecordInformerRelist(resource);
+      }
+      *relists = c.reflector.relists;
+    }
+    const int64_t delivered = c.adds + c.updates + c.deletes + c.tombstones;
+    if (delivered > *events) {
+      metrics_->RecordInformerEvents(resource, delivered - *events);
+      *events = delivered;
+    }
+  };
+  update("pods", pods_->counters(), pods_->HasSynced(), &pod_relists_, &pod_events_);
+  update("nodes", nodes_->counters(), nodes_->HasSynced(), &node_relists_, &node_events_);
+}
+
+std::string Service::Impl::SyncState() const {
+  return fmt::format("waiting for the informers to sync (pods: {}, nodes: {})",
+                     pods_->HasSynced() ? "synced" : "listing",
+                     nodes_->HasSynced() ? "synced" : "listing");
+}
+
+// Readiness is the informers' sync for every role: a follower serves /filter and /bind from
+// the same synced ledger (its kube-scheduler may call it); the role is reported, not gated on.
+bool Service::Impl::Ready(std::string* why) {
+  const bool synced = Synced();
+  *why = fmt::format("{}\nrole: {}\n",
+                     synced ? "ok: the pod and node informers have synced" : SyncState(),
+                     elector_->Describe());
+  return synced;
+}
+
+extender::FilterResult Service::Impl::Filter(const extender::FilterArgs& args) {
+  const absl::Time start = absl::Now();
+  extender::FilterResult result;
+  if (!Synced()) {
+    result.node_names = std::vector<std::string>();
+    result.error = "tessera is not ready: " + SyncState();
+    metrics_->RecordFilter(metrics::FilterOutcome::kError, "not_synced", absl::Now() - start);
+    return result;
+  }
+  result = scheduler_->Filter(args);
+  metrics::FilterOutcome outcome = metrics::FilterOutcome::kScheduled;
+  std::string reason;
+  if (!result.error.empty()) {
+    outcome = metrics::FilterOutcome::kError;
+  } else if (absl::StatusOr<device::PodRequest> request = vendor_->DecodeRequest(args.pod);
+             request.ok() && request->Empty()) {
+    outcome = metrics::FilterOutcome::kPassthrough;
+  } else if ((!result.node_names || result.node_names->empty()) &&
+             (!result.nodes || result.nodes->empty())) {
+    outcome = metrics::FilterOutcome::kUnschedulable;
+    reason = CommonFailureReason(result.failed_nodes);
+  }
+  metrics_->RecordFilter(outcome, reason, absl::Now() - start);
+  return result;
+}
+
+extender::BindResult Service::Impl::Bind(const extender::BindArgs& args) {
+  const absl::Time start = absl::Now();
+  std::string outcome;
+  extender::BindResult result = scheduler_->Bind(args, &outcome);
+  metrics_->RecordBind(BindOutcomeOf(outcome, result), absl::Now() - start);
+  return result;
+}
+
+namespace {
+
+std::string Rfc3339(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+}
+
+nlohmann::json ProblemsJson(const ledger::Problems& problems) {
+  nlohmann::json conflicts = nlohmann::json::array();
+  for (const ledger::Conflict& c : problems.conflicts) {
+    conflicts.push_back({{"namespace", c.ns},
+                         {"name", c.name},
+                         {"uid", c.uid},
+                         {"annotated_node", c.node},
+                         {"bound_node", c.bound_node}});
+  }
+  nlohmann::json orphans = nlohmann::json::array();
+  for (const ledger::Orphan& o : problems.orphans) {
+    orphans.push_back({{"namespace", o.ns},
+                       {"name", o.name},
+                       {"uid", o.uid},
+                       {"node", o.node},
+                       {"uuid", o.uuid},
+                       {"container", o.container},
+                       {"reserved", o.reserved}});
+  }
+  nlohmann::json unregistered = nlohmann::json::array();
+  for (const ledger::Unregistered& u : problems.unregistered) {
+    unregistered.push_back({{"namespace", u.ns},
+                            {"name", u.name},
+                            {"uid", u.uid},
+                            {"node", u.node},
+                            {"reserved", u.reserved}});
+  }
+  return {{"conflicts", std::move(conflicts)},
+          {"orphans", std::move(orphans)},
+          {"unregistered", std::move(unregistered)}};
+}
+
+nlohmann::json ResyncJson(const ResyncReport& r, absl::Duration period) {
+  if (r.at == absl::InfinitePast()) {
+    return nullptr;  // not run yet
+  }
+  return {{"at", Rfc3339(r.at)},
+          {"took_ms", absl::ToDoubleMilliseconds(r.took)},
+          {"period_s", absl::ToDoubleSeconds(period)},
+          {"pods", r.pods},
+          {"nodes", r.nodes},
+          {"list_requests", r.requests},
+          {"corrections", r.corrections},
+          {"details", r.details},
+          {"error", r.error}};
+}
+
+nlohmann::json AuditJson(const AuditReport& r) {
+  if (r.at == absl::InfinitePast()) {
+    return nullptr;  // not run yet
+  }
+  return {{"at", absl::FormatTime(absl::RFC3339_sec, r.at, absl::UTCTimeZone())},
+          {"took_ms", absl::ToDoubleMilliseconds(r.took)},
+          {"pods", r.pods},
+          {"nodes", r.nodes},
+          {"corrections", r.corrections},
+          {"details", r.details},
+          {"conflicts", r.problems.conflicts.size()},
+          {"orphans", r.problems.orphans.size()},
+          {"unregistered", r.problems.unregistered.size()}};
+}
+
+}  // namespace
+
+std::string Service::Impl::DebugLedgerJson() {
+  const ledger::FullSnapshot full = ledger_.Full();
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const ledger::NodeView& view : full.nodes) {
+    nlohmann::json devices = nlohmann::json::array();
+    for (size_t i = 0; i < view.devices->devices.size(); ++i) {
+      const device::DeviceInfo& d = view.devices->devices[i];
+      const device::DeviceUsage& u = view.usage[i];
+      nlohmann::json holders = nlohmann::json::array();
+      for (const ledger::Holder& h : view.holders[i]) {
+        holders.push_back({{"namespace", h.ns},
+                           {"name", h.name},
+                           {"uid", h.uid},
+                           {"container", h.container},
+                           {"init", h.init},
+                           {"usedmem_mib", h.usedmem},
+                           {"usedcores", h.usedcores},
+                           {"reserved", h.reserved}});
+      }
+      devices.push_back({{"uuid", d.id},
+                         {"index", d.index},
+                         {"type", d.type},
+                         {"health", d.health},
+                         {"cordoned", view.devices->IsCordoned(d.id)},
+                         {"count", d.count},
+                         {"devmem_mib", d.devmem},
+                         {"devcore", d.devcore},
+                         {"used", u.used},
+                         {"usedmem_mib", u.usedmem},
+                         {"usedcores", u.usedcores},
+                         {"pods", std::move(holders)}});
+    }
+    nlohmann::json node = {{"name", view.devices->node}, {"devices", std::move(devices)}};
+    if (std::optional<extender::NodeStatus> s = registry_->Find(view.devices->node)) {
+      node["format"] = std::string(extender::NodeFormatName(s->format));
+      node["availability"] = std::string(extender::AvailabilityName(s->availability));
+      node["detail"] = s->detail;
+    }
+    nodes.push_back(std::move(node));
+  }
+  nlohmann::json reservations = nlohmann::json::array();
+  for (const ledger::Reservation& r : ledger_.Reservations()) {
+    reservations.push_back(
+        {{"namespace", r.ns},
+         {"name", r.name},
+         {"uid", r.uid},
+         {"node", r.node},
+         {"expires_at", absl::FormatTime(absl::RFC3339_sec, r.expires_at, absl::UTCTimeZone())}});
+  }
+  const PodFeedStats feed = feed_->stats();
+  const ElectorStatus leader = elector_->status();
+  nlohmann::json leadership = {{"role", leader.leader ? "leader" : "follower"},
+                               {"mode", std::string(LeaderModeName(leader.mode))},
+                               {"lease", leader.lease},
+                               {"holder", leader.holder},
+                               {"identity", leader.identity},
+                               {"detail", elector_->Describe()},
+                               {"handshake_writes", writer_->written()},
+                               {"handshake_conflicts", writer_->conflicts()},
+                               {"handshake_failures", writer_->failures()}};
+  nlohmann::json doc = {{"synced", Synced()},
+                        {"leadership", std::move(leadership)},
+                        {"records", full.records},
+                        {"nodes", std::move(nodes)},
+                        {"reservations", std::move(reservations)},
+                        {"problems", ProblemsJson(ledger_.FindProblems())},
+                        {"audit", AuditJson(auditor_->last())},
+                        {"pod_feed",
+                         {{"applied", feed.applied},
+                          {"removed", feed.removed},
+                          {"tombstones", feed.tombstones},
+                          {"uid_changes", feed.uid_changes},
+                          {"projection_errors", feed.projection_errors},
+                          {"rereserved", feed.rereserved},
+                          {"last_error", feed.last_error}}}};
+  return doc.dump(2) + "\n";
+}
+
+void Service::Impl::NoteRepair(std::string_view layer, std::string what) {
+  constexpr size_t kMaxRepairs = 200;
+  MutexLock lock(&repairs_mu_);
+  repairs_.push_back({clock()->Now(), std::string(layer), std::move(what)});
+  while (repairs_.size() > kMaxRepairs) {
+    repairs_.pop_front();
+  }
+}
+
+void Service::Impl::NoteRepairCounts(std::string_view layer,
+                                     const std::map<std::string, int64_t>& counts) {
+  MutexLock lock(&repairs_mu_);
+  for (const auto& [what, n] : counts) {
+    repair_totals_[std::string(layer)][what] += n;
+  }
+}
+
+void Service::Impl::ReleaseAbsentReservations(absl::Time list_started, std::string_view layer) {
+  std::vector<ledger::Reservation> released = scheduler_->ReleaseAbsent(
+      list_started,
+      [this](std::string_view uid) { return pods_->store().GetByUid(uid) != nullptr; });
+  if (released.empty()) {
+    return;
+  }
+  NoteRepairCounts(layer, {{"absent_reservation", static_cast<int64_t>(released.size())}});
+  for (const ledger::Reservation& r : released) {
+    NoteRepair(layer,
+               fmt::format("absent_reservation {}/{} uid={} node={}", r.ns, r.name, r.uid, r.node));
+    TESSERA_LOG(kInfo,
+                "reservation of pod {}/{} on node {} ended: the pod is not in a list taken "
+                "after it was made",
+                r.ns, r.name, r.node);
+  }
+}
+
+std::string Service::Impl::DebugAuditJson() {
+  const AuditReport audit = auditor_->last();
+  nlohmann::json audit_doc = AuditJson(audit);
+  if (audit_doc.is_object()) {
+    audit_doc["problems"] = ProblemsJson(audit.problems);
+  }
+  nlohmann::json recent = nlohmann::json::array();
+  nlohmann::json totals = nlohmann::json::object();
+  {
+    MutexLock lock(&repairs_mu_);
+    for (const Repair& r : repairs_) {
+      recent.push_back({{"at", Rfc3339(r.at)}, {"layer", r.layer}, {"what", r.what}});
+    }
+    for (const auto& [layer, counts] : repair_totals_) {
+      totals[layer] = counts;
+    }
+  }
+  nlohmann::json doc = {{"audit_period_s", absl::ToDoubleSeconds(options_.audit_period)},
+                        {"resync_period_s", absl::ToDoubleSeconds(options_.resync_period)},
+                        {"audit", std::move(audit_doc)},
+                        {"resync", ResyncJson(resyncer_->last(), options_.resync_period)},
+                        {"problems", ProblemsJson(ledger_.FindProblems())},
+                        {"totals", std::move(totals)},
+                        {"recent", std::move(recent)}};
+  return doc.dump(2) + "\n";
+}
+
+absl::StatusOr<std::unique_ptr<Service>> Service::Start(const ServeOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  absl::Status status = impl->Init();
+  if (!status.ok()) {
+    impl->Stop();
+    return status;
+  }
+  return std::unique_ptr<Service>(new Service(std::move(impl)));
+}
+
+Service::Service(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Service::~Service() { Stop(); }
+void Service::Stop() { impl_->Stop(); }
+bool Service::WaitForSync(absl::Duration timeout) const { return impl_->WaitForSync(timeout); }
+int Service::port() const { return impl_->port(); }
+int Service::metrics_port() const { return impl_->metrics_port(); }
+std::string Service::MetricsText() const { return impl_->MetricsText(); }
+std::string Service::DebugLedgerJson() const { return impl_->DebugLedgerJson(); }
+bool Service::IsLeader() const { return impl_->IsLeader(); }
+std::string Service::LeaderDescription() const { return impl_->LeaderDescription(); }
+std::string Service::DebugAuditJson() const { return impl_->DebugAuditJson(); }
+ResyncReport Service::ResyncNow() { return impl_->ResyncNow(); }
+
+}  // namespace tessera::serve

@@ -1,0 +1,581 @@
+// Issue 5's end-to-end scenarios that service_test.cc does not already cover, against the whole
+// Service (informers, ledger, scheduler, HTTP, metrics) and an in-process apisim on port 0:
+//   - the HAMi node lock: an expired lock and a lock whose owner pod is gone are taken over,
+//     a young lock of a live pod is not, over the API server the Service really talks to;
+//   - every bind failure reachable from outside leaves no reservation and no lock of ours;
+//   - the Events FilteringSucceed / FilteringFailed / BindingSucceed / BindingFailed reach the
+//     API server with the pod as their object;
+//   - a multi-container, multi-GPU pod adds up in every HAMi device family and the pod family,
+//     reserved, bound and deleted;
+//   - --cert_file/--key_file: served over TLS, and a renewed pair taken without a restart;
+//   - after each scenario /metrics is scraped, parsed, and compared with the expected values.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "tessera/apisim/server.h"
+#include "tessera/apisim/tls.h"
+#include "tessera/kube/decode.h"
+#include "tessera/serve/service.h"
+
+namespace tessera::serve {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+const apisim::ResourceInfo& Res(const char* name) { return *apisim::FindResource("", "v1", name); }
+
+std::string Rfc3339(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
+}
+
+// A v2.8+ (JSON) registration: `gpus` GPUs of `mem` MiB, UUIDs GPU-<node>-<i>.
+std::string NodeJson(const std::string& name, int gpus, int mem, const std::string& lock = "") {
+  nlohmann::json devices = nlohmann::json::array();
+  for (int i = 0; i < gpus; ++i) {
+    devices.push_back({{"id", "GPU-" + name + "-" + std::to_string(i)},
+                       {"index", i},
+                       {"count", 10},
+                       {"devmem", mem},
+                       {"devcore", 100},
+                       {"type", "NVIDIA-A100"},
+                       {"numa", 0},
+                       {"health", true}});
+  }
+  nlohmann::json annotations = {{"hami.io/node-nvidia-register", devices.dump()}};
+  if (!lock.empty()) {
+    annotations["hami.io/mutex.lock"] = lock;
+  }
+  return nlohmann::json{{"apiVersion", "v1"},
+                        {"kind", "Node"},
+                        {"metadata", {{"name", name}, {"annotations", annotations}}},
+                        {"status",
+                         {{"allocatable", {{"nvidia.com/gpu", "10"}}},
+                          {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}}
+      .dump();
+}
+
+// A pending pod with one container asking for one GPU with `mem` MiB.
+nlohmann::json PodObject(const std::string& name, int mem) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}, {"namespace", "default"}}},
+          {"spec",
+           {{"schedulerName", "hami-scheduler"},
+            {"containers",
+             {{{"name", "c"},
+               {"image", "cuda"},
+               {"resources",
+                {{"limits",
+                  {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", std::to_string(mem)}}}}}}}}}}};
+}
+
+// One scrape of /metrics, parsed: "family{labels}" (labels as rendered) → value; every sample
+// line must parse.
+class Scrape {
+ public:
+  explicit Scrape(const std::string& body) {
+    size_t start = 0;
+    while (start < body.size()) {
+      size_t end = body.find('\n', start);
+      if (end == std::string::npos) {
+        end = body.size();
+      }
+      const std::string line = body.substr(start, end - start);
+      start = end + 1;
+      if (line.empty() || line[0] == '#') {
+        continue;
+      }
+      const size_t space = line.rfind(' ');
+      EXPECT_NE(space, std::string::npos) << line;
+      if (space == std::string::npos) {
+        continue;
+      }
+      size_t used = 0;
+      const std::string value = line.substr(space + 1);
+      double v = std::nan("");
+      try {
+        v = std::stod(value, &used);
+      } catch (...) {
+      }
+      EXPECT_EQ(used, value.size()) << "unparsable sample: " << line;
+      samples_[line.substr(0, space)] = v;
+    }
+  }
+
+  // The value of the one sample of `family` whose labels include every `labels` entry
+  // (`name="value"` as rendered); NaN when there is none, a failure when there are several.
+  double Get(const std::string& family, const std::vector<std::string>& labels = {}) const {
+    double found = std::nan("");
+    int matches = 0;
+    for (const auto& [key, value] : samples_) {
+      if (key != family && key.rfind(family + "{", 0) != 0) {
+        continue;
+      }
+      bool all = true;
+      for (const std::string& l : labels) {
+        all = all && key.find(l) != std::string::npos;
+      }
+      if (all) {
+        found = value;
+        ++matches;
+      }
+    }
+    EXPECT_LE(matches, 1) << family << " is ambiguous";
+    return found;
+  }
+  // The sum over every sample of `family` (0 when none).
+  double Sum(const std::string& family) const {
+    double total = 0;
+    for (const auto& [key, value] : samples_) {
+      if (key == family || key.rfind(family + "{", 0) == 0) {
+        total += value;
+      }
+    }
+    return total;
+  }
+
+ private:
+  std::map<std::string, double> samples_;
+};
+
+class ServeScenarioTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto sim = apisim::Server::Start(apisim::ServerOptions{});
+    ASSERT_TRUE(sim.ok()) << sim.status();
+    sim_ = *std::move(sim);
+    sim_->store().EnsureDefaultNamespaces();
+    char dir[] = "/tmp/tessera-serve-scenario-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    kubeconfig_ = dir_ + "/kubeconfig";
+    std::ofstream(kubeconfig_) << sim_->Kubeconfig();
+  }
+
+  void TearDown() override {
+    if (service_ != nullptr) {
+      service_->Stop();
+    }
+    service_.reset();
+    sim_.reset();
+    std::remove(kubeconfig_.c_str());
+    rmdir(dir_.c_str());
+  }
+
+  void StartService(const std::function<void(ServeOptions&)>& adjust = nullptr) {
+    ServeOptions o;
+    o.http_bind = "127.0.0.1:0";
+    o.metrics_bind_address = "127.0.0.1:0";
+    o.kube.path = kubeconfig_;
+    o.housekeeping_period = absl::Milliseconds(50);
+    o.audit_period = absl::ZeroDuration();
+    if (adjust) {
+      adjust(o);
+    }
+    auto service = Service::Start(o);
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = *std::move(service);
+    ASSERT_TRUE(service_->WaitForSync(absl::Seconds(20)));
+    if (o.cert_file.empty()) {
+      client_ = std::make_unique<httplib::Client>("127.0.0.1", service_->port());
+      client_->set_read_timeout(30, 0);
+    }
+  }
+
+  static bool Eventually(const std::function<bool()>& done) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      if (done()) {
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return done();
+  }
+
+  void AddNode(const std::string& json) {
+    ASSERT_TRUE(sim_->store().Create(Res("nodes"), "", json).ok());
+  }
+  std::string AddPod(const nlohmann::json& pod) {
+    absl::StatusOr<std::string> created = sim_->store().Create(Res("pods"), "default", pod.dump());
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.ok() ? *created : "";
+  }
+  kube::Pod GetPod(const std::string& name) {
+    absl::StatusOr<std::string> json = sim_->store().Get(Res("pods"), "default", name);
+    absl::StatusOr<kube::Pod> pod = kube::DecodePod(json.ok() ? *json : "{}");
+    return pod.ok() ? *pod : kube::Pod{};
+  }
+  std::string Lock(const std::string& node) {
+    absl::StatusOr<std::string> json = sim_->store().Get(Res("nodes"), "", node);
+    absl::StatusOr<kube::Node> n = kube::DecodeNode(json.ok() ? *json : "{}");
+    if (!n.ok()) {
+      return "<no node>";
+    }
+    return n->meta.annotations.Contains("hami.io/mutex.lock")
+               ? std::string(n->meta.annotations.Get("hami.io/mutex.lock"))
+               : "<none>";
+  }
+  // The names of the pods holding a reservation, from /debug/ledger.
+  std::vector<std::string> Reserved() {
+    auto res = client_->Get("/debug/ledger");
+    EXPECT_TRUE(res && res->status == 200);
+    std::vector<std::string> names;
+    if (res) {
+      const nlohmann::json debug = nlohmann::json::parse(res->body);
+      for (const auto& r : debug["reservations"]) {
+        names.push_back(r["name"]);
+      }
+    }
+    return names;
+  }
+  Scrape Metrics() {
+    httplib::Client metrics("127.0.0.1", service_->metrics_port());
+    auto res = metrics.Get("/metrics");
+    EXPECT_TRUE(res && res->status == 200);
+    return Scrape(res ? res->body : "");
+  }
+  double AllocatedMiB(const Scrape& s, const std::string& uuid) {
+    return s.Get("hami_gpu_memory_allocated_bytes", {"device_uuid=\"" + uuid + "\""}) / 1048576.0;
+  }
+
+  // POST /filter (nodeCacheCapable) for the pod stored as `pod_json`; the reply. When a node
+  // is chosen, waits for the annotation patch (written behind the reply) to land.
+  nlohmann::json Filter(const std::string& pod_json, const std::vector<std::string>& nodes) {
+    nlohmann::json args = {
+        {"Pod", nlohmann::json::parse(pod_json)}, {"Nodes", nullptr}, {"NodeNames", nodes}};
+    auto res = client_->Post("/filter", args.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 200);
+    if (!res) {
+      return {};
+    }
+    nlohmann::json reply = nlohmann::json::parse(res->body, nullptr, false);
+    if (reply.is_object() && reply["NodeNames"].is_array() && reply["NodeNames"].size() == 1) {
+      const std::string name = nlohmann::json::parse(pod_json)["metadata"]["name"];
+      const std::string node = reply["NodeNames"][0];
+      EXPECT_TRUE(Eventually(
+          [&] { return GetPod(name).meta.annotations.Get("hami.io/vgpu-node") == node; }));
+    }
+    return reply;
+  }
+  // Creates a pod asking for `mem` MiB and filters it over `nodes`: the chosen node or "".
+  std::string FilterNew(const std::string& name, int mem, const std::vector<std::string>& nodes) {
+    nlohmann::json reply = Filter(AddPod(PodObject(name, mem)), nodes);
+    EXPECT_EQ(reply.value("Error", "x"), "") << reply.dump();
+    return reply["NodeNames"].is_array() && reply["NodeNames"].size() == 1
+               ? reply["NodeNames"][0].get<std::string>()
+               : "";
+  }
+  // POST /bind; the "Error" string of the reply.
+  std::string Bind(const std::string& name, const std::string& uid, const std::string& node) {
+    nlohmann::json args = {
+        {"PodName", name}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", node}};
+    auto res = client_->Post("/bind", args.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 200);
+    return res ? nlohmann::json::parse(res->body).value("Error", "<no Error key>")
+               : "<no response>";
+  }
+
+  std::unique_ptr<apisim::Server> sim_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<httplib::Client> client_;
+  std::string dir_, kubeconfig_;
+};
+
+TEST_F(ServeScenarioTest, ExpiredAndOrphanedLocksAreTakenOverAndALiveOneIsNot) {
+  const absl::Time now = absl::Now();
+  // The owner of node c's lock exists and locked it a minute ago: its lock holds.
+  AddPod(PodObject("holder", 1000));
+  const std::string young = Rfc3339(now - absl::Minutes(1)) + ",default,holder";
+  // Node a: the same live owner, but 10 minutes ago (--node-lock-timeout is 5m).
+  AddNode(NodeJson("a", 1, 16000, Rfc3339(now - absl::Minutes(10)) + ",default,holder"));
+  // Node b: a fresh lock of a pod that no longer exists.
+  AddNode(NodeJson("b", 1, 16000, Rfc3339(now - absl::Seconds(5)) + ",default,ghost"));
+  AddNode(NodeJson("c", 1, 16000, young));
+  StartService();
+
+  ASSERT_EQ(FilterNew("p1", 1000, {"a"}), "a");
+  EXPECT_EQ(Bind("p1", GetPod("p1").meta.uid, "a"), "");
+  EXPECT_THAT(Lock("a"), HasSubstr(",default,p1"));
+  EXPECT_EQ(GetPod("p1").node_name, "a");
+
+  ASSERT_EQ(FilterNew("p2", 2000, {"b"}), "b");
+  EXPECT_EQ(Bind("p2", GetPod("p2").meta.uid, "b"), "");
+  EXPECT_THAT(Lock("b"), HasSubstr(",default,p2"));
+  EXPECT_EQ(GetPod("p2").node_name, "b");
+
+  ASSERT_EQ(FilterNew("p3", 3000, {"c"}), "c");
+  EXPECT_THAT(Reserved(), ::testing::Contains("p3"));
+  EXPECT_EQ(AllocatedMiB(Metrics(), "GPU-c-0"), 3000);  // the reservation counts until the bind
+  EXPECT_THAT(Bind("p3", GetPod("p3").meta.uid, "c"), HasSubstr("default/holder"));
+  EXPECT_EQ(Lock("c"), young);
+  EXPECT_TRUE(GetPod("p3").node_name.empty());
+  EXPECT_THAT(Reserved(), ::testing::Not(::testing::Contains("p3")));
+
+  // The bound pods hold their memory (as reservation or, once the informer saw the binding, as
+  // a record); the refused one holds nothing.
+  Scrape m = Metrics();
+  EXPECT_EQ(AllocatedMiB(m, "GPU-a-0"), 1000);
+  EXPECT_EQ(AllocatedMiB(m, "GPU-b-0"), 2000);
+  EXPECT_EQ(AllocatedMiB(m, "GPU-c-0"), 0);
+  EXPECT_EQ(m.Get("tessera_filter_decisions_total", {"outcome=\"scheduled\""}), 3);
+  EXPECT_EQ(m.Get("tessera_bind_total", {"outcome=\"bound\""}), 2);
+  // A live owner's lock is a refusal, not an API error.
+  EXPECT_EQ(m.Get("tessera_bind_total", {"outcome=\"rejected\""}), 1);
+  EXPECT_TRUE(std::isnan(m.Get("tessera_bind_total", {"outcome=\"error\""})) ||
+              m.Get("tessera_bind_total", {"outcome=\"error\""}) == 0);
+  EXPECT_EQ(m.Get("tessera_bind_duration_seconds_count"), 3);
+  EXPECT_EQ(m.Get("tessera_filter_duration_seconds_count"), 3);
+}
+
+TEST_F(ServeScenarioTest, EveryBindFailureLeavesNothingReservedAndNoLockHeld) {
+  AddNode(NodeJson("a", 1, 16000));
+  AddNode(NodeJson("b", 1, 16000));
+  StartService();
+  int failures = 0;
+  auto expect_nothing_held = [&](const std::string& pod, const char* path) {
+    SCOPED_TRACE(path);
+    ++failures;
+    EXPECT_THAT(Reserved(), ::testing::Not(::testing::Contains(pod)));
+    EXPECT_EQ(Lock("a"), "<none>");
+    EXPECT_EQ(Lock("b"), "<none>");
+    Scrape m = Metrics();
+    EXPECT_EQ(m.Get("tessera_bind_total", {"outcome=\"bound\""}), 0);
+    EXPECT_EQ(m.Get("tessera_bind_total", {"outcome=\"rejected\""}) +
+                  m.Get("tessera_bind_total", {"outcome=\"error\""}),
+              failures);
+    EXPECT_EQ(m.Get("tessera_reservations_in_flight"), static_cast<double>(Reserved().size()));
+  };
+
+  // 1. A bind with no filter before it (no reservation).
+  {
+    const std::string json = AddPod(PodObject("unfiltered", 1000));
+    const std::string uid = nlohmann::json::parse(json)["metadata"]["uid"];
+    EXPECT_NE(Bind("unfiltered", uid, "a"), "");
+    expect_nothing_held("unfiltered", "no reservation");
+    EXPECT_EQ(AllocatedMiB(Metrics(), "GPU-a-0"), 0);
+  }
+  // 2. A bind to another node than the filter chose.
+  {
+    ASSERT_EQ(FilterNew("wrong", 1000, {"a"}), "a");
+    ASSERT_THAT(Reserved(), ::testing::ElementsAre("wrong"));
+    EXPECT_THAT(Bind("wrong", GetPod("wrong").meta.uid, "b"), HasSubstr("not b"));
+    expect_nothing_held("wrong", "other node");
+    Scrape m = Metrics();
+    EXPECT_EQ(AllocatedMiB(m, "GPU-a-0"), 0);
+    EXPECT_EQ(AllocatedMiB(m, "GPU-b-0"), 0);
+  }
+  // 3. The pod was deleted between filter and bind.
+  {
+    ASSERT_EQ(FilterNew("gone", 1000, {"a"}), "a");
+    const std::string uid(GetPod("gone").meta.uid);
+    ASSERT_TRUE(
+        sim_->store().Delete(Res("pods"), "default", "gone", R"({"gracePeriodSeconds":0})").ok());
+    EXPECT_NE(Bind("gone", uid, "a"), "");
+    expect_nothing_held("gone", "pod deleted");
+    EXPECT_EQ(AllocatedMiB(Metrics(), "GPU-a-0"), 0);
+  }
+  // 4. The reserved memory was taken by a pod another scheduler bound meanwhile.
+  {
+    ASSERT_EQ(FilterNew("late", 10000, {"a"}), "a");
+    nlohmann::json intruder = PodObject("intruder", 10000);
+    intruder["metadata"]["annotations"] = {
+        {"hami.io/vgpu-node", "a"},
+        {"hami.io/vgpu-devices-allocated", "GPU-a-0,NVIDIA,10000,0:;"},
+        {"hami.io/bind-phase", "success"}};
+    intruder["spec"]["nodeName"] = "a";
+    intruder["status"] = {{"phase", "Running"}};
+    AddPod(intruder);
+    ASSERT_TRUE(Eventually([&] { return AllocatedMiB(Metrics(), "GPU-a-0") == 20000; }));
+    EXPECT_THAT(Bind("late", GetPod("late").meta.uid, "a"), HasSubstr("no longer free"));
+    expect_nothing_held("late", "devices taken");
+    EXPECT_TRUE(GetPod("late").node_name.empty());
+    EXPECT_EQ(AllocatedMiB(Metrics(), "GPU-a-0"), 10000);  // the intruder's only
+  }
+  // 5. The pod was bound by someone else between filter and bind (the binding is refused).
+  {
+    ASSERT_EQ(FilterNew("taken", 1000, {"b"}), "b");
+    const std::string uid(GetPod("taken").meta.uid);
+    ASSERT_TRUE(sim_->store()
+                    .Bind("default", "taken",
+                          R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"taken"},)"
+                          R"("target":{"kind":"Node","name":"b"}})")
+                    .ok());
+    EXPECT_NE(Bind("taken", uid, "b"), "");
+    expect_nothing_held("taken", "already bound");
+  }
+  // None of the failures created a binding.
+  for (const char* name : {"unfiltered", "wrong", "late"}) {
+    EXPECT_TRUE(GetPod(name).node_name.empty()) << name;
+  }
+}
+
+TEST_F(ServeScenarioTest, FilterAndBindEventsReachTheApiServer) {
+  AddNode(NodeJson("a", 1, 16000));
+  StartService();
+  ASSERT_EQ(FilterNew("fits", 4000, {"a"}), "a");
+  EXPECT_EQ(Bind("fits", GetPod("fits").meta.uid, "a"), "");
+  nlohmann::json reply = Filter(AddPod(PodObject("huge", 64000)), {"a"});
+  EXPECT_THAT(reply["NodeNames"], IsEmpty()) << reply.dump();
+  EXPECT_THAT(std::string(reply["FailedNodes"]["a"]), StartsWith("1/1 ")) << reply.dump();
+  EXPECT_NE(Bind("huge", GetPod("huge").meta.uid, "a"), "");
+
+  // Events are posted asynchronously: wait for all four.
+  std::multimap<std::string, nlohmann::json> events;  // reason → event
+  ASSERT_TRUE(Eventually([&] {
+    events.clear();
+    absl::StatusOr<std::string> list = sim_->store().List(Res("events"), "default", {});
+    if (!list.ok()) {
+      return false;
+    }
+    const nlohmann::json parsed = nlohmann::json::parse(*list);
+    for (const auto& e : parsed["items"]) {
+      events.emplace(e["reason"].get<std::string>(), e);
+    }
+    return events.count("FilteringSucceed") == 1 && events.count("FilteringFailed") >= 1 &&
+           events.count("BindingSucceed") == 1 && events.count("BindingFailed") == 1;
+  })) << events.size()
+      << " events";
+  auto involved = [&](const char* reason) { return events.find(reason)->second["involvedObject"]; };
+  EXPECT_EQ(involved("FilteringSucceed")["name"], "fits");
+  EXPECT_EQ(involved("FilteringSucceed")["uid"], GetPod("fits").meta.uid);
+  EXPECT_EQ(involved("BindingSucceed")["name"], "fits");
+  EXPECT_EQ(involved("FilteringFailed")["name"], "huge");
+  EXPECT_EQ(involved("BindingFailed")["name"], "huge");
+  EXPECT_EQ(events.find("FilteringSucceed")->second["type"], "Normal");
+  EXPECT_EQ(events.find("BindingSucceed")->second["type"], "Normal");
+  EXPECT_EQ(events.find("FilteringFailed")->second["type"], "Warning");
+  EXPECT_EQ(events.find("BindingFailed")->second["type"], "Warning");
+  EXPECT_THAT(events.find("FilteringSucceed")->second["message"].get<std::string>(),
+              HasSubstr("find fit node(a)"));
+
+  Scrape m = Metrics();
+  EXPECT_EQ(m.Get("tessera_filter_decisions_total", {"outcome=\"scheduled\""}), 1);
+  EXPECT_EQ(m.Get("tessera_filter_decisions_total", {"outcome=\"unschedulable\""}), 1);
+  // The unschedulable decision carries the reason the candidates gave.
+  EXPECT_EQ(m.Get("tessera_filter_decisions_total",
+                  {"outcome=\"unschedulable\"", "reason=\"CardInsufficientMemory\""}),
+            1);
+  EXPECT_EQ(m.Get("tessera_bind_total", {"outcome=\"bound\""}), 1);
+  EXPECT_EQ(AllocatedMiB(m, "GPU-a-0"), 4000);
+  EXPECT_EQ(m.Get("hami_gpu_memory_limit_bytes", {"device_uuid=\"GPU-a-0\""}) / 1048576.0, 16000);
+}
+
+// A two-container pod (1 GPU with 30 % of its cores, then 2 GPUs) on a 4-GPU node: every HAMi
+// device family and the pod family add up to what it asked for, while reserved and once bound;
+// deleting it brings them all back to zero.
+TEST_F(ServeScenarioTest, AMultiContainerMultiGpuPodAddsUpInEveryFamily) {
+  AddNode(NodeJson("m", 4, 10000));
+  StartService();
+  nlohmann::json pod = PodObject("multi", 1000);
+  pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] = "30";
+  pod["spec"]["containers"].push_back(
+      {{"name", "c2"},
+       {"image", "cuda"},
+       {"resources", {{"limits", {{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem", "3000"}}}}}});
+  nlohmann::json reply = Filter(AddPod(pod), {"m"});
+  ASSERT_EQ(reply["NodeNames"], nlohmann::json({"m"})) << reply.dump();
+  auto expect_usage = [&](double mib, double shared, double cores, const char* when) {
+    SCOPED_TRACE(when);
+    Scrape m = Metrics();
+    EXPECT_EQ(m.Sum("hami_gpu_memory_allocated_bytes") / 1048576.0, mib);
+    EXPECT_EQ(m.Sum("hami_gpu_shared_count"), shared);
+    EXPECT_EQ(m.Sum("hami_gpu_core_allocated_ratio"), cores);
+    EXPECT_EQ(m.Sum("hami_vgpu_memory_allocated_bytes") / 1048576.0, mib);
+    EXPECT_EQ(m.Sum("hami_gpu_memory_limit_bytes") / 1048576.0, 40000);
+  };
+  expect_usage(7000, 3, 30, "reserved");
+  EXPECT_EQ(Metrics().Get("tessera_reservations_in_flight"), 1);
+  ASSERT_EQ(Bind("multi", GetPod("multi").meta.uid, "m"), "");
+  ASSERT_TRUE(Eventually([&] { return Reserved().empty(); }));  // the informer saw the binding
+  expect_usage(7000, 3, 30, "bound");
+  ASSERT_TRUE(
+      sim_->store().Delete(Res("pods"), "default", "multi", R"({"gracePeriodSeconds":0})").ok());
+  ASSERT_TRUE(Eventually([&] { return Metrics().Sum("hami_gpu_shared_count") == 0; }));
+  expect_usage(0, 0, 0, "deleted");
+}
+
+// Whether a fresh client trusting only the certificate in `ca_file` gets /healthz over TLS.
+bool TrustedBy(int port, const std::string& ca_file) {
+  httplib::SSLClient c("127.0.0.1", port);
+  c.set_ca_cert_path(ca_file.c_str());
+  c.enable_server_certificate_verification(true);
+  c.set_connection_timeout(5);
+  c.set_read_timeout(10);
+  httplib::Result r = c.Get("/healthz");
+  return r && r->status == 200;
+}
+
+// --cert_file / --key_file: the extender serves kube-scheduler over TLS with the given pair and
+// takes a renewed pair (cert-manager rewrites the Secret's files) without a restart. The
+// reload's timing and refusal of broken pairs are tested in extender/http_server_test.cc.
+TEST_F(ServeScenarioTest, ServesTlsAndTakesARenewedCertificateWithoutARestart) {
+  absl::StatusOr<apisim::PemPair> a = apisim::GenerateSelfSignedCert();
+  absl::StatusOr<apisim::PemPair> b = apisim::GenerateSelfSignedCert();
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::string crt = dir_ + "/tls.crt", key = dir_ + "/tls.key";
+  const std::string a_pem = dir_ + "/a.pem", b_pem = dir_ + "/b.pem";
+  auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path + ".tmp") << text;
+    std::rename((path + ".tmp").c_str(), path.c_str());
+  };
+  write(crt, a->cert_pem);
+  write(key, a->key_pem);
+  write(a_pem, a->cert_pem);
+  write(b_pem, b->cert_pem);
+  AddNode(NodeJson("a", 1, 16000));
+  StartService([&](ServeOptions& o) {
+    o.cert_file = crt;
+    o.key_file = key;
+  });
+  EXPECT_TRUE(TrustedBy(service_->port(), a_pem));
+  EXPECT_FALSE(TrustedBy(service_->port(), b_pem));
+  {
+    // kube-scheduler's /filter over TLS.
+    httplib::SSLClient c("127.0.0.1", service_->port());
+    c.set_ca_cert_path(a_pem.c_str());
+    c.enable_server_certificate_verification(true);
+    nlohmann::json args = {{"Pod", nlohmann::json::parse(AddPod(PodObject("tls", 1000)))},
+                           {"Nodes", nullptr},
+                           {"NodeNames", {"a"}}};
+    httplib::Result r = c.Post("/filter", args.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(nlohmann::json::parse(r->body)["NodeNames"], nlohmann::json({"a"})) << r->body;
+  }
+  write(crt, b->cert_pem);
+  write(key, b->key_pem);
+  // Checked once per 5 s (real time here): wait for up to 20 s.
+  bool renewed = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!renewed && absl::Now() < deadline) {
+    renewed = TrustedBy(service_->port(), b_pem);
+    if (!renewed) {
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+  }
+  EXPECT_TRUE(renewed);
+  EXPECT_FALSE(TrustedBy(service_->port(), a_pem));
+  for (const std::string& f : {crt, key, a_pem, b_pem}) {
+    std::remove(f.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace tessera::serve

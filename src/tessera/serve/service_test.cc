@@ -1,0 +1,750 @@
+// End-to-end tests of `tessera serve` in process: an apisim on port 0, the Service on port 0, and
+// kube-scheduler played by an HTTP client posting the extender JSON it sends.
+#include "tessera/serve/service.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "absl/strings/escaping.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "tessera/apisim/server.h"
+#include "tessera/base/logging.h"
+#include "tessera/kube/decode.h"
+#include "tessera/sim/synthetic.h"
+
+namespace tessera::serve {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::vector<std::string> Split(std::string_view text, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(sep, start);
+    if (end == std::string_view::npos) {
+      end = text.size();
+    }
+    if (end > start) {
+      parts.emplace_back(text.substr(start, end - start));
+    }
+    start = end + 1;
+  }
+  return parts;
+}
+
+bool HasPrefix(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+const apisim::ResourceInfo& Res(const char* name) { return *apisim::FindResource("", "v1", name); }
+
+// A JSON registration of `gpus` GPUs of `mem` MiB, with UUIDs GPU-<node>-<i>.
+std::string JsonRegister(const std::string& node, int gpus, int mem, int numa_split = 0) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (int i = 0; i < gpus; ++i) {
+    devices.push_back({{"id", "GPU-" + node + "-" + std::to_string(i)},
+                       {"index", i},
+                       {"count", 10},
+                       {"devmem", mem},
+                       {"devcore", 100},
+                       {"type", i % 2 == 0 ? "NVIDIA-A100" : "NVIDIA-T4"},
+                       {"numa", numa_split > 0 && i >= numa_split ? 1 : 0},
+                       {"health", true}});
+  }
+  return devices.dump();
+}
+
+std::string NodeJson(const std::string& name, const std::string& register_value,
+                     const std::string& handshake = "") {
+  nlohmann::json annotations = {{"hami.io/node-nvidia-register", register_value}};
+  if (!handshake.empty()) {
+    annotations["hami.io/node-handshake"] = handshake;
+  }
+  nlohmann::json node = {{"apiVersion", "v1"},
+                         {"kind", "Node"},
+                         {"metadata", {{"name", name}, {"annotations", annotations}}},
+                         {"status",
+                          {{"allocatable", {{"nvidia.com/gpu", "20"}}},
+                           {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}};
+  return node.dump();
+}
+
+struct ContainerSpec {
+  int gpus = 1;
+  int mem = 0;      // MiB; 0 = not set
+  int percent = 0;  // nvidia.com/gpumem-percentage; 0 = not set
+  int cores = 0;
+};
+
+std::string PodJson(const std::string& name, const std::vector<ContainerSpec>& containers,
+                    const nlohmann::json& annotations = nlohmann::json::object()) {
+  nlohmann::json list = nlohmann::json::array();
+  for (size_t i = 0; i < containers.size(); ++i) {
+    nlohmann::json limits = {{"nvidia.com/gpu", std::to_string(containers[i].gpus)}};
+    if (containers[i].mem > 0) {
+      limits["nvidia.com/gpumem"] = std::to_string(containers[i].mem);
+    }
+    if (containers[i].percent > 0) {
+      limits["nvidia.com/gpumem-percentage"] = std::to_string(containers[i].percent);
+    }
+    if (containers[i].cores > 0) {
+      limits["nvidia.com/gpucores"] = std::to_string(containers[i].cores);
+    }
+    list.push_back({{"name", "c" + std::to_string(i)},
+                    {"image", "cuda"},
+                    {"resources", {{"limits", limits}}}});
+  }
+  nlohmann::json pod = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"name", name}, {"namespace", "default"}, {"annotations", annotations}}},
+      {"spec", {{"schedulerName", "hami-scheduler"}, {"containers", list}}}};
+  return pod.dump();
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    apisim::ServerOptions sim_options;
+    auto sim = apisim::Server::Start(sim_options);
+    ASSERT_TRUE(sim.ok()) << sim.status();
+    sim_ = *std::move(sim);
+    sim_->store().EnsureDefaultNamespaces();
+    char dir[] = "/tmp/tessera-serve-test-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    kubeconfig_ = dir_ + "/kubeconfig";
+    std::ofstream(kubeconfig_) << sim_->Kubeconfig();
+  }
+
+  void TearDown() override {
+    if (service_ != nullptr) {
+      service_->Stop();
+    }
+    service_.reset();
+    sim_.reset();
+    std::remove(kubeconfig_.c_str());
+    rmdir(dir_.c_str());
+  }
+
+  void AddNode(const std::string& json) {
+    ASSERT_TRUE(sim_->store().Create(Res("nodes"), "", json).ok());
+  }
+  std::string AddPod(const std::string& json) {
+    absl::StatusOr<std::string> created = sim_->store().Create(Res("pods"), "default", json);
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.ok() ? *created : "";
+  }
+  kube::Pod GetPod(const std::string& name) {
+    absl::StatusOr<std::string> json = sim_->store().Get(Res("pods"), "default", name);
+    EXPECT_TRUE(json.ok()) << json.status();
+    absl::StatusOr<kube::Pod> pod = kube::DecodePod(json.ok() ? *json : "{}");
+    EXPECT_TRUE(pod.ok()) << pod.status();
+    return pod.ok() ? *pod : kube::Pod{};
+  }
+  kube::Node GetNode(const std::string& name) {
+    absl::StatusOr<std::string> json = sim_->store().Get(Res("nodes"), "", name);
+    absl::StatusOr<kube::Node> node = kube::DecodeNode(json.ok() ? *json : "{}");
+    return node.ok() ? *node : kube::Node{};
+  }
+
+  void StartService(std::function<void(ServeOptions&)> adjust = nullptr) {
+    ServeOptions o;
+    o.http_bind = "127.0.0.1:0";
+    o.metrics_bind_address = "127.0.0.1:0";
+    o.kube.path = kubeconfig_;
+    o.housekeeping_period = absl::Milliseconds(50);
+    if (adjust) {
+      adjust(o);
+    }
+    auto service = Service::Start(o);
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = *std::move(service);
+    ASSERT_TRUE(service_->WaitForSync(absl::Seconds(20)));
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", service_->port());
+    client_->set_read_timeout(30, 0);
+  }
+
+  // Waits (real time, at most 10 s) for `done`.
+  static bool Eventually(const std::function<bool()>& done) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      if (done()) {
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return done();
+  }
+
+  // POST /filter as kube-scheduler does (nodeCacheCapable: true).
+  nlohmann::json Filter(const std::string& pod_json, const std::vector<std::string>& nodes) {
+    nlohmann::json args = {
+        {"Pod", nlohmann::json::parse(pod_json)}, {"Nodes", nullptr}, {"NodeNames", nodes}};
+    auto res = client_->Post("/filter", args.dump(), "application/json");
+    EXPECT_TRUE(res) << "no response";
+    if (!res) {
+      return {};
+    }
+    EXPECT_EQ(res->status, 200) << res->body;
+    nlohmann::json reply = nlohmann::json::parse(res->body, nullptr, false);
+    // The annotations are written behind the reply: wait until they have landed, as the
+    // device plugin effectively does (it reads them only after bind).
+    if (reply.is_object() && reply["NodeNames"].is_array() && reply["NodeNames"].size() == 1 &&
+        nodes.size() > 0 && reply["Error"] == "") {
+      const std::string name = nlohmann::json::parse(pod_json)["metadata"]["name"];
+      const std::string node = reply["NodeNames"][0];
+      EXPECT_TRUE(Eventually([&] {
+        return GetPod(name).meta.annotations.Get("hami.io/vgpu-node") == node;
+      })) << "the filter's patch of "
+          << name << " did not land";
+    }
+    return reply;
+  }
+
+  nlohmann::json Bind(const kube::Pod& pod, const std::string& node) {
+    nlohmann::json args = {{"PodName", pod.meta.name},
+                           {"PodNamespace", pod.meta.ns},
+                           {"PodUID", pod.meta.uid},
+                           {"Node", node}};
+    auto res = client_->Post("/bind", args.dump(), "application/json");
+    EXPECT_TRUE(res) << "no response";
+    if (!res) {
+      return {};
+    }
+    EXPECT_EQ(res->status, 200) << res->body;
+    return nlohmann::json::parse(res->body, nullptr, false);
+  }
+
+  // The value of the sample of `family` whose label set contains every `labels` pair, from
+  // /metrics; NaN when absent.
+  double Metric(const std::string& family, const std::vector<std::string>& labels) {
+    httplib::Client metrics("127.0.0.1", service_->metrics_port());
+    auto res = metrics.Get("/metrics");
+    if (!res || res->status != 200) {
+      ADD_FAILURE() << "no /metrics";
+      return -1;
+    }
+    for (const std::string& line : Split(res->body, '\n')) {
+      if (!HasPrefix(line, family + "{") && !HasPrefix(line, family + " ")) {
+        continue;
+      }
+      bool all = true;
+      for (const std::string& l : labels) {
+        all = all && line.find(l) != std::string::npos;
+      }
+      if (all) {
+        return std::stod(line.substr(line.rfind(' ') + 1));
+      }
+    }
+    return std::nan("");
+  }
+
+  // The node a pod was filtered to ("" when none), with the reply.
+  std::string FilterTo(const std::string& name, const std::vector<ContainerSpec>& containers,
+                       const std::vector<std::string>& nodes,
+                       const nlohmann::json& annotations = nlohmann::json::object()) {
+    const std::string json = AddPod(PodJson(name, containers, annotations));
+    nlohmann::json reply = Filter(json, nodes);
+    EXPECT_EQ(reply.value("Error", "x"), "") << reply.dump();
+    if (!reply.contains("NodeNames") || !reply["NodeNames"].is_array() ||
+        reply["NodeNames"].size() != 1) {
+      return "";
+    }
+    return reply["NodeNames"][0];
+  }
+
+  // Sends `request` on a fresh connection to the extender and returns what arrives first.
+  std::string RawRequest(const std::string& request) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(service_->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string reply;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+      timeval tv{5, 0};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      char buf[512];
+      ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n > 0) {
+        reply.assign(buf, static_cast<size_t>(n));
+      }
+    }
+    close(fd);
+    return reply;
+  }
+
+  std::unique_ptr<apisim::Server> sim_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<httplib::Client> client_;
+  std::string dir_, kubeconfig_;
+};
+
+TEST_F(ServeTest, FilterWritesHamiAnnotationsAndBindBindsAndTheMetricsFollow) {
+  AddNode(NodeJson("a", JsonRegister("a", 2, 16000)));
+  AddNode(NodeJson("b", JsonRegister("b", 2, 16000)));
+  StartService();
+  auto ready = client_->Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+
+  const std::string pod_json = AddPod(PodJson("train", {{.gpus = 1, .mem = 4000, .cores = 30}}));
+  nlohmann::json reply = Filter(pod_json, {"a", "b"});
+  ASSERT_TRUE(reply["NodeNames"].is_array()) << reply.dump();
+  ASSERT_EQ(reply["NodeNames"].size(), 1u) << reply.dump();
+  const std::string node = reply["NodeNames"][0];
+  EXPECT_EQ(reply["Error"], "");
+
+  kube::Pod pod = GetPod("train");
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-node"), node);
+  EXPECT_EQ(pod.meta.labels.Get("hami.io/vgpu-node"), node);
+  const std::string allocated(pod.meta.annotations.Get("hami.io/vgpu-devices-allocated"));
+  EXPECT_THAT(allocated, StartsWith("GPU-" + node + "-"));
+  EXPECT_THAT(allocated, HasSubstr(",NVIDIA,4000,30:;"));
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-devices-to-allocate"), allocated);
+  EXPECT_FALSE(pod.meta.annotations.Get("hami.io/vgpu-time").empty());
+
+  // The reservation already counts (the pod is not bound yet).
+  const std::string uuid = allocated.substr(0, allocated.find(','));
+  EXPECT_EQ(Metric("hami_gpu_memory_allocated_bytes", {"device_uuid=\"" + uuid + "\""}),
+            4000.0 * 1048576);
+
+  nlohmann::json bound = Bind(pod, node);
+  EXPECT_EQ(bound["Error"], "") << bound.dump();
+  pod = GetPod("train");
+  EXPECT_EQ(pod.node_name, node);
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/bind-phase"), "allocating");
+  EXPECT_THAT(std::string(GetNode(node).meta.annotations.Get("hami.io/mutex.lock")),
+              HasSubstr(",default,train"));
+
+  // Once the informer sees the pod bound, the record holds instead of the reservation.
+  EXPECT_TRUE(Eventually([&] {
+    nlohmann::json debug = nlohmann::json::parse(service_->DebugLedgerJson());
+    return debug["reservations"].empty() && debug["records"] == 1;
+  })) << service_->DebugLedgerJson();
+  EXPECT_EQ(Metric("hami_gpu_memory_allocated_bytes", {"device_uuid=\"" + uuid + "\""}),
+            4000.0 * 1048576);
+  EXPECT_EQ(Metric("hami_vgpu_memory_allocated_bytes", {"pod=\"train\""}), 4000.0 * 1048576);
+
+  // /debug/ledger says which pod is on the GPU.
+  auto debug = client_->Get("/debug/ledger");
+  ASSERT_TRUE(debug);
+  EXPECT_EQ(debug->status, 200);
+  EXPECT_THAT(debug->body, HasSubstr("\"train\""));
+
+  // Deleting the pod frees the device.
+  ASSERT_TRUE(
+      sim_->store().Delete(Res("pods"), "default", "train", R"({"gracePeriodSeconds":0})").ok());
+  EXPECT_TRUE(Eventually([&] {
+    return Metric("hami_gpu_memory_allocated_bytes", {"device_uuid=\"" + uuid + "\""}) == 0;
+  }));
+}
+
+TEST_F(ServeTest, TheFourPolicyCombinations) {
+  // Node a already runs a pod on its GPU 0; node b is empty.
+  AddNode(NodeJson("a", JsonRegister("a", 2, 16000)));
+  AddNode(NodeJson("b", JsonRegister("b", 2, 16000)));
+  nlohmann::json busy = nlohmann::json::parse(PodJson("busy", {{.gpus = 1, .mem = 8000}}));
+  busy["metadata"]["annotations"] = {{"hami.io/vgpu-node", "a"},
+                                     {"hami.io/vgpu-devices-allocated", "GPU-a-0,NVIDIA,8000,0:;"},
+                                     {"hami.io/bind-phase", "success"}};
+  busy["spec"]["nodeName"] = "a";
+  busy["status"] = {{"phase", "Running"}};
+  AddPod(busy.dump());
+  StartService();
+  ASSERT_TRUE(Eventually(
+      [&] { return nlohmann::json::parse(service_->DebugLedgerJson())["records"] == 1; }));
+
+  struct Case {
+    const char* node_policy;
+    const char* gpu_policy;
+    const char* want_prefix;  // the allocated UUID
+  };
+  const Case cases[] = {
+      {"binpack", "binpack", "GPU-a-0,"},
+      {"binpack", "spread", "GPU-a-1,"},
+      {"spread", "binpack", "GPU-b-"},
+      {"spread", "spread", "GPU-b-"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    const std::string name = "p" + std::to_string(i++);
+    const std::string node = FilterTo(name, {{.gpus = 1, .mem = 2000}}, {"a", "b"},
+                                      {{"hami.io/node-scheduler-policy", c.node_policy},
+                                       {"hami.io/gpu-scheduler-policy", c.gpu_policy}});
+    EXPECT_EQ(node, std::string(c.want_prefix).substr(4, 1))
+        << c.node_policy << "/" << c.gpu_policy;
+    EXPECT_THAT(std::string(GetPod(name).meta.annotations.Get("hami.io/vgpu-devices-allocated")),
+                StartsWith(c.want_prefix))
+        << c.node_policy << "/" << c.gpu_policy;
+    // Release the reservation again so every case starts from the same usage.
+    ASSERT_TRUE(
+        sim_->store().Delete(Res("pods"), "default", name, R"({"gracePeriodSeconds":0})").ok());
+    ASSERT_TRUE(Eventually([&] {
+      return nlohmann::json::parse(service_->DebugLedgerJson())["reservations"].empty();
+    }));
+  }
+}
+
+TEST_F(ServeTest, MultiContainerMultiGpuNumaPercentageAndTypeFilters) {
+  AddNode(NodeJson("a", JsonRegister("a", 4, 10000, /*numa_split=*/2)));
+  AddNode(NodeJson("x", JsonRegister("x", 1, 10000)));
+  StartService();
+  // Two containers, the second with two GPUs: one entry per container.
+  ASSERT_EQ(FilterTo("multi", {{.gpus = 1, .mem = 1000}, {.gpus = 2, .mem = 3000}}, {"a"}), "a");
+  std::vector<std::string> containers =
+      Split(GetPod("multi").meta.annotations.Get("hami.io/vgpu-devices-allocated"), ';');
+  ASSERT_EQ(containers.size(), 2u);
+  EXPECT_EQ(std::count(containers[1].begin(), containers[1].end(), ':'), 2);
+
+  // Percentage memory: 50 % of a 10000 MiB card is 5000 MiB.
+  ASSERT_EQ(FilterTo("half", {{.gpus = 1, .percent = 50}}, {"a"}), "a");
+  EXPECT_THAT(std::string(GetPod("half").meta.annotations.Get("hami.io/vgpu-devices-allocated")),
+              HasSubstr(",NVIDIA,5000,"));
+
+  // NUMA binding: both GPUs of the container on one NUMA node (0-1 or 2-3).
+  ASSERT_EQ(FilterTo("numa", {{.gpus = 2, .mem = 1000}}, {"a"}, {{"nvidia.com/numa-bind", "true"}}),
+            "a");
+  const std::string numa(GetPod("numa").meta.annotations.Get("hami.io/vgpu-devices-allocated"));
+  const bool low =
+      numa.find("GPU-a-0,") != std::string::npos && numa.find("GPU-a-1,") != std::string::npos;
+  const bool high =
+      numa.find("GPU-a-2,") != std::string::npos && numa.find("GPU-a-3,") != std::string::npos;
+  EXPECT_TRUE(low || high) << numa;
+
+  // Type and UUID filters: only T4 (odd indices), never GPU-a-1.
+  ASSERT_EQ(FilterTo("t4", {{.gpus = 1, .mem = 1000}}, {"a"},
+                     {{"nvidia.com/use-gputype", "T4"}, {"nvidia.com/nouse-gpuuuid", "GPU-a-1"}}),
+            "a");
+  EXPECT_THAT(std::string(GetPod("t4").meta.annotations.Get("hami.io/vgpu-devices-allocated")),
+              StartsWith("GPU-a-3,"));
+
+  // Exclusive use (100 % of the cores) and a request that cannot fit anywhere.
+  ASSERT_EQ(FilterTo("exclusive", {{.gpus = 1, .mem = 1000, .cores = 100}}, {"x"}), "x");
+  const std::string json = AddPod(PodJson("second", {{.gpus = 1, .mem = 1000}}));
+  nlohmann::json reply = Filter(json, {"x", "ghost"});
+  EXPECT_TRUE(reply["NodeNames"].empty()) << reply.dump();
+  EXPECT_EQ(reply["FailedNodes"]["ghost"], "node unregistered");
+  EXPECT_THAT(std::string(reply["FailedNodes"]["x"]), StartsWith("1/1 ")) << reply.dump();
+}
+
+TEST_F(ServeTest, DelimitedNodeGetsTheHandshakeAndItsPodsTheOldLayout) {
+  AddNode(NodeJson("old", "GPU-old-0,10,16000,100,NVIDIA-Tesla T4,0,true:", "Reported 2026"));
+  StartService();
+  // The v2.5–v2.7 plugin's handshake: Tessera answers Requesting_<time>.
+  EXPECT_TRUE(Eventually([&] {
+    return HasPrefix(GetNode("old").meta.annotations.Get("hami.io/node-handshake"), "Requesting_");
+  })) << GetNode("old").meta.annotations.Get("hami.io/node-handshake");
+  ASSERT_EQ(FilterTo("legacy", {{.gpus = 1, .mem = 2000}}, {"old"}), "old");
+  EXPECT_EQ(GetPod("legacy").meta.annotations.Get("hami.io/vgpu-devices-allocated"),
+            "GPU-old-0,NVIDIA,2000,0:;");
+}
+
+// Two replicas with their own Lease (--leader-elect-mode=lease) against one API server: only
+// the leader writes handshakes, both are ready and say which role they have, and when the
+// leader stops the other takes over within the lease duration and writes the next handshake.
+TEST_F(ServeTest, OnlyTheLeaderWritesHandshakesAndAFollowerTakesOver) {
+  AddNode(NodeJson("old", "GPU-old-0,10,16000,100,NVIDIA-Tesla T4,0,true:", "Reported 1"));
+  auto start = [&](const std::string& identity) -> std::unique_ptr<Service> {
+    ServeOptions o;
+    o.http_bind = "127.0.0.1:0";
+    o.metrics_bind_address = "127.0.0.1:0";
+    o.kube.path = kubeconfig_;
+    o.housekeeping_period = absl::Milliseconds(50);
+    o.leader.mode = LeaderMode::kLease;
+    o.leader.ns = "kube-system";
+    o.leader.name = "hami-scheduler-tessera";
+    o.leader.identity = identity;
+    o.leader.lease_duration = absl::Seconds(1);
+    o.leader.renew_deadline = absl::Milliseconds(600);
+    o.leader.retry_period = absl::Milliseconds(200);
+    auto service = Service::Start(o);
+    EXPECT_TRUE(service.ok()) << service.status();
+    if (!service.ok()) {
+      return nullptr;
+    }
+    EXPECT_TRUE((*service)->WaitForSync(absl::Seconds(20)));
+    return *std::move(service);
+  };
+  auto writes = [](Service& s) {
+    return nlohmann::json::parse(s.DebugLedgerJson())["leadership"]["handshake_writes"]
+        .get<uint64_t>();
+  };
+  auto readyz = [](Service& s) {
+    httplib::Client c("127.0.0.1", s.port());
+    auto res = c.Get("/readyz");
+    return res ? std::to_string(res->status) + " " + res->body : std::string("no response");
+  };
+  auto handshake = [&]() -> std::string {
+    return std::string(GetNode("old").meta.annotations.Get("hami.io/node-handshake"));
+  };
+  // The v2.5 device plugin reports again (a new Reported value): the leader answers it.
+  auto report = [&](const std::string& n) {
+    ASSERT_TRUE(sim_->store()
+                    .Update(Res("nodes"), "", "old", "",
+                            NodeJson("old", "GPU-old-0,10,16000,100,NVIDIA-Tesla T4,0,true:",
+                                     "Reported " + n))
+                    .ok());
+  };
+
+  std::unique_ptr<Service> a = start("replica-a");
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(a->IsLeader()) << a->LeaderDescription();  // the first round ran in Start
+  std::unique_ptr<Service> b = start("replica-b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_FALSE(b->IsLeader()) << b->LeaderDescription();
+
+  ASSERT_TRUE(Eventually([&] { return HasPrefix(handshake(), "Requesting_"); })) << handshake();
+  report("2");
+  ASSERT_TRUE(Eventually([&] { return HasPrefix(handshake(), "Requesting_"); })) << handshake();
+  // (The counter moves when the PATCH's reply arrives, just after the store changed.)
+  EXPECT_TRUE(Eventually([&] { return writes(*a) >= 2; })) << writes(*a);
+  EXPECT_EQ(writes(*b), 0u);
+  // Both ready (informers synced) whatever their role; the body says which.
+  EXPECT_THAT(readyz(*a),
+              StartsWith("200 ok: the pod and node informers have synced\nrole: leader"));
+  EXPECT_THAT(readyz(*b),
+              StartsWith("200 ok: the pod and node informers have synced\nrole: follower"));
+  EXPECT_THAT(a->MetricsText(), HasSubstr("\ntessera_leader 1\n"));
+  EXPECT_THAT(b->MetricsText(), HasSubstr("\ntessera_leader 0\n"));
+  EXPECT_EQ(nlohmann::json::parse(b->DebugLedgerJson())["leadership"]["role"], "follower");
+
+  // The leader stops (a rolling update): it releases the Lease; b leads within the lease
+  // duration (polled, with a generous deadline for a loaded machine).
+  const absl::Time stopped = absl::Now();
+  a->Stop();
+  ASSERT_TRUE(Eventually([&] { return b->IsLeader(); })) << b->LeaderDescription();
+  TESSERA_LOG(kInfo, "takeover after {}", absl::FormatDuration(absl::Now() - stopped));
+  EXPECT_THAT(readyz(*b), HasSubstr("role: leader"));
+  EXPECT_TRUE(Eventually(
+      [&] { return b->MetricsText().find("\ntessera_leader 1\n") != std::string::npos; }));
+
+  // The new leader answers the plugin's next report.
+  report("3");
+  ASSERT_TRUE(Eventually([&] { return HasPrefix(handshake(), "Requesting_") && writes(*b) >= 1; }))
+      << handshake() << " " << writes(*b);
+  b->Stop();
+}
+
+// The default mode follows the kube-scheduler's Lease: the replica whose host holds it writes,
+// and the role moves with the holder.
+TEST_F(ServeTest, FollowModeWritesOnTheReplicaWhoseKubeSchedulerHoldsTheLease) {
+  AddNode(NodeJson("old", "GPU-old-0,10,16000,100,NVIDIA-Tesla T4,0,true:", "Reported 1"));
+  const apisim::ResourceInfo& leases = *apisim::FindResource("coordination.k8s.io", "v1", "leases");
+  auto lease_json = [](const std::string& holder) {
+    const std::string now =
+        absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::Now(), absl::UTCTimeZone());
+    return nlohmann::json{{"apiVersion", "coordination.k8s.io/v1"},
+                          {"kind", "Lease"},
+                          {"metadata", {{"name", "hami-scheduler"}, {"namespace", "kube-system"}}},
+                          {"spec",
+                           {{"holderIdentity", holder},
+                            {"leaseDurationSeconds", 15},
+                            {"acquireTime", now},
+                            {"renewTime", now}}}}
+        .dump();
+  };
+  ASSERT_TRUE(sim_->store().Create(leases, "kube-system", lease_json("host-b_1f2e")).ok());
+  auto start = [&](const std::string& host) -> std::unique_ptr<Service> {
+    ServeOptions o;
+    o.http_bind = "127.0.0.1:0";
+    o.metrics_bind_address = "127.0.0.1:0";
+    o.kube.path = kubeconfig_;
+    o.housekeeping_period = absl::Milliseconds(50);
+    o.leader.identity = host;  // follow mode, kube-system/hami-scheduler: the defaults
+    o.leader.retry_period = absl::Milliseconds(100);
+    auto service = Service::Start(o);
+    EXPECT_TRUE(service.ok()) << service.status();
+    return service.ok() ? *std::move(service) : nullptr;
+  };
+  std::unique_ptr<Service> a = start("host-a");
+  std::unique_ptr<Service> b = start("host-b");
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  EXPECT_FALSE(a->IsLeader()) << a->LeaderDescription();
+  EXPECT_TRUE(b->IsLeader()) << b->LeaderDescription();
+  EXPECT_THAT(b->LeaderDescription(), HasSubstr("held by \"host-b_1f2e\""));
+  auto writes = [](Service& s) {
+    return nlohmann::json::parse(s.DebugLedgerJson())["leadership"]["handshake_writes"]
+        .get<uint64_t>();
+  };
+  ASSERT_TRUE(Eventually([&] { return writes(*b) >= 1; }));
+  EXPECT_EQ(writes(*a), 0u);
+
+  // host-a's kube-scheduler takes over (host-b's died): the role follows within a read.
+  ASSERT_TRUE(sim_->store()
+                  .Update(leases, "kube-system", "hami-scheduler", "", lease_json("host-a_77c1"))
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return a->IsLeader() && !b->IsLeader(); }))
+      << a->LeaderDescription() << " / " << b->LeaderDescription();
+  EXPECT_TRUE(Eventually(
+      [&] { return a->MetricsText().find("\ntessera_leader 1\n") != std::string::npos; }));
+}
+
+TEST_F(ServeTest, PodsWithoutDevicesPassThroughUntouched) {
+  AddNode(NodeJson("a", JsonRegister("a", 1, 16000)));
+  StartService();
+  nlohmann::json plain = nlohmann::json::parse(PodJson("cpu", {}));
+  plain["spec"]["containers"] = {{{"name", "c"}, {"image", "busybox"}}};
+  const std::string json = AddPod(plain.dump());
+  nlohmann::json reply = Filter(json, {"a", "b", "c"});
+  EXPECT_EQ(reply["NodeNames"], nlohmann::json({"a", "b", "c"}));
+  EXPECT_FALSE(GetPod("cpu").meta.annotations.Contains("hami.io/vgpu-node"));
+}
+
+// The webhook on the extender listener, with the scheduler name and the device config given to
+// serve: a memory-only pod gets defaultGPUNum devices and the profile's name.
+TEST_F(ServeTest, WebhookUsesTheSchedulerNameAndTheDeviceConfig) {
+  const std::string config = dir_ + "/device-config.yaml";
+  std::ofstream(config) << "nvidia:\n  defaultGPUNum: 2\n";
+  StartService([&](ServeOptions& o) {
+    o.scheduler_name = "tessera-test";
+    o.device_config_file = config;
+  });
+  const char* source = std::getenv("TESSERA_SOURCE_DIR");
+  std::ifstream in(std::string(source != nullptr ? source : ".") +
+                   "/test/testdata/webhook/gpumem-only.json");
+  std::stringstream body;
+  body << in.rdbuf();
+  auto res = client_->Post("/webhook", body.str(), "application/json");
+  std::remove(config.c_str());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  nlohmann::json review = nlohmann::json::parse(res->body);
+  EXPECT_EQ(review["response"]["uid"], "0f5e3c1a-6d8b-4a43-9a0e-2b1d3c4e5f60");
+  ASSERT_TRUE(review["response"]["allowed"]);
+  std::string patch;
+  ASSERT_TRUE(absl::Base64Unescape(review["response"]["patch"].get<std::string>(), &patch));
+  EXPECT_EQ(nlohmann::json::parse(patch), nlohmann::json::parse(R"([
+    {"op":"add","path":"/spec/containers/0/resources/limits/nvidia.com~1gpu","value":"2"},
+    {"op":"replace","path":"/spec/schedulerName","value":"tessera-test"}])"));
+}
+
+TEST_F(ServeTest, MalformedAndOversizedRequestsAreRefusedAndChangeNothing) {
+  AddNode(NodeJson("a", JsonRegister("a", 1, 16000)));
+  StartService();
+  auto bad = client_->Post("/filter", "{\"Pod\":", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  auto empty = client_->Post("/filter", "", "application/json");
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->status, 400);
+  // A 2 MiB body is refused from its Content-Length, before it is sent.
+  EXPECT_THAT(RawRequest("POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 2097152\r\n\r\n"),
+              StartsWith("HTTP/1.1 413"));
+  auto bind = client_->Post("/bind", "[1,2]", "application/json");
+  ASSERT_TRUE(bind);
+  EXPECT_EQ(bind->status, 400);
+  nlohmann::json debug = nlohmann::json::parse(service_->DebugLedgerJson());
+  EXPECT_TRUE(debug["reservations"].empty());
+  EXPECT_EQ(debug["records"], 0);
+}
+
+TEST_F(ServeTest, TwoPodsRacingForOneNodeLockBindOneAtATime) {
+  AddNode(NodeJson("a", JsonRegister("a", 2, 16000)));
+  StartService();
+  ASSERT_EQ(FilterTo("one", {{.gpus = 1, .mem = 1000}}, {"a"}), "a");
+  ASSERT_EQ(FilterTo("two", {{.gpus = 1, .mem = 1000}}, {"a"}), "a");
+  const kube::Pod one = GetPod("one");
+  const kube::Pod two = GetPod("two");
+  nlohmann::json r1, r2;
+  std::thread t1([&] {
+    httplib::Client c("127.0.0.1", service_->port());
+    nlohmann::json args = {
+        {"PodName", "one"}, {"PodNamespace", "default"}, {"PodUID", one.meta.uid}, {"Node", "a"}};
+    auto res = c.Post("/bind", args.dump(), "application/json");
+    r1 = res ? nlohmann::json::parse(res->body) : nlohmann::json{{"Error", "no response"}};
+  });
+  std::thread t2([&] {
+    httplib::Client c("127.0.0.1", service_->port());
+    nlohmann::json args = {
+        {"PodName", "two"}, {"PodNamespace", "default"}, {"PodUID", two.meta.uid}, {"Node", "a"}};
+    auto res = c.Post("/bind", args.dump(), "application/json");
+    r2 = res ? nlohmann::json::parse(res->body) : nlohmann::json{{"Error", "no response"}};
+  });
+  t1.join();
+  t2.join();
+  // The device plugin releases the lock after Allocate; without one, exactly one bind wins and
+  // the loser holds nothing.
+  const bool one_won = r1["Error"] == "";
+  const bool two_won = r2["Error"] == "";
+  EXPECT_NE(one_won, two_won) << r1.dump() << " " << r2.dump();
+  const std::string loser = one_won ? "two" : "one";
+  EXPECT_TRUE(GetPod(loser).node_name.empty());
+  nlohmann::json debug = nlohmann::json::parse(service_->DebugLedgerJson());
+  for (const auto& r : debug["reservations"]) {
+    EXPECT_NE(r["name"], loser) << debug["reservations"].dump();
+  }
+  EXPECT_THAT(std::string(GetNode("a").meta.annotations.Get("hami.io/mutex.lock")),
+              HasSubstr(one_won ? ",default,one" : ",default,two"));
+}
+
+TEST_F(ServeTest, LegacyMetricsCarryTheV25Names) {
+  AddNode(NodeJson("a", JsonRegister("a", 1, 16000)));
+  StartService([](ServeOptions& o) { o.legacy_metrics = true; });
+  ASSERT_EQ(FilterTo("p", {{.gpus = 1, .mem = 3000}}, {"a"}), "a");
+  EXPECT_EQ(Metric("GPUDeviceMemoryAllocated", {"deviceuuid=\"GPU-a-0\"", "zone=\"vGPU\""}),
+            3000.0 * 1048576);
+  EXPECT_EQ(Metric("hami_gpu_memory_allocated_bytes", {"device_uuid=\"GPU-a-0\""}),
+            3000.0 * 1048576);
+  EXPECT_EQ(Metric("GPUDeviceMemoryLimit", {"deviceuuid=\"GPU-a-0\""}), 16000.0 * 1048576);
+}
+
+TEST_F(ServeTest, TheAuditRunsAndFindsNothingToRepairInAConsistentLedger) {
+  AddNode(NodeJson("a", JsonRegister("a", 1, 16000)));
+  StartService([](ServeOptions& o) { o.audit_period = absl::Milliseconds(100); });
+  ASSERT_EQ(FilterTo("p", {{.gpus = 1, .mem = 3000}}, {"a"}), "a");
+  ASSERT_EQ(Bind(GetPod("p"), "a")["Error"], "");
+  nlohmann::json audit;
+  EXPECT_TRUE(Eventually([&] {
+    audit = nlohmann::json::parse(service_->DebugLedgerJson())["audit"];
+    return audit.is_object() && audit["pods"] == 1;
+  })) << audit.dump();
+  EXPECT_TRUE(audit["corrections"].empty()) << audit.dump();
+  EXPECT_EQ(audit["nodes"], 1);
+}
+
+TEST_F(ServeTest, BadOptionsFailAtStartWithAMessage) {
+  ServeOptions o;
+  o.http_bind = "127.0.0.1:0";
+  o.metrics_bind_address = "127.0.0.1:0";
+  o.kube.path = kubeconfig_;
+  o.node_label_selector = "gpu";
+  absl::Status s = Service::Start(o).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  o.node_label_selector = "";
+  o.device_config_file = dir_ + "/missing.yaml";
+  EXPECT_FALSE(Service::Start(o).ok());
+  o.device_config_file = "";
+  o.http_bind = "127.0.0.1";
+  s = Service::Start(o).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  o.http_bind = "127.0.0.1:0";
+  o.kube.path = dir_ + "/no-kubeconfig";
+  EXPECT_FALSE(Service::Start(o).ok());
+}
+
+}  // namespace
+}  // namespace tessera::serve

@@ -1,0 +1,484 @@
+#include "tessera/sim/emulators.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "tessera/base/status_macros.h"
+#include "tessera/device/annotations.h"
+#include "tessera/device/codec.h"
+
+namespace tessera::sim {
+
+using nlohmann::json;
+
+kube::DoOptions QuickRetry() {
+  kube::DoOptions o;
+  o.retry.max_attempts = 3;
+  o.retry.backoff = {absl::Milliseconds(50), absl::Milliseconds(500), 2.0, 0.5};
+  o.retry.max_retry_after = absl::Seconds(1);
+  return o;
+}
+
+namespace {
+
+std::string PodPath(std::string_view ns, std::string_view name) {
+  return fmt::format("/api/v1/namespaces/{}/pods/{}", ns, name);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> CreatePod(kube::Transport& t, std::string_view ns,
+                                      std::string_view name, const std::string& body) {
+  kube::Request r;
+  r.method = "POST";
+  r.path = fmt::format("/api/v1/namespaces/{}/pods", ns);
+  r.body = body;
+  r.content_type = "application/json";
+  absl::StatusOr<kube::Response> resp = kube::Do(t, r, QuickRetry());
+  if (resp.ok()) {
+    return std::move(resp->body);
+  }
+  if (absl::IsAborted(resp.status()) && kube::ReasonOf(resp.status()) == "AlreadyExists") {
+    kube::Request get;
+    get.path = PodPath(ns, name);
+    TESSERA_ASSIGN_OR_RETURN(kube::Response got, kube::Do(t, get, QuickRetry()));
+    return std::move(got.body);
+  }
+  return resp.status();
+}
+
+absl::Status DeletePod(kube::Transport& t, std::string_view ns, std::string_view name, int grace) {
+  kube::Request r;
+  r.method = "DELETE";
+  r.path = PodPath(ns, name);
+  if (grace >= 0) {
+    // DeleteOptions in the body, as client-go sends them.
+    r.body =
+        json{{"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"gracePeriodSeconds", grace}}.dump();
+    r.content_type = "application/json";
+  }
+  absl::StatusOr<kube::Response> resp = kube::Do(t, r, QuickRetry());
+  if (!resp.ok() && !absl::IsNotFound(resp.status())) {
+    return resp.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetPodPhase(kube::Transport& t, std::string_view ns, std::string_view name,
+                         std::string_view phase) {
+  kube::Request r;
+  r.method = "PATCH";
+  r.path = PodPath(ns, name) + "/status";
+  r.content_type = "application/merge-patch+json";
+  r.body = json{{"status", {{"phase", phase}}}}.dump();
+  return kube::Do(t, r, QuickRetry()).status();
+}
+
+absl::Status CreateNode(kube::Transport& t, const std::string& body) {
+  kube::Request r;
+  r.method = "POST";
+  r.path = "/api/v1/nodes";
+  r.body = body;
+  r.content_type = "application/json";
+  absl::StatusOr<kube::Response> resp = kube::Do(t, r, QuickRetry());
+  if (!resp.ok() &&
+      !(absl::IsAborted(resp.status()) && kube::ReasonOf(resp.status()) == "AlreadyExists")) {
+    return resp.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeleteNode(kube::Transport& t, std::string_view name) {
+  kube::Request r;
+  r.method = "DELETE";
+  r.path = fmt::format("/api/v1/nodes/{}", name);
+  absl::StatusOr<kube::Response> resp = kube::Do(t, r, QuickRetry());
+  if (!resp.ok() && !absl::IsNotFound(resp.status())) {
+    return resp.status();
+  }
+  return absl::OkStatus();
+}
+
+// ---- workload -------------------------------------------------------------------------------
+
+namespace {
+constexpr std::string_view kShapeNames[kShapeCount] = {
+    "whole", "memory", "percent", "cores", "multi_gpu", "multi_container", "numa", "typed"};
+
+json GpuContainer(const std::string& name, int gpus, const json& extra) {
+  json limits = {{"nvidia.com/gpu", std::to_string(gpus)}};
+  for (auto it = extra.begin(); it != extra.end(); ++it) {
+    limits[it.key()] = it.value();
+  }
+  return {{"name", name}, {"image", "cuda:12"}, {"resources", {{"limits", limits}}}};
+}
+
+int Pick(std::mt19937_64& rng, std::initializer_list<int> values) {
+  std::uniform_int_distribution<size_t> d(0, values.size() - 1);
+  return *(values.begin() + d(rng));
+}
+}  // namespace
+
+std::string_view ShapeName(Shape s) { return kShapeNames[static_cast<int>(s)]; }
+
+std::optional<Shape> ParseShape(std::string_view name) {
+  for (int i = 0; i < kShapeCount; ++i) {
+    if (kShapeNames[i] == name) {
+      return static_cast<Shape>(i);
+    }
+  }
+  return std::nullopt;
+}
+
+Workload::Workload(std::map<Shape, double> weights, std::string scheduler_name,
+                   std::string typed_gpu)
+    : scheduler_name_(std::move(scheduler_name)), typed_gpu_(std::move(typed_gpu)) {
+  double sum = 0;
+  for (int i = 0; i < kShapeCount; ++i) {
+    auto it = weights.find(static_cast<Shape>(i));
+    sum += it == weights.end() ? 0.0 : std::max(0.0, it->second);
+    cumulative_.push_back(sum);
+  }
+  if (sum <= 0) {
+    cumulative_.assign(kShapeCount, 1.0);
+    std::fill(cumulative_.begin(), cumulative_.begin() + static_cast<int>(Shape::kMemory), 0.0);
+  }
+}
+
+Shape Workload::Pick(std::mt19937_64& rng) const {
+  std::uniform_real_distribution<double> d(0.0, cumulative_.back());
+  const double x = d(rng);
+  for (int i = 0; i < kShapeCount; ++i) {
+    if (x < cumulative_[static_cast<size_t>(i)]) {
+      return static_cast<Shape>(i);
+    }
+  }
+  return Shape::kMemory;
+}
+
+std::string Workload::PodJson(Shape shape, std::string_view ns, std::string_view name,
+                              std::mt19937_64& rng) const {
+  json annotations = json::object();
+  json containers = json::array();
+  const int mem = ::tessera::sim::Pick(rng, {1024, 2048, 4096, 8192});
+  switch (shape) {
+    case Shape::kWhole:
+      containers.push_back(GpuContainer("main", 1, json::object()));
+      break;
+    case Shape::kMemory:
+      containers.push_back(GpuContainer("main", 1, {{"nvidia.com/gpumem", std::to_string(mem)}}));
+      break;
+    case Shape::kPercent:
+      containers.push_back(
+          GpuContainer("main", 1,
+                       {{"nvidia.com/gpumem-percentage",
+                         std::to_string(::tessera::sim::Pick(rng, {10, 25, 50}))}}));
+      break;
+    case Shape::kCores:
+      containers.push_back(GpuContainer(
+          "main", 1,
+          {{"nvidia.com/gpumem", std::to_string(mem)},
+           {"nvidia.com/gpucores", std::to_string(::tessera::sim::Pick(rng, {10, 20, 30, 50}))}}));
+      break;
+    case Shape::kMultiGpu:
+      containers.push_back(GpuContainer("main", ::tessera::sim::Pick(rng, {2, 4}),
+                                        {{"nvidia.com/gpumem", std::to_string(mem)}}));
+      break;
+    case Shape::kMultiContainer:
+      containers.push_back({{"name", "sidecar"}, {"image", "busybox"}});
+      containers.push_back(GpuContainer("a", 1, {{"nvidia.com/gpumem", std::to_string(mem)}}));
+      containers.push_back(GpuContainer("b", 1, {{"nvidia.com/gpumem", "2048"}}));
+      break;
+    case Shape::kNuma:
+      annotations[std::string(device::kNumaBindAnnotation)] = "true";
+      containers.push_back(GpuContainer("main", 2, {{"nvidia.com/gpumem", std::to_string(mem)}}));
+      break;
+    case Shape::kTyped:
+      annotations[std::string(device::kUseGpuTypeAnnotation)] = typed_gpu_;
+      containers.push_back(GpuContainer("main", 1, {{"nvidia.com/gpumem", std::to_string(mem)}}));
+      break;
+  }
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"name", name},
+                {"namespace", ns},
+                {"labels", {{"app", "sim"}, {"shape", ShapeName(shape)}}},
+                {"annotations", annotations}}},
+              {"spec",
+               {{"schedulerName", scheduler_name_},
+                {"terminationGracePeriodSeconds", 30},
+                {"containers", containers}}},
+              {"status", {{"phase", "Pending"}}}};
+  return pod.dump();
+}
+
+// ---- device plugin --------------------------------------------------------------------------
+
+DevicePlugin::DevicePlugin(std::string node, device::RegisterFormat format,
+                           std::vector<device::DeviceInfo> devices)
+    : node_(std::move(node)), format_(format), devices_(std::move(devices)) {}
+
+std::string DevicePlugin::RegisterValue() const {
+  return format_ == device::RegisterFormat::kDelimited
+             ? device::EncodeNodeRegisterDelimited(devices_)
+             : device::EncodeNodeRegisterJson(devices_);
+}
+
+absl::Status DevicePlugin::Register(kube::ApiClient& client, absl::Time now) {
+  const std::string value = RegisterValue();
+  kube::MetadataPatch patch;
+  patch.annotations.emplace_back(std::string(device::kNodeRegisterAnnotation), value);
+  if (format_ == device::RegisterFormat::kDelimited) {
+    // Go's time.Time.String(): "2006-01-02 15:04:05.999999999 -0700 MST m=+…".
+    patch.annotations.emplace_back(
+        std::string(device::kNodeHandshakeAnnotation),
+        "Reported " + absl::FormatTime("%Y-%m-%d %H:%M:%E*S +0000 UTC", now, absl::UTCTimeZone()) +
+            " m=+1.000000001");
+  } else {
+    MutexLock l(&mu_);
+    if (last_written_ == value) {
+      return absl::OkStatus();
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(client.PatchNodeMetadata(node_, patch).status());
+  MutexLock l(&mu_);
+  last_written_ = value;
+  return absl::OkStatus();
+}
+
+bool AllocationPending(std::string_view to_allocate) {
+  absl::StatusOr<device::PodDevices> d = device::DecodePodDevices(to_allocate);
+  if (!d.ok()) {
+    return false;
+  }
+  for (const device::ContainerDevices& c : *d) {
+    if (!c.empty()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<std::string> EraseNextEntry(std::string_view value, bool compact, int* devices) {
+  TESSERA_ASSIGN_OR_RETURN(device::PodDevices d, device::DecodePodDevices(value));
+  if (compact) {
+    d.erase(std::remove_if(d.begin(), d.end(),
+                           [](const device::ContainerDevices& c) { return c.empty(); }),
+            d.end());
+  }
+  auto it = std::find_if(d.begin(), d.end(),
+                         [](const device::ContainerDevices& c) { return !c.empty(); });
+  if (it == d.end()) {
+    return absl::NotFoundError("no pending device allocation found");
+  }
+  if (devices != nullptr) {
+    *devices = static_cast<int>(it->size());
+  }
+  it->clear();
+  if (!compact) {
+    d.emplace_back();  // G3's re-encode keeps the trailing empty entry: one more ';' per call
+  }
+  return device::EncodePodDevices(d);
+}
+
+absl::StatusOr<AllocateResult> DevicePlugin::Allocate(kube::ApiClient& client, std::string_view ns,
+                                                      std::string_view name) {
+  MutexLock serial(&mu_);
+  TESSERA_ASSIGN_OR_RETURN(kube::Node node, client.GetNode(node_));
+  AllocateResult result;
+  const std::string lock(node.meta.annotations.Get(device::kNodeLockAnnotation));
+  std::vector<std::string> parts;
+  for (size_t pos = 0; !lock.empty();) {
+    const size_t comma = lock.find(',', pos);
+    parts.push_back(lock.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (comma == std::string::npos) {
+      break;
+    }
+    pos = comma + 1;
+  }
+  kube::Pod pod;
+  if (parts.size() == 3) {
+    result.ns = parts[1];
+    result.name = parts[2];
+    TESSERA_ASSIGN_OR_RETURN(pod, client.GetPod(result.ns, result.name));
+  } else {
+    // The fallback: the pending pod itself, if it qualifies.
+    result.ns = std::string(ns);
+    result.name = std::string(name);
+    TESSERA_ASSIGN_OR_RETURN(pod, client.GetPod(ns, name));
+    const std::string_view phase = pod.meta.annotations.Get(device::kBindPhaseAnnotation);
+    if (pod.phase != kube::PodPhase::kPending || pod.node_name != node_ ||
+        pod.meta.annotations.Get(device::kVgpuNodeAnnotation) != node_ ||
+        !pod.meta.annotations.Contains(device::kBindTimeAnnotation) ||
+        (phase != device::kBindPhaseAllocating && phase != device::kBindPhaseSuccess)) {
+      return absl::FailedPreconditionError(fmt::format("no binding pod found on node {}", node_));
+    }
+  }
+  const bool compact = format_ == device::RegisterFormat::kDelimited;
+  std::string to(pod.meta.annotations.Get(device::kDevicesToAllocateAnnotation));
+  while (AllocationPending(to)) {
+    TESSERA_ASSIGN_OR_RETURN(std::string next, EraseNextEntry(to, compact));
+    kube::MetadataPatch p;
+    p.annotations.emplace_back(std::string(device::kDevicesToAllocateAnnotation), next);
+    TESSERA_RETURN_IF_ERROR(client.PatchPodMetadata(result.ns, result.name, p).status());
+    ++result.calls;
+    to = std::move(next);
+  }
+  // podAllocationTrySuccess: re-GET and look for a device left.
+  TESSERA_ASSIGN_OR_RETURN(pod, client.GetPod(result.ns, result.name));
+  if (AllocationPending(pod.meta.annotations.Get(device::kDevicesToAllocateAnnotation))) {
+    return result;
+  }
+  kube::MetadataPatch success;
+  success.annotations.emplace_back(std::string(device::kBindPhaseAnnotation),
+                                   std::string(device::kBindPhaseSuccess));
+  TESSERA_RETURN_IF_ERROR(client.PatchPodMetadata(result.ns, result.name, success).status());
+  // ReleaseNodeLock (HEAD): only a lock this pod owns, with a resourceVersion precondition.
+  const std::string owner = "," + result.ns + "," + result.name;
+  absl::Status released = absl::OkStatus();
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    TESSERA_ASSIGN_OR_RETURN(node, client.GetNode(node_));
+    const std::string current(node.meta.annotations.Get(device::kNodeLockAnnotation));
+    if (current.empty() || current.size() < owner.size() ||
+        current.compare(current.size() - owner.size(), owner.size(), owner) != 0) {
+      released = absl::OkStatus();
+      break;
+    }
+    kube::MetadataPatch unlock;
+    unlock.annotations.emplace_back(std::string(device::kNodeLockAnnotation), std::nullopt);
+    unlock.resource_version = node.meta.resource_version;
+    released = client.PatchNodeMetadata(node_, unlock).status();
+    if (released.ok() || !absl::IsAborted(released)) {
+      break;
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(released);
+  result.success = true;
+  return result;
+}
+
+// ---- kubelet --------------------------------------------------------------------------------
+
+absl::Status Kubelet::Start(kube::Transport& t, std::string_view ns, std::string_view name) {
+  return SetPodPhase(t, ns, name, "Running");
+}
+
+absl::Status Kubelet::Finish(kube::Transport& t, std::string_view ns, std::string_view name) {
+  absl::Status s = SetPodPhase(t, ns, name, "Succeeded");
+  return absl::IsNotFound(s) ? absl::OkStatus() : s;
+}
+
+absl::Duration Kubelet::Lifetime(absl::Duration lo, absl::Duration hi, std::mt19937_64& rng) {
+  if (hi <= lo) {
+    return lo;
+  }
+  std::uniform_int_distribution<int64_t> d(absl::ToInt64Milliseconds(lo),
+                                           absl::ToInt64Milliseconds(hi));
+  return absl::Milliseconds(d(rng));
+}
+
+// ---- kube-scheduler -------------------------------------------------------------------------
+
+absl::StatusOr<std::string> ExtenderClient::Post(std::string path, std::string body) {
+  kube::Request r;
+  r.method = "POST";
+  r.path = std::move(path);
+  r.body = std::move(body);
+  r.content_type = "application/json";
+  r.timeout = absl::Seconds(30);
+  kube::DoOptions o;
+  o.retry.max_attempts = 1;
+  TESSERA_ASSIGN_OR_RETURN(kube::Response resp, kube::Do(*transport_, r, std::move(o)));
+  return std::move(resp.body);
+}
+
+namespace {
+
+absl::StatusOr<FilterOutcome> ParseFilterResult(const std::string& body, bool nodes_form) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("filter reply is not a JSON object");
+  }
+  FilterOutcome out;
+  if (j.contains("Error") && j["Error"].is_string() && !j["Error"].get<std::string>().empty()) {
+    return absl::AbortedError("filter: " + j["Error"].get<std::string>());
+  }
+  if (nodes_form) {
+    if (j.contains("Nodes") && j["Nodes"].is_object() && j["Nodes"].contains("items") &&
+        j["Nodes"]["items"].is_array() && !j["Nodes"]["items"].empty()) {
+      out.node = j["Nodes"]["items"][0]["metadata"].value("name", "");
+    }
+  } else if (j.contains("NodeNames") && j["NodeNames"].is_array() && !j["NodeNames"].empty()) {
+    out.node = j["NodeNames"][0].get<std::string>();
+  }
+  if (out.node.empty() && j.contains("FailedNodes") && j["FailedNodes"].is_object() &&
+      !j["FailedNodes"].empty()) {
+    out.failed_reason = j["FailedNodes"].begin().value().get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<FilterOutcome> ExtenderClient::Filter(const std::string& pod_json,
+                                                     const std::vector<std::string>& nodes) {
+  std::string body = "{\"Pod\":" + pod_json + ",\"NodeNames\":" + json(nodes).dump() + "}";
+  const absl::Time start = absl::Now();
+  TESSERA_ASSIGN_OR_RETURN(std::string reply, Post("/filter", std::move(body)));
+  const absl::Duration latency = absl::Now() - start;
+  TESSERA_ASSIGN_OR_RETURN(FilterOutcome out, ParseFilterResult(reply, false));
+  out.latency = latency;
+  return out;
+}
+
+absl::StatusOr<FilterOutcome> ExtenderClient::FilterNodes(
+    const std::string& pod_json, const std::vector<std::string>& node_json) {
+  std::string body = "{\"Pod\":" + pod_json + ",\"Nodes\":{\"metadata\":{},\"items\":[";
+  for (size_t i = 0; i < node_json.size(); ++i) {
+    body += (i == 0 ? "" : ",") + node_json[i];
+  }
+  body += "]}}";
+  const absl::Time start = absl::Now();
+  TESSERA_ASSIGN_OR_RETURN(std::string reply, Post("/filter", std::move(body)));
+  const absl::Duration latency = absl::Now() - start;
+  TESSERA_ASSIGN_OR_RETURN(FilterOutcome out, ParseFilterResult(reply, true));
+  out.latency = latency;
+  return out;
+}
+
+absl::Status ExtenderClient::Bind(std::string_view ns, std::string_view name, std::string_view uid,
+                                  std::string_view node) {
+  json args = {{"PodName", name}, {"PodNamespace", ns}, {"PodUID", uid}, {"Node", node}};
+  TESSERA_ASSIGN_OR_RETURN(std::string reply, Post("/bind", args.dump()));
+  json j = json::parse(reply, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("bind reply is not a JSON object");
+  }
+  if (j.contains("Error") && j["Error"].is_string() && !j["Error"].get<std::string>().empty()) {
+    return absl::AbortedError("bind: " + j["Error"].get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Duration SchedulingQueue::Failed(const std::string& key) {
+  int& n = attempts_[key];
+  ++n;
+  absl::Duration d = initial_;
+  for (int i = 1; i < n && d < max_; ++i) {
+    d *= 2;
+  }
+  return std::min(d, max_);
+}
+
+int SchedulingQueue::attempts(const std::string& key) const {
+  auto it = attempts_.find(key);
+  return it == attempts_.end() ? 0 : it->second;
+}
+
+}  // namespace tessera::sim

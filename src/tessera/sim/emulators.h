@@ -1,0 +1,193 @@
+// File: tessera/sim/emulators.h
+//
+// The parts of a Kubernetes GPU cluster that `tessera simulate` plays around the real
+// `tessera serve` and `tessera apisim`. Each talks to the API server over its real HTTP API
+// through kube::ApiClient (or raw kube::Request for verbs the client does not type):
+//
+//   Workload       pod manifests in a mix of shapes (whole GPU, memory MiB, percentage, cores,
+//                  multi-GPU, multi-container, NUMA-bound, type-constrained);
+//   DevicePlugin   HAMi's NVIDIA device plugin of one node: registers the node's GPUs (v2.5's
+//                  delimited format with the `Reported` handshake, or v2.8+'s JSON), and for a
+//                  bound pod does what the kubelet's Allocate calls make the plugin do
+//                  (reference hami-device-plugin.md §1–3): find the pod through the node lock,
+//                  consume hami.io/vgpu-devices-to-allocate one container entry per call (G1
+//                  compacting on delimited nodes, G3 index-preserving on JSON nodes), then
+//                  bind-phase=success and release the lock;
+//   Kubelet        pod phases (Pending → Running → Succeeded) and graceful deletion;
+//   ExtenderClient kube-scheduler's side of the extender protocol (/filter with NodeNames or
+//                  full Nodes, /bind), and SchedulingQueue, its backoff for unschedulable pods.
+//
+// Every call is blocking (kube::Do with a short retry policy); callers run them on worker
+// threads. Errors are the client's (client.h); the caller retries on its own schedule.
+//
+// Thread safety: Workload, Kubelet and ExtenderClient are stateless apart from construction
+// and may be used from any thread. DevicePlugin serialises its Allocate calls internally (as
+// HAMi HEAD's applyMutex does). SchedulingQueue is not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+#include "tessera/base/mutex.h"
+#include "tessera/device/model.h"
+#include "tessera/kube/client.h"
+#include "tessera/kube/transport.h"
+
+namespace tessera::sim {
+
+// ---- raw API calls --------------------------------------------------------------------------
+
+// Few quick retries: the emulators re-queue failed work themselves.
+kube::DoOptions QuickRetry();
+// POST a pod (JSON); returns the created object's JSON. An AlreadyExists (a retried create that
+// had succeeded) returns the existing object.
+absl::StatusOr<std::string> CreatePod(kube::Transport& t, std::string_view ns,
+                                      std::string_view name, const std::string& json);
+// DELETE a pod; grace < 0: the server's default (the pod's terminationGracePeriodSeconds).
+// NotFound is OK (already gone).
+absl::Status DeletePod(kube::Transport& t, std::string_view ns, std::string_view name,
+                       int grace = -1);
+// Merge patch of status.phase.
+absl::Status SetPodPhase(kube::Transport& t, std::string_view ns, std::string_view name,
+                         std::string_view phase);
+absl::Status CreateNode(kube::Transport& t, const std::string& json);
+absl::Status DeleteNode(kube::Transport& t, std::string_view name);
+
+// ---- workload -------------------------------------------------------------------------------
+
+enum class Shape { kWhole, kMemory, kPercent, kCores, kMultiGpu, kMultiContainer, kNuma, kTyped };
+inline constexpr int kShapeCount = 8;
+std::string_view ShapeName(Shape s);
+std::optional<Shape> ParseShape(std::string_view name);
+
+class Workload {
+ public:
+  // `weights` by Shape (missing: 0; all zero: memory only); `typed_gpu` the type a
+  // type-constrained pod asks for (nvidia.com/use-gputype).
+  Workload(std::map<Shape, double> weights, std::string scheduler_name, std::string typed_gpu);
+
+  Shape Pick(std::mt19937_64& rng) const;
+  // The pod manifest (JSON) of `shape`, Pending, schedulerName set, sizes drawn from `rng`.
+  std::string PodJson(Shape shape, std::string_view ns, std::string_view name,
+                      std::mt19937_64& rng) const;
+
+ private:
+  std::vector<double> cumulative_;
+  std::string scheduler_name_;
+  std::string typed_gpu_;
+};
+
+// ---- device plugin --------------------------------------------------------------------------
+
+struct AllocateResult {
+  std::string ns, name;  // the pod the lock named (or the fallback found)
+  int calls = 0;         // Allocate calls made (one per GPU container)
+  bool success = false;  // bind-phase=success written and the lock released
+};
+
+class DevicePlugin {
+ public:
+  DevicePlugin(std::string node, device::RegisterFormat format,
+               std::vector<device::DeviceInfo> devices);
+
+  const std::string& node() const { return node_; }
+  device::RegisterFormat format() const { return format_; }
+  const std::vector<device::DeviceInfo>& devices() const { return devices_; }
+
+  // The register value in the plugin's format.
+  std::string RegisterValue() const;
+  // Writes the registration (delimited: with `hami.io/node-handshake: Reported <now>`), as one
+  // merge patch. The JSON plugin writes only when the value changed since its last write.
+  absl::Status Register(kube::ApiClient& client, absl::Time now);
+
+  // One kubelet admission of `ns/name` (just bound to this node): the Allocate calls for its
+  // GPU containers, then completion. Finds the pod as the plugin does: the node lock first,
+  // then (no lock) the pod itself if it is Pending, bind-phase allocating and annotated for
+  // this node. FailedPrecondition when nothing is pending (retry later), errors of the API.
+  absl::StatusOr<AllocateResult> Allocate(kube::ApiClient& client, std::string_view ns,
+                                          std::string_view name);
+
+ private:
+  const std::string node_;
+  const device::RegisterFormat format_;
+  const std::vector<device::DeviceInfo> devices_;
+  Mutex mu_;
+  std::string last_written_ ABSL_GUARDED_BY(mu_);
+};
+
+// Consumes the first non-empty container entry of a to-allocate value, as the plugin's erase
+// does: G1 (`compact`: empty entries dropped first, `;A:;B:C:;` → `;B:C:;`) or G3 (index kept,
+// one more trailing `;` per call, `;A:;B:C:;` → `;;B:C:;;`). Returns the new value, or
+// NotFound when no entry is left, InvalidArgument when it does not decode.
+absl::StatusOr<std::string> EraseNextEntry(std::string_view value, bool compact,
+                                           int* devices = nullptr);
+// Whether any device entry is left (the plugin's "contains NVIDIA" completion test).
+bool AllocationPending(std::string_view to_allocate);
+
+// ---- kubelet --------------------------------------------------------------------------------
+
+class Kubelet {
+ public:
+  // Pending → Running (the containers started).
+  static absl::Status Start(kube::Transport& t, std::string_view ns, std::string_view name);
+  // Running → Succeeded (a job ended, or the containers stopped after a graceful delete; the
+  // API server removes a pod being deleted once it is terminal).
+  static absl::Status Finish(kube::Transport& t, std::string_view ns, std::string_view name);
+  // A lifetime in [lo, hi].
+  static absl::Duration Lifetime(absl::Duration lo, absl::Duration hi, std::mt19937_64& rng);
+};
+
+// ---- kube-scheduler -------------------------------------------------------------------------
+
+struct FilterOutcome {
+  std::string node;           // empty: unschedulable
+  std::string failed_reason;  // first FailedNodes reason when unschedulable
+  absl::Duration latency;
+};
+
+class ExtenderClient {
+ public:
+  explicit ExtenderClient(kube::Transport* transport) : transport_(transport) {}
+  // POST /filter with NodeNames (nodeCacheCapable) — the scheduling call.
+  absl::StatusOr<FilterOutcome> Filter(const std::string& pod_json,
+                                       const std::vector<std::string>& nodes);
+  // POST /filter with full `Nodes` (a non-cache-capable scheduler): answered without side
+  // effects; returns the chosen node's name.
+  absl::StatusOr<FilterOutcome> FilterNodes(const std::string& pod_json,
+                                            const std::vector<std::string>& node_json);
+  // POST /bind. An `Error` in the reply is kAborted with its text.
+  absl::Status Bind(std::string_view ns, std::string_view name, std::string_view uid,
+                    std::string_view node);
+
+ private:
+  absl::StatusOr<std::string> Post(std::string path, std::string body);
+  kube::Transport* transport_;
+};
+
+// kube-scheduler's backoff for pods that did not schedule: 1 s doubling to 10 s
+// (podInitialBackoffSeconds / podMaxBackoffSeconds), reset when the pod schedules.
+class SchedulingQueue {
+ public:
+  explicit SchedulingQueue(absl::Duration initial = absl::Seconds(1),
+                           absl::Duration max = absl::Seconds(10))
+      : initial_(initial), max_(max) {}
+  // The delay before the next attempt of `key`, after one more failure.
+  absl::Duration Failed(const std::string& key);
+  void Forget(const std::string& key) { attempts_.erase(key); }
+  int attempts(const std::string& key) const;
+
+ private:
+  absl::Duration initial_, max_;
+  std::map<std::string, int> attempts_;
+};
+
+}  // namespace tessera::sim

@@ -1,0 +1,298 @@
+#include "tessera/sim/emulators.h"
+
+#include <memory>
+#include <random>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include <nlohmann/json.hpp>
+
+#include "tessera/apisim/server.h"
+#include "tessera/device/codec.h"
+#include "tessera/kube/transport_fake.h"
+
+namespace tessera::sim {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+constexpr char kA[] = "GPU-aaaaaaaa-0000-0000-0000-000000000001";
+constexpr char kB[] = "GPU-bbbbbbbb-0000-0000-0000-000000000002";
+constexpr char kC[] = "GPU-cccccccc-0000-0000-0000-000000000003";
+
+std::string Dev(const char* uuid, int mem, int cores) {
+  return std::string(uuid) + ",NVIDIA," + std::to_string(mem) + "," + std::to_string(cores) + ":";
+}
+
+TEST(EraseNextEntryTest, FollowsBothPluginGenerations) {
+  // hami-device-plugin.md §2.5 case 1: [c0 no GPU, c1 A, c2 B+C].
+  const std::string v = ";" + Dev(kA, 3000, 30) + ";" + Dev(kB, 4000, 50) + Dev(kC, 4000, 50) + ";";
+  int n = 0;
+  // G1/G2 compact: ;A:;B:C:; -> ;B:C:; -> ;  (the string shrinks)
+  absl::StatusOr<std::string> g1 = EraseNextEntry(v, /*compact=*/true, &n);
+  ASSERT_TRUE(g1.ok()) << g1.status();
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(*g1, ";" + Dev(kB, 4000, 50) + Dev(kC, 4000, 50) + ";");
+  g1 = EraseNextEntry(*g1, true, &n);
+  EXPECT_EQ(n, 2);
+  EXPECT_EQ(*g1, ";");
+  EXPECT_FALSE(AllocationPending(*g1));
+  EXPECT_TRUE(absl::IsNotFound(EraseNextEntry(*g1, true).status()));
+  // G3 keeps indices: ;A:;B:C:; -> ;;B:C:;; -> ;;;;;
+  absl::StatusOr<std::string> g3 = EraseNextEntry(v, /*compact=*/false);
+  ASSERT_TRUE(g3.ok());
+  EXPECT_EQ(*g3, ";;" + Dev(kB, 4000, 50) + Dev(kC, 4000, 50) + ";;");
+  EXPECT_TRUE(AllocationPending(*g3));
+  g3 = EraseNextEntry(*g3, false);
+  EXPECT_EQ(*g3, ";;;;;");
+  EXPECT_FALSE(AllocationPending(*g3));
+}
+
+TEST(WorkloadTest, ShapesAskForWhatTheirNameSays) {
+  Workload w({{Shape::kMultiContainer, 1}}, "hami-scheduler", "NVIDIA-A100");
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(w.Pick(rng), Shape::kMultiContainer);
+  json mc = json::parse(w.PodJson(Shape::kMultiContainer, "ns", "p", rng));
+  EXPECT_EQ(mc["spec"]["schedulerName"], "hami-scheduler");
+  ASSERT_EQ(mc["spec"]["containers"].size(), 3u);
+  EXPECT_FALSE(mc["spec"]["containers"][0].contains("resources"));
+  EXPECT_EQ(mc["spec"]["containers"][1]["resources"]["limits"]["nvidia.com/gpu"], "1");
+  json numa = json::parse(w.PodJson(Shape::kNuma, "ns", "p", rng));
+  EXPECT_EQ(numa["metadata"]["annotations"]["nvidia.com/numa-bind"], "true");
+  EXPECT_EQ(numa["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "2");
+  json typed = json::parse(w.PodJson(Shape::kTyped, "ns", "p", rng));
+  EXPECT_EQ(typed["metadata"]["annotations"]["nvidia.com/use-gputype"], "NVIDIA-A100");
+  json pct = json::parse(w.PodJson(Shape::kPercent, "ns", "p", rng));
+  EXPECT_TRUE(
+      pct["spec"]["containers"][0]["resources"]["limits"].contains("nvidia.com/gpumem-percentage"));
+  json cores = json::parse(w.PodJson(Shape::kCores, "ns", "p", rng));
+  EXPECT_TRUE(
+      cores["spec"]["containers"][0]["resources"]["limits"].contains("nvidia.com/gpucores"));
+  json whole = json::parse(w.PodJson(Shape::kWhole, "ns", "p", rng));
+  EXPECT_EQ(whole["spec"]["containers"][0]["resources"]["limits"].size(), 1u);
+  json multi = json::parse(w.PodJson(Shape::kMultiGpu, "ns", "p", rng));
+  EXPECT_NE(multi["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "1");
+  EXPECT_EQ(ParseShape("multi_gpu"), Shape::kMultiGpu);
+  EXPECT_FALSE(ParseShape("huge").has_value());
+}
+
+TEST(SchedulingQueueTest, BacksOffLikeKubeScheduler) {
+  SchedulingQueue q;
+  EXPECT_EQ(q.Failed("a"), absl::Seconds(1));
+  EXPECT_EQ(q.Failed("a"), absl::Seconds(2));
+  EXPECT_EQ(q.Failed("a"), absl::Seconds(4));
+  EXPECT_EQ(q.Failed("a"), absl::Seconds(8));
+  EXPECT_EQ(q.Failed("a"), absl::Seconds(10));
+  EXPECT_EQ(q.Failed("b"), absl::Seconds(1));
+  q.Forget("a");
+  EXPECT_EQ(q.attempts("a"), 0);
+  EXPECT_EQ(q.Failed("a"), absl::Seconds(1));
+}
+
+TEST(ExtenderClientTest, SpeaksTheExtenderProtocol) {
+  kube::FakeTransport t;
+  std::vector<kube::Request> seen;
+  t.SetHandler([&](const kube::Request& r) -> absl::StatusOr<kube::Response> {
+    seen.push_back(r);
+    kube::Response resp;
+    resp.status_code = 200;
+    json body = json::parse(r.body);
+    if (r.path == "/bind") {
+      resp.body = body["Node"] == "n1" ? R"({"Error":""})" : R"({"Error":"node lock held"})";
+    } else if (body.contains("Nodes")) {
+      resp.body = json{{"Nodes", {{"items", {body["Nodes"]["items"][1]}}}}}.dump();
+    } else if (body["NodeNames"].size() == 2) {
+      resp.body = R"({"NodeNames":["n2"],"FailedNodes":{},"Error":""})";
+    } else {
+      resp.body = R"({"NodeNames":[],"FailedNodes":{"n1":"CardInsufficientMemory"},"Error":""})";
+    }
+    return resp;
+  });
+  ExtenderClient c(&t);
+  const std::string pod = R"({"metadata":{"name":"p","namespace":"default","uid":"u"}})";
+  absl::StatusOr<FilterOutcome> f = c.Filter(pod, {"n1", "n2"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->node, "n2");
+  json sent = json::parse(seen.back().body);
+  EXPECT_EQ(sent["Pod"]["metadata"]["uid"], "u");
+  EXPECT_EQ(sent["NodeNames"], json({"n1", "n2"}));
+  f = c.Filter(pod, {"n1"});
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->node, "");
+  EXPECT_EQ(f->failed_reason, "CardInsufficientMemory");
+  f = c.FilterNodes(pod, {R"({"metadata":{"name":"n1"}})", R"({"metadata":{"name":"n2"}})"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->node, "n2");
+  EXPECT_TRUE(c.Bind("default", "p", "u", "n1").ok());
+  json bind = json::parse(seen.back().body);
+  EXPECT_EQ(bind["PodUID"], "u");
+  EXPECT_EQ(bind["PodNamespace"], "default");
+  absl::Status refused = c.Bind("default", "p", "u", "n2");
+  EXPECT_TRUE(absl::IsAborted(refused));
+  EXPECT_THAT(refused.message(), HasSubstr("node lock held"));
+}
+
+// The plugin and the kubelet against a real (in-process) apisim.
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<apisim::Server>> s = apisim::Server::Start({});
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    kube::RestConfig c;
+    c.server = server_->url();
+    c.qps = 0;
+    absl::StatusOr<std::unique_ptr<kube::CurlTransport>> t =
+        kube::CurlTransport::Create(c, nullptr);
+    ASSERT_TRUE(t.ok()) << t.status();
+    transport_ = std::move(*t);
+    client_ = std::make_unique<kube::ApiClient>(transport_.get());
+  }
+
+  std::vector<device::DeviceInfo> Devices() {
+    std::vector<device::DeviceInfo> out;
+    for (const char* id : {kA, kB, kC}) {
+      device::DeviceInfo d;
+      d.id = id;
+      d.index = static_cast<int32_t>(out.size());
+      d.count = 10;
+      d.devmem = 40960;
+      d.devcore = 100;
+      d.type = "NVIDIA-A100";
+      out.push_back(d);
+    }
+    return out;
+  }
+
+  void MakeNode(const std::string& name, const std::string& lock = "") {
+    json node = {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}};
+    if (!lock.empty()) node["metadata"]["annotations"] = {{"hami.io/mutex.lock", lock}};
+    ASSERT_TRUE(CreateNode(*transport_, node.dump()).ok());
+  }
+
+  // A pod Tessera has bound: annotated, bind-phase allocating, spec.nodeName set.
+  void MakeBoundPod(const std::string& name, const std::string& node, const std::string& alloc) {
+    json pod = {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata",
+         {{"name", name},
+          {"namespace", "default"},
+          {"annotations",
+           {{"hami.io/vgpu-node", node},
+            {"hami.io/vgpu-devices-allocated", alloc},
+            {"hami.io/vgpu-devices-to-allocate", alloc},
+            {"hami.io/bind-phase", "allocating"},
+            {"hami.io/bind-time", "1800000000"}}}}},
+        {"spec",
+         {{"nodeName", node},
+          {"containers", {{{"name", "a"}, {"image", "x"}}, {{"name", "b"}, {"image", "x"}}}}}},
+        {"status", {{"phase", "Pending"}}}};
+    ASSERT_TRUE(CreatePod(*transport_, "default", name, pod.dump()).ok());
+  }
+
+  std::unique_ptr<apisim::Server> server_;
+  std::unique_ptr<kube::CurlTransport> transport_;
+  std::unique_ptr<kube::ApiClient> client_;
+};
+
+TEST_F(ClusterTest, PluginRegistersInItsGenerationsFormat) {
+  MakeNode("old");
+  MakeNode("new");
+  DevicePlugin v25("old", device::RegisterFormat::kDelimited, Devices());
+  DevicePlugin v28("new", device::RegisterFormat::kJson, Devices());
+  ASSERT_TRUE(v25.Register(*client_, absl::FromUnixSeconds(1800000000)).ok());
+  ASSERT_TRUE(v28.Register(*client_, absl::FromUnixSeconds(1800000000)).ok());
+  absl::StatusOr<kube::Node> old = client_->GetNode("old");
+  ASSERT_TRUE(old.ok());
+  absl::StatusOr<device::DecodedRegister> r =
+      device::DecodeNodeRegister(old->meta.annotations.Get("hami.io/node-nvidia-register"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->format, device::RegisterFormat::kDelimited);
+  EXPECT_EQ(r->devices, Devices());
+  EXPECT_THAT(std::string(old->meta.annotations.Get("hami.io/node-handshake")),
+              HasSubstr("Reported 2027-01-15 08:00:00"));
+  absl::StatusOr<kube::Node> fresh = client_->GetNode("new");
+  ASSERT_TRUE(fresh.ok());
+  r = device::DecodeNodeRegister(fresh->meta.annotations.Get("hami.io/node-nvidia-register"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->format, device::RegisterFormat::kJson);
+  EXPECT_FALSE(fresh->meta.annotations.Contains("hami.io/node-handshake"));
+}
+
+TEST_F(ClusterTest, PluginConsumesTheLockedPodContainerByContainer) {
+  MakeNode("n1", "2026-12-03T08:00:00Z,default,p1");
+  const std::string alloc = Dev(kA, 3000, 30) + ";" + Dev(kB, 2000, 0) + Dev(kC, 2000, 0) + ";";
+  MakeBoundPod("p1", "n1", alloc);
+  MakeBoundPod("p2", "n1", alloc);
+  DevicePlugin plugin("n1", device::RegisterFormat::kJson, Devices());
+  // The kubelet admits p2, but the lock names p1: the plugin serves p1 (as HAMi's does).
+  absl::StatusOr<AllocateResult> a = plugin.Allocate(*client_, "default", "p2");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->name, "p1");
+  EXPECT_EQ(a->calls, 2);
+  EXPECT_TRUE(a->success);
+  absl::StatusOr<kube::Pod> p1 = client_->GetPod("default", "p1");
+  ASSERT_TRUE(p1.ok());
+  EXPECT_EQ(p1->meta.annotations.Get("hami.io/bind-phase"), "success");
+  EXPECT_EQ(p1->meta.annotations.Get("hami.io/vgpu-devices-to-allocate"), ";;;;");  // G3
+  EXPECT_EQ(p1->meta.annotations.Get("hami.io/vgpu-devices-allocated"), alloc);
+  absl::StatusOr<kube::Node> n1 = client_->GetNode("n1");
+  ASSERT_TRUE(n1.ok());
+  EXPECT_FALSE(n1->meta.annotations.Contains("hami.io/mutex.lock"));
+  // No lock now: the fallback finds p2 itself.
+  a = plugin.Allocate(*client_, "default", "p2");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->name, "p2");
+  EXPECT_TRUE(a->success);
+}
+
+TEST_F(ClusterTest, PluginFallbackRefusesAPodThatIsNotBindingHere) {
+  MakeNode("n1");
+  MakeNode("n2");
+  MakeBoundPod("p1", "n2", Dev(kA, 1000, 0) + ";");
+  DevicePlugin plugin("n1", device::RegisterFormat::kDelimited, Devices());
+  absl::StatusOr<AllocateResult> a = plugin.Allocate(*client_, "default", "p1");
+  EXPECT_TRUE(absl::IsFailedPrecondition(a.status())) << a.status();
+  EXPECT_THAT(a.status().message(), HasSubstr("no binding pod found on node n1"));
+  // On its own node, a delimited (G1) plugin compacts the string as it consumes.
+  DevicePlugin right("n2", device::RegisterFormat::kDelimited, Devices());
+  a = right.Allocate(*client_, "default", "p1");
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<kube::Pod> p1 = client_->GetPod("default", "p1");
+  EXPECT_EQ(p1->meta.annotations.Get("hami.io/vgpu-devices-to-allocate"), ";");
+}
+
+TEST_F(ClusterTest, KubeletRunsFinishesAndDeletesGracefully) {
+  MakeNode("n1");
+  MakeBoundPod("p1", "n1", Dev(kA, 1000, 0) + ";");
+  ASSERT_TRUE(Kubelet::Start(*transport_, "default", "p1").ok());
+  EXPECT_EQ(client_->GetPod("default", "p1")->phase, kube::PodPhase::kRunning);
+  // A graceful delete leaves the running pod in place with a deletionTimestamp ...
+  ASSERT_TRUE(DeletePod(*transport_, "default", "p1").ok());
+  absl::StatusOr<kube::Pod> deleting = client_->GetPod("default", "p1");
+  ASSERT_TRUE(deleting.ok());
+  EXPECT_TRUE(deleting->Deleting());
+  // ... until the kubelet reports it terminal.
+  ASSERT_TRUE(Kubelet::Finish(*transport_, "default", "p1").ok());
+  EXPECT_TRUE(absl::IsNotFound(client_->GetPod("default", "p1").status()));
+  // A forced delete (grace 0) removes a running pod at once.
+  MakeBoundPod("p2", "n1", Dev(kA, 1000, 0) + ";");
+  ASSERT_TRUE(Kubelet::Start(*transport_, "default", "p2").ok());
+  ASSERT_TRUE(DeletePod(*transport_, "default", "p2", 0).ok());
+  EXPECT_TRUE(absl::IsNotFound(client_->GetPod("default", "p2").status()));
+  // Deleting or finishing a pod that is gone is not an error.
+  EXPECT_TRUE(DeletePod(*transport_, "default", "p1").ok());
+  EXPECT_TRUE(Kubelet::Finish(*transport_, "default", "p1").ok());
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 10; ++i) {
+    const absl::Duration d = Kubelet::Lifetime(absl::Seconds(2), absl::Seconds(4), rng);
+    EXPECT_GE(d, absl::Seconds(2));
+    EXPECT_LE(d, absl::Seconds(4));
+  }
+}
+
+}  // namespace
+}  // namespace tessera::sim

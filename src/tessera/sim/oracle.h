@@ -1,0 +1,125 @@
+// File: tessera/sim/oracle.h
+//
+// The oracle of `tessera simulate`: from the objects the API server holds, the true usage of
+// every GPU; from Tessera's /metrics, what Tessera exports; the two compared every second.
+//
+//   Truth t = ComputeTruth(nodes, pods);            // LIST results of apisim
+//   absl::StatusOr<Exported> e = ParseDeviceMetrics(metrics_text);
+//   oracle.Observe(now, t, e.ok() ? &*e : nullptr, "watch_outage");
+//
+// Truth (independent of Tessera's code paths, written from the HAMi protocol): a device exists
+// when a node's hami.io/node-nvidia-register decodes. A pod holds devices when it is not terminal,
+// carries hami.io/vgpu-node equal to its spec.nodeName (it is bound where it was annotated for),
+// is not bind-failed and hami.io/vgpu-devices-allocated decodes; every container entry adds one
+// slot, its MiB and its cores to the device with that UUID on that node (the simulator's pods
+// have no init containers, so this additive rule is HAMi's counting rule).
+//
+// Invariants, checked on every observation:
+//   1. no over-commit: used ≤ count, usedmem ≤ devmem, usedcores ≤ devcore, per device;
+//   2. exported == truth per device (memory bytes / MiB, shared count, cores), except for
+//      divergences that end within the convergence window. A device missing from /metrics counts
+//      as exporting zero; a scrape that failed (Tessera down) is no observation of (2).
+// A divergence seen in only one observation is "transient" (a scrape and a LIST are not taken at
+// the same instant) and only counted; one seen in two or more consecutive observations is
+// recorded with start, end, device and cause. It is a violation when it lasts longer than the
+// window, or is still open at Finish() and began more than the window before.
+//
+// Thread safety: none; one thread drives an Oracle.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+#include "tessera/kube/objects.h"
+
+namespace tessera::sim {
+
+struct DeviceUsage {
+  std::string node;
+  int64_t count = 0, devmem = 0, devcore = 0;  // capacity (truth only)
+  int64_t used = 0, usedmem = 0, usedcores = 0;
+};
+
+struct Truth {
+  std::map<std::string, DeviceUsage> devices;  // by UUID
+  int64_t total_usedmem = 0;                   // MiB over every device
+  int64_t holding_pods = 0;
+};
+
+Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube::Pod>& pods);
+
+struct ExportedDevice {
+  std::string node;
+  int64_t usedmem = 0;  // MiB (bytes / 1048576)
+  int64_t used = 0;
+  int64_t usedcores = 0;
+};
+using Exported = std::map<std::string, ExportedDevice>;  // by device_uuid
+
+// The per-device HAMi families of a Prometheus text exposition: hami_gpu_memory_allocated_bytes,
+// hami_gpu_shared_count and hami_gpu_core_allocated_ratio, keyed by the device_uuid label.
+// InvalidArgument when a sample of those families has no device_uuid or an unparsable value.
+absl::StatusOr<Exported> ParseDeviceMetrics(std::string_view text);
+
+struct Divergence {
+  std::string device;
+  std::string node;
+  absl::Time start, end;  // end == InfiniteFuture while open
+  std::string cause;      // the last fault injected before it began, or "in-flight"
+  std::string detail;     // "memory truth 4000 MiB, exported 0 MiB" at its start
+  int64_t samples = 0;
+  bool violation = false;
+  absl::Duration Length(absl::Time now) const {
+    return (end == absl::InfiniteFuture() ? now : end) - start;
+  }
+};
+
+struct Violation {
+  absl::Time at;
+  std::string what;
+};
+
+class Oracle {
+ public:
+  explicit Oracle(absl::Duration window) : window_(window) {}
+
+  // One observation. `exported` null: /metrics could not be read (not compared).
+  void Observe(absl::Time now, const Truth& truth, const Exported* exported,
+               const std::string& last_fault);
+  // Closes the run: open divergences older than the window become violations.
+  void Finish(absl::Time now);
+
+  const std::vector<Divergence>& divergences() const { return divergences_; }
+  const std::vector<Violation>& violations() const { return violations_; }
+  int64_t transient() const { return transient_; }
+  int64_t observations() const { return observations_; }
+  int64_t compared() const { return compared_; }
+  // Devices currently diverging (seen in the last observation).
+  size_t open() const { return pending_.size(); }
+
+ private:
+  struct Pending {
+    absl::Time start;
+    std::string cause, detail, node;
+    int64_t samples = 0;
+    int64_t recorded = -1;  // index in divergences_ once seen twice
+  };
+  void Close(const std::string& uuid, Pending& p, absl::Time now);
+
+  absl::Duration window_;
+  std::map<std::string, Pending> pending_;
+  std::vector<Divergence> divergences_;
+  std::vector<Violation> violations_;
+  std::map<std::string, bool> overcommitted_;  // devices currently over-committed (reported once)
+  int64_t transient_ = 0;
+  int64_t observations_ = 0;
+  int64_t compared_ = 0;
+};
+
+}  // namespace tessera::sim

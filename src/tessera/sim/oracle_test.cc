@@ -1,0 +1,227 @@
+#include "tessera/sim/oracle.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "tessera/device/codec.h"
+
+namespace tessera::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+kube::Node GpuNode(const std::string& name, const std::vector<std::string>& uuids,
+                   bool delimited = false) {
+  std::vector<device::DeviceInfo> devices;
+  for (size_t i = 0; i < uuids.size(); ++i) {
+    device::DeviceInfo d;
+    d.id = uuids[i];
+    d.index = static_cast<int32_t>(i);
+    d.count = 2;
+    d.devmem = 10000;
+    d.devcore = 100;
+    d.type = "NVIDIA-A100";
+    devices.push_back(d);
+  }
+  kube::Node n;
+  n.meta.name = name;
+  n.meta.annotations.Set("hami.io/node-nvidia-register",
+                         delimited ? device::EncodeNodeRegisterDelimited(devices)
+                                   : device::EncodeNodeRegisterJson(devices));
+  return n;
+}
+
+kube::Pod GpuPod(const std::string& name, const std::string& node, const std::string& alloc) {
+  kube::Pod p;
+  p.meta.name = name;
+  p.meta.ns = "default";
+  p.node_name = node;
+  p.phase = kube::PodPhase::kRunning;
+  p.meta.annotations.Set("hami.io/vgpu-node", node);
+  p.meta.annotations.Set("hami.io/vgpu-devices-allocated", alloc);
+  return p;
+}
+
+TEST(ComputeTruthTest, SumsEveryContainerEntryOfBoundLivePods) {
+  std::vector<kube::Node> nodes = {GpuNode("n1", {"GPU-a", "GPU-b"}),
+                                   GpuNode("n2", {"GPU-c"}, /*delimited=*/true)};
+  std::vector<kube::Pod> pods = {
+      GpuPod("p1", "n1", "GPU-a,NVIDIA,3000,30:;GPU-a,NVIDIA,1000,0:;"),
+      GpuPod("p2", "n1", "GPU-a,NVIDIA,2000,10:GPU-b,NVIDIA,2000,10:;"),
+      GpuPod("p3", "n2", "GPU-c,NVIDIA,500,0:;"),
+  };
+  kube::Pod done = GpuPod("done", "n1", "GPU-b,NVIDIA,7000,0:;");
+  done.phase = kube::PodPhase::kSucceeded;
+  kube::Pod failed = GpuPod("failed", "n1", "GPU-b,NVIDIA,7000,0:;");
+  failed.meta.annotations.Set("hami.io/bind-phase", "failed");
+  kube::Pod unbound = GpuPod("unbound", "n1", "GPU-b,NVIDIA,7000,0:;");
+  unbound.node_name.clear();
+  kube::Pod elsewhere = GpuPod("elsewhere", "n2", "GPU-b,NVIDIA,7000,0:;");  // not n2's device
+  pods.insert(pods.end(), {done, failed, unbound, elsewhere});
+
+  const Truth t = ComputeTruth(nodes, pods);
+  ASSERT_EQ(t.devices.size(), 3u);
+  EXPECT_EQ(t.devices.at("GPU-a").used, 3);
+  EXPECT_EQ(t.devices.at("GPU-a").usedmem, 6000);
+  EXPECT_EQ(t.devices.at("GPU-a").usedcores, 40);
+  EXPECT_EQ(t.devices.at("GPU-b").usedmem, 2000);
+  EXPECT_EQ(t.devices.at("GPU-c").usedmem, 500);
+  EXPECT_EQ(t.devices.at("GPU-c").node, "n2");
+  EXPECT_EQ(t.devices.at("GPU-a").devmem, 10000);
+  EXPECT_EQ(t.total_usedmem, 8500);
+  EXPECT_EQ(t.holding_pods, 3);
+}
+
+TEST(ParseDeviceMetricsTest, ReadsTheThreeDeviceFamiliesByUuid) {
+  const std::string text =
+      "# HELP hami_gpu_memory_allocated_bytes GPU device memory allocated to pods, in bytes.\n"
+      "# TYPE hami_gpu_memory_allocated_bytes gauge\n"
+      "hami_gpu_memory_allocated_bytes{device_cores=\"100\",device_index=\"0\",device_type="
+      "\"NVIDIA-A100\",device_uuid=\"GPU-a\",node=\"n1\",zone=\"vGPU\"} 3145728000\n"
+      "hami_gpu_memory_allocated_bytes{device_cores=\"100\",device_index=\"1\",device_type="
+      "\"NVIDIA-A100\",device_uuid=\"GPU-b\",node=\"n1\",zone=\"vGPU\"} 0\n"
+      "hami_gpu_shared_count{device_index=\"0\",device_type=\"NVIDIA-A100\",device_uuid=\"GPU-a\","
+      "node=\"n1\",zone=\"vGPU\"} 2\n"
+      "hami_gpu_core_allocated_ratio{device_index=\"0\",device_type=\"NVIDIA-A100\",device_uuid="
+      "\"GPU-a\",node=\"n1\",zone=\"vGPU\"} 40\n"
+      "hami_gpu_memory_limit_bytes{device_index=\"0\",device_uuid=\"GPU-a\",node=\"n1\"} 1e10\n"
+      "hami_vgpu_memory_allocated_bytes{container_index=\"0\",device_uuid=\"GPU-a\"} 99\n";
+  absl::StatusOr<Exported> e = ParseDeviceMetrics(text);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(e->size(), 2u);
+  EXPECT_EQ(e->at("GPU-a").usedmem, 3000);
+  EXPECT_EQ(e->at("GPU-a").used, 2);
+  EXPECT_EQ(e->at("GPU-a").usedcores, 40);
+  EXPECT_EQ(e->at("GPU-a").node, "n1");
+  EXPECT_EQ(e->at("GPU-b").usedmem, 0);
+
+  EXPECT_FALSE(ParseDeviceMetrics("hami_gpu_shared_count{node=\"n1\"} 1\n").ok());
+  EXPECT_FALSE(ParseDeviceMetrics("hami_gpu_shared_count{device_uuid=\"x\"} abc\n").ok());
+}
+
+Truth OneDevice(int64_t usedmem, int64_t used = 1) {
+  Truth t;
+  DeviceUsage& u = t.devices["GPU-a"];
+  u.node = "n1";
+  u.count = 2;
+  u.devmem = 10000;
+  u.devcore = 100;
+  u.used = used;
+  u.usedmem = usedmem;
+  return t;
+}
+
+Exported Exports(int64_t usedmem, int64_t used = 1) {
+  Exported e;
+  e["GPU-a"] = {"n1", usedmem, used, 0};
+  return e;
+}
+
+TEST(OracleTest, OneSampleDifferencesAreTransientAndRecordedOnlyFromTwo) {
+  Oracle o(absl::Seconds(10));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  Exported e = Exports(1000);
+  o.Observe(t0, OneDevice(2000), &e, "");  // differs once
+  Exported same = Exports(2000);
+  o.Observe(t0 + absl::Seconds(1), OneDevice(2000), &same, "");
+  EXPECT_EQ(o.transient(), 1);
+  EXPECT_TRUE(o.divergences().empty());
+
+  o.Observe(t0 + absl::Seconds(2), OneDevice(3000), &same, "sever_watches");
+  o.Observe(t0 + absl::Seconds(3), OneDevice(3000), &same, "");
+  Exported caught_up = Exports(3000);
+  o.Observe(t0 + absl::Seconds(6), OneDevice(3000), &caught_up, "");
+  o.Finish(t0 + absl::Seconds(7));
+  ASSERT_EQ(o.divergences().size(), 1u);
+  const Divergence& d = o.divergences()[0];
+  EXPECT_EQ(d.device, "GPU-a");
+  EXPECT_EQ(d.cause, "sever_watches");
+  EXPECT_EQ(d.start, t0 + absl::Seconds(2));
+  EXPECT_EQ(d.end, t0 + absl::Seconds(6));
+  EXPECT_THAT(d.detail, HasSubstr("truth 3000 MiB"));
+  EXPECT_FALSE(d.violation);
+  EXPECT_TRUE(o.violations().empty());
+}
+
+TEST(OracleTest, ADivergenceLongerThanTheWindowIsAViolation) {
+  Oracle o(absl::Seconds(5));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  Exported stale = Exports(4000);  // a deleted pod still exported
+  for (int i = 0; i <= 7; ++i) {
+    o.Observe(t0 + absl::Seconds(i), OneDevice(0, 0), &stale, "drop_events");
+  }
+  ASSERT_EQ(o.divergences().size(), 1u);
+  EXPECT_TRUE(o.divergences()[0].violation);
+  ASSERT_EQ(o.violations().size(), 1u);
+  EXPECT_THAT(o.violations()[0].what, HasSubstr("longer than 5s"));
+}
+
+TEST(OracleTest, ADivergenceThatEndsAfterTheWindowBetweenSamplesIsAViolation) {
+  Oracle o(absl::Seconds(5));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  Exported stale = Exports(4000);
+  Exported fixed = Exports(0, 0);
+  o.Observe(t0, OneDevice(0, 0), &stale, "");
+  o.Observe(t0 + absl::Seconds(4), OneDevice(0, 0), &stale, "");  // 4 s: within the window
+  o.Observe(t0 + absl::Seconds(7), OneDevice(0, 0), &fixed, "");  // healed, but 7 s after
+  ASSERT_EQ(o.violations().size(), 1u);
+  EXPECT_THAT(o.violations()[0].what, HasSubstr("lasted 7s"));
+  EXPECT_TRUE(o.divergences()[0].violation);
+}
+
+TEST(OracleTest, AnOpenDivergenceAtFinishOlderThanTheWindowIsAViolation) {
+  Oracle o(absl::Seconds(5));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  Exported stale = Exports(4000);
+  o.Observe(t0, OneDevice(0, 0), &stale, "");
+  o.Observe(t0 + absl::Seconds(1), OneDevice(0, 0), &stale, "");
+  o.Finish(t0 + absl::Seconds(3));
+  EXPECT_TRUE(o.violations().empty());
+  o.Finish(t0 + absl::Seconds(9));
+  ASSERT_EQ(o.violations().size(), 1u);
+  EXPECT_THAT(o.violations()[0].what, HasSubstr("never healed"));
+}
+
+TEST(OracleTest, MissingMetricsAreNotCompared) {
+  Oracle o(absl::Seconds(1));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  for (int i = 0; i < 5; ++i) {
+    o.Observe(t0 + absl::Seconds(i), OneDevice(3000), nullptr, "tessera_kill");
+  }
+  EXPECT_EQ(o.compared(), 0);
+  EXPECT_EQ(o.observations(), 5);
+  EXPECT_TRUE(o.divergences().empty());
+  EXPECT_TRUE(o.violations().empty());
+}
+
+TEST(OracleTest, AnExportedDeviceMissingFromTheTruthMustBeZero) {
+  Oracle o(absl::Seconds(1));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  Exported e = Exports(0, 0);
+  e["GPU-gone"] = {"n9", 500, 1, 0};
+  Truth t = OneDevice(0, 0);
+  o.Observe(t0, t, &e, "node_delete");
+  o.Observe(t0 + absl::Seconds(1), t, &e, "");
+  ASSERT_EQ(o.divergences().size(), 1u);
+  EXPECT_EQ(o.divergences()[0].device, "GPU-gone");
+  EXPECT_EQ(o.divergences()[0].node, "n9");
+}
+
+TEST(OracleTest, OverCommitIsAViolationOncePerEpisode) {
+  Oracle o(absl::Seconds(10));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  o.Observe(t0, OneDevice(12000), nullptr, "");  // memory over devmem
+  o.Observe(t0 + absl::Seconds(1), OneDevice(12000), nullptr, "");
+  o.Observe(t0 + absl::Seconds(2), OneDevice(100, 3), nullptr, "");  // slots over count
+  ASSERT_EQ(o.violations().size(), 1u);
+  EXPECT_THAT(o.violations()[0].what, HasSubstr("over-commit on GPU-a"));
+  o.Observe(t0 + absl::Seconds(3), OneDevice(100, 1), nullptr, "");
+  o.Observe(t0 + absl::Seconds(4), OneDevice(100, 3), nullptr, "");
+  EXPECT_EQ(o.violations().size(), 2u);
+}
+
+}  // namespace
+}  // namespace tessera::sim

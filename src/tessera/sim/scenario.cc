@@ -1,0 +1,249 @@
+#include "tessera/sim/scenario.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <fmt/core.h>
+#include <yaml-cpp/yaml.h>
+
+#include "tessera/sim/embedded_scenarios.h"
+
+namespace tessera::sim {
+
+namespace {
+
+constexpr std::string_view kKindNames[] = {"drop_events",  "sever_watches",  "compact",
+                                           "watch_outage", "apisim_restart", "tessera_kill",
+                                           "node_delete",  "plugin_stop",    "error_storm"};
+
+absl::Status Bad(const std::string& key, const std::string& why) {
+  return absl::InvalidArgumentError(fmt::format("scenario: {}: {}", key, why));
+}
+
+absl::StatusOr<absl::Duration> Dur(const YAML::Node& n, const std::string& key) {
+  absl::Duration d;
+  const std::string text = n.as<std::string>();
+  if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
+    return Bad(key, fmt::format("want a duration such as 30s, got \"{}\"", text));
+  }
+  return d;
+}
+
+absl::Status CheckKeys(const YAML::Node& map, const std::string& where,
+                       std::initializer_list<std::string_view> keys) {
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    bool known = false;
+    for (std::string_view want : keys) {
+      known = known || want == k;
+    }
+    if (!known) {
+      return Bad(where.empty() ? k : where + "." + k, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
+#define TESSERA_SCN_ASSIGN(lhs, expr) \
+  do {                                \
+    auto _v = (expr);                 \
+    if (!_v.ok()) return _v.status(); \
+    lhs = *_v;                        \
+  } while (false)
+
+absl::StatusOr<FaultSpec> ParseFault(const YAML::Node& f, size_t i) {
+  const std::string where = fmt::format("faults[{}]", i);
+  if (!f.IsMap()) {
+    return Bad(where, "want a map");
+  }
+  absl::Status keys = CheckKeys(f, where,
+                                {"kind", "at", "every", "duration", "type", "probability", "code",
+                                 "count", "delete_burst", "compact", "force"});
+  if (!keys.ok()) {
+    return keys;
+  }
+  if (!f["kind"]) {
+    return Bad(where + ".kind", "missing");
+  }
+  FaultSpec s{};
+  s.duration = absl::Seconds(5);
+  s.event_type = "DELETED";
+  s.probability = 1.0;
+  s.code = 500;
+  s.count = 1;
+  const std::string kind = f["kind"].as<std::string>();
+  bool found = false;
+  for (size_t k = 0; k < std::size(kKindNames); ++k) {
+    if (kKindNames[k] == kind) {
+      s.kind = static_cast<FaultKind>(k);
+      found = true;
+    }
+  }
+  if (!found) {
+    return Bad(where + ".kind", fmt::format("unknown fault \"{}\"", kind));
+  }
+  if (!f["at"]) {
+    return Bad(where + ".at", "missing");
+  }
+  TESSERA_SCN_ASSIGN(s.at, Dur(f["at"], where + ".at"));
+  if (f["every"]) TESSERA_SCN_ASSIGN(s.every, Dur(f["every"], where + ".every"));
+  if (f["duration"]) TESSERA_SCN_ASSIGN(s.duration, Dur(f["duration"], where + ".duration"));
+  if (f["type"]) {
+    s.event_type = f["type"].as<std::string>();
+    if (s.event_type != "" && s.event_type != "ADDED" && s.event_type != "MODIFIED" &&
+        s.event_type != "DELETED") {
+      return Bad(where + ".type", "want ADDED, MODIFIED, DELETED or \"\"");
+    }
+  }
+  if (f["probability"]) s.probability = f["probability"].as<double>();
+  if (s.probability < 0 || s.probability > 1) {
+    return Bad(where + ".probability", "want a number in [0, 1]");
+  }
+  if (f["code"]) s.code = f["code"].as<int>();
+  if (s.code != 429 && (s.code < 500 || s.code > 599)) {
+    return Bad(where + ".code", "want 429 or a 5xx code");
+  }
+  if (f["count"]) s.count = f["count"].as<int>();
+  if (f["delete_burst"]) s.delete_burst = f["delete_burst"].as<int>();
+  s.compact = true;
+  if (f["compact"]) s.compact = f["compact"].as<bool>();
+  s.force = false;
+  if (f["force"]) s.force = f["force"].as<bool>();
+  return s;
+}
+
+}  // namespace
+
+std::string_view FaultKindName(FaultKind k) { return kKindNames[static_cast<int>(k)]; }
+
+absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(fmt::format("scenario: bad YAML: {}", e.what()));
+  }
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError("scenario: want a YAML map");
+  }
+  Scenario s;
+  try {
+    absl::Status keys =
+        CheckKeys(root, "",
+                  {"name", "description", "seed", "duration", "drain", "convergence_window",
+                   "scheduler_args", "cluster", "workload", "faults"});
+    if (!keys.ok()) return keys;
+    if (root["name"]) s.name = root["name"].as<std::string>();
+    if (root["description"]) s.description = root["description"].as<std::string>();
+    if (root["seed"]) s.seed = root["seed"].as<uint64_t>();
+    if (root["duration"]) TESSERA_SCN_ASSIGN(s.duration, Dur(root["duration"], "duration"));
+    if (root["drain"]) TESSERA_SCN_ASSIGN(s.drain, Dur(root["drain"], "drain"));
+    if (root["convergence_window"]) {
+      TESSERA_SCN_ASSIGN(s.window, Dur(root["convergence_window"], "convergence_window"));
+    }
+    if (root["scheduler_args"]) s.scheduler_args = root["scheduler_args"].as<std::string>();
+    if (const YAML::Node c = root["cluster"]; c) {
+      keys = CheckKeys(
+          c, "cluster",
+          {"nodes", "gpus_per_node", "slots", "delimited_share", "gpu_types", "devmem_mib"});
+      if (!keys.ok()) return keys;
+      if (c["nodes"]) s.nodes = c["nodes"].as<int>();
+      if (c["gpus_per_node"]) s.gpus_per_node = c["gpus_per_node"].as<int>();
+      if (c["slots"]) s.slots = c["slots"].as<int>();
+      if (c["delimited_share"]) s.delimited_share = c["delimited_share"].as<double>();
+      if (c["gpu_types"]) s.gpu_types = c["gpu_types"].as<std::vector<std::string>>();
+      if (c["devmem_mib"]) s.devmem_mib = c["devmem_mib"].as<std::vector<int>>();
+    }
+    if (const YAML::Node w = root["workload"]; w) {
+      keys = CheckKeys(
+          w, "workload",
+          {"create_rate", "pods", "delete_rate", "lifetime", "full_nodes_share", "shapes"});
+      if (!keys.ok()) return keys;
+      if (w["create_rate"]) s.create_rate = w["create_rate"].as<double>();
+      if (w["pods"]) s.max_pods = w["pods"].as<int>();
+      if (w["delete_rate"]) s.delete_rate = w["delete_rate"].as<double>();
+      if (w["full_nodes_share"]) s.full_nodes_share = w["full_nodes_share"].as<double>();
+      if (const YAML::Node l = w["lifetime"]; l) {
+        if (!l.IsSequence() || l.size() != 2) {
+          return Bad("workload.lifetime", "want [min, max]");
+        }
+        TESSERA_SCN_ASSIGN(s.lifetime_min, Dur(l[0], "workload.lifetime"));
+        TESSERA_SCN_ASSIGN(s.lifetime_max, Dur(l[1], "workload.lifetime"));
+      }
+      if (const YAML::Node sh = w["shapes"]; sh) {
+        if (!sh.IsMap()) {
+          return Bad("workload.shapes", "want a map of shape: weight");
+        }
+        s.shapes.clear();
+        for (auto it = sh.begin(); it != sh.end(); ++it) {
+          const std::string name = it->first.as<std::string>();
+          std::optional<Shape> shape = ParseShape(name);
+          if (!shape.has_value()) {
+            return Bad("workload.shapes." + name, "unknown shape");
+          }
+          s.shapes[*shape] = it->second.as<double>();
+        }
+      }
+    }
+    if (const YAML::Node f = root["faults"]; f) {
+      if (!f.IsSequence()) {
+        return Bad("faults", "want a list");
+      }
+      for (size_t i = 0; i < f.size(); ++i) {
+        absl::StatusOr<FaultSpec> spec = ParseFault(f[i], i);
+        if (!spec.ok()) return spec.status();
+        s.faults.push_back(*spec);
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(fmt::format("scenario: {}", e.what()));
+  }
+  if (s.nodes <= 0 || s.gpus_per_node <= 0 || s.slots <= 0) {
+    return Bad("cluster", "nodes, gpus_per_node and slots must be positive");
+  }
+  if (s.gpu_types.empty() || s.gpu_types.size() != s.devmem_mib.size()) {
+    return Bad("cluster.gpu_types", "want as many gpu_types as devmem_mib, at least one");
+  }
+  if (s.create_rate <= 0 || s.max_pods < 0 || s.delete_rate < 0) {
+    return Bad("workload", "create_rate must be positive, pods and delete_rate non-negative");
+  }
+  if (s.lifetime_max < s.lifetime_min) {
+    return Bad("workload.lifetime", "max below min");
+  }
+  return s;
+}
+
+const std::map<std::string, std::string>& EmbeddedScenarios() {
+  static const auto* const kMap = new std::map<std::string, std::string>(EmbeddedScenarioTexts());
+  return *kMap;
+}
+
+absl::StatusOr<Scenario> LoadScenario(const std::string& name_or_path) {
+  auto it = EmbeddedScenarios().find(name_or_path);
+  std::string text;
+  if (it != EmbeddedScenarios().end()) {
+    text = it->second;
+  } else {
+    std::ifstream in(name_or_path);
+    if (!in) {
+      std::string names;
+      for (const auto& [n, t] : EmbeddedScenarios()) {
+        names += (names.empty() ? "" : ", ") + n;
+      }
+      return absl::NotFoundError(
+          fmt::format("scenario \"{}\" is neither a built-in scenario ({}) nor a readable file",
+                      name_or_path, names));
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  absl::StatusOr<Scenario> s = ParseScenario(text);
+  if (s.ok() && s->name.empty()) {
+    s->name = name_or_path;
+  }
+  return s;
+}
+
+}  // namespace tessera::sim

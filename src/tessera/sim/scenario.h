@@ -1,0 +1,90 @@
+// File: tessera/sim/scenario.h
+//
+// A `tessera simulate` scenario: the cluster, the workload, the fault schedule and the oracle's
+// convergence window, read from YAML (format: docs/simulate.md). The scenarios of scenarios/
+// are also compiled into the binary (EmbeddedScenario), so `--scenario quick` works anywhere.
+//
+//   absl::StatusOr<Scenario> s = LoadScenario("quick");   // embedded name, else a file path
+//
+// Errors: InvalidArgument naming the key for bad YAML, unknown keys, bad durations or values;
+// NotFound for a name that is neither embedded nor a readable file.
+//
+// Thread safety: plain values and pure functions.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+#include "tessera/sim/emulators.h"
+
+namespace tessera::sim {
+
+enum class FaultKind {
+  kDropEvents,     // apisim drops watch events of `event_type` for `duration`
+  kSeverWatches,   // every watch stream cut
+  kCompact,        // history compacted (resumes get 410 → relist)
+  kWatchOutage,    // watches severed and refused (500) for `duration`; then, with `compact`,
+                   // the history is compacted so the watches must relist
+  kApisimRestart,  // SIGTERM (state saved), started again on the same port
+  kTesseraKill,    // SIGKILL, restarted after `duration`
+  kNodeDelete,     // `count` nodes deleted (their pods force-deleted)
+  kPluginStop,     // one node's device plugin stops reporting and allocating for `duration`
+  kErrorStorm,     // `probability` of requests fail with `code` (429/500) for `duration`
+};
+std::string_view FaultKindName(FaultKind k);
+
+struct FaultSpec {
+  FaultKind kind;
+  absl::Duration at;                            // first time, from the start of the workload
+  absl::Duration every = absl::ZeroDuration();  // repeat period; zero: once
+  absl::Duration duration = absl::Seconds(5);   // for faults with an extent
+  std::string event_type = "DELETED";           // drop_events: ADDED, MODIFIED, DELETED, ""
+  double probability = 1.0;                     // drop_events, error_storm
+  int code = 500;                               // error_storm
+  int count = 1;                                // node_delete
+  int delete_burst = 0;                         // pods deleted right after the fault begins
+  bool compact = true;                          // watch_outage: compact when it ends
+  bool force =
+      false;  // drop_events: delete_burst with gracePeriodSeconds=0 (one DELETED, no update)
+};
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  uint64_t seed = 1;
+  absl::Duration duration = absl::Seconds(30);  // workload and faults
+  absl::Duration drain = absl::Seconds(10);     // after: no new work, faults cleared, oracle runs
+  absl::Duration window = absl::Seconds(10);    // convergence window
+  std::string scheduler_args;                   // default --scheduler-args
+
+  // cluster
+  int nodes = 20;
+  int gpus_per_node = 8;
+  int slots = 10;
+  double delimited_share = 0.3;  // nodes with the v2.5 plugin (delimited + handshake)
+  std::vector<std::string> gpu_types = {"NVIDIA-A100", "NVIDIA-H100"};
+  std::vector<int> devmem_mib = {40960, 81920};
+
+  // workload
+  double create_rate = 30;  // pods per second
+  int max_pods = 1000;      // total created
+  double delete_rate = 2;   // random deletions of live pods per second
+  absl::Duration lifetime_min = absl::Seconds(5);
+  absl::Duration lifetime_max = absl::Seconds(20);
+  double full_nodes_share = 0.1;  // pods also filtered with full Nodes
+  std::map<Shape, double> shapes = {{Shape::kMemory, 1}};
+
+  std::vector<FaultSpec> faults;
+};
+
+absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text);
+// An embedded scenario's name, else a file.
+absl::StatusOr<Scenario> LoadScenario(const std::string& name_or_path);
+// Embedded scenario texts by name (generated from scenarios/*.yaml at build time).
+const std::map<std::string, std::string>& EmbeddedScenarios();
+
+}  // namespace tessera::sim

@@ -1,0 +1,90 @@
+#include "tessera/sim/scenario.h"
+
+#include <set>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ScenarioTest, EveryEmbeddedScenarioParses) {
+  for (const char* name : {"quick", "seed-bug", "chaos", "scale"}) {
+    absl::StatusOr<Scenario> s = LoadScenario(name);
+    ASSERT_TRUE(s.ok()) << name << ": " << s.status();
+    EXPECT_EQ(s->name, name);
+    EXPECT_GT(s->nodes, 0);
+    EXPECT_GE(s->drain, s->window) << name << ": the drain must let the oracle judge healing";
+  }
+  absl::StatusOr<Scenario> quick = LoadScenario("quick");
+  EXPECT_EQ(quick->nodes, 20);
+  EXPECT_EQ(quick->gpus_per_node, 8);
+  EXPECT_EQ(quick->max_pods, 1000);
+  absl::StatusOr<Scenario> scale = LoadScenario("scale");
+  EXPECT_EQ(scale->nodes, 1000);
+  EXPECT_EQ(scale->max_pods, 20000);
+  // chaos injects every kind of fault.
+  absl::StatusOr<Scenario> chaos = LoadScenario("chaos");
+  std::set<FaultKind> kinds;
+  for (const FaultSpec& f : chaos->faults) kinds.insert(f.kind);
+  EXPECT_EQ(kinds.size(), 9u);
+}
+
+TEST(ScenarioTest, ParsesEveryField) {
+  absl::StatusOr<Scenario> s = ParseScenario(R"(
+name: t
+seed: 9
+duration: 12s
+drain: 3s
+convergence_window: 2s
+scheduler_args: --audit-period=0
+cluster: {nodes: 3, gpus_per_node: 2, slots: 4, delimited_share: 1, gpu_types: [A], devmem_mib: [1000]}
+workload:
+  create_rate: 5
+  pods: 7
+  delete_rate: 1
+  lifetime: [1s, 2s]
+  full_nodes_share: 0.5
+  shapes: {numa: 2, typed: 1}
+faults:
+  - {kind: error_storm, at: 1s, every: 4s, duration: 1s, code: 429, probability: 0.2}
+  - {kind: drop_events, at: 2s, type: MODIFIED, delete_burst: 3}
+)");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->seed, 9u);
+  EXPECT_EQ(s->duration, absl::Seconds(12));
+  EXPECT_EQ(s->window, absl::Seconds(2));
+  EXPECT_EQ(s->scheduler_args, "--audit-period=0");
+  EXPECT_EQ(s->slots, 4);
+  EXPECT_EQ(s->lifetime_max, absl::Seconds(2));
+  EXPECT_EQ(s->shapes.size(), 2u);
+  EXPECT_EQ(s->shapes.at(Shape::kNuma), 2);
+  ASSERT_EQ(s->faults.size(), 2u);
+  EXPECT_EQ(s->faults[0].kind, FaultKind::kErrorStorm);
+  EXPECT_EQ(s->faults[0].every, absl::Seconds(4));
+  EXPECT_EQ(s->faults[0].code, 429);
+  EXPECT_EQ(s->faults[1].event_type, "MODIFIED");
+  EXPECT_EQ(s->faults[1].delete_burst, 3);
+}
+
+TEST(ScenarioTest, RejectsWhatItCannotRun) {
+  EXPECT_THAT(ParseScenario("nodes: 3\n").status().message(), HasSubstr("nodes: unknown key"));
+  EXPECT_THAT(ParseScenario("duration: soon\n").status().message(), HasSubstr("duration"));
+  EXPECT_THAT(ParseScenario("faults: [{kind: meteor, at: 1s}]\n").status().message(),
+              HasSubstr("unknown fault \"meteor\""));
+  EXPECT_THAT(
+      ParseScenario("faults: [{kind: error_storm, at: 1s, code: 404}]\n").status().message(),
+      HasSubstr("code"));
+  EXPECT_THAT(ParseScenario("workload: {shapes: {huge: 1}}\n").status().message(),
+              HasSubstr("unknown shape"));
+  EXPECT_THAT(ParseScenario("cluster: {gpu_types: [A, B], devmem_mib: [1]}\n").status().message(),
+              HasSubstr("gpu_types"));
+  EXPECT_THAT(ParseScenario("[1, 2]").status().message(), HasSubstr("want a YAML map"));
+  EXPECT_TRUE(absl::IsNotFound(LoadScenario("/nonexistent/scenario.yaml").status()));
+}
+
+}  // namespace
+}  // namespace tessera::sim

@@ -1,0 +1,1268 @@
+#include "tessera/sim/simulation.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "tessera/apisim/tls.h"
+#include "tessera/base/clock.h"
+#include "tessera/base/logging.h"
+#include "tessera/base/mutex.h"
+#include "tessera/base/status_macros.h"
+#include "tessera/device/annotations.h"
+#include "tessera/kube/client.h"
+#include "tessera/kube/config.h"
+#include "tessera/kube/transport.h"
+#include "tessera/sim/emulators.h"
+#include "tessera/sim/process.h"
+#include "tessera/sim/synthetic.h"
+
+namespace tessera::sim {
+namespace {
+
+using nlohmann::json;
+constexpr char kNamespace[] = "default";
+
+// ---- timed task queue -----------------------------------------------------------------------
+
+class TaskQueue {
+ public:
+  void Post(absl::Time at, std::function<void()> fn) {
+    MutexLock l(&mu_);
+    q_.push(Item{at, seq_++, std::move(fn)});
+    cv_.Signal();
+  }
+  void Start(int workers) {
+    for (int i = 0; i < workers; ++i) {
+      threads_.emplace_back([this] { Work(); });
+    }
+  }
+  void Stop() {
+    {
+      MutexLock l(&mu_);
+      stop_ = true;
+      cv_.SignalAll();
+    }
+    for (std::thread& t : threads_) {
+      t.join();
+    }
+    threads_.clear();
+  }
+  size_t pending() {
+    MutexLock l(&mu_);
+    return q_.size();
+  }
+
+ private:
+  struct Item {
+    absl::Time at;
+    uint64_t seq;
+    std::function<void()> fn;
+    bool operator>(const Item& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  void Work() {
+    while (true) {
+      std::function<void()> fn;
+      {
+        MutexLock l(&mu_);
+        while (!stop_) {
+          if (!q_.empty() && q_.top().at <= absl::Now()) {
+            break;
+          }
+          const absl::Duration wait =
+              q_.empty() ? absl::Milliseconds(200)
+                         : std::min(absl::Milliseconds(200), q_.top().at - absl::Now());
+          cv_.WaitFor(&mu_, absl::ToChronoMicroseconds(std::max(wait, absl::Microseconds(100))));
+        }
+        if (stop_) {
+          return;
+        }
+        fn = std::move(const_cast<Item&>(q_.top()).fn);
+        q_.pop();
+      }
+      fn();
+    }
+  }
+
+  Mutex mu_;
+  CondVar cv_;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> q_ ABSL_GUARDED_BY(mu_);
+  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+enum class Stage { kCreating, kPending, kBound, kRunning, kSucceeded, kDeleting, kGone };
+
+struct SimPod {
+  std::string name, uid, json, node;
+  Stage stage = Stage::kCreating;
+  bool full_nodes = false;
+  bool ever_unschedulable = false;
+  int tries = 0;
+};
+
+struct SimNode {
+  std::string name;
+  std::string json;  // with the registration, for full-Nodes filters
+  std::unique_ptr<DevicePlugin> plugin;
+  bool alive = true;
+  bool stopped = false;  // plugin_stop
+  absl::Time next_report;
+};
+
+struct Children {
+  ChildProcess apisim, serve;
+  std::vector<std::string> apisim_args, serve_args;
+  int apisim_port = 0, http_port = 0, metrics_port = 0;
+};
+
+std::string RandomHex(std::mt19937_64& rng, int bytes) {
+  std::string s;
+  for (int i = 0; i < bytes; ++i) {
+    s += fmt::format("{:02x}", static_cast<unsigned>(rng() & 0xff));
+  }
+  return s;
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << content;
+  out.close();
+  return out ? absl::OkStatus() : absl::InternalError("cannot write " + path);
+}
+
+// "... (port N) ..." → N, the `which`-th occurrence.
+int PortOf(const std::string& line, int which) {
+  size_t pos = 0;
+  for (int i = 0; i <= which; ++i) {
+    pos = line.find("(port ", pos);
+    if (pos == std::string::npos) {
+      return 0;
+    }
+    pos += 6;
+  }
+  return std::atoi(line.c_str() + pos);
+}
+
+class Simulation {
+ public:
+  explicit Simulation(const SimulationOptions& o)
+      : o_(o),
+        s_(o.scenario),
+        rng_(s_.seed),
+        oracle_(s_.window),
+        workload_(s_.shapes, "hami-scheduler", s_.gpu_types.front()) {}
+
+  absl::StatusOr<RunResult> Run();
+
+ private:
+  absl::Status StartApisim(bool restart);
+  absl::Status StartServe(bool restart);
+  absl::Status MakeTransports();
+  absl::Status CreateNodes();
+  absl::Status WaitReady();
+  void Tick(absl::Time now, absl::Duration elapsed);
+  void Progress(absl::Duration elapsed, bool final);
+
+  // pod pipeline (worker threads)
+  void CreateTask(std::string name);
+  void ScheduleTask(std::string name);
+  void AllocateTask(std::string name, int tries);
+  void StartTask(std::string name);
+  void FinishTask(std::string name);
+  void CleanupTask(std::string name);
+  void DeleteTask(std::string name, bool force);
+  void TerminateTask(std::string name);
+  void DeleteRandomLive(int n, bool force = false);
+
+  // faults
+  void Fault(const FaultSpec& f);
+  void PushFaults();
+  void RecordFault(std::string kind, std::string detail);
+
+  // oracle thread
+  void OracleLoop();
+  void Observe();
+
+  std::vector<std::string> AliveNodes() {
+    MutexLock l(&mu_);
+    std::vector<std::string> out;
+    for (const SimNode& n : nodes_) {
+      if (n.alive) out.push_back(n.name);
+    }
+    return out;
+  }
+  SimNode* NodeByName(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = node_index_.find(name);
+    return it == node_index_.end() ? nullptr : &nodes_[it->second];
+  }
+  absl::Time Now() const { return absl::Now(); }
+  uint64_t Rand() {
+    MutexLock l(&rng_mu_);
+    return rng_();
+  }
+
+  const SimulationOptions& o_;
+  const Scenario& s_;
+  std::string dir_;
+  Children ch_;
+  Mutex child_mu_;  // restarts of children
+  Mutex rng_mu_;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
+
+  std::unique_ptr<kube::CurlTransport> api_t_, ext_t_, met_t_;
+  std::unique_ptr<kube::ApiClient> client_;
+  std::unique_ptr<ExtenderClient> extender_;
+  TaskQueue tasks_;
+  // Node-side work (device plugins, kubelets) on workers of its own, so that a backlog of
+  // scheduling retries never delays the plugin's lock release (each node has its own agents).
+  TaskQueue node_tasks_;
+  // Faults (and their ends) on workers of their own, so they fire on schedule even when an
+  // error storm keeps every scheduling worker in retries.
+  TaskQueue fault_tasks_;
+
+  Mutex mu_;
+  std::map<std::string, SimPod> pods_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> pod_names_ ABSL_GUARDED_BY(mu_);
+  std::vector<SimNode> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, size_t> node_index_ ABSL_GUARDED_BY(mu_);
+  SchedulingQueue queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> filter_ms_ ABSL_GUARDED_BY(mu_);
+  RunResult r_ ABSL_GUARDED_BY(mu_);
+  std::string last_fault_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_fault_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool workload_on_ ABSL_GUARDED_BY(mu_) = true;
+  int64_t diverging_now_ ABSL_GUARDED_BY(mu_) = 0;
+
+  Mutex fault_mu_;
+  std::optional<std::pair<std::string, double>> drop_ ABSL_GUARDED_BY(fault_mu_);
+  struct Fail {
+    int code;
+    double probability;
+    std::vector<std::string> verbs;
+  };
+  std::optional<Fail> fail_ ABSL_GUARDED_BY(fault_mu_);
+
+  Mutex oracle_mu_;
+  Oracle oracle_ ABSL_GUARDED_BY(oracle_mu_);
+  std::atomic<bool> oracle_stop_{false};
+  absl::Time start_;
+  Workload workload_;
+};
+
+absl::Status Simulation::StartApisim(bool restart) {
+  const std::string log = dir_ + "/apisim.log";
+  absl::StatusOr<std::string> line;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    std::vector<std::string> args = ch_.apisim_args;
+    if (restart) {
+      args[2] = fmt::format("127.0.0.1:{}", ch_.apisim_port);
+    }
+    line = ch_.apisim.Start(o_.binary, args, log);
+    if (line.ok() || !restart) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));  // the port may still be held for a moment
+  }
+  if (!line.ok()) {
+    return absl::FailedPreconditionError("tessera apisim: " + std::string(line.status().message()));
+  }
+  const size_t colon = line->rfind(':');
+  ch_.apisim_port = colon == std::string::npos ? 0 : std::atoi(line->c_str() + colon + 1);
+  if (ch_.apisim_port <= 0) {
+    return absl::FailedPreconditionError("tessera apisim printed an unexpected line: " + *line);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::StartServe(bool restart) {
+  const std::string log = dir_ + "/serve.log";
+  absl::StatusOr<std::string> line;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    std::vector<std::string> args = ch_.serve_args;
+    if (restart) {
+      for (size_t i = 0; i + 1 < args.size(); ++i) {
+        if (args[i] == "--http_bind") args[i + 1] = fmt::format("127.0.0.1:{}", ch_.http_port);
+        if (args[i] == "--metrics-bind-address") {
+          args[i + 1] = fmt::format("127.0.0.1:{}", ch_.metrics_port);
+        }
+      }
+    }
+    line = ch_.serve.Start(o_.binary, args, log);
+    if (line.ok() || !restart) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (!line.ok()) {
+    return absl::FailedPreconditionError("tessera serve: " + std::string(line.status().message()));
+  }
+  ch_.http_port = PortOf(*line, 0);
+  ch_.metrics_port = PortOf(*line, 1);
+  if (ch_.http_port <= 0 || ch_.metrics_port <= 0) {
+    return absl::FailedPreconditionError("tessera serve printed an unexpected line: " + *line);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::MakeTransports() {
+  kube::KubeconfigOptions ko;
+  ko.path = dir_ + "/kubeconfig";
+  TESSERA_ASSIGN_OR_RETURN(kube::RestConfig config, kube::LoadKubeconfig(ko));
+  config.qps = 0;  // the emulators are many clients; no client-side limit
+  config.request_timeout = absl::Seconds(20);
+  config.connect_timeout = absl::Seconds(3);
+  TESSERA_ASSIGN_OR_RETURN(
+      api_t_, kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real())));
+  kube::ApiClient::Options co;
+  co.retry.max_attempts = 3;
+  co.retry.backoff = {absl::Milliseconds(50), absl::Milliseconds(500), 2.0, 0.5};
+  co.retry.max_retry_after = absl::Seconds(1);
+  client_ = std::make_unique<kube::ApiClient>(api_t_.get(), std::move(co));
+  kube::RestConfig ext;
+  ext.server = fmt::format("http://127.0.0.1:{}", ch_.http_port);
+  ext.qps = 0;
+  ext.request_timeout = absl::Seconds(30);
+  ext.connect_timeout = absl::Seconds(2);
+  TESSERA_ASSIGN_OR_RETURN(ext_t_, kube::CurlTransport::Create(ext, nullptr));
+  extender_ = std::make_unique<ExtenderClient>(ext_t_.get());
+  kube::RestConfig met = ext;
+  met.server = fmt::format("http://127.0.0.1:{}", ch_.metrics_port);
+  met.request_timeout = absl::Seconds(5);
+  TESSERA_ASSIGN_OR_RETURN(met_t_, kube::CurlTransport::Create(met, nullptr));
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::CreateNodes() {
+  std::vector<SimNode> nodes;
+  for (int i = 0; i < s_.nodes; ++i) {
+    const size_t type = static_cast<size_t>(i) % s_.gpu_types.size();
+    std::vector<device::DeviceInfo> devices;
+    for (int g = 0; g < s_.gpus_per_node; ++g) {
+      device::DeviceInfo d;
+      d.id = GpuUuid(i, g);
+      d.index = g;
+      d.count = s_.slots;
+      d.devmem = s_.devmem_mib[type];
+      d.devcore = 100;
+      d.type = s_.gpu_types[type];
+      d.numa = g < s_.gpus_per_node / 2 ? 0 : 1;
+      devices.push_back(d);
+    }
+    // Spread the v2.5 plugins evenly: node i is delimited when floor((i+1)·share) grows.
+    const bool delimited =
+        std::floor((i + 1) * s_.delimited_share) > std::floor(i * s_.delimited_share);
+    SimNode n;
+    n.name = NodeName(i);
+    n.plugin = std::make_unique<DevicePlugin>(
+        n.name, delimited ? device::RegisterFormat::kDelimited : device::RegisterFormat::kJson,
+        devices);
+    json node = {
+        {"apiVersion", "v1"},
+        {"kind", "Node"},
+        {"metadata",
+         {{"name", n.name}, {"labels", {{"kubernetes.io/hostname", n.name}, {"gpu", "on"}}}}},
+        {"spec", json::object()},
+        {"status",
+         {{"allocatable",
+           {{"cpu", "64"},
+            {"memory", "512Gi"},
+            {"nvidia.com/gpu", std::to_string(s_.gpus_per_node * s_.slots)}}},
+          {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}};
+    TESSERA_RETURN_IF_ERROR(CreateNode(*api_t_, node.dump()));
+    TESSERA_RETURN_IF_ERROR(n.plugin->Register(*client_, absl::Now()));
+    node["metadata"]["annotations"] = {
+        {std::string(device::kNodeRegisterAnnotation), n.plugin->RegisterValue()}};
+    n.json = node.dump();
+    n.next_report = absl::Now() + absl::Seconds(30);
+    nodes.push_back(std::move(n));
+  }
+  MutexLock l(&mu_);
+  nodes_ = std::move(nodes);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    node_index_[nodes_[i].name] = i;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::WaitReady() {
+  // Ready, and every registered device visible in /metrics.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  const size_t want = static_cast<size_t>(s_.nodes) * static_cast<size_t>(s_.gpus_per_node);
+  while (absl::Now() < deadline) {
+    kube::Request r;
+    r.path = "/metrics";
+    kube::DoOptions once;
+    once.retry.max_attempts = 1;
+    absl::StatusOr<kube::Response> resp = kube::Do(*met_t_, r, std::move(once));
+    if (resp.ok()) {
+      absl::StatusOr<Exported> e = ParseDeviceMetrics(resp->body);
+      if (e.ok() && e->size() >= want) {
+        return absl::OkStatus();
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return absl::DeadlineExceededError(fmt::format(
+      "tessera serve did not export the {} devices within 60 s (see {}/serve.log)", want, dir_));
+}
+
+// ---- pod pipeline ---------------------------------------------------------------------------
+
+void Simulation::CreateTask(std::string name) {
+  std::string body;
+  bool full_nodes;
+  {
+    MutexLock l(&rng_mu_);
+    const Shape shape = workload_.Pick(rng_);
+    body = workload_.PodJson(shape, kNamespace, name, rng_);
+    full_nodes = std::uniform_real_distribution<double>(0, 1)(rng_) < s_.full_nodes_share;
+  }
+  absl::StatusOr<std::string> created = CreatePod(*api_t_, kNamespace, name, body);
+  MutexLock l(&mu_);
+  SimPod& p = pods_[name];
+  if (!created.ok()) {
+    if (++p.tries < 30 && workload_on_) {
+      tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { CreateTask(name); });
+    } else {
+      p.stage = Stage::kGone;
+    }
+    return;
+  }
+  json j = json::parse(*created, nullptr, false);
+  p.uid = j.is_object() ? j["metadata"].value("uid", "") : "";
+  p.json = std::move(*created);
+  p.full_nodes = full_nodes;
+  p.tries = 0;
+  if (p.stage == Stage::kCreating) {
+    p.stage = Stage::kPending;
+    ++r_.created;
+    tasks_.Post(Now(), [this, name] { ScheduleTask(name); });
+  }
+}
+
+void Simulation::ScheduleTask(std::string name) {
+  std::string pod_json, uid;
+  bool full_nodes;
+  std::vector<std::string> node_json;
+  {
+    MutexLock l(&mu_);
+    auto it = pods_.find(name);
+    if (it == pods_.end() || it->second.stage != Stage::kPending) {
+      return;
+    }
+    pod_json = it->second.json;
+    uid = it->second.uid;
+    full_nodes = it->second.full_nodes;
+    if (full_nodes) {
+      for (const SimNode& n : nodes_) {
+        if (n.alive) node_json.push_back(n.json);
+      }
+    }
+  }
+  const std::vector<std::string> names = AliveNodes();
+  if (full_nodes) {
+    absl::StatusOr<FilterOutcome> preview = extender_->FilterNodes(pod_json, node_json);
+    MutexLock l(&mu_);
+    if (preview.ok()) {
+      ++r_.full_nodes_filters;
+      filter_ms_.push_back(absl::ToDoubleMilliseconds(preview->latency));
+    }
+  }
+  absl::StatusOr<FilterOutcome> f = extender_->Filter(pod_json, names);
+  absl::Duration retry;
+  {
+    MutexLock l(&mu_);
+    SimPod& p = pods_[name];
+    if (!f.ok()) {
+      ++r_.filter_errors;
+      retry = absl::Milliseconds(500);
+    } else {
+      filter_ms_.push_back(absl::ToDoubleMilliseconds(f->latency));
+      if (f->node.empty()) {
+        ++r_.unschedulable_attempts;
+        if (!p.ever_unschedulable) {
+          p.ever_unschedulable = true;
+          ++r_.unschedulable;
+        }
+        retry = queue_.Failed(name);
+      }
+    }
+    if (retry > absl::ZeroDuration()) {
+      if (p.stage == Stage::kPending) {
+        tasks_.Post(Now() + retry, [this, name] { ScheduleTask(name); });
+      }
+      return;
+    }
+  }
+  absl::Status bound = extender_->Bind(kNamespace, name, uid, f->node);
+  MutexLock l(&mu_);
+  SimPod& p = pods_[name];
+  if (!bound.ok()) {
+    ++r_.bind_errors;
+    if (p.stage == Stage::kPending) {
+      const absl::Duration d = queue_.Failed(name) / 4;  // lock contention clears fast
+      tasks_.Post(Now() + d, [this, name] { ScheduleTask(name); });
+    }
+    return;
+  }
+  queue_.Forget(name);
+  ++r_.scheduled;
+  if (p.stage == Stage::kPending) {
+    p.stage = Stage::kBound;
+    p.node = f->node;
+    node_tasks_.Post(Now(), [this, name] { AllocateTask(name, 0); });
+  }
+}
+
+void Simulation::AllocateTask(std::string name, int tries) {
+  DevicePlugin* plugin = nullptr;
+  {
+    MutexLock l(&mu_);
+    auto it = pods_.find(name);
+    if (it == pods_.end() || it->second.stage != Stage::kBound) {
+      return;
+    }
+    SimNode* n = NodeByName(it->second.node);
+    if (n == nullptr || !n->alive) {
+      return;
+    }
+    if (n->stopped) {  // the kubelet waits for the plugin
+      node_tasks_.Post(Now() + absl::Seconds(1),
+                       [this, name, tries] { AllocateTask(name, tries); });
+      return;
+    }
+    plugin = n->plugin.get();
+  }
+  absl::StatusOr<AllocateResult> a = plugin->Allocate(*client_, kNamespace, name);
+  MutexLock l(&mu_);
+  if (a.ok() && a->success && a->name == name) {
+    ++r_.allocations;
+    node_tasks_.Post(Now(), [this, name] { StartTask(name); });
+    return;
+  }
+  if (tries < 60) {
+    node_tasks_.Post(Now() + absl::Milliseconds(250),
+                     [this, name, tries] { AllocateTask(name, tries + 1); });
+  }
+}
+
+void Simulation::StartTask(std::string name) {
+  {
+    MutexLock l(&mu_);
+    auto it = pods_.find(name);
+    if (it == pods_.end() || it->second.stage != Stage::kBound) {
+      return;
+    }
+  }
+  absl::Status s = Kubelet::Start(*api_t_, kNamespace, name);
+  absl::Duration life;
+  {
+    MutexLock l(&rng_mu_);
+    life = Kubelet::Lifetime(s_.lifetime_min, s_.lifetime_max, rng_);
+  }
+  MutexLock l(&mu_);
+  SimPod& p = pods_[name];
+  if (!s.ok()) {
+    if (p.stage == Stage::kBound && !absl::IsNotFound(s)) {
+      node_tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { StartTask(name); });
+    }
+    return;
+  }
+  if (p.stage == Stage::kBound) {
+    p.stage = Stage::kRunning;
+    tasks_.Post(Now() + life, [this, name] { FinishTask(name); });
+  }
+}
+
+void Simulation::FinishTask(std::string name) {
+  {
+    MutexLock l(&mu_);
+    auto it = pods_.find(name);
+    if (it == pods_.end() || it->second.stage != Stage::kRunning) {
+      return;
+    }
+  }
+  absl::Status s = Kubelet::Finish(*api_t_, kNamespace, name);
+  MutexLock l(&mu_);
+  SimPod& p = pods_[name];
+  if (!s.ok()) {
+    tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { FinishTask(name); });
+    return;
+  }
+  if (p.stage == Stage::kRunning) {
+    p.stage = Stage::kSucceeded;
+    ++r_.completed;
+    // A TTL controller removes finished pods a moment later.
+    tasks_.Post(Now() + absl::Seconds(1), [this, name] { CleanupTask(name); });
+  }
+}
+
+void Simulation::CleanupTask(std::string name) {
+  absl::Status s = DeletePod(*api_t_, kNamespace, name, 0);
+  MutexLock l(&mu_);
+  SimPod& p = pods_[name];
+  if (!s.ok()) {
+    tasks_.Post(Now() + absl::Milliseconds(500), [this, name] { CleanupTask(name); });
+    return;
+  }
+  if (p.stage != Stage::kGone) {
+    p.stage = Stage::kGone;
+    ++r_.deleted;
+  }
+}
+
+void Simulation::DeleteTask(std::string name, bool force) {
+  Stage before;
+  {
+    MutexLock l(&mu_);
+    auto it = pods_.find(name);
+    if (it == pods_.end()) return;
+    before = it->second.stage;
+    if (before != Stage::kPending && before != Stage::kBound && before != Stage::kRunning) {
+      return;
+    }
+    it->second.stage = Stage::kDeleting;
+  }
+  // Graceful (30 s) unless forced: a forced delete removes the pod at once, with one DELETED
+  // event and no update before it.
+  absl::Status s = DeletePod(*api_t_, kNamespace, name, force ? 0 : -1);
+  MutexLock l(&mu_);
+  SimPod& p = pods_[name];
+  if (!s.ok()) {
+    p.stage = before;  // try another time
+    return;
+  }
+  if (before == Stage::kPending || force) {
+    // Unbound or forced: gone at once (a bind racing with it fails on the server).
+    p.stage = Stage::kGone;
+    ++r_.deleted;
+    return;
+  }
+  // The kubelet stops the containers, then reports the pod terminal; the API server then
+  // removes it (graceful deletion).
+  tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { TerminateTask(name); });
+}
+
+void Simulation::TerminateTask(std::string name) {
+  absl::Status s = Kubelet::Finish(*api_t_, kNamespace, name);
+  MutexLock l(&mu_);
+  SimPod& p = pods_[name];
+  if (!s.ok()) {
+    tasks_.Post(Now() + absl::Milliseconds(500), [this, name] { TerminateTask(name); });
+    return;
+  }
+  if (p.stage != Stage::kGone) {
+    p.stage = Stage::kGone;
+    ++r_.deleted;
+  }
+}
+
+void Simulation::DeleteRandomLive(int n, bool force) {
+  std::vector<std::string> picked;
+  {
+    MutexLock l(&mu_);
+    for (int attempt = 0; attempt < n * 20 && static_cast<int>(picked.size()) < n; ++attempt) {
+      if (pod_names_.empty()) break;
+      const std::string& name = pod_names_[Rand() % pod_names_.size()];
+      const Stage st = pods_[name].stage;
+      if ((st == Stage::kRunning || st == Stage::kBound || st == Stage::kPending) &&
+          std::find(picked.begin(), picked.end(), name) == picked.end()) {
+        picked.push_back(name);
+      }
+    }
+  }
+  for (std::string& name : picked) {
+    tasks_.Post(Now(), [this, name, force] { DeleteTask(name, force); });
+  }
+}
+
+// ---- faults ---------------------------------------------------------------------------------
+
+void Simulation::RecordFault(std::string kind, std::string detail) {
+  MutexLock l(&mu_);
+  r_.faults.push_back({Now() - start_, kind, std::move(detail)});
+  last_fault_ = std::move(kind);
+  last_fault_at_ = Now();
+}
+
+void Simulation::PushFaults() {
+  json cfg = json::object();
+  {
+    MutexLock l(&fault_mu_);
+    if (drop_.has_value()) {
+      cfg["dropWatchEvents"] = {{{"resource", "pods"},
+                                 {"type", drop_->first},
+                                 {"probability", drop_->second},
+                                 {"count", -1}}};
+    }
+    if (fail_.has_value()) {
+      cfg["failRequests"] = {
+          {"probability", fail_->probability}, {"code", fail_->code}, {"verbs", fail_->verbs}};
+    }
+  }
+  kube::Request r;
+  r.path = "/simulator/v1/faults";
+  if (cfg.empty()) {
+    r.method = "DELETE";
+  } else {
+    cfg["seed"] = s_.seed;
+    r.method = "PUT";
+    r.body = cfg.dump();
+    r.content_type = "application/json";
+  }
+  absl::Status s = kube::Do(*api_t_, r, QuickRetry()).status();
+  if (!s.ok()) {
+    TESSERA_LOG(kWarning, "simulate: {} /simulator/v1/faults: {}", r.method, s.ToString());
+  }
+}
+
+void Simulation::Fault(const FaultSpec& f) {
+  const std::string kind(FaultKindName(f.kind));
+  auto simulator = [this](const char* path) {
+    kube::Request r;
+    r.method = "POST";
+    r.path = path;
+    return kube::Do(*api_t_, r, QuickRetry()).status();
+  };
+  switch (f.kind) {
+    case FaultKind::kDropEvents: {
+      {
+        MutexLock l(&fault_mu_);
+        drop_ = std::make_pair(f.event_type, f.probability);
+      }
+      PushFaults();
+      RecordFault(kind, fmt::format("{} pod events dropped (p={}) for {}",
+                                    f.event_type.empty() ? "all" : f.event_type, f.probability,
+                                    absl::FormatDuration(f.duration)));
+      DeleteRandomLive(f.delete_burst, f.force);
+      fault_tasks_.Post(Now() + f.duration, [this] {
+        {
+          MutexLock l(&fault_mu_);
+          drop_.reset();
+        }
+        PushFaults();
+      });
+      break;
+    }
+    case FaultKind::kSeverWatches:
+      (void)simulator("/simulator/v1/sever-watches");
+      RecordFault(kind, "every watch stream cut");
+      DeleteRandomLive(f.delete_burst);
+      break;
+    case FaultKind::kCompact:
+      (void)simulator("/simulator/v1/compact");
+      (void)simulator("/simulator/v1/sever-watches");
+      RecordFault(kind, "watch history compacted and every watch cut: informers relist");
+      DeleteRandomLive(f.delete_burst);
+      break;
+    case FaultKind::kWatchOutage: {
+      {
+        MutexLock l(&fault_mu_);
+        fail_ = Fail{500, 1.0, {"watch"}};
+      }
+      PushFaults();
+      (void)simulator("/simulator/v1/sever-watches");
+      RecordFault(kind,
+                  fmt::format("watches cut and refused for {}{}", absl::FormatDuration(f.duration),
+                              f.compact ? ", then history compacted (relist)"
+                                        : ", then resumed from the history"));
+      DeleteRandomLive(f.delete_burst);
+      const bool compact = f.compact;
+      fault_tasks_.Post(Now() + f.duration, [this, simulator, compact] {
+        {
+          MutexLock l(&fault_mu_);
+          fail_.reset();
+        }
+        if (compact) (void)simulator("/simulator/v1/compact");
+        PushFaults();
+      });
+      break;
+    }
+    case FaultKind::kApisimRestart: {
+      RecordFault(kind, "apisim stopped (state saved) and started again");
+      MutexLock l(&child_mu_);
+      ch_.apisim.Stop();
+      absl::Status s = StartApisim(true);
+      if (!s.ok()) {
+        TESSERA_LOG(kError, "simulate: {}", s.ToString());
+      }
+      PushFaults();
+      break;
+    }
+    case FaultKind::kTesseraKill: {
+      RecordFault(kind, fmt::format("tessera serve SIGKILLed, restarted after {}",
+                                    absl::FormatDuration(f.duration)));
+      {
+        MutexLock l(&child_mu_);
+        ch_.serve.Kill();
+      }
+      fault_tasks_.Post(Now() + f.duration, [this] {
+        MutexLock l(&child_mu_);
+        absl::Status s = StartServe(true);
+        if (!s.ok()) {
+          TESSERA_LOG(kError, "simulate: {}", s.ToString());
+        }
+      });
+      break;
+    }
+    case FaultKind::kNodeDelete: {
+      std::vector<std::string> victims;
+      std::vector<std::string> pods;
+      {
+        MutexLock l(&mu_);
+        std::vector<size_t> alive;
+        for (size_t i = 0; i < nodes_.size(); ++i) {
+          if (nodes_[i].alive) alive.push_back(i);
+        }
+        for (int k = 0; k < f.count && alive.size() > 1; ++k) {
+          const size_t pick = Rand() % alive.size();
+          nodes_[alive[pick]].alive = false;
+          victims.push_back(nodes_[alive[pick]].name);
+          alive.erase(alive.begin() + static_cast<std::ptrdiff_t>(pick));
+        }
+        for (auto& [name, p] : pods_) {
+          if (p.stage != Stage::kGone && p.stage != Stage::kPending &&
+              p.stage != Stage::kCreating &&
+              std::find(victims.begin(), victims.end(), p.node) != victims.end()) {
+            pods.push_back(name);
+          }
+        }
+      }
+      for (const std::string& v : victims) {
+        (void)DeleteNode(*api_t_, v);
+      }
+      // The node lifecycle controller's eviction, done at once.
+      for (const std::string& name : pods) {
+        if (DeletePod(*api_t_, kNamespace, name, 0).ok()) {
+          MutexLock l(&mu_);
+          if (pods_[name].stage != Stage::kGone) {
+            pods_[name].stage = Stage::kGone;
+            ++r_.deleted;
+          }
+        }
+      }
+      std::string names;
+      for (const std::string& v : victims) names += (names.empty() ? "" : ", ") + v;
+      RecordFault(kind, fmt::format("{} deleted with {} pods", names, pods.size()));
+      break;
+    }
+    case FaultKind::kPluginStop: {
+      std::string victim;
+      {
+        MutexLock l(&mu_);
+        for (int attempt = 0; attempt < 50 && victim.empty(); ++attempt) {
+          SimNode& n = nodes_[Rand() % nodes_.size()];
+          if (n.alive && !n.stopped) {
+            n.stopped = true;
+            victim = n.name;
+          }
+        }
+      }
+      if (victim.empty()) break;
+      RecordFault(kind, fmt::format("device plugin of {} silent for {}", victim,
+                                    absl::FormatDuration(f.duration)));
+      fault_tasks_.Post(Now() + f.duration, [this, victim] {
+        MutexLock l(&mu_);
+        if (SimNode* n = NodeByName(victim); n != nullptr) {
+          n->stopped = false;
+          n->next_report = Now();
+        }
+      });
+      break;
+    }
+    case FaultKind::kErrorStorm: {
+      {
+        MutexLock l(&fault_mu_);
+        fail_ = Fail{f.code, f.probability, {}};
+      }
+      PushFaults();
+      RecordFault(kind, fmt::format("{} of requests answered {} for {}", f.probability, f.code,
+                                    absl::FormatDuration(f.duration)));
+      fault_tasks_.Post(Now() + f.duration, [this] {
+        {
+          MutexLock l(&fault_mu_);
+          fail_.reset();
+        }
+        PushFaults();
+      });
+      break;
+    }
+  }
+}
+
+// ---- oracle ---------------------------------------------------------------------------------
+
+void Simulation::Observe() {
+  std::vector<kube::Pod> pods;
+  std::vector<kube::Node> nodes;
+  kube::ListOptions lo;
+  lo.limit = 500;
+  while (true) {
+    absl::StatusOr<kube::PodList> page = client_->ListPods(lo);
+    if (!page.ok()) {
+      return;  // apisim down or failing: no observation
+    }
+    for (kube::Pod& p : page->items) pods.push_back(std::move(p));
+    if (page->meta.continue_token.empty()) break;
+    lo.continue_token = page->meta.continue_token;
+  }
+  kube::ListOptions no;
+  absl::StatusOr<kube::NodeList> nl = client_->ListNodes(no);
+  if (!nl.ok()) return;
+  nodes = std::move(nl->items);
+  const absl::Time now = Now();
+  kube::Request r;
+  r.path = "/metrics";
+  kube::DoOptions once;
+  once.retry.max_attempts = 1;
+  absl::StatusOr<kube::Response> resp = kube::Do(*met_t_, r, std::move(once));
+  std::optional<Exported> exported;
+  if (resp.ok()) {
+    absl::StatusOr<Exported> e = ParseDeviceMetrics(resp->body);
+    if (e.ok()) exported = std::move(*e);
+  }
+  const Truth truth = ComputeTruth(nodes, pods);
+  std::string cause;
+  {
+    MutexLock l(&mu_);
+    if (now - last_fault_at_ <= s_.window) cause = last_fault_;
+  }
+  Sample sample;
+  sample.at = now - start_;
+  sample.truth_mib = truth.total_usedmem;
+  sample.live_pods = static_cast<int64_t>(pods.size());
+  if (exported.has_value()) {
+    sample.exported_mib = 0;
+    for (const auto& [uuid, d] : *exported) sample.exported_mib += d.usedmem;
+  }
+  {
+    MutexLock l(&oracle_mu_);
+    oracle_.Observe(now, truth, exported.has_value() ? &*exported : nullptr, cause);
+    sample.diverging = static_cast<int64_t>(oracle_.open());
+  }
+  MutexLock l(&mu_);
+  diverging_now_ = sample.diverging;
+  r_.samples.push_back(sample);
+}
+
+void Simulation::OracleLoop() {
+  absl::Time next = Now();
+  while (!oracle_stop_.load()) {
+    const absl::Time now = Now();
+    if (now < next) {
+      absl::SleepFor(std::min(next - now, absl::Milliseconds(100)));
+      continue;
+    }
+    next = now + absl::Seconds(1);
+    Observe();
+  }
+}
+
+// ---- main loop ------------------------------------------------------------------------------
+
+void Simulation::Tick(absl::Time now, absl::Duration elapsed) {
+  bool on;
+  {
+    MutexLock l(&mu_);
+    on = workload_on_;
+  }
+  if (on) {
+    const int64_t due = std::min<int64_t>(
+        s_.max_pods, static_cast<int64_t>(absl::ToDoubleSeconds(elapsed) * s_.create_rate));
+    MutexLock l(&mu_);
+    while (static_cast<int64_t>(pod_names_.size()) < due) {
+      std::string name = fmt::format("sim-{:06d}", pod_names_.size());
+      pods_[name].name = name;
+      pod_names_.push_back(name);
+      tasks_.Post(now, [this, name] { CreateTask(name); });
+    }
+  }
+  // Handshake reports of the v2.5 plugins (every 30 s, as the plugin does).
+  std::vector<DevicePlugin*> report;
+  {
+    MutexLock l(&mu_);
+    for (SimNode& n : nodes_) {
+      if (n.alive && !n.stopped && n.plugin->format() == device::RegisterFormat::kDelimited &&
+          now >= n.next_report) {
+        n.next_report = now + absl::Seconds(30);
+        report.push_back(n.plugin.get());
+      }
+    }
+  }
+  for (DevicePlugin* p : report) {
+    tasks_.Post(now, [this, p] { (void)p->Register(*client_, Now()); });
+  }
+}
+
+void Simulation::Progress(absl::Duration elapsed, bool final) {
+  if (o_.progress == nullptr) return;
+  const absl::Duration total = s_.duration + s_.drain;
+  int64_t created, scheduled, deleted, faults, diverging;
+  {
+    MutexLock l(&mu_);
+    created = r_.created;
+    scheduled = r_.scheduled;
+    deleted = r_.deleted;
+    faults = static_cast<int64_t>(r_.faults.size());
+    diverging = diverging_now_;
+  }
+  const double frac = std::clamp(absl::FDivDuration(elapsed, total), 0.0, 1.0);
+  const std::string phase = elapsed < s_.duration ? "run  " : "drain";
+  const std::string counts = fmt::format(
+      "{} {:5.1f}s/{:.0f}s  created {}  scheduled {}  deleted {}  faults {}  diverging {}", phase,
+      absl::ToDoubleSeconds(elapsed), absl::ToDoubleSeconds(total), created, scheduled, deleted,
+      faults, diverging);
+  if (o_.progress_bar) {
+    const int width = 30;
+    const int filled = static_cast<int>(frac * width);
+    fmt::print(o_.progress, "\r[{}{}] {}\x1b[K", std::string(static_cast<size_t>(filled), '#'),
+               std::string(static_cast<size_t>(width - filled), '.'), counts);
+    if (final) fmt::print(o_.progress, "\n");
+  } else {
+    fmt::print(o_.progress, "simulate: {}\n", counts);
+  }
+  std::fflush(o_.progress);
+}
+
+std::vector<std::string> SplitArgs(const std::string& s) {
+  std::vector<std::string> out;
+  for (absl::string_view piece : absl::StrSplit(s, ' ', absl::SkipEmpty())) {
+    out.emplace_back(piece);
+  }
+  return out;
+}
+
+absl::StatusOr<RunResult> Simulation::Run() {
+  if (o_.work_dir.empty()) {
+    char tmpl[] = "/tmp/tessera-simulate-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
+    dir_ = tmpl;
+  } else {
+    dir_ = o_.work_dir;
+  }
+  std::string token;
+  {
+    MutexLock l(&rng_mu_);
+    std::random_device rd;
+    std::mt19937_64 tr(rd());
+    token = RandomHex(tr, 16);
+  }
+  TESSERA_ASSIGN_OR_RETURN(apisim::PemPair pem, apisim::GenerateSelfSignedCert());
+  TESSERA_RETURN_IF_ERROR(WriteFile(dir_ + "/apisim.crt", pem.cert_pem));
+  TESSERA_RETURN_IF_ERROR(WriteFile(dir_ + "/apisim.key", pem.key_pem));
+  std::remove((dir_ + "/apisim.state").c_str());
+  ch_.apisim_args = {"apisim",
+                     "--listen",
+                     "127.0.0.1:0",
+                     "--tls-cert",
+                     dir_ + "/apisim.crt",
+                     "--tls-key",
+                     dir_ + "/apisim.key",
+                     "--token",
+                     token,
+                     "--state",
+                     dir_ + "/apisim.state",
+                     "--watch-history",
+                     "50000",
+                     "--write-kubeconfig",
+                     dir_ + "/kubeconfig"};
+  TESSERA_RETURN_IF_ERROR(StartApisim(false));
+
+  std::vector<std::string> user = SplitArgs(o_.scheduler_args);
+  auto has = [&](std::string_view flag) {
+    for (const std::string& a : user) {
+      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) return true;
+    }
+    return false;
+  };
+  ch_.serve_args = {"serve",       "--kubeconfig",           dir_ + "/kubeconfig", "--http_bind",
+                    "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"};
+  // The simulated cluster is busier than HAMi's default client limit (50 qps) allows.
+  if (!has("--kube-qps")) ch_.serve_args.insert(ch_.serve_args.end(), {"--kube-qps", "2000"});
+  if (!has("--kube-burst")) ch_.serve_args.insert(ch_.serve_args.end(), {"--kube-burst", "4000"});
+  // serve runs with its default --reservation-ttl (5m): since a relist ends the reservations of
+  // pods it does not return, a shorter TTL is no longer needed to bound them (docs/simulate.md,
+  // "Findings" 1).
+
+  ch_.serve_args.insert(ch_.serve_args.end(), user.begin(), user.end());
+
+  // Tessera starts on an empty cluster; the nodes appear while it watches.
+  TESSERA_RETURN_IF_ERROR(StartServe(false));
+  TESSERA_RETURN_IF_ERROR(MakeTransports());
+  TESSERA_RETURN_IF_ERROR(CreateNodes());
+  TESSERA_RETURN_IF_ERROR(WaitReady());
+
+  {
+    MutexLock l(&mu_);
+    r_.scenario = s_.name;
+    r_.seed = s_.seed;
+    r_.duration = s_.duration;
+    r_.nodes = s_.nodes;
+    r_.gpus = s_.nodes * s_.gpus_per_node;
+    r_.work_dir = dir_;
+    r_.scheduler_args = o_.scheduler_args;
+  }
+  start_ = Now();
+  {
+    MutexLock l(&mu_);
+    r_.start = start_;
+  }
+  tasks_.Start(o_.workers);
+  node_tasks_.Start(3);
+  fault_tasks_.Start(2);
+  std::thread oracle([this] { OracleLoop(); });
+
+  // The fault schedule, expanded.
+  std::vector<std::pair<absl::Duration, const FaultSpec*>> schedule;
+  for (const FaultSpec& f : s_.faults) {
+    for (absl::Duration at = f.at; at < s_.duration; at += f.every) {
+      schedule.emplace_back(at, &f);
+      if (f.every <= absl::ZeroDuration()) break;
+    }
+  }
+  std::sort(schedule.begin(), schedule.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  size_t next_fault = 0;
+  double deletes_due = 0;
+  absl::Time last_progress = absl::InfinitePast();
+  const absl::Duration progress_every =
+      o_.progress_bar ? absl::Milliseconds(250) : absl::Seconds(5);
+  while (true) {
+    const absl::Time now = Now();
+    const absl::Duration elapsed = now - start_;
+    if (elapsed >= s_.duration + s_.drain) break;
+    if (elapsed < s_.duration) {
+      Tick(now, elapsed);
+      while (next_fault < schedule.size() && schedule[next_fault].first <= elapsed) {
+        const FaultSpec* f = schedule[next_fault++].second;
+        fault_tasks_.Post(now, [this, f] { Fault(*f); });
+      }
+      const double want = absl::ToDoubleSeconds(elapsed) * s_.delete_rate;
+      if (want - deletes_due >= 1) {
+        const int n = static_cast<int>(want - deletes_due);
+        deletes_due += n;
+        DeleteRandomLive(n);
+      }
+    } else {
+      bool first = false;
+      {
+        MutexLock l(&mu_);
+        first = workload_on_;
+        workload_on_ = false;
+      }
+      if (first) {
+        // Drain: no new pods or faults; whatever was broken is repaired.
+        fault_tasks_.Post(now, [this] {
+          {
+            MutexLock l(&fault_mu_);
+            drop_.reset();
+            fail_.reset();
+          }
+          PushFaults();
+          {
+            MutexLock cl(&child_mu_);
+            if (!ch_.serve.running()) (void)StartServe(true);  // a kill whose restart is due
+          }
+          MutexLock l(&mu_);
+          for (SimNode& n : nodes_) n.stopped = false;
+        });
+      }
+      Tick(now, elapsed);
+    }
+    if (now - last_progress >= progress_every) {
+      last_progress = now;
+      Progress(elapsed, false);
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  oracle_stop_ = true;
+  oracle.join();
+  fault_tasks_.Stop();
+  tasks_.Stop();
+  node_tasks_.Stop();
+  Progress(Now() - start_, true);
+  {
+    MutexLock l(&oracle_mu_);
+    oracle_.Finish(Now());
+  }
+  {
+    // Tessera's own view at the end, for whoever investigates a divergence.
+    kube::Request r;
+    r.path = "/debug/ledger";
+    kube::DoOptions once;
+    once.retry.max_attempts = 1;
+    absl::StatusOr<kube::Response> ledger = kube::Do(*ext_t_, r, std::move(once));
+    if (ledger.ok()) (void)WriteFile(dir_ + "/ledger-at-end.json", ledger->body);
+    // Close the kept-alive connections first: an HTTP server waits for its idle keep-alive
+    // connections when it shuts down.
+    extender_.reset();
+    ext_t_.reset();
+    met_t_.reset();
+  }
+  {
+    MutexLock l(&child_mu_);
+    const absl::Time t0 = Now();
+    ch_.serve.Stop();
+    const absl::Time t1 = Now();
+    client_.reset();
+    api_t_.reset();
+    ch_.apisim.Stop();
+    TESSERA_LOG(kInfo, "simulate: serve stopped in {}, apisim in {}", absl::FormatDuration(t1 - t0),
+                absl::FormatDuration(Now() - t1));
+  }
+  RunResult out;
+  {
+    MutexLock l(&mu_);
+    out = r_;
+    std::vector<double> ms = filter_ms_;
+    std::sort(ms.begin(), ms.end());
+    auto pct = [&](double q) {
+      if (ms.empty()) return absl::ZeroDuration();
+      const size_t i =
+          std::min(ms.size() - 1, static_cast<size_t>(q * static_cast<double>(ms.size())));
+      return absl::Microseconds(static_cast<int64_t>(ms[i] * 1000));
+    };
+    out.filter_p50 = pct(0.5);
+    out.filter_p99 = pct(0.99);
+  }
+  {
+    MutexLock l(&oracle_mu_);
+    out.divergences = oracle_.divergences();
+    out.violations = oracle_.violations();
+    out.transient_divergences = oracle_.transient();
+    out.observations = oracle_.observations();
+    out.compared = oracle_.compared();
+  }
+  out.elapsed = Now() - start_;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<RunResult> RunSimulation(const SimulationOptions& options) {
+  Simulation sim(options);
+  return sim.Run();
+}
+
+}  // namespace tessera::sim

@@ -1,0 +1,430 @@
+// Runs the tessera binary the way a user does and checks what it prints and its exit code.
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include <nlohmann/json.hpp>
+
+#include "tessera/kube/apisim_process_testutil.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout (and stderr when merged)
+};
+
+// Runs `command` with sh in the source tree.
+Result RunShell(const std::string& command, bool merge_stderr = true) {
+  std::string cmd = std::string("cd '") + TESSERA_SOURCE_PATH + "' && " + command +
+                    (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) {
+    return r;
+  }
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) {
+    r.output.append(buf.data(), n);
+  }
+  int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+Result RunTessera(const std::string& args, bool merge_stderr = true) {
+  return RunShell(std::string("'") + TESSERA_BINARY_PATH + "' " + args, merge_stderr);
+}
+
+constexpr char kExplain[] =
+    "explain --cluster examples/cluster.yaml --pod examples/pod.yaml --now 1764670500 ";
+
+TEST(CliTest, ExplainExampleChoosesANodeAndWritesMatchingAnnotations) {
+  Result r = RunTessera(std::string(kExplain) + "-o json", /*merge_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json doc = nlohmann::json::parse(r.output);
+  EXPECT_EQ(doc["pod"], "ml/finetune-0");
+  ASSERT_TRUE(doc["node"].is_string());
+  const std::string node = doc["node"];
+  EXPECT_EQ(doc["annotations"]["hami.io/vgpu-node"], node);
+  EXPECT_EQ(doc["annotations"]["hami.io/vgpu-time"], "1764670500");
+  EXPECT_EQ(doc["annotations"]["hami.io/vgpu-devices-to-allocate"],
+            doc["annotations"]["hami.io/vgpu-devices-allocated"]);
+  ASSERT_EQ(doc["containers"].size(), 1u);
+  ASSERT_EQ(doc["containers"][0].size(), 1u);
+  const std::string uuid = doc["containers"][0][0]["uuid"];
+  EXPECT_EQ(doc["annotations"]["hami.io/vgpu-devices-allocated"], uuid + ",NVIDIA,8000,30:;");
+  EXPECT_EQ(doc["labels"]["hami.io/vgpu-node"], node);
+  EXPECT_TRUE(doc["nodes"][node]["fit"]);
+  EXPECT_EQ(doc["nodes"]["cpu-1"]["reasons"][0], "node unregistered");
+  // Binpack (the default node policy) prefers the node with the highest score.
+  for (auto& [name, n] : doc["nodes"].items()) {
+    if (n["fit"].get<bool>()) {
+      EXPECT_LE(n["score"].get<double>(), doc["nodes"][node]["score"].get<double>()) << name;
+    }
+  }
+}
+
+TEST(CliTest, ExplainSpreadPrefersTheEmptiestNode) {
+  Result r = RunTessera(std::string(kExplain) + "--node-policy spread -o json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json doc = nlohmann::json::parse(r.output);
+  const std::string node = doc["node"];
+  for (auto& [name, n] : doc["nodes"].items()) {
+    if (n["fit"].get<bool>()) {
+      EXPECT_GE(n["score"].get<double>(), doc["nodes"][node]["score"].get<double>()) << name;
+    }
+  }
+}
+
+TEST(CliTest, ExplainTextNamesTheDecisionAndEveryNode) {
+  Result r = RunTessera(kExplain);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("pod ml/finetune-0 → node "));
+  EXPECT_THAT(r.output, HasSubstr("annotations to write:"));
+  EXPECT_THAT(r.output, HasSubstr("hami.io/vgpu-devices-allocated: GPU-"));
+  EXPECT_THAT(r.output, HasSubstr("cpu-1"));
+  EXPECT_THAT(r.output, HasSubstr("node unregistered"));
+}
+
+TEST(CliTest, ExplainNoFitExitsOneWithReasons) {
+  Result r = RunTessera(
+      "explain --cluster examples/cluster.yaml --pod test/testdata/cli/too-big.yaml -o json",
+      false);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  nlohmann::json doc = nlohmann::json::parse(r.output);
+  EXPECT_TRUE(doc["node"].is_null());
+  EXPECT_THAT(doc["nodes"]["gpu-t4-1"]["reasons"][0].get<std::string>(),
+              HasSubstr("CardInsufficientMemory"));
+}
+
+TEST(CliTest, ExplainBadInputExitsTwoNamingTheProblem) {
+  Result r = RunTessera(
+      "explain --cluster examples/cluster.yaml --pod test/testdata/cli/bad-request.yaml");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("pod ml/bad"));
+  EXPECT_THAT(r.output, HasSubstr("nvidia.com/gpumem"));
+
+  r = RunTessera(
+      "explain --cluster examples/cluster.yaml --pod examples/pod.yaml --gpu-policy fastest");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--gpu-policy"));
+
+  r = RunTessera("explain --cluster /nonexistent.yaml --pod examples/pod.yaml");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/nonexistent.yaml"));
+
+  r = RunTessera("explain --cluster examples/cluster.yaml --pod examples/cluster.yaml");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("expected exactly one Pod"));
+}
+
+TEST(CliTest, DecodeNodeRegisterPrintsHamiJsonKeys) {
+  Result r = RunTessera(
+      "decode node-register 'GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,10,7680,100,"
+      "NVIDIA-Tesla P4,0,true:'",
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json doc = nlohmann::json::parse(r.output);
+  ASSERT_EQ(doc.size(), 1u);
+  EXPECT_EQ(doc[0]["id"], "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4");
+  EXPECT_EQ(doc[0]["index"], 0);
+  EXPECT_EQ(doc[0]["count"], 10);
+  EXPECT_EQ(doc[0]["devmem"], 7680);
+  EXPECT_EQ(doc[0]["devcore"], 100);
+  EXPECT_EQ(doc[0]["type"], "NVIDIA-Tesla P4");
+  EXPECT_EQ(doc[0]["numa"], 0);
+  EXPECT_EQ(doc[0]["mode"], "hami-core");
+  EXPECT_EQ(doc[0]["health"], true);
+
+  r = RunTessera(
+      "decode node-register '[{\"id\":\"GPU-0\",\"count\":10,\"devmem\":8192,\"devcore\":100,"
+      "\"type\":\"NVIDIA-A100\",\"health\":true,\"index\":3,\"mode\":\"mig\"}]'",
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  doc = nlohmann::json::parse(r.output);
+  EXPECT_EQ(doc[0]["index"], 3);
+  EXPECT_EQ(doc[0]["mode"], "mig");
+}
+
+TEST(CliTest, DecodePodDevicesPrintsOneArrayPerContainer) {
+  Result r = RunTessera(
+      "decode pod-devices 'GPU-a,NVIDIA,3000,30:;;GPU-b,NVIDIA,1000,10:GPU-c,NVIDIA,"
+      "1000,10:;'",
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json doc = nlohmann::json::parse(r.output);
+  ASSERT_EQ(doc.size(), 3u);
+  EXPECT_EQ(
+      doc[0][0],
+      (nlohmann::json{{"uuid", "GPU-a"}, {"type", "NVIDIA"}, {"memMiB", 3000}, {"cores", 30}}));
+  EXPECT_TRUE(doc[1].empty());
+  EXPECT_EQ(doc[2].size(), 2u);
+}
+
+TEST(CliTest, DecodeMalformedExitsTwo) {
+  Result r = RunTessera("decode pod-devices 'GPU-a,NVIDIA;'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("container 0"));
+  r = RunTessera("decode node-register 'GPU-1,ten,1,1,T,0,true:'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("count"));
+}
+
+TEST(CliTest, HelpAndUsageErrors) {
+  Result r = RunTessera("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("explain"));
+  EXPECT_THAT(r.output, HasSubstr("decode"));
+  r = RunTessera("explain --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("--node-policy"));
+  r = RunTessera("--no-such-flag");
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunTessera("explain --pod examples/pod.yaml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--cluster"));
+}
+
+// `explain --kubeconfig` against `tessera apisim` holding the objects of examples/cluster.yaml
+// (loaded with kubectl, as a user would).
+class ExplainLiveTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (RunShell("kubectl version --client").exit_code != 0) {
+      return;  // SetUp skips
+    }
+    char tmpl[] = "/tmp/tessera-explain-live-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = new std::string(tmpl);
+    sim_ = new tessera::kube::testutil::ApisimProcess();
+    url_ = new std::string();
+    *url_ = sim_->Start(TESSERA_BINARY_PATH, {"--write-kubeconfig", Kubeconfig()});
+    ASSERT_FALSE(url_->empty()) << "apisim did not start";
+    const std::string kubectl = "kubectl --kubeconfig '" + Kubeconfig() + "' ";
+    Result ns =
+        RunShell("printf 'apiVersion: v1\\nkind: Namespace\\nmetadata:\\n  name: ml\\n' | " +
+                 kubectl + "create --validate=false -f -");
+    ASSERT_EQ(ns.exit_code, 0) << ns.output;
+    Result objs = RunShell(kubectl + "create --validate=false -f examples/cluster.yaml");
+    ASSERT_EQ(objs.exit_code, 0) << objs.output;
+  }
+  static void TearDownTestSuite() {
+    delete sim_;
+    sim_ = nullptr;
+    delete url_;
+    url_ = nullptr;
+    if (dir_ != nullptr) {
+      std::remove(Kubeconfig().c_str());
+      rmdir(dir_->c_str());
+      delete dir_;
+      dir_ = nullptr;
+    }
+  }
+  void SetUp() override {
+    if (sim_ == nullptr) {
+      GTEST_SKIP() << "kubectl is not installed";
+    }
+  }
+
+  static std::string Kubeconfig() { return *dir_ + "/kubeconfig"; }
+  static std::string Live(const std::string& args) {
+    return "explain --kubeconfig '" + Kubeconfig() + "' --now 1764670500 " + args;
+  }
+
+  static inline std::string* dir_ = nullptr;
+  static inline std::string* url_ = nullptr;
+  static inline tessera::kube::testutil::ApisimProcess* sim_ = nullptr;
+};
+
+TEST_F(ExplainLiveTest, LiveClusterGivesTheSameDecisionAsTheManifest) {
+  Result file = RunTessera(std::string(kExplain) + "-o json", false);
+  ASSERT_EQ(file.exit_code, 0) << file.output;
+  Result live = RunTessera(Live("--pod examples/pod.yaml -o json"), false);
+  ASSERT_EQ(live.exit_code, 0) << live.output;
+  nlohmann::json want = nlohmann::json::parse(file.output);
+  nlohmann::json got = nlohmann::json::parse(live.output);
+  ASSERT_TRUE(got["node"].is_string());
+  EXPECT_EQ(got["node"], want["node"]);
+  EXPECT_EQ(got["containers"], want["containers"]);
+  EXPECT_EQ(got["annotations"], want["annotations"]);
+  EXPECT_EQ(got["labels"], want["labels"]);
+  // Every node with the same verdict, score and reasons (the Succeeded pod holds nothing, the
+  // running ones hold their devices, in both sources).
+  EXPECT_EQ(got["nodes"], want["nodes"]);
+  EXPECT_EQ(got, want);
+
+  Result text = RunTessera(Live("--pod examples/pod.yaml"));
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output,
+              HasSubstr("pod ml/finetune-0 → node " + want["node"].get<std::string>()));
+  EXPECT_THAT(text.output, HasSubstr("node unregistered"));
+}
+
+TEST_F(ExplainLiveTest, PodByNamespaceAndNameIsReadFromTheCluster) {
+  // A running pod of the cluster, re-placed: it is left out of the cluster it is read from, so
+  // its own devices are free again and the decision is that of the manifest run.
+  Result file = RunTessera(
+      "explain --cluster examples/cluster.yaml --pod test/testdata/cli/train-0.yaml --now "
+      "1764670500 -o json",
+      false);
+  Result live = RunTessera(Live("--pod ml/train-0 -o json"), false);
+  ASSERT_EQ(live.exit_code, 0) << live.output;
+  nlohmann::json got = nlohmann::json::parse(live.output);
+  EXPECT_EQ(got["pod"], "ml/train-0");
+  ASSERT_EQ(file.exit_code, 0) << file.output;
+  EXPECT_EQ(got, nlohmann::json::parse(file.output));
+
+  Result missing = RunTessera(Live("--pod ml/nope"));
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_THAT(missing.output, HasSubstr(*url_));
+  EXPECT_THAT(missing.output, HasSubstr("not found"));
+
+  Result neither = RunTessera(Live("--pod no-such-file.yaml"));
+  EXPECT_EQ(neither.exit_code, 2) << neither.output;
+  EXPECT_THAT(neither.output, HasSubstr("no-such-file.yaml"));
+}
+
+TEST(CliTest, ExplainWithWrongCredentialsExitsOneNamingTheServer) {
+  char tmpl[] = "/tmp/tessera-explain-401-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  tessera::kube::testutil::ApisimProcess sim;
+  const std::string url =
+      sim.Start(TESSERA_BINARY_PATH, {"--token", "right", "--write-kubeconfig", dir + "/good"});
+  ASSERT_FALSE(url.empty());
+  {
+    std::ofstream f(dir + "/bad");
+    f << "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: s\n  cluster:\n"
+      << "    server: " << url << "\nusers:\n- name: u\n  user:\n    token: wrong\n"
+      << "contexts:\n- name: c\n  context:\n    cluster: s\n    user: u\n";
+  }
+  Result r = RunTessera("explain --kubeconfig '" + dir + "/bad' --pod examples/pod.yaml");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("API server " + url));
+  EXPECT_THAT(r.output, HasSubstr("401"));
+  // The right token gets through (an empty cluster: no node to fit, exit 1 with a decision).
+  Result good =
+      RunTessera("explain --kubeconfig '" + dir + "/good' --pod examples/pod.yaml -o json", false);
+  EXPECT_EQ(good.exit_code, 1) << good.output;
+  EXPECT_TRUE(nlohmann::json::parse(good.output)["node"].is_null());
+  Result context =
+      RunTessera("explain --kubeconfig '" + dir + "/bad' --context other --pod examples/pod.yaml");
+  EXPECT_EQ(context.exit_code, 2) << context.output;
+  EXPECT_THAT(context.output, HasSubstr("context other"));
+  std::remove((dir + "/bad").c_str());
+  std::remove((dir + "/good").c_str());
+  rmdir(tmpl);
+}
+
+TEST(CliTest, ExplainNeedsExactlyOneSource) {
+  Result none = RunTessera("explain --pod examples/pod.yaml");
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_THAT(none.output, HasSubstr("exactly one of --cluster"));
+  Result both = RunTessera(
+      "explain --cluster examples/cluster.yaml --kubeconfig examples/cluster.yaml --pod "
+      "examples/pod.yaml");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_THAT(both.output, HasSubstr("exactly one of --cluster"));
+  Result context =
+      RunTessera("explain --cluster examples/cluster.yaml --context x --pod examples/pod.yaml");
+  EXPECT_EQ(context.exit_code, 2) << context.output;
+  EXPECT_THAT(context.output, HasSubstr("--context needs --kubeconfig"));
+  Result by_name = RunTessera("explain --cluster examples/cluster.yaml --pod ml/train-0");
+  EXPECT_EQ(by_name.exit_code, 2) << by_name.output;
+  EXPECT_THAT(by_name.output, HasSubstr("needs --kubeconfig"));
+  Result no_kubeconfig = RunTessera("explain --kubeconfig /nonexistent/kc --pod examples/pod.yaml");
+  EXPECT_EQ(no_kubeconfig.exit_code, 2) << no_kubeconfig.output;
+  EXPECT_THAT(no_kubeconfig.output, HasSubstr("/nonexistent/kc"));
+}
+
+TEST(CliTest, ExplainAgainstAnUnreachableServerExitsOneNamingIt) {
+  char tmpl[] = "/tmp/tessera-explain-down-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string kubeconfig = std::string(tmpl) + "/kubeconfig";
+  tessera::kube::testutil::ApisimProcess sim;
+  const std::string url = sim.Start(TESSERA_BINARY_PATH, {"--write-kubeconfig", kubeconfig});
+  ASSERT_FALSE(url.empty());
+  sim.Stop();  // the kubeconfig now names a port nobody listens on
+  Result r = RunTessera("explain --kubeconfig '" + kubeconfig + "' --pod examples/pod.yaml");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("API server " + url));
+  EXPECT_THAT(r.output, HasSubstr("listing nodes"));
+  std::remove(kubeconfig.c_str());
+  rmdir(tmpl);
+}
+
+}  // namespace
+
+TEST(CliTest, ServeExplainsItsFlagsAndRefusesBadOnesWithExitTwo) {
+  Result help = RunTessera("serve --help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* flag : {"--http_bind",
+                           "--cert_file",
+                           "--key_file",
+                           "--metrics-bind-address",
+                           "--scheduler-name",
+                           "--node-scheduler-policy",
+                           "--gpu-scheduler-policy",
+                           "--device-config-file",
+                           "--node-label-selector",
+                           "--node-lock-timeout",
+                           "--kube-qps",
+                           "--kube-burst",
+                           "--legacy-metrics",
+                           "--kubeconfig",
+                           "--reservation-ttl",
+                           "--audit-period",
+                           "--leader-elect",
+                           "--leader-elect-mode",
+                           "--leader-elect-resource-name",
+                           "--leader-elect-resource-namespace",
+                           "--leader-elect-identity",
+                           "--leader-elect-lease-duration",
+                           "--leader-elect-renew-deadline",
+                           "--leader-elect-retry-period",
+                           "--resync-period"}) {
+    EXPECT_THAT(help.output, HasSubstr(flag));
+  }
+  Result mode = RunTessera("serve --leader-elect-mode=elect");
+  EXPECT_EQ(mode.exit_code, 2);
+  EXPECT_THAT(mode.output, HasSubstr("--leader-elect-mode"));
+  Result contradiction = RunTessera("serve --leader-elect=false --leader-elect-mode=lease");
+  EXPECT_EQ(contradiction.exit_code, 2);
+  EXPECT_THAT(contradiction.output, HasSubstr("contradicts"));
+  Result period = RunTessera("serve --leader-elect-retry-period=0s");
+  EXPECT_EQ(period.exit_code, 2);
+  EXPECT_THAT(period.output, HasSubstr("--leader-elect-retry-period"));
+  Result deadline = RunTessera(
+      "serve --leader-elect-mode=lease --leader-elect-renew-deadline=20s "
+      "--kubeconfig /nonexistent/kubeconfig");
+  EXPECT_EQ(deadline.exit_code, 2);
+  EXPECT_THAT(deadline.output, HasSubstr("greater than --leader-elect-renew-deadline"));
+  Result policy = RunTessera("serve --node-scheduler-policy bogus");
+  EXPECT_EQ(policy.exit_code, 2);
+  EXPECT_THAT(policy.output, HasSubstr("--node-scheduler-policy"));
+  Result ttl = RunTessera("serve --reservation-ttl soon");
+  EXPECT_EQ(ttl.exit_code, 2);
+  EXPECT_THAT(ttl.output, HasSubstr("--reservation-ttl"));
+  Result resync = RunTessera("serve --resync-period often");
+  EXPECT_EQ(resync.exit_code, 2);
+  EXPECT_THAT(resync.output, HasSubstr("--resync-period"));
+  Result tls = RunTessera("serve --cert_file only.pem");
+  EXPECT_EQ(tls.exit_code, 2);
+  EXPECT_THAT(tls.output, HasSubstr("--key_file"));
+  Result kubeconfig = RunTessera("serve --kubeconfig /nonexistent/kubeconfig");
+  EXPECT_EQ(kubeconfig.exit_code, 2);
+  EXPECT_THAT(kubeconfig.output, HasSubstr("/nonexistent/kubeconfig"));
+  Result unknown = RunTessera("serve --no-such-flag");
+  EXPECT_EQ(unknown.exit_code, 2);
+}
