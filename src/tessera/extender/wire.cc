@@ -63,6 +63,7 @@ class RequestDecoder {
   ~RequestDecoder() {
     if (input_.size() > kRetainBytes) {
       Parser() = od::parser();
+      Validator() = simdjson::dom::parser();
     }
   }
   RequestDecoder(const RequestDecoder&) = delete;
@@ -93,6 +94,12 @@ class RequestDecoder {
     const size_t size = input_.size();
     input_.resize(size + simdjson::SIMDJSON_PADDING, '\0');  // zeroed padding, then the size back
     input_.resize(size);
+    // On-Demand does not look inside values it skips, so the object is first checked whole, as
+    // Go's json.Decoder checks it: `{"Pod":{"x":tru}}` is an error, not a pod with an unknown
+    // field, and a Pod or Node passed back to kube-scheduler verbatim is always valid JSON.
+    if (auto e = Validator().parse(input_.data(), size, false).error(); e) {
+      return JsonFail("", e);
+    }
     if (auto e = Parser().iterate(input_.data(), size, input_.capacity()).get(doc_); e) {
       return JsonFail("", e);
     }
@@ -326,6 +333,10 @@ class RequestDecoder {
   // dropped afterwards (see ~RequestDecoder).
   static od::parser& Parser() {
     thread_local od::parser parser;
+    return parser;
+  }
+  static simdjson::dom::parser& Validator() {
+    thread_local simdjson::dom::parser parser;
     return parser;
   }
 

@@ -87,8 +87,9 @@ inline constexpr char kMissingPodMessage[] = "extender args missing pod";
 // last one wins. Unknown keys are ignored, and so is anything after the first JSON value (Go's
 // json.Decoder reads one value). A body that is not an object (`[]`, `"x"`, `null`) is rejected.
 // Strings in NodeNames or BindArgs that are JSON null decode to "" (Go leaves them unset).
-// Differences from Go: invalid UTF-8 is an error (Go substitutes U+FFFD), and values of
-// unknown keys are skipped without full validation (simdjson On-Demand).
+// The first value is validated whole, values of unknown keys included, so malformed JSON
+// anywhere in it is an error. Difference from Go: invalid UTF-8 is an error (Go substitutes
+// U+FFFD).
 absl::StatusOr<FilterArgs> DecodeFilterArgs(std::string_view json);
 absl::StatusOr<BindArgs> DecodeBindArgs(std::string_view json);
 
