@@ -180,8 +180,10 @@ const std::vector<std::string>& WatchEvents() {
 // Heap bytes held by a string beyond its inline buffer.
 size_t HeapOf(const std::string& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; }
 // Keys are interned (one copy per process), so an entry's key costs nothing per object.
-size_t HeapOf(const StringMap& m) {
-  size_t n = m.size() * sizeof(StringMap::Entry);
+size_t HeapOf(const ShortString& s) { return s.size() > 15 ? s.size() : 0; }
+template <typename V>
+size_t HeapOf(const BasicStringMap<V>& m) {
+  size_t n = m.size() * sizeof(typename BasicStringMap<V>::Entry);
   for (const auto& [k, v] : m) {
     n += HeapOf(v);
   }
@@ -350,9 +352,7 @@ void BM_PodMemory(benchmark::State& state) {
       }
       structural += sizeof(Pod) + HeapOf(p.meta.uid) + HeapOf(p.meta.ns) + HeapOf(p.meta.name) +
                     HeapOf(p.meta.resource_version) + HeapOf(p.meta.labels) +
-                    HeapOf(p.meta.annotations) + HeapOf(p.meta.deletion_timestamp) +
-                    HeapOf(p.meta.creation_timestamp) + HeapOf(p.node_name) +
-                    HeapOf(p.scheduler_name);
+                    HeapOf(p.meta.annotations) + HeapOf(p.node_name) + HeapOf(p.scheduler_name);
       for (const auto* cs : {&p.containers, &p.init_containers}) {
         structural += cs->capacity() * sizeof(Container);
         for (const Container& c : *cs) {

@@ -19,19 +19,19 @@ namespace {
 constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 
 // limits[name], else requests[name]; nullptr when neither has it.
-const std::string* Lookup(const kube::Container& container, const std::string& name) {
-  const std::string* value = container.limits.Find(name);
+const kube::ShortString* Lookup(const kube::Container& container, const std::string& name) {
+  const kube::ShortString* value = container.limits.Find(name);
   return value != nullptr ? value : container.requests.Find(name);
 }
 
-absl::Status ValueError(const std::string& name, const std::string& value, std::string_view what) {
+absl::Status ValueError(const std::string& name, std::string_view value, std::string_view what) {
   return absl::InvalidArgumentError(fmt::format("{}: {} {}", name, QuoteForError(value), what));
 }
 
 // The integer value of resource `name`, or nullopt when the container does not give it.
 absl::StatusOr<std::optional<int64_t>> IntegerResource(const kube::Container& container,
                                                        const std::string& name) {
-  const std::string* text = Lookup(container, name);
+  const kube::ShortString* text = Lookup(container, name);
   if (text == nullptr) {
     return std::nullopt;
   }

@@ -13,7 +13,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-kube::Container C(std::string name, kube::StringMap limits, kube::StringMap requests = {}) {
+kube::Container C(std::string name, kube::ResourceList limits, kube::ResourceList requests = {}) {
   kube::Container c;
   c.name = std::move(name);
   c.limits = std::move(limits);
@@ -41,7 +41,7 @@ ContainerRequest R(int32_t nums, int32_t mem, int32_t pct, int32_t cores) {
 }
 
 // The request of a one-container pod with these limits.
-std::optional<ContainerRequest> One(kube::StringMap limits,
+std::optional<ContainerRequest> One(kube::ResourceList limits,
                                     const NvidiaConfig& config = DefaultNvidiaConfig()) {
   absl::StatusOr<PodRequest> r = DerivePodRequest(P({C("main", std::move(limits))}), config);
   EXPECT_TRUE(r.ok()) << r.status();
@@ -53,7 +53,8 @@ std::optional<ContainerRequest> One(kube::StringMap limits,
 }
 
 // The error of a one-container pod with these limits.
-absl::Status OneError(kube::StringMap limits, const NvidiaConfig& config = DefaultNvidiaConfig()) {
+absl::Status OneError(kube::ResourceList limits,
+                      const NvidiaConfig& config = DefaultNvidiaConfig()) {
   absl::StatusOr<PodRequest> r = DerivePodRequest(P({C("main", std::move(limits))}), config);
   EXPECT_FALSE(r.ok());
   return r.ok() ? absl::OkStatus() : r.status();
@@ -255,7 +256,7 @@ TEST(RequestTest, ConfiguredResourceNames) {
 }
 
 struct BadValue {
-  kube::StringMap limits;
+  kube::ResourceList limits;
   std::string message;
 };
 

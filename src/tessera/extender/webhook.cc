@@ -104,7 +104,7 @@ class ContainerMutation {
   // HAMi's percentage check; the errored message when it fails.
   std::optional<std::string> CheckPercentage() const {
     const std::string& key = options_.nvidia.resource_memory_percentage_name;
-    const std::string* text = limits_.Find(key);
+    const kube::ShortString* text = limits_.Find(key);
     if (text == nullptr) {
       return std::nullopt;
     }
@@ -115,13 +115,13 @@ class ContainerMutation {
       return std::nullopt;
     }
     return fmt::format("invalid {} value {} in container {}: must be an integer between 0 and 100",
-                       key, *text, name_);
+                       key, text->view(), name_);
   }
 
   // Appends this container's operations to `ops`; an error message when a value is unusable.
   std::optional<std::string> Mutate(std::vector<PatchOp>* ops) {
     const device::NvidiaConfig& c = options_.nvidia;
-    if (const std::string* priority = limits_.Find(c.resource_priority_name)) {
+    if (const kube::ShortString* priority = limits_.Find(c.resource_priority_name)) {
       absl::StatusOr<device::Quantity> q = device::ParseQuantity(*priority);
       absl::StatusOr<int64_t> v =
           q.ok() ? q->AsInt64() : absl::StatusOr<int64_t>(absl::InvalidArgumentError(""));
@@ -188,7 +188,7 @@ class ContainerMutation {
   const std::string path_;
   const WebhookOptions& options_;
   std::string name_;
-  kube::StringMap limits_;
+  kube::ResourceList limits_;
   bool has_resources_ = false;
   bool has_limits_ = false;
   bool has_env_ = false;

@@ -512,7 +512,8 @@ class Decoder::Impl {
   // `quantities` is set; a null value skips the key. Keys `keep` rejects are skipped (their
   // values are still checked, so a malformed object fails whatever it holds).
   using KeyFilter = bool (*)(std::string_view);
-  bool StringMapValue(od::value& v, StringMap* out, bool quantities, KeyFilter keep = nullptr) {
+  template <typename M>
+  bool StringMapValue(od::value& v, M* out, bool quantities, KeyFilter keep = nullptr) {
     scratch_.clear();
     bool ok = Fields(v, [&](std::string_view key, od::value& value) {
       if (keep != nullptr && !keep(key)) {
@@ -554,7 +555,7 @@ class Decoder::Impl {
         ++unique;
       }
     }
-    StringMapBuilder builder(out, unique);
+    StringMapBuilder<M> builder(out, unique);
     for (size_t i = 0; i < scratch_.size(); ++i) {
       if (i + 1 < scratch_.size() && scratch_[i + 1].first == scratch_[i].first) {
         continue;  // a later duplicate wins
@@ -600,10 +601,13 @@ class Decoder::Impl {
         return StringMapValue(value, &m->annotations, false, keep_annotation) || Push(key);
       }
       if (key == "deletionTimestamp") {
-        return String(value, &m->deletion_timestamp) || Push(key);
-      }
-      if (key == "creationTimestamp") {
-        return String(value, &m->creation_timestamp) || Push(key);
+        std::string_view s;
+        bool present = false;
+        if (!StringView(value, &s, &present)) {
+          return Push(key);
+        }
+        m->deleting = present && !s.empty();
+        return true;
       }
       return true;
     });

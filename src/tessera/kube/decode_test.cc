@@ -32,7 +32,6 @@ void ExpectFixturePod(const Pod& pod) {
   EXPECT_EQ(pod.meta.name, "trainer-7d9f8c6b5-x2k4q");
   EXPECT_EQ(pod.meta.ns, "ml-team");
   EXPECT_EQ(pod.meta.uid, "5f0c7a52-3e1b-4c0e-9d8a-2b7e4f1a6c93");
-  EXPECT_EQ(pod.meta.creation_timestamp, "2026-11-30T08:15:42Z");
   // The projection keeps pod labels and annotations under hami.io/ and nvidia.com/ only
   // (objects.h): the fixture's app labels, prometheus.io/scrape, ml.example.com/retries and
   // kubectl's last-applied-configuration are dropped.
@@ -46,17 +45,17 @@ void ExpectFixturePod(const Pod& pod) {
   EXPECT_EQ(pod.scheduler_name, "hami-scheduler");
   ASSERT_EQ(pod.init_containers.size(), 1u);
   EXPECT_EQ(pod.init_containers[0].name, "fetch");
-  EXPECT_EQ(pod.init_containers[0].requests, (StringMap{{"cpu", "100m"}, {"memory", "64Mi"}}));
+  EXPECT_EQ(pod.init_containers[0].requests, (ResourceList{{"cpu", "100m"}, {"memory", "64Mi"}}));
   EXPECT_TRUE(pod.init_containers[0].limits.empty());
   ASSERT_EQ(pod.containers.size(), 2u);
   const Container& main = pod.containers[0];
   EXPECT_EQ(main.name, "main");
   // Numbers keep their literal text; strings stay strings.
-  EXPECT_EQ(main.limits, (StringMap{{"nvidia.com/gpu", "1"},
-                                    {"nvidia.com/gpumem", "16384"},
-                                    {"nvidia.com/gpucores", "50"},
-                                    {"cpu", "4"},
-                                    {"memory", "16Gi"}}));
+  EXPECT_EQ(main.limits, (ResourceList{{"nvidia.com/gpu", "1"},
+                                       {"nvidia.com/gpumem", "16384"},
+                                       {"nvidia.com/gpucores", "50"},
+                                       {"cpu", "4"},
+                                       {"memory", "16Gi"}}));
   EXPECT_EQ(main.requests.Get("nvidia.com/gpu"), "1");
   EXPECT_FALSE(main.privileged);
   EXPECT_EQ(pod.containers[1].name, "sidecar");
@@ -96,6 +95,22 @@ TEST(DecodePodTest, NullsAreAbsentAndMinimalPodDecodes) {
   EXPECT_EQ(pod->node_name, "");
   EXPECT_EQ(pod->phase, PodPhase::kPending);
   EXPECT_TRUE(DecodePod("{}").ok());
+}
+
+// Only whether deletionTimestamp is set is kept; a wrong type is still an error.
+TEST(DecodePodTest, DeletionTimestampMarksDeleting) {
+  auto pod = [](std::string_view ts) {
+    return DecodePod(std::string(R"({"metadata":{"name":"p","deletionTimestamp":)") +
+                     std::string(ts) + "}}");
+  };
+  ASSERT_TRUE(pod(R"("2026-12-03T10:00:00Z")").ok());
+  EXPECT_TRUE(pod(R"("2026-12-03T10:00:00Z")")->Deleting());
+  EXPECT_FALSE(pod("null")->Deleting());
+  EXPECT_FALSE(pod(R"("")")->Deleting());
+  EXPECT_FALSE(DecodePod(R"({"metadata":{"name":"p"}})")->Deleting());
+  absl::StatusOr<Pod> bad = pod("17");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(Message(bad.status()), HasSubstr("metadata.deletionTimestamp: expected string"));
 }
 
 TEST(DecodePodTest, DuplicateKeysLastWins) {
@@ -154,7 +169,7 @@ TEST(DecodePodTest, EscapedKeysAndValuesAreUnescaped) {
   EXPECT_EQ(pod->meta.annotations.Get("nvidia.com/k"), "{\"a\":\"b\\\"c\"}\n");
   EXPECT_EQ(pod->node_name, "n\xc3\xa9");
   ASSERT_EQ(pod->containers.size(), 1u);
-  EXPECT_EQ(pod->containers[0].limits, (StringMap{{"gpu/mem", "2"}, {"nvidia.com/gpu", "1"}}));
+  EXPECT_EQ(pod->containers[0].limits, (ResourceList{{"gpu/mem", "2"}, {"nvidia.com/gpu", "1"}}));
 }
 
 TEST(DecodePodTest, WrongTypesNameTheFieldPath) {
@@ -326,7 +341,7 @@ TEST(DecodeWatchEventTest, EachEventType) {
   EXPECT_EQ(bookmark->type, WatchEventType::kBookmark);
   EXPECT_EQ(bookmark->object.meta.resource_version, "48213500");
   EXPECT_EQ(bookmark->object.meta.annotations.Get("k8s.io/initial-events-end"), "true");
-  EXPECT_EQ(bookmark->object.meta.creation_timestamp, "");
+  EXPECT_FALSE(bookmark->object.Deleting());
 
   auto error = DecodeWatchEvent<Pod>(Fixture("watch-error-410.json"));
   ASSERT_TRUE(error.ok()) << error.status();

@@ -65,9 +65,9 @@ TEST(LoadManifestsTest, MultiDocumentYamlWithUnquotedScalars) {
   EXPECT_EQ(pod.init_containers.at(0).requests.Get("cpu"), "500m");
   const Container& main = pod.containers.at(0);
   EXPECT_TRUE(main.privileged);
-  EXPECT_EQ(
-      main.limits,
-      (StringMap{{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem-percentage", "50"}, {"cpu", "0.5"}}));
+  EXPECT_EQ(main.limits,
+            (ResourceList{
+                {"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem-percentage", "50"}, {"cpu", "0.5"}}));
   EXPECT_EQ(main.requests.Get("memory"), "1e3Mi");
   EXPECT_EQ(pod.phase, PodPhase::kPending);
   const std::string src = TestData("cluster-multi.yaml");

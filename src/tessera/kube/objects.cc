@@ -50,10 +50,6 @@ KeyTable& GlobalKeys() {
   return *table;
 }
 
-struct KeyLess {
-  bool operator()(const StringMap::Entry& e, std::string_view key) const { return e.first < key; }
-};
-
 }  // namespace
 
 std::string_view InternKey(std::string_view key) {
@@ -73,43 +69,6 @@ std::string_view InternKey(std::string_view key) {
 
 bool TrackedAnnotation(std::string_view key) {
   return key.starts_with("hami.io/") || key.starts_with("nvidia.com/");
-}
-
-StringMap::StringMap(std::initializer_list<Entry> entries) {
-  for (const Entry& e : entries) {
-    Set(e.first, e.second);
-  }
-}
-
-const std::string* StringMap::Find(std::string_view key) const {
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), key, KeyLess());
-  if (it == entries_.end() || it->first != key) {
-    return nullptr;
-  }
-  return &it->second;
-}
-
-std::string_view StringMap::Get(std::string_view key, std::string_view fallback) const {
-  const std::string* v = Find(key);
-  return v == nullptr ? fallback : std::string_view(*v);
-}
-
-void StringMap::Set(std::string_view key, std::string value) {
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), key, KeyLess());
-  if (it != entries_.end() && it->first == key) {
-    it->second = std::move(value);
-    return;
-  }
-  entries_.emplace(it, InternKey(key), std::move(value));
-}
-
-bool StringMap::Erase(std::string_view key) {
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), key, KeyLess());
-  if (it == entries_.end() || it->first != key) {
-    return false;
-  }
-  entries_.erase(it);
-  return true;
 }
 
 PodPhase ParsePodPhase(std::string_view phase) {

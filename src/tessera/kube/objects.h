@@ -25,7 +25,9 @@
 // Thread safety: plain values; concurrent const access is safe, mutation needs external locking.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -44,25 +46,138 @@ bool TrackedAnnotation(std::string_view key);
 // Whether the decoder keeps label `key` of a Pod: the same prefixes as TrackedAnnotation.
 inline bool TrackedPodLabel(std::string_view key) { return TrackedAnnotation(key); }
 
-class StringMap {
+// A string stored in 16 bytes: up to 15 bytes inline, longer ones on the heap. Resource
+// quantities ("1", "3000", "100m", "16Gi") are almost always inline, where a std::string entry
+// would take 32 bytes. Value semantics; compares and converts as its std::string_view.
+class ShortString {
+ public:
+  ShortString() { SetInline({}); }
+  ShortString(std::string_view s) { Assign(s); }  // NOLINT(google-explicit-constructor)
+  ShortString(const char* s) : ShortString(std::string_view(s)) {}         // NOLINT
+  ShortString(const std::string& s) : ShortString(std::string_view(s)) {}  // NOLINT
+  ShortString(const ShortString& other) { Assign(other.view()); }
+  ShortString(ShortString&& other) noexcept {
+    std::memcpy(bytes_, other.bytes_, sizeof(bytes_));
+    other.SetInline({});
+  }
+  ShortString& operator=(const ShortString& other) {
+    if (this != &other) {
+      ShortString copy(other);
+      *this = std::move(copy);
+    }
+    return *this;
+  }
+  ShortString& operator=(ShortString&& other) noexcept {
+    if (this != &other) {
+      Release();
+      std::memcpy(bytes_, other.bytes_, sizeof(bytes_));
+      other.SetInline({});
+    }
+    return *this;
+  }
+  ~ShortString() { Release(); }
+
+  std::string_view view() const {
+    if (OnHeap()) {
+      const char* data;
+      uint32_t size;
+      std::memcpy(&data, bytes_, sizeof(data));
+      std::memcpy(&size, bytes_ + sizeof(data), sizeof(size));
+      return {data, size};
+    }
+    return {bytes_, static_cast<size_t>(kInline - static_cast<unsigned char>(bytes_[kInline]))};
+  }
+  operator std::string_view() const { return view(); }  // NOLINT(google-explicit-constructor)
+  size_t size() const { return view().size(); }
+  bool empty() const { return view().empty(); }
+
+  friend bool operator==(const ShortString& a, const ShortString& b) {
+    return a.view() == b.view();
+  }
+  friend bool operator==(const ShortString& a, std::string_view b) { return a.view() == b; }
+
+ private:
+  static constexpr size_t kInline = 15;         // bytes_[15] holds kInline - size when inline
+  static constexpr unsigned char kHeap = 0xFF;  // ... and this when the text is on the heap
+
+  bool OnHeap() const { return static_cast<unsigned char>(bytes_[kInline]) == kHeap; }
+  void SetInline(std::string_view s) {
+    std::memset(bytes_, 0, sizeof(bytes_));
+    std::memcpy(bytes_, s.data(), s.size());
+    bytes_[kInline] = static_cast<char>(kInline - s.size());
+  }
+  void Assign(std::string_view s) {
+    if (s.size() <= kInline) {
+      SetInline(s);
+      return;
+    }
+    char* data = new char[s.size()];
+    std::memcpy(data, s.data(), s.size());
+    const auto size = static_cast<uint32_t>(s.size());
+    std::memset(bytes_, 0, sizeof(bytes_));
+    std::memcpy(bytes_, &data, sizeof(data));
+    std::memcpy(bytes_ + sizeof(data), &size, sizeof(size));
+    bytes_[kInline] = static_cast<char>(kHeap);
+  }
+  void Release() {
+    if (OnHeap()) {
+      char* data;
+      std::memcpy(&data, bytes_, sizeof(data));
+      delete[] data;
+    }
+  }
+
+  alignas(8) char bytes_[16];
+};
+
+// A map from interned keys to values of type V, as a vector sorted by key. StringMap (labels,
+// annotations, node allocatable) holds std::string values; ResourceList (a container's limits and
+// requests, of which a pod has several per container) holds ShortString values, an entry of 32
+// bytes instead of 48.
+template <typename V>
+class BasicStringMap {
  public:
   // The key views an interned string (InternKey); the value is owned.
-  using Entry = std::pair<std::string_view, std::string>;
-  using const_iterator = std::vector<Entry>::const_iterator;
+  using Entry = std::pair<std::string_view, V>;
+  using const_iterator = typename std::vector<Entry>::const_iterator;
 
-  StringMap() = default;
+  BasicStringMap() = default;
   // Later duplicates of a key replace earlier ones.
-  StringMap(std::initializer_list<Entry> entries);
+  BasicStringMap(std::initializer_list<Entry> entries) {
+    for (const Entry& e : entries) {
+      Set(e.first, e.second);
+    }
+  }
 
   // The value for `key`, or nullptr when absent. The pointer is valid until the next mutation.
-  const std::string* Find(std::string_view key) const;
+  const V* Find(std::string_view key) const {
+    auto it = LowerBound(key);
+    return it == entries_.end() || it->first != key ? nullptr : &it->second;
+  }
   bool Contains(std::string_view key) const { return Find(key) != nullptr; }
   // The value for `key`, or `fallback` when absent.
-  std::string_view Get(std::string_view key, std::string_view fallback = {}) const;
+  std::string_view Get(std::string_view key, std::string_view fallback = {}) const {
+    const V* v = Find(key);
+    return v == nullptr ? fallback : std::string_view(*v);
+  }
   // Inserts or replaces.
-  void Set(std::string_view key, std::string value);
+  void Set(std::string_view key, V value) {
+    auto it = LowerBound(key);
+    if (it != entries_.end() && it->first == key) {
+      entries_[it - entries_.begin()].second = std::move(value);
+      return;
+    }
+    entries_.emplace(it, InternKey(key), std::move(value));
+  }
   // Removes `key`; returns whether it was present.
-  bool Erase(std::string_view key);
+  bool Erase(std::string_view key) {
+    auto it = LowerBound(key);
+    if (it == entries_.end() || it->first != key) {
+      return false;
+    }
+    entries_.erase(it);
+    return true;
+  }
   void Clear() { entries_.clear(); }
   void Reserve(size_t n) { entries_.reserve(n); }
 
@@ -71,20 +186,29 @@ class StringMap {
   const_iterator begin() const { return entries_.begin(); }
   const_iterator end() const { return entries_.end(); }
 
-  friend bool operator==(const StringMap& a, const StringMap& b) {
+  friend bool operator==(const BasicStringMap& a, const BasicStringMap& b) {
     return a.entries_ == b.entries_;
   }
 
  private:
+  template <typename M>
   friend class StringMapBuilder;
+  const_iterator LowerBound(std::string_view key) const {
+    return std::lower_bound(entries_.begin(), entries_.end(), key,
+                            [](const Entry& e, std::string_view k) { return e.first < k; });
+  }
   std::vector<Entry> entries_;  // sorted by key, keys unique and interned
 };
 
-// For decoders: fills a StringMap from entries already sorted by key with unique keys, without
-// the per-entry search of Set. Thread-compatible.
+using StringMap = BasicStringMap<std::string>;
+using ResourceList = BasicStringMap<ShortString>;
+
+// For decoders: fills a StringMap or ResourceList from entries already sorted by key with unique
+// keys, without the per-entry search of Set. Thread-compatible.
+template <typename M>
 class StringMapBuilder {
  public:
-  explicit StringMapBuilder(StringMap* map, size_t n) : map_(map) {
+  explicit StringMapBuilder(M* map, size_t n) : map_(map) {
     map_->entries_.clear();
     map_->entries_.reserve(n);
   }
@@ -95,7 +219,7 @@ class StringMapBuilder {
   }
 
  private:
-  StringMap* map_;
+  M* map_;
 };
 
 // metadata of any object.
@@ -106,17 +230,17 @@ struct ObjectMeta {
   std::string resource_version;
   StringMap labels;
   StringMap annotations;
-  // metadata.deletionTimestamp as sent (RFC 3339); empty when the object is not being deleted.
-  std::string deletion_timestamp;
-  std::string creation_timestamp;
+  // Whether metadata.deletionTimestamp is set: the object is being deleted. (Its time is not
+  // kept: nothing reads it, and a pod carries the field for every tracked pod's lifetime.)
+  bool deleting = false;
 
   friend bool operator==(const ObjectMeta&, const ObjectMeta&) = default;
 };
 
 struct Container {
   std::string name;
-  StringMap limits;         // resources.limits: resource name -> quantity string
-  StringMap requests;       // resources.requests
+  ResourceList limits;      // resources.limits: resource name -> quantity string
+  ResourceList requests;    // resources.requests
   bool privileged = false;  // securityContext.privileged
 
   friend bool operator==(const Container&, const Container&) = default;
@@ -139,7 +263,7 @@ struct Pod {
   // "namespace/name".
   std::string Key() const { return meta.ns + "/" + meta.name; }
   bool Terminal() const { return phase == PodPhase::kSucceeded || phase == PodPhase::kFailed; }
-  bool Deleting() const { return !meta.deletion_timestamp.empty(); }
+  bool Deleting() const { return meta.deleting; }
 
   friend bool operator==(const Pod&, const Pod&) = default;
 };

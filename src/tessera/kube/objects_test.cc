@@ -46,6 +46,43 @@ TEST(StringMapTest, TrackedKeys) {
   EXPECT_FALSE(TrackedPodLabel("app"));
 }
 
+TEST(ShortStringTest, InlineUpTo15BytesHeapBeyond) {
+  for (size_t n : {0, 1, 14, 15, 16, 17, 100}) {
+    const std::string text(n, 'q');
+    ShortString s(text);
+    EXPECT_EQ(s.view(), text) << n;
+    EXPECT_EQ(s.size(), n);
+    ShortString copy(s);
+    EXPECT_EQ(copy, s);
+    ShortString moved(std::move(copy));
+    EXPECT_EQ(moved.view(), text);
+    EXPECT_TRUE(copy.empty());  // NOLINT(bugprone-use-after-move): moved-from is empty
+    ShortString assigned("x");
+    assigned = s;
+    EXPECT_EQ(assigned.view(), text);
+    assigned = ShortString("12345678901234567890");
+    EXPECT_EQ(assigned.view(), "12345678901234567890");
+    assigned = std::move(moved);
+    EXPECT_EQ(assigned.view(), text);
+  }
+  EXPECT_EQ(sizeof(ShortString), 16u);
+  EXPECT_TRUE(ShortString("16Gi") == std::string_view("16Gi"));
+}
+
+TEST(ResourceListTest, SameBehaviourAsStringMap) {
+  ResourceList m{{"nvidia.com/gpumem", "3000"}, {"cpu", "100m"}, {"cpu", "2"}};
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m.Get("cpu"), "2");
+  EXPECT_EQ(m.Get("memory", "none"), "none");
+  m.Set("memory", std::string("1000000000000000000000"));
+  EXPECT_EQ(*m.Find("memory"), std::string_view("1000000000000000000000"));
+  ResourceList copy = m;
+  EXPECT_EQ(copy, m);
+  EXPECT_TRUE(copy.Erase("cpu"));
+  EXPECT_NE(copy, m);
+  EXPECT_EQ(sizeof(ResourceList::Entry), 32u);
+}
+
 TEST(PodTest, PhaseAndState) {
   EXPECT_EQ(ParsePodPhase(""), PodPhase::kPending);
   EXPECT_EQ(ParsePodPhase("Succeeded"), PodPhase::kSucceeded);
@@ -59,7 +96,7 @@ TEST(PodTest, PhaseAndState) {
   pod.phase = PodPhase::kFailed;
   EXPECT_TRUE(pod.Terminal());
   EXPECT_FALSE(pod.Deleting());
-  pod.meta.deletion_timestamp = "2026-01-01T00:00:00Z";
+  pod.meta.deleting = true;
   EXPECT_TRUE(pod.Deleting());
 }
 
