@@ -71,6 +71,10 @@ int RunApisim(const ApisimFlags& f) {
   int sig = 0;
   sigwait(&stop, &sig);
   TESSERA_LOG(kInfo, "apisim: signal {}, stopping", sig);
+  // Stop serving first: every write answered so far is then in the store, and none is answered
+  // after the save (a write acknowledged and then lost would let a restarted server hand out its
+  // resourceVersion again, which a real API server never does).
+  (*server)->Stop();
   int rc = kExitOk;
   if (!f.state.empty()) {
     absl::Status s = (*server)->SaveState();
@@ -79,7 +83,6 @@ int RunApisim(const ApisimFlags& f) {
       rc = kExitFailure;
     }
   }
-  (*server)->Stop();
   return rc;
 }
 

@@ -11,6 +11,7 @@
 // "final state unknown" deletion exactly once.
 //
 // Every wait has a deadline; the simulators are always killed (ApisimProcess's destructor).
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -242,6 +243,56 @@ class TempDir {
 };
 
 std::string PortOf(const std::string& url) { return url.substr(url.rfind(':') + 1); }
+
+// A write the simulator acknowledged is never lost across a SIGTERM restart, as etcd never loses
+// a committed write. The simulator used to save its state before it stopped serving, so creates
+// answered 201 between the save and the stop vanished and the restarted server reused their
+// resourceVersions: an informer that had seen them resumed its watch past new objects
+// (`tessera simulate --scenario chaos` found it as an over-commit after an apisim restart).
+TEST(InformerApisimFaultsTest, AcknowledgedWritesSurviveASigtermRestart) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string state_file = dir.path() + "/state.json";
+  const std::string bin = ApisimProcess::DefaultBinary();
+  ApisimProcess sim;
+  const std::string url = sim.Start(bin, {"--state", state_file});
+  ASSERT_FALSE(url.empty()) << "tessera apisim did not start; tried '" << bin << "'";
+  std::vector<std::string> acknowledged;
+  std::atomic<bool> stop_writing{false};
+  std::thread writer([&] {
+    Conn conn(Conn::Plain(url));
+    for (int i = 0; !stop_writing.load() && conn.client != nullptr; ++i) {
+      const std::string name = fmt::format("w{}", i);
+      absl::StatusOr<Response> r =
+          conn.Call("POST", "/api/v1/namespaces/default/pods", PodBody(name));
+      if (!r.ok()) {
+        break;  // the server went away
+      }
+      if (r->status_code == 201) {
+        acknowledged.push_back(name);
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int status = sim.Stop();  // SIGTERM while creates are in flight
+  stop_writing.store(true);
+  writer.join();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_FALSE(acknowledged.empty());
+
+  ApisimProcess again;
+  const std::string url2 = again.Start(bin, {"--state", state_file});
+  ASSERT_FALSE(url2.empty());
+  Conn conn(Conn::Plain(url2));
+  auto [server, rv] = conn.ServerState();
+  std::vector<std::string> lost;
+  for (const std::string& name : acknowledged) {
+    if (server.count("default/" + name) == 0) {
+      lost.push_back(name);
+    }
+  }
+  EXPECT_THAT(lost, ::testing::IsEmpty()) << acknowledged.size() << " creates acknowledged";
+}
 
 TEST(InformerApisimFaultsTest, ConvergesAcrossARestartFromTheStateFile) {
   TempDir dir;

@@ -103,7 +103,9 @@ class ShortString {
   bool OnHeap() const { return static_cast<unsigned char>(bytes_[kInline]) == kHeap; }
   void SetInline(std::string_view s) {
     std::memset(bytes_, 0, sizeof(bytes_));
-    std::memcpy(bytes_, s.data(), s.size());
+    if (!s.empty()) {  // an empty view may have a null data()
+      std::memcpy(bytes_, s.data(), s.size());
+    }
     bytes_[kInline] = static_cast<char>(kInline - s.size());
   }
   void Assign(std::string_view s) {
