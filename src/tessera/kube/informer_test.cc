@@ -329,10 +329,9 @@ TEST_F(InformerTest, RelistAfter410DeliversTombstonesExactlyOnce) {
   EXPECT_TRUE(Eventually([&] { return fake_.cancel_requested(w); }));
   fake_.DeliverCancellations();
   EXPECT_TRUE(Eventually([&] { return informer_->counters().reflector.watch_errors == 1; }));
-  EXPECT_EQ(informer_->counters().reflector.last_backoff, absl::Milliseconds(800));
-  EXPECT_EQ(fake_.pending().size(), 0u);  // waits for the backoff
-  Advance(absl::Milliseconds(800));
-  // Relist at the last RV (unpaged); too old as well → at once with RV "" (paged again).
+  // The server answered: the first 410 relists at once, without backoff, at the last RV
+  // (unpaged); too old as well → at once with RV "" (paged again).
+  EXPECT_EQ(informer_->counters().reflector.last_backoff, absl::ZeroDuration());
   ReplyList("resourceVersion=11", StatusJson(410, "Expired", "too old"), 410);
   ASSERT_TRUE(fake_.WaitForPending(1));
   EXPECT_EQ(fake_.pending()[0].path,
@@ -351,6 +350,11 @@ TEST_F(InformerTest, RelistAfter410DeliversTombstonesExactlyOnce) {
   StreamId w2 = OpenWatch(2);
   ASSERT_TRUE(fake_.StreamClose(w2, absl::OutOfRangeError("HTTP 410")));
   EXPECT_TRUE(Eventually([&] { return informer_->counters().reflector.watch_errors == 2; }));
+  // A second 410 within immediate_relist_interval (10 s) waits for the backoff.
+  EXPECT_TRUE(Eventually(
+      [&] { return informer_->counters().reflector.last_backoff == absl::Milliseconds(800); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(fake_.pending().size(), 0u);
   Advance(absl::Seconds(2));
   ReplyList("resourceVersion=31", ListJson({PodJson("a", "ua2", "30")}, "40"));
   OpenWatch(3);

@@ -242,6 +242,15 @@ void Reflector<T>::OnWatchEnd(uint64_t gen, absl::Status status) {
     case absl::StatusCode::kCancelled:
       Fail(Retry::kRewatch, std::move(status));
       return;
+    case absl::StatusCode::kOutOfRange: {
+      const absl::Time now = clock_->Now();
+      const bool immediate = now - last_immediate_relist_ >= options_.immediate_relist_interval;
+      if (immediate) {
+        last_immediate_relist_ = now;
+      }
+      Fail(Retry::kRelist, std::move(status), immediate);
+      return;
+    }
     default:
       Fail(Retry::kRelist, std::move(status));
       return;
@@ -249,13 +258,13 @@ void Reflector<T>::OnWatchEnd(uint64_t gen, absl::Status status) {
 }
 
 template <typename T>
-void Reflector<T>::Fail(Retry retry, absl::Status error) {
+void Reflector<T>::Fail(Retry retry, absl::Status error, bool immediate) {
   const absl::Time now = clock_->Now();
   if (now - last_failure_ >= options_.backoff_reset) {
     backoff_.Reset();
   }
   last_failure_ = now;
-  const absl::Duration delay = backoff_.Next();
+  const absl::Duration delay = immediate ? absl::ZeroDuration() : backoff_.Next();
   if (phase_ == Phase::kWatching) {
     UpdateCounters([](ReflectorCounters& c) { ++c.watch_errors; });
   }

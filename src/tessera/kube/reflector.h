@@ -16,7 +16,11 @@
 //   3. When the watch ends:
 //        normal close           → watch again from the last RV, at once (no LIST);
 //        "very short" close     → (under 1 s with no event) an error: relist after backoff;
-//        410 / ERROR event      → relist after backoff, at the last RV (then "" if that is 410);
+//        410 / ERROR event      → relist at the last RV (then "" if that is 410): at once the
+//                                 first time in `immediate_relist_interval` (the server is up
+//                                 and answered; only the RV is gone, so waiting out a backoff
+//                                 grown during an outage would only keep the cache stale),
+//                                 after backoff otherwise;
 //        kUnavailable / 429     → watch again from the last RV after backoff;
 //        anything else          → relist after backoff.
 //      A failing LIST is retried after backoff. The backoff (tessera::Backoff) is reset when no
@@ -60,6 +64,8 @@ struct ReflectorOptions {
   absl::Duration watch_stall_timeout = absl::Minutes(3);
   Backoff::Options backoff = {absl::Milliseconds(800), absl::Seconds(30), 2.0, 0.5};
   absl::Duration backoff_reset = absl::Minutes(2);
+  // A watch ending with 410 relists without backoff at most once per this interval.
+  absl::Duration immediate_relist_interval = absl::Seconds(10);
   uint64_t seed = 0x5eed;
 };
 
@@ -126,7 +132,8 @@ class Reflector {
   void StartWatch();
   void OnWatchEvent(uint64_t gen, WatchEvent<T> event);
   void OnWatchEnd(uint64_t gen, absl::Status status);
-  void Fail(Retry retry, absl::Status error);
+  // Schedules `retry` after the next backoff delay, or at once (no backoff step) if `immediate`.
+  void Fail(Retry retry, absl::Status error, bool immediate = false);
   template <typename F>
   void UpdateCounters(F f) {
     MutexLock lock(&counters_mu_);
@@ -144,6 +151,7 @@ class Reflector {
   Backoff backoff_;
   std::mt19937_64 rng_;
   absl::Time last_failure_ = absl::InfinitePast();
+  absl::Time last_immediate_relist_ = absl::InfinitePast();
   absl::Time retry_at_ = absl::InfiniteFuture();
   Retry retry_ = Retry::kRelist;
   bool listed_once_ = false;
