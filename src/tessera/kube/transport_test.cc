@@ -658,6 +658,46 @@ TEST(CurlTransport, RequestTimeoutEndsARequestTheServerNeverAnswers) {
   close(fd);
 }
 
+TEST(CurlTransport, ConnectTimeoutEndsAConnectTheServerNeverCompletes) {
+  // A listener whose accept queue is full: the kernel drops further SYNs, so a connect never
+  // completes and only the connect timeout (not the much longer request timeout) can end it.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 0), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {  // fill the queue; the later connects stay in SYN_SENT
+    const int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(c, 0);
+    (void)connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    fillers.push_back(c);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  RestConfig config = ConfigFor("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  config.connect_timeout = absl::Milliseconds(300);
+  config.request_timeout = absl::Seconds(10);
+  auto transport = MakeTransport(config);
+  const absl::Time start = absl::Now();
+  SendResult result;
+  transport->Send(Get("/healthz"), result.Callback());
+  absl::StatusOr<Response> r = result.Wait();
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("onnect")) << r.status();  // "Connection timed out"
+  // The request timeout would end it after 10 s.
+  EXPECT_LT(took, absl::Seconds(5)) << "not ended by the connect timeout";
+  for (int c : fillers) {
+    close(c);
+  }
+  close(fd);
+}
+
 TEST(CurlTransport, BearerTokenIsSentAndA401IsUnauthenticated) {
   TestServer server;
   Mutex mu;
