@@ -302,6 +302,26 @@ std::unique_ptr<CurlTransport> MakeTransport(RestConfig config,
   return t.ok() ? *std::move(t) : nullptr;
 }
 
+// A TCP listener on 127.0.0.1, port chosen by the kernel (written to *addr), that nobody
+// accepts from; -1 on failure.
+int ListenOnLoopback(int backlog, sockaddr_in* addr) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) {
+    return -1;
+  }
+  *addr = sockaddr_in{};
+  addr->sin_family = AF_INET;
+  addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr->sin_port = 0;
+  socklen_t len = sizeof(*addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(addr), sizeof(*addr)) != 0 || listen(fd, backlog) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(addr), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // DoOptions whose sleep records the delays instead of sleeping.
 DoOptions RecordingSleeps(std::vector<absl::Duration>* delays, int max_attempts = 5) {
   DoOptions options;
@@ -637,16 +657,9 @@ TEST(CurlTransport, ConnectionRefusedIsUnavailable) {
 TEST(CurlTransport, RequestTimeoutEndsARequestTheServerNeverAnswers) {
   // A listening socket that is never accepted from: the kernel completes the handshake, the
   // request is sent, and no answer ever comes.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
   sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 4), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int fd = ListenOnLoopback(4, &addr);
+  ASSERT_GE(fd, 0);
   RestConfig config = ConfigFor("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
   config.request_timeout = absl::Milliseconds(300);
   auto transport = MakeTransport(config);
@@ -661,16 +674,9 @@ TEST(CurlTransport, RequestTimeoutEndsARequestTheServerNeverAnswers) {
 TEST(CurlTransport, ConnectTimeoutEndsAConnectTheServerNeverCompletes) {
   // A listener whose accept queue is full: the kernel drops further SYNs, so a connect never
   // completes and only the connect timeout (not the much longer request timeout) can end it.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
   sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 0), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int fd = ListenOnLoopback(0, &addr);
+  ASSERT_GE(fd, 0);
   std::vector<int> fillers;
   for (int i = 0; i < 4; ++i) {  // fill the queue; the later connects stay in SYN_SENT
     const int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
