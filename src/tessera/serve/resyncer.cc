@@ -60,6 +60,21 @@ bool Resyncer::Stopping() const {
   return stopping_;
 }
 
+bool Resyncer::PauseAfterPage(absl::Duration page_took, absl::Duration* paused) {
+  const absl::Duration pause = std::min(page_took * options_.pace, options_.max_page_pause);
+  if (pause <= absl::ZeroDuration()) {
+    return !Stopping();
+  }
+  const absl::Time begin = absl::Now();
+  const absl::Time due = begin + pause;
+  MutexLock lock(&mu_);
+  while (!stopping_ && absl::Now() < due) {
+    cv_.WaitFor(&mu_, absl::ToChronoMicroseconds(due - absl::Now()));
+  }
+  *paused += absl::Now() - begin;
+  return !stopping_;
+}
+
 ResyncReport Resyncer::last() const {
   MutexLock lock(&mu_);
   return last_;
@@ -85,7 +100,7 @@ void Resyncer::Loop() {
 }
 
 template <typename T>
-bool Resyncer::ListAll(std::vector<T>* items, std::string* resource_version, int64_t* requests,
+bool Resyncer::ListAll(std::vector<T>* items, std::string* resource_version, ResyncReport* report,
                        std::string* error) {
   for (int attempt = 0; attempt < kListAttempts; ++attempt) {
     items->clear();
@@ -99,7 +114,8 @@ bool Resyncer::ListAll(std::vector<T>* items, std::string* resource_version, int
         *error = "stopped";
         return false;
       }
-      ++*requests;
+      ++report->requests;
+      const absl::Time page_start = absl::Now();
       absl::StatusOr<kube::ApiClient::ListOf<T>> page;
       if constexpr (std::is_same_v<T, kube::Pod>) {
         page = client_->ListPods(opts);
@@ -123,6 +139,10 @@ bool Resyncer::ListAll(std::vector<T>* items, std::string* resource_version, int
         return true;
       }
       opts.continue_token = page->meta.continue_token;
+      if (!PauseAfterPage(absl::Now() - page_start, &report->paused)) {
+        *error = "stopped";
+        return false;
+      }
     }
     if (!expired) {
       break;
@@ -138,7 +158,7 @@ void Resyncer::Resync(kube::Informer<T>* informer, std::string_view resource,
   std::vector<T> items;
   std::string rv;
   std::string error;
-  if (!ListAll(&items, &rv, &report->requests, &error)) {
+  if (!ListAll(&items, &rv, report, &error)) {
     report->error +=
         fmt::format("{}{}: list: {}", report->error.empty() ? "" : "; ", resource, error);
     return;
@@ -196,8 +216,9 @@ ResyncReport Resyncer::RunOnce() {
   for (const auto& [kind, n] : report.corrections) {
     total += n;
   }
-  TESSERA_VLOG(1, "resync: {} pods, {} nodes, {} requests, {} repairs, {}{}", report.pods,
-               report.nodes, report.requests, total, absl::FormatDuration(report.took),
+  TESSERA_VLOG(1, "resync: {} pods, {} nodes, {} requests, {} repairs, {} ({} paused){}",
+               report.pods, report.nodes, report.requests, total, absl::FormatDuration(report.took),
+               absl::FormatDuration(report.paused),
                report.error.empty() ? "" : ", error: " + report.error);
   if (!report.error.empty()) {
     TESSERA_LOG(kWarning, "resync: {}", report.error);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -333,12 +334,50 @@ TEST_F(ResyncerTest, APassCostsOneListRequestPer500ObjectsAsTheServerCountsThem)
   EXPECT_TRUE(report.corrections.empty());
   EXPECT_EQ(report.pods, 1201u);
   EXPECT_EQ(report.requests, 3 + 1);
+  // Paced: it waited after each of the first two pod pages (not after a resource's last page).
+  EXPECT_GT(report.paused, absl::ZeroDuration());
+  EXPECT_LT(report.paused, report.took);
   EXPECT_EQ(after["list"] - before["list"], 3 + 1);
   for (const auto& [verb, n] : after) {
     if (verb != "list") {
       EXPECT_EQ(n, before.count(verb) ? before.at(verb) : 0) << verb;
     }
   }
+}
+
+TEST_F(ResyncerTest, PaceZeroListsThePagesBackToBack) {
+  for (int i = 0; i < 5; ++i) {
+    CreatePod("p" + std::to_string(i));
+  }
+  StartInformers();
+  Resyncer resyncer(client_.get(), pods_.get(), nodes_.get(),
+                    ResyncOptions{.period = absl::ZeroDuration(), .page_size = 2, .pace = 0},
+                    nullptr);
+  ResyncReport report = resyncer.RunOnce();
+  EXPECT_EQ(report.error, "");
+  EXPECT_EQ(report.requests, 3 + 1);
+  EXPECT_EQ(report.paused, absl::ZeroDuration());
+}
+
+TEST_F(ResyncerTest, StopEndsAPassDuringItsPause) {
+  for (int i = 0; i < 5; ++i) {
+    CreatePod("p" + std::to_string(i));
+  }
+  StartInformers();
+  // A pause of at least a minute after every page: only Stop can end the pass in time.
+  Resyncer resyncer(client_.get(), pods_.get(), nodes_.get(),
+                    ResyncOptions{.period = absl::ZeroDuration(),
+                                  .page_size = 2,
+                                  .pace = 1e9,
+                                  .max_page_pause = absl::Minutes(1)},
+                    nullptr);
+  ResyncReport report;
+  std::thread pass([&] { report = resyncer.RunOnce(); });
+  absl::SleepFor(absl::Milliseconds(200));
+  resyncer.Stop();
+  pass.join();
+  EXPECT_THAT(report.error, HasSubstr("stopped"));
+  EXPECT_LT(report.took, absl::Seconds(30));
 }
 
 TEST_F(ResyncerTest, APassBeforeTheInformersSyncedRepairsNothing) {
