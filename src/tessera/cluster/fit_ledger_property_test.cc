@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 
@@ -301,7 +302,9 @@ std::string RunSequence(uint64_t seed, Counts* counts) {
       // (2) the winner's usage is the fit's usage_after; the others are untouched.
       std::vector<std::optional<NodeSnapshot>> after = SnapshotAll(ledger, names);
       for (size_t i = 0; i < names.size(); ++i) {
-        const std::vector<DeviceUsage>& want = i == w ? fit.usage_after : before[i]->usage;
+        const absl::Span<const DeviceUsage> want =
+            i == w ? absl::Span<const DeviceUsage>(fit.usage_after)
+                   : absl::Span<const DeviceUsage>(before[i]->usage);
         for (size_t d = 0; d < want.size(); ++d) {
           if (after[i]->usage[d] != want[d]) {
             return log + fmt::format("usage of {}/{}: ledger {}, {} {}", names[i],

@@ -712,7 +712,8 @@ std::vector<std::optional<device::NodeSnapshot>> Ledger::Snapshot(
     if (slot.devices == nullptr) {
       continue;
     }
-    out[i].emplace(device::NodeSnapshot{slot.devices, slot.usage});
+    out[i].emplace(device::NodeSnapshot{slot.devices,
+                                        device::UsageList(slot.usage.begin(), slot.usage.end())});
   }
   return out;
 }

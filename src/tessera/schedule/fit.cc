@@ -423,7 +423,7 @@ void Fitter::SetKeys(int32_t numa, int32_t used, double score, SortEntry* e) con
 }
 
 template <bool base>
-void Fitter::BuildImpl(const NodeSnapshot& node, const std::vector<DeviceUsage>& usage,
+void Fitter::BuildImpl(const NodeSnapshot& node, absl::Span<const DeviceUsage> usage,
                        std::string_view type, const ContainerRequest* request,
                        std::vector<SortEntry>* out) {
   const auto& devs = node.devices->devices;
@@ -511,7 +511,7 @@ void Fitter::BuildImpl(const NodeSnapshot& node, const std::vector<DeviceUsage>&
   }
 }
 
-void Fitter::Build(const NodeSnapshot& node, const std::vector<DeviceUsage>& usage,
+void Fitter::Build(const NodeSnapshot& node, absl::Span<const DeviceUsage> usage,
                    std::string_view type, const ContainerRequest* request,
                    std::vector<SortEntry>* out, bool base) {
   if (base) {
@@ -594,7 +594,7 @@ void Reposition(const std::vector<Fitter::SortEntry>& entries, std::vector<int32
 }  // namespace
 
 bool Fitter::FitContainer(int container, const ContainerRequest& request, const NodeSnapshot& snap,
-                          const std::vector<DeviceUsage>& usage, std::vector<DeviceUsage>* apply,
+                          absl::Span<const DeviceUsage> usage, std::vector<DeviceUsage>* apply,
                           bool app) {
   const NodeDevices& node = *snap.devices;
   const auto& devs = node.devices;
@@ -783,11 +783,11 @@ bool Fitter::Fit(const NodeSnapshot& node, bool want_usage_after) {
       continue;
     }
     if (!any_init && want_usage_after) {
-      after_ = node.usage;
+      after_.assign(node.usage.begin(), node.usage.end());
     }
     any_init = true;
     if (want_usage_after) {
-      init_ = node.usage;
+      init_.assign(node.usage.begin(), node.usage.end());
     }
     // Without usage_after nothing reads an init container's copy: fit it on the node's usage.
     if (!FitContainer(static_cast<int>(c), *req, node, node.usage,
@@ -799,7 +799,7 @@ bool Fitter::Fit(const NodeSnapshot& node, bool want_usage_after) {
     }
   }
   // App containers: cumulative on one copy.
-  app_ = node.usage;
+  app_.assign(node.usage.begin(), node.usage.end());
   for (size_t c = init_count; c < containers.size(); ++c) {
     const auto& req = containers[c];
     if (!req.has_value() || req->nums <= 0) {

@@ -30,6 +30,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/types/span.h"
+
 #include "tessera/device/model.h"
 
 namespace tessera::schedule {
@@ -211,11 +213,11 @@ class Fitter {
   // One pass over the node: the entries of the devices whose Type contains `type` against
   // `usage`, scored with `request` (nullptr: without the request part). With `base` it also
   // computes the node score, entry_of_ and any_exact_.
-  void Build(const device::NodeSnapshot& node, const std::vector<device::DeviceUsage>& usage,
+  void Build(const device::NodeSnapshot& node, absl::Span<const device::DeviceUsage> usage,
              std::string_view type, const device::ContainerRequest* request,
              std::vector<SortEntry>* out, bool base);
   template <bool base>
-  void BuildImpl(const device::NodeSnapshot& node, const std::vector<device::DeviceUsage>& usage,
+  void BuildImpl(const device::NodeSnapshot& node, absl::Span<const device::DeviceUsage> usage,
                  std::string_view type, const device::ContainerRequest* request,
                  std::vector<SortEntry>* out);
   bool TypeMatches(const std::string& type, std::string_view needle) const;
@@ -223,7 +225,7 @@ class Fitter {
   void SetKeys(int32_t numa, int32_t used, double score, SortEntry* e) const;
   // Fits one container against `usage`; the devices taken are added to `apply` (if given).
   bool FitContainer(int container, const device::ContainerRequest& request,
-                    const device::NodeSnapshot& node, const std::vector<device::DeviceUsage>& usage,
+                    const device::NodeSnapshot& node, absl::Span<const device::DeviceUsage> usage,
                     std::vector<device::DeviceUsage>* apply, bool app);
   bool TypeFilterPasses(const device::DeviceInfo& info) const;
   bool UuidFilterPasses(const device::DeviceInfo& info) const;

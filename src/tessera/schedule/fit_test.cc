@@ -52,7 +52,7 @@ NodeSnapshot Node(std::vector<DeviceInfo> devices, std::vector<DeviceUsage> usag
   nd->cordoned = std::move(cordoned);
   usage.resize(nd->devices.size());
   NodeSnapshot s;
-  s.usage = std::move(usage);
+  s.usage.assign(usage.begin(), usage.end());
   s.devices = std::move(nd);
   return s;
 }
@@ -745,11 +745,12 @@ RefOutcome RefFit(const NodeSnapshot& node, const PodRequest& pod, const PodCons
                   const GpuPolicy& policy) {
   RefOutcome out;
   out.devices.resize(pod.containers.size());
-  std::vector<DeviceUsage> app = node.usage;  // app containers: cumulative
+  std::vector<DeviceUsage> app(node.usage.begin(), node.usage.end());  // cumulative
   for (size_t c = 0; c < pod.containers.size(); ++c) {
     const auto& r = pod.containers[c];
     if (!r || r->nums <= 0) continue;
-    std::vector<DeviceUsage> copy = node.usage;  // init containers: each on a fresh copy
+    // Init containers: each on a fresh copy.
+    std::vector<DeviceUsage> copy(node.usage.begin(), node.usage.end());
     auto* usage = c < pod.init_count ? &copy : &app;
     if (!RefContainer(node, static_cast<int>(c), *r, pc, policy, usage, &out)) {
       return out;

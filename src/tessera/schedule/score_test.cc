@@ -46,7 +46,7 @@ Candidate Registered(const std::string& name, std::vector<DeviceUsage> usage, in
   usage.resize(nd->devices.size());
   NodeSnapshot s;
   s.devices = std::move(nd);
-  s.usage = std::move(usage);
+  s.usage.assign(usage.begin(), usage.end());
   return Candidate{name, std::move(s)};
 }
 
