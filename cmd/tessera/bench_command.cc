@@ -75,6 +75,12 @@ void AddBenchCommand(CLI::App& app, Runner* run) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   serve
+      ->add_option("--resync-pace", flags->options.resync_pace,
+                   "The resync's pause after each LIST page, in multiples of the page's time "
+                   "(serve's default 3; 0: pages back to back)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  serve
       ->add_option("--node-policy", flags->options.node_policy,
                    "The service's node policy (binpack makes concurrent binds contend for the "
                    "same nodes' locks)")

@@ -204,6 +204,7 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
   serve_options.kube.path = kubeconfig;
   serve_options.kube_qps = 0;  // unlimited: the benchmark measures the service, not the limiter
   serve_options.resync_period = absl::ZeroDuration();  // phase 2b runs its passes itself
+  serve_options.resync_pace = o.resync_pace;
   serve_options.http_threads = static_cast<size_t>(o.clients) + 4;
   TESSERA_ASSIGN_OR_RETURN(serve_options.node_policy, device::ParseNodePolicy(o.node_policy));
   const double rss_before = ResidentMiB();

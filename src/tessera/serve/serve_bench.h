@@ -46,6 +46,8 @@ struct ServeBenchOptions {
   int baseline_calls = 15;
   // Phase 2b: filters to time during resync passes (0: skip the phase).
   int resync_min_filters = 300;
+  // Phase 2b: the resync's pacing (ServeOptions::resync_pace; 0 lists the pages back to back).
+  double resync_pace = 3.0;
   // The service's default node policy. Spread by default: with binpack every client converges
   // on the same hot nodes and the pairs measure node-lock contention (one bind per node at a
   // time, as in HAMi) rather than the extender.

@@ -297,24 +297,25 @@ absl::Status Service::Impl::Init() {
       [this](std::string_view uid) { return pods_->store().GetByUid(uid); },
       [this] { return registry_->Registrations(); });
 
-  resyncer_ = std::make_unique<Resyncer>(
-      client_.get(), pods_.get(), nodes_.get(),
-      // Each replica its own jitter, so that replicas started
-      // together do not LIST at the same moments.
-      ResyncOptions{
-          .period = options_.resync_period, .clock = clock(), .seed = std::random_device{}()},
-      [this](const ResyncReport& report) {
-        for (const auto& [kind, n] : report.corrections) {
-          metrics_->RecordResyncCorrections(kind, n);
-        }
-        NoteRepairCounts("resync", report.corrections);
-        for (const std::string& line : report.details) {
-          NoteRepair("resync", line);
-        }
-        if (report.error.empty()) {
-          ReleaseAbsentReservations(report.at, "resync");
-        }
-      });
+  resyncer_ = std::make_unique<Resyncer>(client_.get(), pods_.get(), nodes_.get(),
+                                         // Each replica its own jitter, so that replicas started
+                                         // together do not LIST at the same moments.
+                                         ResyncOptions{.period = options_.resync_period,
+                                                       .pace = options_.resync_pace,
+                                                       .clock = clock(),
+                                                       .seed = std::random_device{}()},
+                                         [this](const ResyncReport& report) {
+                                           for (const auto& [kind, n] : report.corrections) {
+                                             metrics_->RecordResyncCorrections(kind, n);
+                                           }
+                                           NoteRepairCounts("resync", report.corrections);
+                                           for (const std::string& line : report.details) {
+                                             NoteRepair("resync", line);
+                                           }
+                                           if (report.error.empty()) {
+                                             ReleaseAbsentReservations(report.at, "resync");
+                                           }
+                                         });
 
   extender::HttpServerOptions http_options;
   http_options.bind_address = options_.http_bind;

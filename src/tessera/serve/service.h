@@ -88,6 +88,9 @@ struct ServeOptions {
   // are LISTed from the API server and the informers repaired where they differ
   // (--resync-period). Zero disables it.
   absl::Duration resync_period = absl::Minutes(5);
+  // The resync's pause after each LIST page, in multiples of the page's own time
+  // (ResyncOptions::pace).
+  double resync_pace = 3.0;
   // How often the housekeeping loop runs.
   absl::Duration housekeeping_period = absl::Seconds(1);
   // Informer watch timeouts (randomised between this and twice it, as client-go does).
