@@ -74,11 +74,15 @@ std::string SummaryTable(const RunResult& r) {
       fmt::format("{}{}", r.faults.size(), kinds.empty() ? "" : " (" + kinds + ")"));
   row("oracle samples (compared)", fmt::format("{} ({})", r.observations, r.compared));
   const Divergence* longest = Longest(r, end);
-  row("divergences", fmt::format("{} lasting 2+ samples, {} transient", r.divergences.size(),
+  const size_t shares =
+      static_cast<size_t>(std::count_if(r.divergences.begin(), r.divergences.end(),
+                                        [](const Divergence& d) { return !d.pod.empty(); }));
+  row("divergences", fmt::format("{} lasting 2+ samples ({} devices, {} pod shares), {} transient",
+                                 r.divergences.size(), r.divergences.size() - shares, shares,
                                  r.transient_divergences));
   if (longest != nullptr) {
     row("longest divergence",
-        fmt::format("{} on {} ({}), cause {}{}", Secs(longest->Length(end)), longest->device,
+        fmt::format("{} on {} ({}), cause {}{}", Secs(longest->Length(end)), Subject(*longest),
                     longest->node, longest->cause,
                     longest->end == absl::InfiniteFuture()
                         ? (longest->violation ? ", NOT HEALED" : ", still open at the end")
@@ -130,6 +134,7 @@ std::string SummaryJson(const RunResult& r) {
   for (const Divergence& d : r.divergences) {
     divs.push_back(
         {{"device", d.device},
+         {"pod", d.pod.empty() ? json(nullptr) : json(d.pod)},
          {"node", d.node},
          {"start_s", absl::ToDoubleSeconds(d.start - r.start)},
          {"end_s", d.end == absl::InfiniteFuture() ? json(nullptr)
@@ -147,10 +152,11 @@ std::string SummaryJson(const RunResult& r) {
   j["violations"] = vio;
   json samples = json::array();
   for (const Sample& s : r.samples) {
-    samples.push_back(
-        {absl::ToDoubleSeconds(s.at), s.truth_mib, s.exported_mib, s.diverging, s.live_pods});
+    samples.push_back({absl::ToDoubleSeconds(s.at), s.truth_mib, s.exported_mib, s.diverging,
+                       s.live_pods, s.diverging_shares});
   }
-  j["samples_columns"] = {"t_s", "truth_mib", "exported_mib", "diverging_devices", "pods"};
+  j["samples_columns"] = {"t_s",  "truth_mib",           "exported_mib", "diverging_devices",
+                          "pods", "diverging_pod_shares"};
   j["samples"] = samples;
   return j.dump(2) + "\n";
 }
@@ -208,7 +214,7 @@ std::string ReportHtml(const RunResult& r) {
         "<rect x='{:.1f}' y='{}' width='{:.1f}' height='6' fill='{}' opacity='0.6'>"
         "<title>{} {}: {}</title></rect>\n",
         x(a), H - B - 6, std::max(1.5, x(b) - x(a)), d.violation ? "#d62728" : "#ff9f1c",
-        Escape(d.device), Escape(d.cause), Escape(d.detail));
+        Escape(Subject(d)), Escape(d.cause), Escape(d.detail));
   }
   // fault markers
   for (const FaultRecord& f : r.faults) {
@@ -284,14 +290,16 @@ std::string ReportHtml(const RunResult& r) {
   }
   html +=
       "</table>\n<h2>Divergences (2+ samples)</h2>\n<table><tr><th>start</th><th>end</th>"
-      "<th>length</th><th>device</th><th>node</th><th>cause</th><th>at its start</th></tr>\n";
+      "<th>length</th><th>device</th><th>pod</th><th>node</th><th>cause</th><th>at its start</th>"
+      "</tr>\n";
   for (const Divergence& d : r.divergences) {
     html += fmt::format(
-        "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></"
-        "tr>\n",
+        "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td></tr>\n",
         d.violation ? " class='fail'" : "", Secs(d.start - r.start),
         d.end == absl::InfiniteFuture() ? "open" : Secs(d.end - r.start), Secs(d.Length(end)),
-        Escape(d.device), Escape(d.node), Escape(d.cause), Escape(d.detail));
+        Escape(d.device), d.pod.empty() ? "(device)" : Escape(d.pod), Escape(d.node),
+        Escape(d.cause), Escape(d.detail));
   }
   html += "</table>\n</body></html>\n";
   return html;

@@ -416,8 +416,8 @@ absl::Status Simulation::WaitReady() {
     once.retry.max_attempts = 1;
     absl::StatusOr<kube::Response> resp = kube::Do(*met_t_, r, std::move(once));
     if (resp.ok()) {
-      absl::StatusOr<Exported> e = ParseDeviceMetrics(resp->body);
-      if (e.ok() && e->size() >= want) {
+      absl::StatusOr<Exported> e = ParseMetrics(resp->body);
+      if (e.ok() && e->devices.size() >= want) {
         return absl::OkStatus();
       }
     }
@@ -939,7 +939,7 @@ void Simulation::Observe() {
   absl::StatusOr<kube::Response> resp = kube::Do(*met_t_, r, std::move(once));
   std::optional<Exported> exported;
   if (resp.ok()) {
-    absl::StatusOr<Exported> e = ParseDeviceMetrics(resp->body);
+    absl::StatusOr<Exported> e = ParseMetrics(resp->body);
     if (e.ok()) exported = std::move(*e);
   }
   const Truth truth = ComputeTruth(nodes, pods);
@@ -954,12 +954,13 @@ void Simulation::Observe() {
   sample.live_pods = static_cast<int64_t>(pods.size());
   if (exported.has_value()) {
     sample.exported_mib = 0;
-    for (const auto& [uuid, d] : *exported) sample.exported_mib += d.usedmem;
+    for (const auto& [uuid, d] : exported->devices) sample.exported_mib += d.usedmem;
   }
   {
     MutexLock l(&oracle_mu_);
     oracle_.Observe(now, truth, exported.has_value() ? &*exported : nullptr, cause);
     sample.diverging = static_cast<int64_t>(oracle_.open());
+    sample.diverging_shares = static_cast<int64_t>(oracle_.open_shares());
   }
   MutexLock l(&mu_);
   diverging_now_ = sample.diverging;

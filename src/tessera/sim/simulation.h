@@ -52,8 +52,9 @@ struct FaultRecord {
 struct Sample {
   absl::Duration at;
   int64_t truth_mib = 0;
-  int64_t exported_mib = -1;  // -1: /metrics not readable
-  int64_t diverging = 0;      // devices differing in this sample
+  int64_t exported_mib = -1;     // -1: /metrics not readable
+  int64_t diverging = 0;         // devices differing in this sample
+  int64_t diverging_shares = 0;  // pod shares (pod × device) differing in this sample
   int64_t live_pods = 0;
 };
 
