@@ -225,7 +225,8 @@ void Oracle::Observe(absl::Time now, const Truth& truth, const Exported* exporte
       violations_.push_back(
           {now,
            fmt::format("over-commit on {} ({}): slots {}/{}, memory {}/{} MiB, cores {}/{}", uuid,
-                       u.node, u.used, u.count, u.usedmem, u.devmem, u.usedcores, u.devcore)});
+                       u.node, u.used, u.count, u.usedmem, u.devmem, u.usedcores, u.devcore),
+           /*overcommit=*/true});
     }
     was = over;
   }

@@ -111,6 +111,7 @@ std::string Subject(const Divergence& d);
 struct Violation {
   absl::Time at;
   std::string what;
+  bool overcommit = false;  // invariant 1; else a divergence that outlived the window
 };
 
 class Oracle {

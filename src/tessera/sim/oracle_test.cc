@@ -185,6 +185,7 @@ void ExpectOneViolatingDivergence(const Oracle& o, std::string_view what) {
   EXPECT_TRUE(o.divergences()[0].violation);
   ASSERT_EQ(o.violations().size(), 1u);
   EXPECT_THAT(o.violations()[0].what, HasSubstr(what));
+  EXPECT_FALSE(o.violations()[0].overcommit);
 }
 
 TEST(OracleTest, OneSampleDifferencesAreTransientAndRecordedOnlyFromTwo) {
@@ -350,6 +351,7 @@ TEST(OracleTest, OverCommitIsAViolationOncePerEpisode) {
   o.Observe(t0 + absl::Seconds(2), OneDevice(100, 3), nullptr, "");  // slots over count
   ASSERT_EQ(o.violations().size(), 1u);
   EXPECT_THAT(o.violations()[0].what, HasSubstr("over-commit on GPU-a"));
+  EXPECT_TRUE(o.violations()[0].overcommit);
   o.Observe(t0 + absl::Seconds(3), OneDevice(100, 1), nullptr, "");
   o.Observe(t0 + absl::Seconds(4), OneDevice(100, 3), nullptr, "");
   EXPECT_EQ(o.violations().size(), 2u);

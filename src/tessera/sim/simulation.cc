@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -10,6 +11,7 @@
 #include <queue>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -1061,6 +1063,12 @@ absl::StatusOr<RunResult> Simulation::Run() {
     dir_ = tmpl;
   } else {
     dir_ = o_.work_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          fmt::format("cannot create the work directory {}: {}", dir_, ec.message()));
+    }
   }
   std::string token;
   {
@@ -1117,8 +1125,10 @@ absl::StatusOr<RunResult> Simulation::Run() {
   {
     MutexLock l(&mu_);
     r_.scenario = s_.name;
+    r_.label = o_.label;
     r_.seed = s_.seed;
     r_.duration = s_.duration;
+    r_.window = s_.window;
     r_.nodes = s_.nodes;
     r_.gpus = s_.nodes * s_.gpus_per_node;
     r_.work_dir = dir_;
