@@ -515,8 +515,10 @@ std::string ReportHtml(const RunResult& r, const RunResult* c) {
   Rows left = Figures(r, false);
   Rows right = c != nullptr ? Figures(*c, false) : Rows{};
   if (c != nullptr) {
-    html += fmt::format("<tr><th></th><th>{}</th><th>comparison: {}</th></tr>\n", Escape(r.label),
-                        Escape(c->label));
+    html += fmt::format(
+        "<tr><th></th><th>{}</th><th>comparison: {}</th></tr>\n"
+        "<tr><th>scheduler args</th><td><code>{}</code></td><td><code>{}</code></td></tr>\n",
+        Escape(r.label), Escape(c->label), Escape(ArgsText(r)), Escape(ArgsText(*c)));
   }
   left.emplace_back("verdict", VerdictText(r, false));
   if (c != nullptr) right.emplace_back("verdict", VerdictText(*c, true));

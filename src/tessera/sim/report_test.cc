@@ -1,9 +1,8 @@
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include <nlohmann/json.hpp>
 
 #include "tessera/sim/simulation.h"
 
@@ -31,13 +30,21 @@ RunResult SeedBugRun(const std::string& label, const std::string& args, bool sta
   r.created = 300;
   r.scheduled = 300;
   r.faults.push_back({absl::Seconds(12), "drop_events", "DELETED pod events dropped"});
-  Divergence d{"GPU-a", "", "node-1", kStart + absl::Seconds(13), kStart + absl::Seconds(16),
-               "drop_events", "truth 0 MiB / 0 slots / 0% cores, exported 4000 MiB / 1 slots / 0% "
-               "cores", 4, false};
+  Divergence d{"GPU-a",
+               "",
+               "node-1",
+               kStart + absl::Seconds(13),
+               kStart + absl::Seconds(16),
+               "drop_events",
+               "truth 0 MiB / 0 slots / 0% cores, exported 4000 MiB / 1 slots / 0% "
+               "cores",
+               4,
+               false};
   if (stale) {
     d.end = absl::InfiniteFuture();
     d.violation = true;
-    r.violations.push_back({kStart + absl::Seconds(70), "divergence on GPU-a (node-1) never healed"});
+    r.violations.push_back(
+        {kStart + absl::Seconds(70), "divergence on GPU-a (node-1) never healed"});
     Divergence share = d;
     share.pod = "default/sim-000042";
     share.detail = "pod share: truth 0 MiB / 0% cores, exported 4000 MiB / 0% cores";
@@ -115,6 +122,8 @@ TEST(ReportTest, AComparisonIsReportedBesideThePrimaryRun) {
 
   const std::string html = ReportHtml(p, &c);
   EXPECT_THAT(html, HasSubstr("<th>self-healing on</th><th>comparison: self-healing off</th>"));
+  EXPECT_THAT(html, HasSubstr("<tr><th>scheduler args</th><td><code>--resync-period=15s</code></td>"
+                              "<td><code>--resync-period=0 --audit-period=0</code></td></tr>"));
   EXPECT_THAT(html, HasSubstr("<h2>comparison: self-healing off: allocated GPU memory <span "
                               "class='expected'>FAIL, as expected"));
   size_t charts = 0;
