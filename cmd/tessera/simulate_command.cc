@@ -4,12 +4,15 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "cmd/tessera/commands.h"
 #include <CLI/CLI.hpp>
@@ -29,7 +32,13 @@ struct SimulateFlags {
   std::string scheduler_args;
   std::string work_dir;
   bool list = false;
+  bool no_compare = false;
 };
+
+// Serve flags as one space-separated string, for comparing two argument lists.
+std::string Normalized(const std::string& args) {
+  return absl::StrJoin(absl::StrSplit(args, ' ', absl::SkipEmpty()), " ");
+}
 
 bool WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -77,31 +86,67 @@ int RunSimulate(const SimulateFlags& f) {
   o.work_dir = f.work_dir;
   o.progress = stderr;
   o.progress_bar = isatty(STDERR_FILENO) != 0;
-  fmt::print(stderr, "tessera simulate: scenario {} ({}), seed {}\n", scenario->name,
-             scenario->description, scenario->seed);
+  // The comparison run: the scenario's `compare` section, unless skipped or pointless.
+  std::optional<sim::SimulationOptions> compare;
+  if (scenario->compare.has_value() && !f.no_compare) {
+    if (Normalized(o.scheduler_args) == Normalized(scenario->compare->scheduler_args)) {
+      fmt::print(stderr,
+                 "tessera simulate: no comparison run: --scheduler-args are the comparison's "
+                 "({})\n",
+                 scenario->compare->scheduler_args);
+    } else {
+      compare = o;
+      compare->scheduler_args = scenario->compare->scheduler_args;
+      compare->label = scenario->compare->label;
+      // The primary label describes the scenario's own args, not an override.
+      o.label = Normalized(o.scheduler_args) == Normalized(scenario->scheduler_args)
+                    ? scenario->compare->primary_label
+                    : "primary";
+    }
+  }
+  fmt::print(stderr, "tessera simulate: scenario {} ({}), seed {}{}\n", scenario->name,
+             scenario->description, scenario->seed,
+             compare.has_value()
+                 ? fmt::format(", run twice: {} then comparison: {}", o.label, compare->label)
+                 : "");
   absl::StatusOr<sim::RunResult> r = sim::RunSimulation(o);
   if (!r.ok()) {
     fmt::print(stderr, "tessera simulate: {}\n", std::string(r.status().message()));
     return kExitFailure;
   }
-  fmt::print("{}", sim::SummaryTable(*r));
-  if (f.work_dir.empty() && r->violations.empty()) {
+  absl::StatusOr<sim::RunResult> c = absl::NotFoundError("no comparison run");
+  if (compare.has_value()) {
+    fmt::print(stderr, "tessera simulate: {}: {}; now the comparison: {} (scheduler args {})\n",
+               o.label, r->violations.empty() ? "PASS" : "FAIL", compare->label,
+               compare->scheduler_args.empty() ? "(serve's defaults)" : compare->scheduler_args);
+    compare->work_dir = r->work_dir + "/comparison";
+    c = sim::RunSimulation(*compare);
+    if (!c.ok()) {
+      fmt::print(stderr, "tessera simulate: the comparison run: {}\n",
+                 std::string(c.status().message()));
+    }
+  }
+  const sim::RunResult* comparison = c.ok() ? &*c : nullptr;
+  // A comparison that was due but could not run fails the command like a child that cannot start.
+  const bool succeeded = sim::Succeeded(*r, comparison) && (!compare.has_value() || c.ok());
+  fmt::print("{}", sim::SummaryTable(*r, comparison));
+  if (f.work_dir.empty() && succeeded) {
     std::error_code ignored;
     std::filesystem::remove_all(r->work_dir, ignored);  // nothing to investigate
   } else {
-    fmt::print("work directory (kubeconfig, child logs, Tessera's ledger at the end): {}\n",
-               r->work_dir);
+    fmt::print("work directory (kubeconfig, child logs, Tessera's ledger at the end{}): {}\n",
+               compare.has_value() ? "; the comparison's in comparison/" : "", r->work_dir);
   }
   if (!f.report.empty()) {
-    if (!WriteText(f.report + "/summary.json", sim::SummaryJson(*r)) ||
-        !WriteText(f.report + "/report.html", sim::ReportHtml(*r))) {
+    if (!WriteText(f.report + "/summary.json", sim::SummaryJson(*r, comparison)) ||
+        !WriteText(f.report + "/report.html", sim::ReportHtml(*r, comparison))) {
       fmt::print(stderr, "tessera simulate: cannot write the report to {}\n", f.report);
       return kExitFailure;
     }
     fmt::print("report: {}/report.html, {}/summary.json\n", f.report, f.report);
   }
   std::fflush(stdout);
-  return r->violations.empty() ? kExitOk : kExitFailure;
+  return succeeded ? kExitOk : kExitFailure;
 }
 
 }  // namespace
@@ -113,7 +158,11 @@ void AddSimulateCommand(CLI::App& app, Runner* run) {
       "Run a whole GPU cluster on this machine: tessera apisim and tessera serve as child "
       "processes, emulated kube-scheduler, HAMi device plugins, kubelets and workload, faults on "
       "a schedule, and an oracle that checks every second that no GPU is over-committed and that "
-      "Tessera's /metrics match the truth. Exit 1 on any invariant violation.");
+      "Tessera's /metrics match the truth. A scenario with a `compare` section (seed-bug) runs "
+      "twice with the same seed, the second time with other serve flags (seed-bug: self-healing "
+      "off), and reports both side by side. Exit 1 on any invariant violation of the primary run "
+      "(or an over-commit in the comparison; its divergences are expected), 2 on bad flags or a "
+      "bad scenario.");
   sub->add_option("--scenario", flags->scenario,
                   "A built-in scenario (quick, seed-bug, chaos, scale) or a YAML file")
       ->capture_default_str();
@@ -123,10 +172,14 @@ void AddSimulateCommand(CLI::App& app, Runner* run) {
   sub->add_option("--report", flags->report,
                   "Write summary.json and report.html to this directory");
   sub->add_option("--scheduler-args", flags->scheduler_args,
-                  "Extra flags for tessera serve, space-separated, e.g. \"--audit-period=0\"");
+                  "Extra flags for tessera serve in the primary run, space-separated, e.g. "
+                  "\"--audit-period=0\" (default: the scenario's scheduler_args)");
   sub->add_option("--work-dir", flags->work_dir,
                   "Directory for the kubeconfig, certificates, state and child logs (default: a "
                   "new /tmp/tessera-simulate-*)");
+  sub->add_flag("--no-compare", flags->no_compare,
+                "Skip the scenario's comparison run (its `compare` section, e.g. seed-bug's run "
+                "with self-healing off)");
   sub->add_flag("--list", flags->list, "List the built-in scenarios");
   sub->callback([run, flags] { *run = [flags] { return RunSimulate(*flags); }; });
 }

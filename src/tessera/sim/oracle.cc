@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -50,6 +52,7 @@ Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube:
       continue;
     }
     bool holds = false;
+    const std::string pod = p.meta.ns + "/" + p.meta.name;
     for (const device::ContainerDevices& c : *devs) {
       for (const device::ContainerDevice& d : c) {
         auto it = t.devices.find(d.uuid);
@@ -60,6 +63,10 @@ Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube:
         it->second.usedmem += d.usedmem;
         it->second.usedcores += d.usedcores;
         t.total_usedmem += d.usedmem;
+        PodShare& share = t.shares[{pod, d.uuid}];
+        share.node = p.node_name;
+        share.usedmem += d.usedmem;
+        share.usedcores += d.usedcores;
         holds = true;
       }
     }
@@ -102,10 +109,13 @@ std::optional<std::string> Label(std::string_view labels, std::string_view name)
 
 }  // namespace
 
-absl::StatusOr<Exported> ParseDeviceMetrics(std::string_view text) {
+absl::StatusOr<Exported> ParseMetrics(std::string_view text) {
   Exported out;
+  // Per device (keyed by device_uuid), then per pod share (keyed by namespace, pod, device_uuid).
+  enum Field { kDeviceMem, kDeviceSlots, kDeviceCores, kShareMem, kShareCores };
   static constexpr std::string_view kFamilies[] = {
-      "hami_gpu_memory_allocated_bytes", "hami_gpu_shared_count", "hami_gpu_core_allocated_ratio"};
+      "hami_gpu_memory_allocated_bytes", "hami_gpu_shared_count", "hami_gpu_core_allocated_ratio",
+      "hami_vgpu_memory_allocated_bytes", "hami_vgpu_core_allocated_ratio"};
   size_t pos = 0;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
@@ -118,7 +128,7 @@ absl::StatusOr<Exported> ParseDeviceMetrics(std::string_view text) {
       continue;
     }
     int family = -1;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < static_cast<int>(std::size(kFamilies)); ++i) {
       if (line.size() > kFamilies[i].size() &&
           line.substr(0, kFamilies[i].size()) == kFamilies[i] && line[kFamilies[i].size()] == '{') {
         family = i;
@@ -146,25 +156,64 @@ absl::StatusOr<Exported> ParseDeviceMetrics(std::string_view text) {
     if (value.empty() || end == value.c_str() || !std::isfinite(v)) {
       return absl::InvalidArgumentError(fmt::format("bad sample value: {}", line));
     }
-    ExportedDevice& d = out[*uuid];
-    if (std::optional<std::string> node = Label(labels, "node"); node.has_value()) {
+    std::optional<std::string> node = Label(labels, "node");
+    if (family >= kShareMem) {
+      std::optional<std::string> ns = Label(labels, "namespace");
+      std::optional<std::string> pod = Label(labels, "pod");
+      if (!ns.has_value() || !pod.has_value()) {
+        return absl::InvalidArgumentError(
+            fmt::format("pod sample without namespace or pod: {}", line));
+      }
+      PodShare& s = out.shares[{*ns + "/" + *pod, *uuid}];
+      if (node.has_value()) {
+        s.node = *node;
+      }
+      // Several container_index values of one share add up (HAMi before HEAD's collapse).
+      if (family == kShareMem) {
+        s.usedmem += std::llround(v / 1048576.0);
+      } else {
+        s.usedcores += std::llround(v);
+      }
+      continue;
+    }
+    ExportedDevice& d = out.devices[*uuid];
+    if (node.has_value()) {
       d.node = *node;
     }
-    const int64_t n = std::llround(v);
     switch (family) {
-      case 0:
+      case kDeviceMem:
         d.usedmem = std::llround(v / 1048576.0);
         break;
-      case 1:
-        d.used = n;
+      case kDeviceSlots:
+        d.used = std::llround(v);
         break;
       default:
-        d.usedcores = n;
+        d.usedcores = std::llround(v);
         break;
     }
   }
   return out;
 }
+
+namespace {
+
+// compare(key, truth, exported) for every key of either map; a key one side lacks is compared
+// with that side's zero value.
+template <typename K, typename T, typename E, typename F>
+void CompareEveryKey(const std::map<K, T>& truth, const std::map<K, E>& exported, const T& no_truth,
+                     const E& not_exported, F compare) {
+  for (const auto& [key, t] : truth) {
+    auto it = exported.find(key);
+    compare(key, t, it == exported.end() ? not_exported : it->second);
+  }
+  for (const auto& [key, e] : exported) {
+    if (!truth.contains(key)) {
+      compare(key, no_truth, e);
+    }
+  }
+}
+
+}  // namespace
 
 void Oracle::Observe(absl::Time now, const Truth& truth, const Exported* exported,
                      const std::string& last_fault) {
@@ -176,7 +225,8 @@ void Oracle::Observe(absl::Time now, const Truth& truth, const Exported* exporte
       violations_.push_back(
           {now,
            fmt::format("over-commit on {} ({}): slots {}/{}, memory {}/{} MiB, cores {}/{}", uuid,
-                       u.node, u.used, u.count, u.usedmem, u.devmem, u.usedcores, u.devcore)});
+                       u.node, u.used, u.count, u.usedmem, u.devmem, u.usedcores, u.devcore),
+           /*overcommit=*/true});
     }
     was = over;
   }
@@ -184,64 +234,70 @@ void Oracle::Observe(absl::Time now, const Truth& truth, const Exported* exporte
     return;
   }
   ++compared_;
-  std::map<std::string, std::string> differ;  // uuid -> detail
+  struct Difference {
+    std::string node, detail;
+  };
+  std::map<Key, Difference> differ;
   static const DeviceUsage kZero;
   static const ExportedDevice kNone;
+  static const PodShare kNoShare;
   auto compare = [&](const std::string& uuid, const DeviceUsage& t, const ExportedDevice& e) {
     if (t.usedmem != e.usedmem || t.used != e.used || t.usedcores != e.usedcores) {
-      differ[uuid] =
+      differ[{"", uuid}] = {
+          t.node.empty() ? e.node : t.node,
           fmt::format("truth {} MiB / {} slots / {}% cores, exported {} MiB / {} slots / {}% cores",
-                      t.usedmem, t.used, t.usedcores, e.usedmem, e.used, e.usedcores);
+                      t.usedmem, t.used, t.usedcores, e.usedmem, e.used, e.usedcores)};
     }
   };
-  for (const auto& [uuid, t] : truth.devices) {
-    auto it = exported->find(uuid);
-    compare(uuid, t, it == exported->end() ? kNone : it->second);
-  }
-  for (const auto& [uuid, e] : *exported) {
-    if (truth.devices.find(uuid) == truth.devices.end()) {
-      compare(uuid, kZero, e);
+  CompareEveryKey(truth.devices, exported->devices, kZero, kNone, compare);
+  auto compare_share = [&](const Key& key, const PodShare& t, const PodShare& e) {
+    if (t.usedmem != e.usedmem || t.usedcores != e.usedcores) {
+      differ[key] = {t.node.empty() ? e.node : t.node,
+                     fmt::format("pod share: truth {} MiB / {}% cores, exported {} MiB / {}% cores",
+                                 t.usedmem, t.usedcores, e.usedmem, e.usedcores)};
     }
-  }
+  };
+  CompareEveryKey(truth.shares, exported->shares, kNoShare, kNoShare, compare_share);
   // Close what no longer differs.
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (differ.find(it->first) == differ.end()) {
-      Close(it->first, it->second, now);
+      Close(it->second, now);
       it = pending_.erase(it);
     } else {
       ++it;
     }
   }
-  for (auto& [uuid, detail] : differ) {
-    auto [it, inserted] = pending_.try_emplace(uuid);
+  open_shares_ = 0;
+  for (auto& [key, diff] : differ) {
+    open_shares_ += key.first.empty() ? 0 : 1;
+    auto [it, inserted] = pending_.try_emplace(key);
     Pending& p = it->second;
     if (inserted) {
       p.start = now;
       p.cause = last_fault.empty() ? "in-flight" : last_fault;
-      p.detail = detail;
-      auto t = truth.devices.find(uuid);
-      p.node = t != truth.devices.end() ? t->second.node
-                                        : (exported->count(uuid) ? exported->at(uuid).node : "");
+      p.detail = diff.detail;
+      p.node = diff.node;
     }
     ++p.samples;
     if (p.samples == 2) {
       p.recorded = static_cast<int64_t>(divergences_.size());
-      divergences_.push_back(
-          {uuid, p.node, p.start, absl::InfiniteFuture(), p.cause, p.detail, p.samples, false});
+      divergences_.push_back({key.second, key.first, p.node, p.start, absl::InfiniteFuture(),
+                              p.cause, p.detail, p.samples, false});
     }
     if (p.recorded >= 0) {
       Divergence& d = divergences_[static_cast<size_t>(p.recorded)];
       d.samples = p.samples;
       if (!d.violation && now - d.start > window_) {
         d.violation = true;
-        violations_.push_back({now, fmt::format("divergence on {} ({}) longer than {}: {}", uuid,
-                                                d.node, absl::FormatDuration(window_), d.detail)});
+        violations_.push_back(
+            {now, fmt::format("divergence on {} ({}) longer than {}: {}", Subject(d), d.node,
+                              absl::FormatDuration(window_), d.detail)});
       }
     }
   }
 }
 
-void Oracle::Close(const std::string& uuid, Pending& p, absl::Time now) {
+void Oracle::Close(Pending& p, absl::Time now) {
   if (p.recorded < 0) {
     ++transient_;
     return;
@@ -250,14 +306,15 @@ void Oracle::Close(const std::string& uuid, Pending& p, absl::Time now) {
   d.end = now;
   if (!d.violation && d.end - d.start > window_) {  // it outlived the window between samples
     d.violation = true;
-    violations_.push_back({now, fmt::format("divergence on {} ({}) lasted {}, longer than {}: {}",
-                                            uuid, d.node, absl::FormatDuration(d.end - d.start),
-                                            absl::FormatDuration(window_), d.detail)});
+    violations_.push_back(
+        {now, fmt::format("divergence on {} ({}) lasted {}, longer than {}: {}", Subject(d), d.node,
+                          absl::FormatDuration(d.end - d.start), absl::FormatDuration(window_),
+                          d.detail)});
   }
 }
 
 void Oracle::Finish(absl::Time now) {
-  for (auto& [uuid, p] : pending_) {
+  for (auto& [key, p] : pending_) {
     if (p.recorded < 0) {
       ++transient_;
       continue;
@@ -265,10 +322,14 @@ void Oracle::Finish(absl::Time now) {
     Divergence& d = divergences_[static_cast<size_t>(p.recorded)];
     if (!d.violation && now - d.start > window_) {
       d.violation = true;
-      violations_.push_back(
-          {now, fmt::format("divergence on {} ({}) never healed: {}", uuid, d.node, d.detail)});
+      violations_.push_back({now, fmt::format("divergence on {} ({}) never healed: {}", Subject(d),
+                                              d.node, d.detail)});
     }
   }
+}
+
+std::string Subject(const Divergence& d) {
+  return d.pod.empty() ? d.device : fmt::format("pod {} on {}", d.pod, d.device);
 }
 
 }  // namespace tessera::sim

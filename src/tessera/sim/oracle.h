@@ -4,7 +4,7 @@
 // every GPU; from Tessera's /metrics, what Tessera exports; the two compared every second.
 //
 //   Truth t = ComputeTruth(nodes, pods);            // LIST results of apisim
-//   absl::StatusOr<Exported> e = ParseDeviceMetrics(metrics_text);
+//   absl::StatusOr<Exported> e = ParseMetrics(metrics_text);
 //   oracle.Observe(now, t, e.ok() ? &*e : nullptr, "watch_outage");
 //
 // Truth (independent of Tessera's code paths, written from the HAMi protocol): a device exists
@@ -12,17 +12,23 @@
 // carries hami.io/vgpu-node equal to its spec.nodeName (it is bound where it was annotated for),
 // is not bind-failed and hami.io/vgpu-devices-allocated decodes; every container entry adds one
 // slot, its MiB and its cores to the device with that UUID on that node (the simulator's pods
-// have no init containers, so this additive rule is HAMi's counting rule).
+// have no init containers, so this additive rule is HAMi's counting rule). The same entries,
+// summed per pod and device, are the pod's share of that device: what HAMi HEAD's per-pod
+// families export (one sample per pod and device UUID, container_index "0", the containers'
+// usage collapsed; reference/hami-protocol.md §5.3).
 //
 // Invariants, checked on every observation:
 //   1. no over-commit: used ≤ count, usedmem ≤ devmem, usedcores ≤ devcore, per device;
-//   2. exported == truth per device (memory bytes / MiB, shared count, cores), except for
-//      divergences that end within the convergence window. A device missing from /metrics counts
-//      as exporting zero; a scrape that failed (Tessera down) is no observation of (2).
+//   2. exported == truth per device (memory bytes / MiB, shared count, cores) and per pod share
+//      (hami_vgpu_memory_allocated_bytes, hami_vgpu_core_allocated_ratio), except for
+//      divergences that end within the convergence window. A device or share missing from
+//      /metrics counts as exporting zero, one exported but absent from the truth must be zero;
+//      a scrape that failed (Tessera down) is no observation of (2).
 // A divergence seen in only one observation is "transient" (a scrape and a LIST are not taken at
 // the same instant) and only counted; one seen in two or more consecutive observations is
-// recorded with start, end, device and cause. It is a violation when it lasts longer than the
-// window, or is still open at Finish() and began more than the window before.
+// recorded with start, end, device (and pod, for a share) and cause. It is a violation when it
+// lasts longer than the window, or is still open at Finish() and began more than the window
+// before. A device and a pod share diverge independently: a stale pod usually shows as both.
 //
 // Thread safety: none; one thread drives an Oracle.
 #pragma once
@@ -31,6 +37,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,8 +54,17 @@ struct DeviceUsage {
   int64_t used = 0, usedmem = 0, usedcores = 0;
 };
 
+// A pod's share of one device, keyed by {"namespace/name", device UUID}.
+using PodDevice = std::pair<std::string, std::string>;
+struct PodShare {
+  std::string node;
+  int64_t usedmem = 0;    // MiB
+  int64_t usedcores = 0;  // percent of one GPU
+};
+
 struct Truth {
   std::map<std::string, DeviceUsage> devices;  // by UUID
+  std::map<PodDevice, PodShare> shares;        // the pods holding devices, per device
   int64_t total_usedmem = 0;                   // MiB over every device
   int64_t holding_pods = 0;
 };
@@ -60,19 +77,27 @@ struct ExportedDevice {
   int64_t used = 0;
   int64_t usedcores = 0;
 };
-using Exported = std::map<std::string, ExportedDevice>;  // by device_uuid
+struct Exported {
+  std::map<std::string, ExportedDevice> devices;  // by device_uuid
+  std::map<PodDevice, PodShare> shares;           // by {"namespace/pod", device_uuid}
+};
 
-// The per-device HAMi families of a Prometheus text exposition: hami_gpu_memory_allocated_bytes,
-// hami_gpu_shared_count and hami_gpu_core_allocated_ratio, keyed by the device_uuid label.
-// InvalidArgument when a sample of those families has no device_uuid or an unparsable value.
-absl::StatusOr<Exported> ParseDeviceMetrics(std::string_view text);
+// The HAMi families the oracle judges, from a Prometheus text exposition: per device
+// hami_gpu_memory_allocated_bytes, hami_gpu_shared_count and hami_gpu_core_allocated_ratio, keyed
+// by the device_uuid label; per pod share hami_vgpu_memory_allocated_bytes and
+// hami_vgpu_core_allocated_ratio, keyed by the namespace, pod and device_uuid labels (samples of
+// several container_index values of one share are summed). Other families are skipped.
+// InvalidArgument when a sample of those families lacks one of its key labels or has an
+// unparsable value.
+absl::StatusOr<Exported> ParseMetrics(std::string_view text);
 
 struct Divergence {
   std::string device;
+  std::string pod;  // "namespace/name" for a pod's share of `device`; empty for the device
   std::string node;
   absl::Time start, end;  // end == InfiniteFuture while open
   std::string cause;      // the last fault injected before it began, or "in-flight"
-  std::string detail;     // "memory truth 4000 MiB, exported 0 MiB" at its start
+  std::string detail;     // "truth 4000 MiB / …, exported 0 MiB / …" at its start
   int64_t samples = 0;
   bool violation = false;
   absl::Duration Length(absl::Time now) const {
@@ -80,9 +105,13 @@ struct Divergence {
   }
 };
 
+// What diverged, for messages: the device UUID, or "pod namespace/name on UUID".
+std::string Subject(const Divergence& d);
+
 struct Violation {
   absl::Time at;
   std::string what;
+  bool overcommit = false;  // invariant 1; else a divergence that outlived the window
 };
 
 class Oracle {
@@ -100,20 +129,24 @@ class Oracle {
   int64_t transient() const { return transient_; }
   int64_t observations() const { return observations_; }
   int64_t compared() const { return compared_; }
-  // Devices currently diverging (seen in the last observation).
-  size_t open() const { return pending_.size(); }
+  // Devices, and pod shares, differing in the last observation.
+  size_t open() const { return pending_.size() - open_shares_; }
+  size_t open_shares() const { return open_shares_; }
 
  private:
+  // What is compared: {"", device UUID} for a device, {"namespace/name", UUID} for a pod share.
+  using Key = PodDevice;
   struct Pending {
     absl::Time start;
     std::string cause, detail, node;
     int64_t samples = 0;
     int64_t recorded = -1;  // index in divergences_ once seen twice
   };
-  void Close(const std::string& uuid, Pending& p, absl::Time now);
+  void Close(Pending& p, absl::Time now);
 
   absl::Duration window_;
-  std::map<std::string, Pending> pending_;
+  std::map<Key, Pending> pending_;
+  size_t open_shares_ = 0;
   std::vector<Divergence> divergences_;
   std::vector<Violation> violations_;
   std::map<std::string, bool> overcommitted_;  // devices currently over-committed (reported once)

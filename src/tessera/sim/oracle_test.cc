@@ -1,6 +1,7 @@
 #include "tessera/sim/oracle.h"
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -73,9 +74,22 @@ TEST(ComputeTruthTest, SumsEveryContainerEntryOfBoundLivePods) {
   EXPECT_EQ(t.devices.at("GPU-a").devmem, 10000);
   EXPECT_EQ(t.total_usedmem, 8500);
   EXPECT_EQ(t.holding_pods, 3);
+  // Per pod and device, the containers' entries summed (HAMi HEAD's collapsed pod share).
+  ASSERT_EQ(t.shares.size(), 4u);
+  const PodShare& p1 = t.shares.at({"default/p1", "GPU-a"});
+  EXPECT_EQ(p1.usedmem, 4000);
+  EXPECT_EQ(p1.usedcores, 30);
+  EXPECT_EQ(p1.node, "n1");
+  EXPECT_EQ(t.shares.at({"default/p2", "GPU-a"}).usedmem, 2000);
+  EXPECT_EQ(t.shares.at({"default/p2", "GPU-b"}).usedcores, 10);
+  EXPECT_EQ(t.shares.at({"default/p3", "GPU-c"}).node, "n2");
+  for (const char* holds_nothing : {"done", "failed", "unbound", "elsewhere"}) {
+    EXPECT_EQ(t.shares.count({std::string("default/") + holds_nothing, "GPU-b"}), 0u)
+        << holds_nothing;
+  }
 }
 
-TEST(ParseDeviceMetricsTest, ReadsTheThreeDeviceFamiliesByUuid) {
+TEST(ParseMetricsTest, ReadsTheThreeDeviceFamiliesByUuid) {
   const std::string text =
       "# HELP hami_gpu_memory_allocated_bytes GPU device memory allocated to pods, in bytes.\n"
       "# TYPE hami_gpu_memory_allocated_bytes gauge\n"
@@ -88,18 +102,63 @@ TEST(ParseDeviceMetricsTest, ReadsTheThreeDeviceFamiliesByUuid) {
       "hami_gpu_core_allocated_ratio{device_index=\"0\",device_type=\"NVIDIA-A100\",device_uuid="
       "\"GPU-a\",node=\"n1\",zone=\"vGPU\"} 40\n"
       "hami_gpu_memory_limit_bytes{device_index=\"0\",device_uuid=\"GPU-a\",node=\"n1\"} 1e10\n"
-      "hami_vgpu_memory_allocated_bytes{container_index=\"0\",device_uuid=\"GPU-a\"} 99\n";
-  absl::StatusOr<Exported> e = ParseDeviceMetrics(text);
+      "GPUDeviceMemoryAllocated{deviceuuid=\"GPU-a\",nodeid=\"n1\"} 99\n";
+  absl::StatusOr<Exported> e = ParseMetrics(text);
   ASSERT_TRUE(e.ok()) << e.status();
-  ASSERT_EQ(e->size(), 2u);
-  EXPECT_EQ(e->at("GPU-a").usedmem, 3000);
-  EXPECT_EQ(e->at("GPU-a").used, 2);
-  EXPECT_EQ(e->at("GPU-a").usedcores, 40);
-  EXPECT_EQ(e->at("GPU-a").node, "n1");
-  EXPECT_EQ(e->at("GPU-b").usedmem, 0);
+  ASSERT_EQ(e->devices.size(), 2u);
+  EXPECT_EQ(e->devices.at("GPU-a").usedmem, 3000);
+  EXPECT_EQ(e->devices.at("GPU-a").used, 2);
+  EXPECT_EQ(e->devices.at("GPU-a").usedcores, 40);
+  EXPECT_EQ(e->devices.at("GPU-a").node, "n1");
+  EXPECT_EQ(e->devices.at("GPU-b").usedmem, 0);
+  EXPECT_TRUE(e->shares.empty());
 
-  EXPECT_FALSE(ParseDeviceMetrics("hami_gpu_shared_count{node=\"n1\"} 1\n").ok());
-  EXPECT_FALSE(ParseDeviceMetrics("hami_gpu_shared_count{device_uuid=\"x\"} abc\n").ok());
+  EXPECT_FALSE(ParseMetrics("hami_gpu_shared_count{node=\"n1\"} 1\n").ok());
+  EXPECT_FALSE(ParseMetrics("hami_gpu_shared_count{device_uuid=\"x\"} abc\n").ok());
+}
+
+TEST(ParseMetricsTest, ReadsThePodSharesByNamespacePodAndUuid) {
+  // Tessera's rendering (src/tessera/metrics/device_families.cc), one share per pod and device.
+  const std::string text =
+      "# TYPE hami_vgpu_core_allocated_ratio gauge\n"
+      "hami_vgpu_core_allocated_ratio{container_index=\"0\",device_uuid=\"GPU-a\",namespace="
+      "\"ns1\",node=\"n1\",pod=\"p1\",zone=\"vGPU\"} 30\n"
+      "# TYPE hami_vgpu_memory_allocated_bytes gauge\n"
+      "hami_vgpu_memory_allocated_bytes{container_index=\"0\",device_uuid=\"GPU-a\",namespace="
+      "\"ns1\",node=\"n1\",pod=\"p1\",zone=\"vGPU\"} 4194304000\n"
+      "hami_vgpu_memory_allocated_bytes{container_index=\"0\",device_uuid=\"GPU-b\",namespace="
+      "\"ns1\",node=\"n1\",pod=\"p1\",zone=\"vGPU\"} 1048576000\n"
+      // Another namespace, same pod name: another share.
+      "hami_vgpu_memory_allocated_bytes{container_index=\"0\",device_uuid=\"GPU-a\",namespace="
+      "\"ns2\",node=\"n1\",pod=\"p1\",zone=\"vGPU\"} 1048576000\n"
+      // Per container (HAMi before the collapse): added up.
+      "hami_vgpu_memory_allocated_bytes{container_index=\"0\",device_uuid=\"GPU-c\",namespace="
+      "\"ns1\",node=\"n2\",pod=\"p2\",zone=\"vGPU\"} 1048576000\n"
+      "hami_vgpu_memory_allocated_bytes{container_index=\"1\",device_uuid=\"GPU-c\",namespace="
+      "\"ns1\",node=\"n2\",pod=\"p2\",zone=\"vGPU\"} 2097152000\n"
+      "vGPUMemoryAllocated{containeridx=\"0\",deviceuuid=\"GPU-a\",podname=\"p1\"} 7\n";
+  absl::StatusOr<Exported> e = ParseMetrics(text);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(e->devices.empty());
+  ASSERT_EQ(e->shares.size(), 4u);
+  const PodShare& a = e->shares.at({"ns1/p1", "GPU-a"});
+  EXPECT_EQ(a.usedmem, 4000);
+  EXPECT_EQ(a.usedcores, 30);
+  EXPECT_EQ(a.node, "n1");
+  EXPECT_EQ(e->shares.at({"ns1/p1", "GPU-b"}).usedmem, 1000);
+  EXPECT_EQ(e->shares.at({"ns1/p1", "GPU-b"}).usedcores, 0);
+  EXPECT_EQ(e->shares.at({"ns2/p1", "GPU-a"}).usedmem, 1000);
+  EXPECT_EQ(e->shares.at({"ns1/p2", "GPU-c"}).usedmem, 3000);
+
+  EXPECT_THAT(
+      ParseMetrics("hami_vgpu_memory_allocated_bytes{device_uuid=\"x\",namespace=\"n\"} 1\n")
+          .status()
+          .message(),
+      HasSubstr("without namespace or pod"));
+  EXPECT_FALSE(ParseMetrics("hami_vgpu_core_allocated_ratio{namespace=\"n\",pod=\"p\"} 1\n").ok());
+  EXPECT_FALSE(ParseMetrics("hami_vgpu_core_allocated_ratio{device_uuid=\"x\",namespace=\"n\","
+                            "pod=\"p\"} NaN\n")
+                   .ok());
 }
 
 Truth OneDevice(int64_t usedmem, int64_t used = 1) {
@@ -116,8 +175,17 @@ Truth OneDevice(int64_t usedmem, int64_t used = 1) {
 
 Exported Exports(int64_t usedmem, int64_t used = 1) {
   Exported e;
-  e["GPU-a"] = {"n1", usedmem, used, 0};
+  e.devices["GPU-a"] = {"n1", usedmem, used, 0};
   return e;
+}
+
+// The oracle recorded one divergence, a violation, and `what` says why.
+void ExpectOneViolatingDivergence(const Oracle& o, std::string_view what) {
+  ASSERT_EQ(o.divergences().size(), 1u);
+  EXPECT_TRUE(o.divergences()[0].violation);
+  ASSERT_EQ(o.violations().size(), 1u);
+  EXPECT_THAT(o.violations()[0].what, HasSubstr(what));
+  EXPECT_FALSE(o.violations()[0].overcommit);
 }
 
 TEST(OracleTest, OneSampleDifferencesAreTransientAndRecordedOnlyFromTwo) {
@@ -153,10 +221,7 @@ TEST(OracleTest, ADivergenceLongerThanTheWindowIsAViolation) {
   for (int i = 0; i <= 7; ++i) {
     o.Observe(t0 + absl::Seconds(i), OneDevice(0, 0), &stale, "drop_events");
   }
-  ASSERT_EQ(o.divergences().size(), 1u);
-  EXPECT_TRUE(o.divergences()[0].violation);
-  ASSERT_EQ(o.violations().size(), 1u);
-  EXPECT_THAT(o.violations()[0].what, HasSubstr("longer than 5s"));
+  ExpectOneViolatingDivergence(o, "longer than 5s");
 }
 
 TEST(OracleTest, ADivergenceThatEndsAfterTheWindowBetweenSamplesIsAViolation) {
@@ -201,13 +266,81 @@ TEST(OracleTest, AnExportedDeviceMissingFromTheTruthMustBeZero) {
   Oracle o(absl::Seconds(1));
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   Exported e = Exports(0, 0);
-  e["GPU-gone"] = {"n9", 500, 1, 0};
+  e.devices["GPU-gone"] = {"n9", 500, 1, 0};
   Truth t = OneDevice(0, 0);
   o.Observe(t0, t, &e, "node_delete");
   o.Observe(t0 + absl::Seconds(1), t, &e, "");
   ASSERT_EQ(o.divergences().size(), 1u);
   EXPECT_EQ(o.divergences()[0].device, "GPU-gone");
   EXPECT_EQ(o.divergences()[0].node, "n9");
+}
+
+// One pod "default/p" holding 3000 MiB and 20% of GPU-a, in the truth and as exported; the
+// device figures agree, so only the pod shares are judged.
+Truth OneShare() {
+  Truth t = OneDevice(3000);
+  t.devices["GPU-a"].usedcores = 20;
+  t.shares[{"default/p", "GPU-a"}] = {"n1", 3000, 20};
+  return t;
+}
+Exported ExportsShare(int64_t usedmem, int64_t usedcores) {
+  Exported e = Exports(3000);
+  e.devices["GPU-a"].usedcores = 20;
+  e.shares[{"default/p", "GPU-a"}] = {"n1", usedmem, usedcores};
+  return e;
+}
+
+TEST(OracleTest, AWrongPodShareIsADivergenceWithThePodsName) {
+  Oracle o(absl::Seconds(5));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  Exported right = ExportsShare(3000, 20);
+  o.Observe(t0, OneShare(), &right, "");
+  EXPECT_EQ(o.open(), 0u);
+  EXPECT_EQ(o.open_shares(), 0u);
+
+  Exported wrong_cores = ExportsShare(3000, 0);  // the device totals still agree
+  for (int i = 1; i <= 7; ++i) {
+    o.Observe(t0 + absl::Seconds(i), OneShare(), &wrong_cores, "sever_watches");
+    EXPECT_EQ(o.open(), 0u);
+    EXPECT_EQ(o.open_shares(), 1u);
+  }
+  const Divergence& d = o.divergences().at(0);
+  EXPECT_EQ(d.pod, "default/p");
+  EXPECT_EQ(d.device, "GPU-a");
+  EXPECT_EQ(d.node, "n1");
+  EXPECT_EQ(d.cause, "sever_watches");
+  EXPECT_THAT(d.detail, HasSubstr("pod share: truth 3000 MiB / 20% cores, exported 3000 MiB / 0%"));
+  ExpectOneViolatingDivergence(o, "divergence on pod default/p on GPU-a (n1) longer than 5s");
+}
+
+TEST(OracleTest, MissingAndStalePodSharesDiverge) {
+  Oracle o(absl::Seconds(5));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  // Missing from /metrics: exported as zero.
+  Exported missing = Exports(3000);
+  missing.devices["GPU-a"].usedcores = 20;
+  o.Observe(t0, OneShare(), &missing, "");
+  o.Observe(t0 + absl::Seconds(1), OneShare(), &missing, "");
+  // Exported for a pod that holds nothing (deleted, its DELETED event lost): must be zero.
+  Truth truth = OneShare();
+  truth.shares.clear();
+  Exported stale = ExportsShare(3000, 20);
+  stale.shares[{"default/gone", "GPU-a"}] = {"n1", 500, 0};
+  stale.shares.erase({"default/p", "GPU-a"});
+  truth.shares[{"default/p", "GPU-a"}] = {"n1", 3000, 20};
+  stale.shares[{"default/p", "GPU-a"}] = {"n1", 3000, 20};
+  o.Observe(t0 + absl::Seconds(2), truth, &stale, "drop_events");
+  o.Observe(t0 + absl::Seconds(3), truth, &stale, "");
+  o.Finish(t0 + absl::Seconds(4));
+  ASSERT_EQ(o.divergences().size(), 2u);
+  EXPECT_EQ(o.divergences()[0].pod, "default/p");
+  EXPECT_EQ(o.divergences()[0].end, t0 + absl::Seconds(2));
+  EXPECT_THAT(o.divergences()[0].detail, HasSubstr("exported 0 MiB / 0% cores"));
+  EXPECT_EQ(o.divergences()[1].pod, "default/gone");
+  EXPECT_EQ(o.divergences()[1].node, "n1");
+  EXPECT_EQ(o.divergences()[1].cause, "drop_events");
+  EXPECT_THAT(o.divergences()[1].detail, HasSubstr("truth 0 MiB / 0% cores, exported 500 MiB"));
+  EXPECT_TRUE(o.violations().empty());  // both within the window
 }
 
 TEST(OracleTest, OverCommitIsAViolationOncePerEpisode) {
@@ -218,6 +351,7 @@ TEST(OracleTest, OverCommitIsAViolationOncePerEpisode) {
   o.Observe(t0 + absl::Seconds(2), OneDevice(100, 3), nullptr, "");  // slots over count
   ASSERT_EQ(o.violations().size(), 1u);
   EXPECT_THAT(o.violations()[0].what, HasSubstr("over-commit on GPU-a"));
+  EXPECT_TRUE(o.violations()[0].overcommit);
   o.Observe(t0 + absl::Seconds(3), OneDevice(100, 1), nullptr, "");
   o.Observe(t0 + absl::Seconds(4), OneDevice(100, 3), nullptr, "");
   EXPECT_EQ(o.violations().size(), 2u);

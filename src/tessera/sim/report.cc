@@ -47,18 +47,43 @@ std::string Escape(const std::string& s) {
 
 }  // namespace
 
-std::string SummaryTable(const RunResult& r) {
+int64_t OutlivedWindow(const RunResult& r) {
+  return std::count_if(r.divergences.begin(), r.divergences.end(),
+                       [](const Divergence& d) { return d.violation; });
+}
+
+int64_t OverCommits(const RunResult& r) {
+  return std::count_if(r.violations.begin(), r.violations.end(),
+                       [](const Violation& v) { return v.overcommit; });
+}
+
+bool Succeeded(const RunResult& primary, const RunResult* comparison) {
+  return primary.violations.empty() && (comparison == nullptr || OverCommits(*comparison) == 0);
+}
+
+namespace {
+
+using Rows = std::vector<std::pair<std::string, std::string>>;
+
+// Divergences of pod shares (not devices); with `outlived_only` those past the window.
+size_t PodShareDivergences(const RunResult& r, bool outlived_only) {
+  return static_cast<size_t>(std::count_if(
+      r.divergences.begin(), r.divergences.end(),
+      [&](const Divergence& d) { return !d.pod.empty() && (d.violation || !outlived_only); }));
+}
+
+// The figures of a run, in the order of the summary table. `compact`: values short enough for
+// two columns side by side (the longest divergence's device then goes below the table).
+Rows Figures(const RunResult& r, bool compact) {
   const absl::Time end = r.start + r.elapsed;
-  std::string out;
-  auto row = [&](const std::string& k, const std::string& v) {
-    out += fmt::format("  {:<30} {}\n", k, v);
-  };
-  out += fmt::format("tessera simulate: scenario {} (seed {}), {} nodes, {} GPUs, {} + drain\n",
-                     r.scenario, r.seed, r.nodes, r.gpus, Secs(r.duration));
+  Rows rows;
+  auto row = [&](std::string k, std::string v) { rows.emplace_back(std::move(k), std::move(v)); };
   row("pods created", std::to_string(r.created));
   row("pods scheduled", std::to_string(r.scheduled));
-  row("pods unschedulable (once+)", fmt::format("{} ({} filter answers without a node)",
-                                                r.unschedulable, r.unschedulable_attempts));
+  row("pods unschedulable (once+)",
+      compact ? fmt::format("{} ({} answers)", r.unschedulable, r.unschedulable_attempts)
+              : fmt::format("{} ({} filter answers without a node)", r.unschedulable,
+                            r.unschedulable_attempts));
   row("pods deleted", fmt::format("{} ({} ran to completion)", r.deleted, r.completed));
   row("device plugin allocations", std::to_string(r.allocations));
   row("filter latency p50 / p99", Ms(r.filter_p50) + " / " + Ms(r.filter_p99));
@@ -73,34 +98,152 @@ std::string SummaryTable(const RunResult& r) {
   row("faults injected",
       fmt::format("{}{}", r.faults.size(), kinds.empty() ? "" : " (" + kinds + ")"));
   row("oracle samples (compared)", fmt::format("{} ({})", r.observations, r.compared));
-  const Divergence* longest = Longest(r, end);
-  row("divergences", fmt::format("{} lasting 2+ samples, {} transient", r.divergences.size(),
-                                 r.transient_divergences));
-  if (longest != nullptr) {
-    row("longest divergence",
-        fmt::format("{} on {} ({}), cause {}{}", Secs(longest->Length(end)), longest->device,
-                    longest->node, longest->cause,
-                    longest->end == absl::InfiniteFuture()
-                        ? (longest->violation ? ", NOT HEALED" : ", still open at the end")
-                        : ""));
+  const size_t shares = PodShareDivergences(r, false);
+  if (compact) {
+    row("divergences (devices / pods)",
+        fmt::format("{} ({} / {})", r.divergences.size(), r.divergences.size() - shares, shares));
+    row("transient differences", std::to_string(r.transient_divergences));
+  } else {
+    row("divergences",
+        fmt::format("{} lasting 2+ samples ({} devices, {} pod shares), {} transient",
+                    r.divergences.size(), r.divergences.size() - shares, shares,
+                    r.transient_divergences));
   }
-  row("invariant violations", std::to_string(r.violations.size()));
-  for (size_t i = 0; i < r.violations.size() && i < 10; ++i) {
+  if (const Divergence* longest = Longest(r, end); longest != nullptr) {
+    const std::string open = longest->end == absl::InfiniteFuture()
+                                 ? (longest->violation ? ", NOT HEALED" : ", still open at the end")
+                                 : "";
+    row("longest divergence",
+        compact ? Secs(longest->Length(end)) + open
+                : fmt::format("{} on {} ({}), cause {}{}", Secs(longest->Length(end)),
+                              Subject(*longest), longest->node, longest->cause, open));
+  } else {
+    row("longest divergence", "none");
+  }
+  row("outlived the window", fmt::format("{} (window {})", OutlivedWindow(r), Secs(r.window)));
+  row("invariant violations",
+      fmt::format("{}{}", r.violations.size(),
+                  OverCommits(r) > 0 ? fmt::format(" ({} over-commit)", OverCommits(r)) : ""));
+  return rows;
+}
+
+std::string ArgsText(const RunResult& r) {
+  return r.scheduler_args.empty() ? "(serve's defaults)" : r.scheduler_args;
+}
+
+// "PASS", "FAIL"; for a comparison, whether it showed what it was run to show.
+std::string VerdictText(const RunResult& r, bool comparison) {
+  if (!comparison) {
+    return r.violations.empty() ? "PASS" : "FAIL";
+  }
+  if (OverCommits(r) > 0) {
+    return "FAIL: over-commit";
+  }
+  return OutlivedWindow(r) > 0 ? "FAIL, as expected: the divergence outlived the window"
+                               : "PASS: the divergence did not show";
+}
+
+// The first `most` violations, a line each.
+std::string ViolationLines(const RunResult& r, size_t most) {
+  std::string out;
+  for (size_t i = 0; i < r.violations.size() && i < most; ++i) {
     out += fmt::format("    at {}: {}\n", Secs(r.violations[i].at - r.start), r.violations[i].what);
   }
-  out += r.violations.empty() ? "verdict: PASS\n" : "verdict: FAIL\n";
+  if (r.violations.size() > most) {
+    out += fmt::format("    ... and {} more (summary.json lists them all)\n",
+                       r.violations.size() - most);
+  }
   return out;
 }
 
-std::string SummaryJson(const RunResult& r) {
+// What the two runs show together, in a line or two.
+std::string Conclusion(const RunResult& p, const RunResult& c) {
+  const int64_t kept = OutlivedWindow(c);
+  std::string out;
+  if (kept == 0) {
+    out = fmt::format(
+        "comparison: {} kept no divergence past the {} window: this run did not show the "
+        "difference from {}.\n",
+        c.label, Secs(c.window), p.label);
+  } else {
+    const absl::Time end = c.start + c.elapsed;
+    const int64_t shares = static_cast<int64_t>(PodShareDivergences(c, true));
+    out = fmt::format(
+        "comparison: {} kept {} divergences ({} devices, {} pod shares) past the {} "
+        "window (the longest {}); {} {}.\n",
+        c.label, kept, kept - shares, shares, Secs(c.window), Secs(Longest(c, end)->Length(end)),
+        p.label,
+        OutlivedWindow(p) == 0 ? "healed every divergence within the window"
+                               : fmt::format("kept {} past it as well", OutlivedWindow(p)));
+  }
+  if (OverCommits(c) > 0) {
+    out += fmt::format("comparison: {} over-committed a device: a failure whatever the flags.\n",
+                       c.label);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string SummaryTable(const RunResult& r, const RunResult* c) {
+  std::string out = fmt::format(
+      "tessera simulate: scenario {} (seed {}), {} nodes, {} GPUs, {} + drain{}\n", r.scenario,
+      r.seed, r.nodes, r.gpus, Secs(r.duration), c == nullptr ? "" : ", run twice");
+  if (c == nullptr) {
+    for (const auto& [k, v] : Figures(r, false)) {
+      out += fmt::format("  {:<30} {}\n", k, v);
+    }
+    out += ViolationLines(r, 10);
+    out += r.violations.empty() ? "verdict: PASS\n" : "verdict: FAIL\n";
+    return out;
+  }
+  Rows left = Figures(r, true);
+  Rows right = Figures(*c, true);
+  left.insert(left.begin(), {{"run", r.label}, {"scheduler args", ArgsText(r)}});
+  right.insert(right.begin(),
+               {{"run", "comparison: " + c->label}, {"scheduler args", ArgsText(*c)}});
+  left.emplace_back("verdict", VerdictText(r, false));
+  right.emplace_back("verdict", VerdictText(*c, true));
+  size_t width = 0;
+  for (const auto& [k, v] : left) width = std::max(width, v.size());
+  for (size_t i = 0; i < left.size() && i < right.size(); ++i) {
+    out +=
+        fmt::format("  {:<30} {:<{}}  {}\n", left[i].first, left[i].second, width, right[i].second);
+  }
+  for (const RunResult* run : {&r, c}) {
+    const absl::Time run_end = run->start + run->elapsed;
+    if (const Divergence* d = Longest(*run, run_end); d != nullptr) {
+      out += fmt::format("longest divergence, {}: {} on {} ({}), cause {}\n", run->label,
+                         Secs(d->Length(run_end)), Subject(*d), d->node, d->cause);
+    }
+    if (!run->violations.empty()) {
+      out += fmt::format("violations, {} ({}):\n", run->label, run->violations.size());
+      out += ViolationLines(*run, run == c ? 5 : 10);
+    }
+  }
+  out += Conclusion(r, *c);
+  if (OverCommits(*c) > 0) {
+    out += fmt::format("verdict: FAIL (comparison: {} over-committed a device)\n", c->label);
+  } else {
+    out += fmt::format("verdict: {} ({}'s; the comparison's divergences are expected)\n",
+                       r.violations.empty() ? "PASS" : "FAIL", r.label);
+  }
+  return out;
+}
+
+namespace {
+
+nlohmann::json RunJson(const RunResult& r) {
   using nlohmann::json;
   const absl::Time end = r.start + r.elapsed;
   json j = {{"scenario", r.scenario},
+            {"label", r.label},
             {"seed", r.seed},
             {"scheduler_args", r.scheduler_args},
             {"nodes", r.nodes},
             {"gpus", r.gpus},
             {"duration_s", absl::ToDoubleSeconds(r.duration)},
+            {"convergence_window_s", absl::ToDoubleSeconds(r.window)},
             {"elapsed_s", absl::ToDoubleSeconds(r.elapsed)},
             {"pods",
              {{"created", r.created},
@@ -119,6 +262,8 @@ std::string SummaryJson(const RunResult& r) {
             {"observations", r.observations},
             {"compared", r.compared},
             {"transient_divergences", r.transient_divergences},
+            {"outlived_window", OutlivedWindow(r)},
+            {"overcommits", OverCommits(r)},
             {"passed", r.violations.empty()}};
   json faults = json::array();
   for (const FaultRecord& f : r.faults) {
@@ -130,6 +275,7 @@ std::string SummaryJson(const RunResult& r) {
   for (const Divergence& d : r.divergences) {
     divs.push_back(
         {{"device", d.device},
+         {"pod", d.pod.empty() ? json(nullptr) : json(d.pod)},
          {"node", d.node},
          {"start_s", absl::ToDoubleSeconds(d.start - r.start)},
          {"end_s", d.end == absl::InfiniteFuture() ? json(nullptr)
@@ -147,23 +293,34 @@ std::string SummaryJson(const RunResult& r) {
   j["violations"] = vio;
   json samples = json::array();
   for (const Sample& s : r.samples) {
-    samples.push_back(
-        {absl::ToDoubleSeconds(s.at), s.truth_mib, s.exported_mib, s.diverging, s.live_pods});
+    samples.push_back({absl::ToDoubleSeconds(s.at), s.truth_mib, s.exported_mib, s.diverging,
+                       s.live_pods, s.diverging_shares});
   }
-  j["samples_columns"] = {"t_s", "truth_mib", "exported_mib", "diverging_devices", "pods"};
+  j["samples_columns"] = {"t_s",  "truth_mib",           "exported_mib", "diverging_devices",
+                          "pods", "diverging_pod_shares"};
   j["samples"] = samples;
+  return j;
+}
+
+}  // namespace
+
+std::string SummaryJson(const RunResult& r, const RunResult* c) {
+  nlohmann::json j = RunJson(r);
+  if (c != nullptr) {
+    j["comparison"] = RunJson(*c);
+    j["comparison"]["showed_divergence"] = OutlivedWindow(*c) > 0;
+  }
+  j["succeeded"] = Succeeded(r, c);
   return j.dump(2) + "\n";
 }
 
-std::string ReportHtml(const RunResult& r) {
+namespace {
+
+// The chart of one run: allocated memory, truth against exported, with faults, divergences and
+// the drain; `tmax` seconds and `ymax` MiB are the axes' ends (shared by both runs' charts).
+std::string Chart(const RunResult& r, double tmax, double ymax) {
   const absl::Time end = r.start + r.elapsed;
   const double W = 1000, H = 360, L = 70, R = 20, T = 20, B = 40;
-  double tmax = 1;
-  double ymax = 1;
-  for (const Sample& s : r.samples) {
-    tmax = std::max(tmax, absl::ToDoubleSeconds(s.at));
-    ymax = std::max({ymax, static_cast<double>(s.truth_mib), static_cast<double>(s.exported_mib)});
-  }
   // A round GiB step for the y axis: 1, 2 or 5 × 10^k, about five lines.
   double step_gib = 1;
   while (ymax / 1024 / step_gib > 5) {
@@ -208,7 +365,7 @@ std::string ReportHtml(const RunResult& r) {
         "<rect x='{:.1f}' y='{}' width='{:.1f}' height='6' fill='{}' opacity='0.6'>"
         "<title>{} {}: {}</title></rect>\n",
         x(a), H - B - 6, std::max(1.5, x(b) - x(a)), d.violation ? "#d62728" : "#ff9f1c",
-        Escape(d.device), Escape(d.cause), Escape(d.detail));
+        Escape(Subject(d)), Escape(d.cause), Escape(d.detail));
   }
   // fault markers
   for (const FaultRecord& f : r.faults) {
@@ -246,7 +403,81 @@ std::string ReportHtml(const RunResult& r) {
   svg += polyline(false, "#1f77b4", "");
   svg += polyline(true, "#ff7f0e", "stroke-dasharray='6 4'");
   svg += "</svg>\n";
+  return svg;
+}
 
+// The chart of a run under its title and verdict (`css`: pass, fail or expected).
+std::string ChartSection(const RunResult& r, const std::string& title, const std::string& verdict,
+                         const char* css, double tmax, double ymax) {
+  std::string html = fmt::format(
+      "<section><h2>{} <span class='{}'>{}</span></h2>\n<p>scheduler args: <code>{}</code></p>\n",
+      Escape(title), css, Escape(verdict), Escape(ArgsText(r)));
+  html +=
+      "<div class='legend'>"
+      "<span><i class='sw' style='background:#1f77b4'></i>truth (from the API server's pods)</span>"
+      "<span><i class='sw' style='background:#ff7f0e'></i>exported by Tessera "
+      "(hami_gpu_memory_allocated_bytes)</span>"
+      "<span><i class='sw' style='background:#9467bd'></i>fault</span>"
+      "<span><i class='sw' style='background:#ff9f1c'></i>divergence (healed)</span>"
+      "<span><i class='sw' style='background:#d62728'></i>divergence (violation)</span></div>\n";
+  html += Chart(r, tmax, ymax);
+  html += "</section>\n";
+  return html;
+}
+
+// A run's violations, faults and divergences; long lists folded (<details>, no script).
+std::string Details(const RunResult& r, const std::string& title) {
+  const absl::Time end = r.start + r.elapsed;
+  auto fold = [](size_t rows) { return rows > 20 ? "<details>" : "<details open>"; };
+  std::string html = fmt::format("<section><h2>{}</h2>\n", Escape(title));
+  if (!r.violations.empty()) {
+    html += fmt::format("{}<summary>Violations: {}</summary>\n<pre>", fold(r.violations.size()),
+                        r.violations.size());
+    for (const Violation& v : r.violations) {
+      html += Escape(fmt::format("at {}: {}", Secs(v.at - r.start), v.what)) + "\n";
+    }
+    html += "</pre></details>\n";
+  }
+  html += fmt::format(
+      "{}<summary>Faults: {}</summary>\n<table><tr><th>at</th><th>fault</th><th>detail</th></tr>\n",
+      fold(r.faults.size()), r.faults.size());
+  for (const FaultRecord& f : r.faults) {
+    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", Secs(f.at), Escape(f.kind),
+                        Escape(f.detail));
+  }
+  html += fmt::format(
+      "</table></details>\n{}<summary>Divergences (2+ samples): {}</summary>\n<table><tr>"
+      "<th>start</th><th>end</th><th>length</th><th>device</th><th>pod</th><th>node</th>"
+      "<th>cause</th><th>at its start</th></tr>\n",
+      fold(r.divergences.size()), r.divergences.size());
+  for (const Divergence& d : r.divergences) {
+    html += fmt::format(
+        "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td></tr>\n",
+        d.violation ? " class='fail'" : "", Secs(d.start - r.start),
+        d.end == absl::InfiniteFuture() ? "open" : Secs(d.end - r.start), Secs(d.Length(end)),
+        Escape(d.device), d.pod.empty() ? "(device)" : Escape(d.pod), Escape(d.node),
+        Escape(d.cause), Escape(d.detail));
+  }
+  html += "</table></details></section>\n";
+  return html;
+}
+
+}  // namespace
+
+std::string ReportHtml(const RunResult& r, const RunResult* c) {
+  // Both charts on the same axes, so that they compare at a glance.
+  double tmax = 1;
+  double ymax = 1;
+  for (const RunResult* run : {&r, c}) {
+    if (run == nullptr) continue;
+    for (const Sample& s : run->samples) {
+      tmax = std::max(tmax, absl::ToDoubleSeconds(s.at));
+      ymax =
+          std::max({ymax, static_cast<double>(s.truth_mib), static_cast<double>(s.exported_mib)});
+    }
+  }
+  const bool ok = Succeeded(r, c);
   std::string html =
       "<!doctype html>\n<html><head><meta charset='utf-8'><title>tessera simulate: " +
       Escape(r.scenario) +
@@ -254,46 +485,63 @@ std::string ReportHtml(const RunResult& r) {
       "body{font-family:sans-serif;margin:24px;color:#222;max-width:1100px}"
       "table{border-collapse:collapse;margin:8px 0 20px}"
       "td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;font-size:13px}"
-      "th{background:#f6f6f6}.pass{color:#2ca02c}.fail{color:#d62728}"
+      "th{background:#f6f6f6}.pass{color:#2ca02c}.fail{color:#d62728}.expected{color:#b35900}"
       ".legend span{display:inline-block;margin-right:18px;font-size:13px}"
       ".sw{display:inline-block;width:24px;height:3px;vertical-align:middle;margin-right:6px}"
       "pre{background:#f6f6f6;padding:10px;font-size:12px;white-space:pre-wrap}"
+      "section{border-top:2px solid #ddd;margin-top:24px}"
+      "p.conclusion{font-size:15px;background:#f6f6f6;padding:10px}"
+      "summary{font-weight:bold;margin:12px 0 6px;cursor:pointer}"
       "</style></head><body>\n";
+  html += fmt::format("<h1>tessera simulate — {} <span class='{}'>{}</span></h1>\n",
+                      Escape(r.scenario), ok ? "pass" : "fail", ok ? "PASS" : "FAIL");
   html +=
-      fmt::format("<h1>tessera simulate — {} <span class='{}'>{}</span></h1>\n", Escape(r.scenario),
-                  r.violations.empty() ? "pass" : "fail", r.violations.empty() ? "PASS" : "FAIL");
-  html += fmt::format(
-      "<p>seed {}, {} nodes, {} GPUs, workload {} then drain; scheduler args: "
-      "<code>{}</code></p>\n",
-      r.seed, r.nodes, r.gpus, Secs(r.duration),
-      r.scheduler_args.empty() ? "(defaults)" : Escape(r.scheduler_args));
-  html +=
-      "<h2>Allocated GPU memory, whole cluster</h2>\n<div class='legend'>"
-      "<span><i class='sw' style='background:#1f77b4'></i>truth (from the API server's pods)</span>"
-      "<span><i class='sw' style='background:#ff7f0e'></i>exported by Tessera "
-      "(hami_gpu_memory_allocated_bytes)</span>"
-      "<span><i class='sw' style='background:#9467bd'></i>fault</span>"
-      "<span><i class='sw' style='background:#ff9f1c'></i>divergence (healed)</span>"
-      "<span><i class='sw' style='background:#d62728'></i>divergence (violation)</span></div>\n";
-  html += svg;
-  html += "<h2>Summary</h2>\n<pre>" + Escape(SummaryTable(r)) + "</pre>\n";
-  html += "<h2>Faults</h2>\n<table><tr><th>at</th><th>fault</th><th>detail</th></tr>\n";
-  for (const FaultRecord& f : r.faults) {
-    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", Secs(f.at), Escape(f.kind),
-                        Escape(f.detail));
-  }
-  html +=
-      "</table>\n<h2>Divergences (2+ samples)</h2>\n<table><tr><th>start</th><th>end</th>"
-      "<th>length</th><th>device</th><th>node</th><th>cause</th><th>at its start</th></tr>\n";
-  for (const Divergence& d : r.divergences) {
+      fmt::format("<p>seed {}, {} nodes, {} GPUs, workload {} then drain, convergence window {}",
+                  r.seed, r.nodes, r.gpus, Secs(r.duration), Secs(r.window));
+  if (c != nullptr) {
     html += fmt::format(
-        "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></"
-        "tr>\n",
-        d.violation ? " class='fail'" : "", Secs(d.start - r.start),
-        d.end == absl::InfiniteFuture() ? "open" : Secs(d.end - r.start), Secs(d.Length(end)),
-        Escape(d.device), Escape(d.node), Escape(d.cause), Escape(d.detail));
+        "; run twice with the same seed: <b>{}</b> (<code>{}</code>), the verdict, and "
+        "<b>comparison: {}</b> (<code>{}</code>), reported, not judged",
+        Escape(r.label), Escape(ArgsText(r)), Escape(c->label), Escape(ArgsText(*c)));
+  } else {
+    html += fmt::format("; scheduler args: <code>{}</code>", Escape(ArgsText(r)));
   }
-  html += "</table>\n</body></html>\n";
+  html += "</p>\n";
+  if (c != nullptr) {
+    html += "<p class='conclusion'>" + Escape(Conclusion(r, *c)) + "</p>\n";
+  }
+  // The figures, side by side with a comparison.
+  html += "<h2>Summary</h2>\n<table>";
+  Rows left = Figures(r, false);
+  Rows right = c != nullptr ? Figures(*c, false) : Rows{};
+  if (c != nullptr) {
+    html += fmt::format(
+        "<tr><th></th><th>{}</th><th>comparison: {}</th></tr>\n"
+        "<tr><th>scheduler args</th><td><code>{}</code></td><td><code>{}</code></td></tr>\n",
+        Escape(r.label), Escape(c->label), Escape(ArgsText(r)), Escape(ArgsText(*c)));
+  }
+  left.emplace_back("verdict", VerdictText(r, false));
+  if (c != nullptr) right.emplace_back("verdict", VerdictText(*c, true));
+  for (size_t i = 0; i < left.size(); ++i) {
+    html += fmt::format("<tr><th>{}</th><td>{}</td>{}</tr>\n", Escape(left[i].first),
+                        Escape(left[i].second),
+                        i < right.size() ? "<td>" + Escape(right[i].second) + "</td>" : "");
+  }
+  html += "</table>\n";
+  // The charts one above the other, then the details.
+  html += ChartSection(
+      r, c != nullptr ? r.label + ": allocated GPU memory" : "Allocated GPU memory, whole cluster",
+      VerdictText(r, false), r.violations.empty() ? "pass" : "fail", tmax, ymax);
+  if (c != nullptr) {
+    html +=
+        ChartSection(*c, "comparison: " + c->label + ": allocated GPU memory",
+                     VerdictText(*c, true), OverCommits(*c) > 0 ? "fail" : "expected", tmax, ymax);
+  }
+  html += Details(r, c != nullptr ? r.label + ": details" : "Details");
+  if (c != nullptr) {
+    html += Details(*c, "comparison: " + c->label + ": details");
+  }
+  html += "</body></html>\n";
   return html;
 }
 

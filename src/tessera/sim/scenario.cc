@@ -4,6 +4,8 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include <fmt/core.h>
 #include <yaml-cpp/yaml.h>
 
@@ -113,6 +115,55 @@ absl::StatusOr<FaultSpec> ParseFault(const YAML::Node& f, size_t i) {
   return s;
 }
 
+std::string NormalizeArgs(const std::string& args) {
+  std::string out;
+  for (absl::string_view piece : absl::StrSplit(args, ' ', absl::SkipEmpty())) {
+    absl::StrAppend(&out, out.empty() ? "" : " ", piece);
+  }
+  return out;
+}
+
+// A string value: a YAML scalar (a list or a map is an error, not its text).
+absl::StatusOr<std::string> Text(const YAML::Node& n, const std::string& key) {
+  if (!n.IsScalar()) {
+    return Bad(key, "want a string");
+  }
+  return n.as<std::string>();
+}
+
+absl::StatusOr<Comparison> ParseComparison(const YAML::Node& c, const std::string& primary_args) {
+  if (!c.IsMap()) {
+    return Bad("compare", "want a map with scheduler_args (and label, primary_label)");
+  }
+  absl::Status keys = CheckKeys(c, "compare", {"scheduler_args", "label", "primary_label"});
+  if (!keys.ok()) {
+    return keys;
+  }
+  Comparison out;
+  if (!c["scheduler_args"]) {
+    return Bad("compare.scheduler_args", "missing (the serve flags of the comparison run)");
+  }
+  TESSERA_SCN_ASSIGN(out.scheduler_args, Text(c["scheduler_args"], "compare.scheduler_args"));
+  out.scheduler_args = NormalizeArgs(out.scheduler_args);
+  if (!out.scheduler_args.empty() && out.scheduler_args.front() != '-') {
+    return Bad("compare.scheduler_args",
+               fmt::format("want flags of tessera serve such as --resync-period=0, got \"{}\"",
+                           out.scheduler_args));
+  }
+  if (out.scheduler_args == NormalizeArgs(primary_args)) {
+    return Bad("compare.scheduler_args",
+               "the same as scheduler_args: the comparison would repeat the primary run");
+  }
+  if (c["label"]) TESSERA_SCN_ASSIGN(out.label, Text(c["label"], "compare.label"));
+  if (c["primary_label"]) {
+    TESSERA_SCN_ASSIGN(out.primary_label, Text(c["primary_label"], "compare.primary_label"));
+  }
+  if (out.label.empty() || out.primary_label.empty() || out.label == out.primary_label) {
+    return Bad("compare", "label and primary_label must be non-empty and differ");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string_view FaultKindName(FaultKind k) { return kKindNames[static_cast<int>(k)]; }
@@ -132,7 +183,7 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
     absl::Status keys =
         CheckKeys(root, "",
                   {"name", "description", "seed", "duration", "drain", "convergence_window",
-                   "scheduler_args", "cluster", "workload", "faults"});
+                   "scheduler_args", "compare", "cluster", "workload", "faults"});
     if (!keys.ok()) return keys;
     if (root["name"]) s.name = root["name"].as<std::string>();
     if (root["description"]) s.description = root["description"].as<std::string>();
@@ -142,7 +193,12 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
     if (root["convergence_window"]) {
       TESSERA_SCN_ASSIGN(s.window, Dur(root["convergence_window"], "convergence_window"));
     }
-    if (root["scheduler_args"]) s.scheduler_args = root["scheduler_args"].as<std::string>();
+    if (root["scheduler_args"]) {
+      TESSERA_SCN_ASSIGN(s.scheduler_args, Text(root["scheduler_args"], "scheduler_args"));
+    }
+    if (root["compare"]) {
+      TESSERA_SCN_ASSIGN(s.compare, ParseComparison(root["compare"], s.scheduler_args));
+    }
     if (const YAML::Node c = root["cluster"]; c) {
       keys = CheckKeys(
           c, "cluster",

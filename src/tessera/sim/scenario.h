@@ -13,6 +13,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,15 @@ struct FaultSpec {
       false;  // drop_events: delete_burst with gracePeriodSeconds=0 (one DELETED, no update)
 };
 
+// A second run of the same scenario (same seed: the same pod shapes and fault schedule) with
+// other flags for `tessera serve`, reported beside the primary run: e.g. seed-bug with
+// self-healing off, to show the divergence that the primary run heals.
+struct Comparison {
+  std::string scheduler_args;             // required; differs from Scenario::scheduler_args
+  std::string label = "comparison";       // what the comparison run is, e.g. "self-healing off"
+  std::string primary_label = "primary";  // what the primary run is (with its own args)
+};
+
 struct Scenario {
   std::string name;
   std::string description;
@@ -60,6 +70,7 @@ struct Scenario {
   absl::Duration drain = absl::Seconds(10);     // after: no new work, faults cleared, oracle runs
   absl::Duration window = absl::Seconds(10);    // convergence window
   std::string scheduler_args;                   // default --scheduler-args
+  std::optional<Comparison> compare;            // run again with other serve flags
 
   // cluster
   int nodes = 20;

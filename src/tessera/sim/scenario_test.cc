@@ -70,6 +70,61 @@ faults:
   EXPECT_EQ(s->faults[1].delete_burst, 3);
 }
 
+TEST(ScenarioTest, ParsesAComparison) {
+  absl::StatusOr<Scenario> s = ParseScenario(R"(
+scheduler_args: --resync-period=15s
+compare:
+  scheduler_args: "  --resync-period=0   --audit-period=0 "
+  label: self-healing off
+  primary_label: self-healing on
+)");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(s->compare.has_value());
+  EXPECT_EQ(s->compare->scheduler_args, "--resync-period=0 --audit-period=0");
+  EXPECT_EQ(s->compare->label, "self-healing off");
+  EXPECT_EQ(s->compare->primary_label, "self-healing on");
+
+  // Labels default; an empty argument list compares with serve's own defaults.
+  s = ParseScenario("scheduler_args: --audit-period=0\ncompare: {scheduler_args: \"\"}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->compare->scheduler_args, "");
+  EXPECT_EQ(s->compare->label, "comparison");
+  EXPECT_EQ(s->compare->primary_label, "primary");
+
+  EXPECT_FALSE(ParseScenario("name: x\n")->compare.has_value());
+
+  // seed-bug runs itself with self-healing off as well.
+  absl::StatusOr<Scenario> seed_bug = LoadScenario("seed-bug");
+  ASSERT_TRUE(seed_bug->compare.has_value());
+  EXPECT_EQ(seed_bug->compare->scheduler_args, "--resync-period=0 --audit-period=0");
+  EXPECT_NE(seed_bug->scheduler_args, seed_bug->compare->scheduler_args);
+}
+
+TEST(ScenarioTest, RejectsABadComparison) {
+  auto error = [](const std::string& yaml) {
+    return std::string(ParseScenario(yaml).status().message());
+  };
+  EXPECT_THAT(error("compare: --resync-period=0\n"), HasSubstr("compare: want a map"));
+  EXPECT_THAT(error("compare: {label: off}\n"), HasSubstr("compare.scheduler_args: missing"));
+  EXPECT_THAT(error("compare: {scheduler_args: [--a, --b]}\n"),
+              HasSubstr("compare.scheduler_args: want a string"));
+  EXPECT_THAT(error("compare: {scheduler_args: resync=0}\n"),
+              HasSubstr("want flags of tessera serve"));
+  EXPECT_THAT(error("scheduler_args: --a=1  --b\ncompare: {scheduler_args: \"--a=1 --b\"}\n"),
+              HasSubstr("the same as scheduler_args"));
+  EXPECT_THAT(error("compare: {scheduler_args: \"\"}\n"), HasSubstr("the same as scheduler_args"));
+  EXPECT_THAT(error("compare: {scheduler_args: --a, label: x, primary_label: x}\n"),
+              HasSubstr("label and primary_label must be non-empty and differ"));
+  EXPECT_THAT(error("compare: {scheduler_args: --a, label: \"\"}\n"),
+              HasSubstr("must be non-empty"));
+  EXPECT_THAT(error("compare: {scheduler_args: --a, labels: x}\n"),
+              HasSubstr("compare.labels: unknown key"));
+  EXPECT_THAT(error("compare: {scheduler_args: --a, label: {a: 1}}\n"),
+              HasSubstr("compare.label: want a string"));
+  EXPECT_THAT(error("scheduler_args: [--a]\n"), HasSubstr("scheduler_args: want a string"));
+  EXPECT_TRUE(ParseScenario("compare: {scheduler_args: --a}\n").ok());
+}
+
 TEST(ScenarioTest, RejectsWhatItCannotRun) {
   EXPECT_THAT(ParseScenario("nodes: 3\n").status().message(), HasSubstr("nodes: unknown key"));
   EXPECT_THAT(ParseScenario("duration: soon\n").status().message(), HasSubstr("duration"));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -10,6 +11,7 @@
 #include <queue>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -416,8 +418,8 @@ absl::Status Simulation::WaitReady() {
     once.retry.max_attempts = 1;
     absl::StatusOr<kube::Response> resp = kube::Do(*met_t_, r, std::move(once));
     if (resp.ok()) {
-      absl::StatusOr<Exported> e = ParseDeviceMetrics(resp->body);
-      if (e.ok() && e->size() >= want) {
+      absl::StatusOr<Exported> e = ParseMetrics(resp->body);
+      if (e.ok() && e->devices.size() >= want) {
         return absl::OkStatus();
       }
     }
@@ -939,7 +941,7 @@ void Simulation::Observe() {
   absl::StatusOr<kube::Response> resp = kube::Do(*met_t_, r, std::move(once));
   std::optional<Exported> exported;
   if (resp.ok()) {
-    absl::StatusOr<Exported> e = ParseDeviceMetrics(resp->body);
+    absl::StatusOr<Exported> e = ParseMetrics(resp->body);
     if (e.ok()) exported = std::move(*e);
   }
   const Truth truth = ComputeTruth(nodes, pods);
@@ -954,12 +956,13 @@ void Simulation::Observe() {
   sample.live_pods = static_cast<int64_t>(pods.size());
   if (exported.has_value()) {
     sample.exported_mib = 0;
-    for (const auto& [uuid, d] : *exported) sample.exported_mib += d.usedmem;
+    for (const auto& [uuid, d] : exported->devices) sample.exported_mib += d.usedmem;
   }
   {
     MutexLock l(&oracle_mu_);
     oracle_.Observe(now, truth, exported.has_value() ? &*exported : nullptr, cause);
     sample.diverging = static_cast<int64_t>(oracle_.open());
+    sample.diverging_shares = static_cast<int64_t>(oracle_.open_shares());
   }
   MutexLock l(&mu_);
   diverging_now_ = sample.diverging;
@@ -1060,6 +1063,12 @@ absl::StatusOr<RunResult> Simulation::Run() {
     dir_ = tmpl;
   } else {
     dir_ = o_.work_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          fmt::format("cannot create the work directory {}: {}", dir_, ec.message()));
+    }
   }
   std::string token;
   {
@@ -1116,8 +1125,10 @@ absl::StatusOr<RunResult> Simulation::Run() {
   {
     MutexLock l(&mu_);
     r_.scenario = s_.name;
+    r_.label = o_.label;
     r_.seed = s_.seed;
     r_.duration = s_.duration;
+    r_.window = s_.window;
     r_.nodes = s_.nodes;
     r_.gpus = s_.nodes * s_.gpus_per_node;
     r_.work_dir = dir_;

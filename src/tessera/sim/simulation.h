@@ -9,6 +9,10 @@
 //   absl::StatusOr<RunResult> r = RunSimulation(o);
 //   if (r.ok() && r->violations.empty()) ...
 //
+// A scenario's `compare` section is run by the caller: RunSimulation again with the comparison's
+// scheduler args (`tessera simulate` does so in the work subdirectory "comparison"), and both
+// results handed to the renderers below.
+//
 // Work runs on a small pool of worker threads fed by a timed task queue; all API traffic goes
 // through one CurlTransport to apisim (HTTP/2 over TLS) and one to the extender. The oracle
 // samples once a second on its own thread: a paged LIST of pods and nodes from apisim and a
@@ -36,8 +40,10 @@ namespace tessera::sim {
 struct SimulationOptions {
   Scenario scenario;
   std::string binary = "/proc/self/exe";
-  std::string work_dir;        // kubeconfig, state, certificates, child logs; empty: a temp dir
+  std::string work_dir;        // kubeconfig, state, certificates, child logs (created if missing);
+                               // empty: a new temp dir
   std::string scheduler_args;  // split on spaces, appended to `tessera serve`
+  std::string label;           // names the run in the summary and the report; may be empty
   FILE* progress = stderr;     // progress output; nullptr: none
   bool progress_bar = false;   // a redrawn bar (terminal) instead of periodic lines
   int workers = 6;
@@ -52,15 +58,18 @@ struct FaultRecord {
 struct Sample {
   absl::Duration at;
   int64_t truth_mib = 0;
-  int64_t exported_mib = -1;  // -1: /metrics not readable
-  int64_t diverging = 0;      // devices differing in this sample
+  int64_t exported_mib = -1;     // -1: /metrics not readable
+  int64_t diverging = 0;         // devices differing in this sample
+  int64_t diverging_shares = 0;  // pod shares (pod × device) differing in this sample
   int64_t live_pods = 0;
 };
 
 struct RunResult {
   std::string scenario;
+  std::string label;  // SimulationOptions::label
   uint64_t seed = 0;
   absl::Duration duration, elapsed;
+  absl::Duration window;  // the scenario's convergence window
   int nodes = 0, gpus = 0;
   int64_t created = 0, scheduled = 0, unschedulable = 0, unschedulable_attempts = 0;
   int64_t deleted = 0, completed = 0, bind_errors = 0, filter_errors = 0;
@@ -79,11 +88,24 @@ struct RunResult {
 
 absl::StatusOr<RunResult> RunSimulation(const SimulationOptions& options);
 
+// Divergences that outlived the convergence window (violations of invariant 2): what a
+// comparison run with self-healing off is expected to show.
+int64_t OutlivedWindow(const RunResult& r);
+// Over-commit violations (invariant 1).
+int64_t OverCommits(const RunResult& r);
+// The verdict of `tessera simulate` (exit 0 when true): the primary run met both invariants and
+// the comparison run, if any, never over-committed a device. The comparison's divergences are
+// what it is run to show, not failures.
+bool Succeeded(const RunResult& primary, const RunResult* comparison);
+
+// The rendering of a run, or with `comparison` of both runs side by side, each labelled with
+// its RunResult::label and scheduler args, with its own verdict, divergences and chart.
 // The summary table printed at the end.
-std::string SummaryTable(const RunResult& r);
-// summary.json.
-std::string SummaryJson(const RunResult& r);
+std::string SummaryTable(const RunResult& primary, const RunResult* comparison = nullptr);
+// summary.json: the primary run's figures at the top level (as without a comparison), the
+// comparison's in the same shape under "comparison".
+std::string SummaryJson(const RunResult& primary, const RunResult* comparison = nullptr);
 // report.html: self-contained (inline SVG and CSS, no script, no network).
-std::string ReportHtml(const RunResult& r);
+std::string ReportHtml(const RunResult& primary, const RunResult* comparison = nullptr);
 
 }  // namespace tessera::sim

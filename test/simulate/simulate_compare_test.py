@@ -1,0 +1,56 @@
+"""`tessera simulate` with a scenario's comparison run, end to end (test/simulate/compare.yaml).
+
+The primary run (self-healing on) must pass and decide the exit code; the comparison (self-healing
+off) must keep the divergence past the window, and both must be in summary.json and report.html.
+Usage: simulate_compare_test.py TESSERA_BINARY SOURCE_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def main() -> int:
+    binary, source = sys.argv[1], sys.argv[2]
+    scenario = os.path.join(source, "test", "simulate", "compare.yaml")
+    with tempfile.TemporaryDirectory(prefix="simulate-compare-") as report:
+        run = subprocess.run([binary, "simulate", "--scenario", scenario, "--report", report],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             timeout=170)
+        print(run.stdout)
+        failures = []
+        if run.returncode != 0:
+            failures.append(f"exit {run.returncode}, want 0 (the primary run passes)")
+        with open(os.path.join(report, "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+        with open(os.path.join(report, "report.html"), encoding="utf-8") as f:
+            html = f.read()
+        comparison = summary.get("comparison", {})
+        checks = [
+            (summary.get("label") == "self-healing on", "primary label"),
+            (summary.get("scheduler_args") == "--resync-period=3s", "primary args"),
+            (summary.get("passed") is True, "the primary run passes"),
+            (summary.get("succeeded") is True, "the command succeeds"),
+            (comparison.get("label") == "self-healing off", "comparison label"),
+            (comparison.get("scheduler_args") == "--resync-period=0 --audit-period=0",
+             "comparison args"),
+            (comparison.get("seed") == summary.get("seed") == 5, "same seed"),
+            (comparison.get("showed_divergence") is True,
+             "the comparison keeps a divergence past the window"),
+            (any(d.get("pod") for d in comparison.get("divergences", []) if d["violation"]),
+             "a stale pod share among the comparison's violations"),
+            ("comparison: self-healing off" in html and html.count("<svg") == 2,
+             "report.html shows both runs"),
+            ("comparison: self-healing off kept" in run.stdout, "the summary says what it showed"),
+        ]
+        failures += [what for ok, what in checks if not ok]
+        for failure in failures:
+            print("FAIL:", failure)
+        if failures:
+            print(run.stderr[-4000:])
+        return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
