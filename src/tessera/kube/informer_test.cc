@@ -416,17 +416,48 @@ TEST_F(InformerTest, UndecodableEventRelists) {
   EXPECT_EQ(informer_->counters().reflector.last_error.code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(InformerTest, BrokenWatchRewatchesAfterBackoffWithoutRelist) {
+TEST_F(InformerTest, ACutStreamRewatchesAtOnceAndAFailingWatchBacksOff) {
   Make();
   ReplyList("limit=2", ListJson({}, "10"));
   StreamId w = OpenWatch(1);
   ASSERT_TRUE(fake_.StreamData(w, Event("ADDED", PodJson("a", "ua", "11"))));
+  // A running stream cut: the next WATCH goes out at once, from the last RV, without a relist.
   ASSERT_TRUE(fake_.StreamClose(w, absl::UnavailableError("connection reset")));
-  EXPECT_TRUE(Eventually([&] { return informer_->counters().reflector.watch_errors == 1; }));
-  Advance(absl::Milliseconds(800));
   StreamId w2 = OpenWatch(2);
   EXPECT_THAT(WatchPath(w2), HasSubstr("resourceVersion=11&"));
+  EXPECT_EQ(informer_->counters().reflector.watch_errors, 1);
+  EXPECT_EQ(informer_->counters().reflector.last_backoff, absl::ZeroDuration());
+  // That WATCH fails at once (the server is gone): now it backs off.
+  ASSERT_TRUE(fake_.StreamClose(w2, absl::UnavailableError("connection refused")));
+  EXPECT_TRUE(Eventually([&] { return informer_->counters().reflector.watch_errors == 2; }));
+  EXPECT_EQ(informer_->counters().reflector.last_backoff, absl::Milliseconds(800));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(fake_.requests().size(), 3u);  // list, watch, watch: nothing before the backoff
+  Advance(absl::Milliseconds(800));
+  StreamId w3 = OpenWatch(3);
+  EXPECT_THAT(WatchPath(w3), HasSubstr("resourceVersion=11&"));
   EXPECT_EQ(informer_->counters().reflector.relists, 0);
+}
+
+// Even when earlier failures grew the backoff: a stream that ran rewatches at once
+// (docs/simulate.md finding 6: a 12.8 s wait after a cut, with the server answering).
+TEST_F(InformerTest, ACutStreamDoesNotWaitOutABackoffGrownBefore) {
+  Make();
+  ReplyList("resourceVersion=0", "internal", 500);
+  EXPECT_TRUE(Eventually(
+      [&] { return informer_->counters().reflector.last_backoff == absl::Milliseconds(800); }));
+  Advance(absl::Milliseconds(800));
+  ReplyList("resourceVersion=0", "internal", 500);
+  EXPECT_TRUE(Eventually(
+      [&] { return informer_->counters().reflector.last_backoff == absl::Milliseconds(1600); }));
+  Advance(absl::Milliseconds(1600));
+  ReplyList("resourceVersion=0", ListJson({}, "10"));
+  StreamId w = OpenWatch(1);
+  Advance(absl::Seconds(5));  // open for 5 s, no event
+  ASSERT_TRUE(fake_.StreamClose(w, absl::UnavailableError("connection reset")));
+  StreamId w2 = OpenWatch(2);
+  EXPECT_THAT(WatchPath(w2), HasSubstr("resourceVersion=10&"));
+  EXPECT_EQ(informer_->counters().reflector.last_backoff, absl::ZeroDuration());
 }
 
 TEST_F(InformerTest, ListErrorsBackOffExponentiallyAndResetAfterHealth) {
@@ -455,6 +486,8 @@ TEST_F(InformerTest, ListErrorsBackOffExponentiallyAndResetAfterHealth) {
   StreamId w = OpenWatch(1);
   Advance(absl::Minutes(3));
   ASSERT_TRUE(fake_.StreamClose(w, absl::UnavailableError("reset")));
+  StreamId w2 = OpenWatch(2);  // the stream ran: at once
+  ASSERT_TRUE(fake_.StreamClose(w2, absl::UnavailableError("refused")));
   EXPECT_TRUE(Eventually(
       [&] { return informer_->counters().reflector.last_backoff == absl::Milliseconds(800); }));
   EXPECT_EQ(informer_->counters().reflector.list_errors, 3);

@@ -237,7 +237,13 @@ void Reflector<T>::OnWatchEnd(uint64_t gen, absl::Status status) {
   }
   TESSERA_LOG(kInfo, "reflector: watch ended: {}", status.ToString());
   switch (status.code()) {
-    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kUnavailable: {
+      // A stream that was running when it broke says nothing about the server now: retry at
+      // once instead of waiting out a backoff that earlier failures may have grown.
+      const bool ran = watch_events_ > 0 || clock_->Now() - watch_started_ >= absl::Seconds(1);
+      Fail(Retry::kRewatch, std::move(status), /*immediate=*/ran);
+      return;
+    }
     case absl::StatusCode::kResourceExhausted:
     case absl::StatusCode::kCancelled:
       Fail(Retry::kRewatch, std::move(status));
@@ -260,11 +266,14 @@ void Reflector<T>::OnWatchEnd(uint64_t gen, absl::Status status) {
 template <typename T>
 void Reflector<T>::Fail(Retry retry, absl::Status error, bool immediate) {
   const absl::Time now = clock_->Now();
-  if (now - last_failure_ >= options_.backoff_reset) {
-    backoff_.Reset();
+  absl::Duration delay = absl::ZeroDuration();
+  if (!immediate) {  // an immediate retry neither grows the backoff nor delays its reset
+    if (now - last_failure_ >= options_.backoff_reset) {
+      backoff_.Reset();
+    }
+    last_failure_ = now;
+    delay = backoff_.Next();
   }
-  last_failure_ = now;
-  const absl::Duration delay = immediate ? absl::ZeroDuration() : backoff_.Next();
   if (phase_ == Phase::kWatching) {
     UpdateCounters([](ReflectorCounters& c) { ++c.watch_errors; });
   }

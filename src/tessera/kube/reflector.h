@@ -21,7 +21,14 @@
 //                                 and answered; only the RV is gone, so waiting out a backoff
 //                                 grown during an outage would only keep the cache stale),
 //                                 after backoff otherwise;
-//        kUnavailable / 429     → watch again from the last RV after backoff;
+//        kUnavailable on a stream that ran (an event, or open for 1 s or more: a cut
+//        connection, a restarting server or proxy)
+//                               → watch again from the last RV at once, as client-go does
+//                                 (its watch loop re-watches after any stream end and backs
+//                                 off only when the new WATCH cannot start); if the server is
+//                                 gone, that WATCH fails and backs off;
+//        kUnavailable otherwise / 429
+//                               → watch again from the last RV after backoff;
 //        anything else          → relist after backoff.
 //      A failing LIST is retried after backoff. The backoff (tessera::Backoff) is reset when no
 //      failure happened for `backoff_reset`.
