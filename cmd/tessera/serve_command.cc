@@ -36,6 +36,7 @@ struct ServeFlags {
   double kube_qps = 50;
   int kube_burst = 100;
   bool legacy_metrics = false;
+  bool scheduler_role_labels = true;
   std::string kubeconfig;
   std::string context;
   // Leadership. The CLI11 options are kept to tell "not given" from a given empty value.
@@ -173,6 +174,14 @@ int RunServe(const ServeFlags& f) {
   if (int rc = LeaderOptions(f, &o.leader); rc != kExitOk) {
     return rc;
   }
+  // HAMi's scheduler-role labels: the pod's own name and namespace from the downward API.
+  o.role_labels.enabled = f.scheduler_role_labels;
+  if (const char* name = std::getenv("POD_NAME"); name != nullptr) {
+    o.role_labels.pod_name = name;
+  }
+  if (const char* ns = std::getenv("POD_NAMESPACE"); ns != nullptr) {
+    o.role_labels.ns = ns;
+  }
 
   // Block the stop signals before any thread starts, then wait for them here.
   sigset_t stop;
@@ -265,6 +274,11 @@ void AddServeCommand(CLI::App& app, Runner* run) {
       ->check(CLI::PositiveNumber);
   sub->add_flag("--legacy-metrics", flags->legacy_metrics,
                 "Also export the v2.5-era metric names (GPUDeviceMemoryAllocated, ...)");
+  sub->add_flag("--scheduler-role-labels", flags->scheduler_role_labels,
+                "The leader sets HAMi's label hami.io/scheduler-role (leader/follower) on the "
+                "pods app.kubernetes.io/component=hami-scheduler of $POD_NAMESPACE, its own pod "
+                "being $POD_NAME (default true; off without POD_NAME); =false never writes it")
+      ->capture_default_str();
   sub->add_option("--kubeconfig", flags->kubeconfig,
                   "kubeconfig file; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else "
                   "$KUBECONFIG, else ~/.kube/config");

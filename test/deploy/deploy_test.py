@@ -266,10 +266,18 @@ def check_deployment(docs, serve_help, where):
           f"vs the Deployment's {ns}")
     ns_flag = flags.get("--leader-elect-resource-namespace")
     check(ns_flag in (ns, "$(POD_NAMESPACE)"), f"{where}: --leader-elect-resource-namespace")
-    if ns_flag == "$(POD_NAMESPACE)":
-        env = {e["name"]: e for e in tessera.get("env", [])}
-        check(env.get("POD_NAMESPACE", {}).get("valueFrom", {}).get("fieldRef", {})
-              .get("fieldPath") == "metadata.namespace", f"{where}: POD_NAMESPACE not set")
+    # The leader's hami.io/scheduler-role labels (HAMi HEAD): it lists the pods of
+    # $POD_NAMESPACE labelled app.kubernetes.io/component=hami-scheduler and finds its own by
+    # $POD_NAME, so the pods carry that label and the container both variables.
+    env = {e["name"]: e for e in tessera.get("env", [])}
+    for var, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+        check(env.get(var, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == field,
+              f"{where}: {var} is not set from {field}")
+    check(pod_labels.get("app.kubernetes.io/component") == "hami-scheduler",
+          f"{where}: the pods lack app.kubernetes.io/component=hami-scheduler (scheduler-role "
+          "labels)")
+    check("--scheduler-role-labels=false" not in tessera["args"],
+          f"{where}: --scheduler-role-labels=false")
     check(len(config["extenders"]) == 1, f"{where}: want one extender")
     ext = config["extenders"][0]
     url = urllib.parse.urlparse(ext["urlPrefix"])

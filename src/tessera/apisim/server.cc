@@ -232,7 +232,15 @@ class Server::Impl {
           fmt::format("cannot listen on {}:{}", options_.host, options_.port));
     }
     port_ = port;
-    listener_ = std::thread([this] { svr_->listen_after_bind(); });
+    listener_ = std::thread([this] {
+      svr_->listen_after_bind();
+      listener_ended_ = true;
+    });
+    // httplib's stop() does nothing before the listener runs, and the listener would then
+    // block in accept() for good: a Stop() right after Start() hung. Return once it runs.
+    while (!svr_->is_running() && !listener_ended_) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
     reaper_ = std::thread([this] { ReapLoop(); });
     return absl::OkStatus();
   }
@@ -1114,6 +1122,7 @@ class Server::Impl {
   std::string ca_pem_;
   int port_ = 0;
   std::thread listener_;
+  std::atomic<bool> listener_ended_{false};
   std::thread reaper_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

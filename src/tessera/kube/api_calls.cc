@@ -18,11 +18,14 @@ constexpr ApiScope kOwn = ApiScope::kOwnNamespace;
 constexpr ApiCall kCalls[] = {
     {"get", "", "pods", "", kCluster,
      "bind re-reads a pod missing from the informer (ApiClient::GetPod)"},
-    {"list", "", "pods", "", kCluster, "the pod informer's list and relists (ApiClient::ListPods)"},
+    {"list", "", "pods", "", kCluster,
+     "the pod informer's list and relists, the resync, and the leader's list of the scheduler "
+     "pods of its namespace for hami.io/scheduler-role (ApiClient::ListPods)"},
     {"watch", "", "pods", "", kCluster, "the pod informer (ApiClient::Watch<Pod>)"},
     {"patch", "", "pods", "", kCluster,
-     "filter writes the allocation annotations, bind writes hami.io/bind-phase "
-     "(ApiClient::PatchPodMetadata, JsonPatchPod)"},
+     "filter writes the allocation annotations, bind writes hami.io/bind-phase, the leader "
+     "labels the scheduler pods hami.io/scheduler-role (ApiClient::PatchPodMetadata, "
+     "JsonPatchPod)"},
     {"create", "", "pods", "binding", kCluster, "bind posts the Binding (ApiClient::BindPod)"},
     {"get", "", "nodes", "", kCluster,
      "the node lock reads the node it locks (ApiClient::GetNode)"},

@@ -11,12 +11,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "tessera/apisim/server.h"
-#include "tessera/apisim/store.h"
 #include "tessera/base/clock.h"
 #include "tessera/kube/client.h"
-#include "tessera/kube/config.h"
-#include "tessera/kube/transport.h"
+#include "tessera/serve/apisim_client_testutil.h"
 
 namespace tessera::serve {
 namespace {
@@ -34,30 +31,13 @@ std::string Micro(absl::Time t) {
 class LeaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<apisim::Server>> server = apisim::Server::Start({});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    server_->store().EnsureDefaultNamespaces();
-    kube::RestConfig config;
-    config.server = server_->url();
-    config.qps = 0;
-    auto transport =
-        kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real()));
-    ASSERT_TRUE(transport.ok()) << transport.status();
-    transport_ = *std::move(transport);
-    // Retries of injected 5xx do not sleep.
-    kube::ApiClient::Options client_options;
-    client_options.retry.max_attempts = 2;
-    client_options.sleep = [](absl::Duration) {};
-    client_ = std::make_unique<kube::ApiClient>(transport_.get(), std::move(client_options));
+    ASSERT_NO_FATAL_FAILURE(api_.Start());
+    server_ = api_.server.get();
+    client_ = api_.client.get();
   }
   void TearDown() override {
     electors_.clear();
-    client_.reset();
-    transport_.reset();
-    if (server_ != nullptr) {
-      server_->Stop();
-    }
+    api_.Stop();
   }
 
   Elector* New(LeaderMode mode, const std::string& identity) {
@@ -70,7 +50,7 @@ class LeaderTest : public ::testing::Test {
     o.on_change = [this, identity](bool leader) {
       changes_.push_back(identity + (leader ? ":leader" : ":follower"));
     };
-    absl::StatusOr<std::unique_ptr<Elector>> e = Elector::Create(client_.get(), o);
+    absl::StatusOr<std::unique_ptr<Elector>> e = Elector::Create(client_, o);
     EXPECT_TRUE(e.ok()) << e.status();
     if (!e.ok()) {
       return nullptr;
@@ -103,18 +83,12 @@ class LeaderTest : public ::testing::Test {
     ASSERT_TRUE(written.ok()) << written.status();
   }
 
-  void FailRequests(std::vector<std::string> verbs) {
-    apisim::Faults f;
-    f.fail_probability = verbs.empty() ? 0 : 1;
-    f.fail_code = 500;
-    f.fail_verbs = std::move(verbs);
-    server_->store().SetFaults(f);
-  }
+  void FailRequests(std::vector<std::string> verbs) { api_.FailRequests(std::move(verbs)); }
 
   FakeClock clock_{absl::FromUnixSeconds(1800000000)};
-  std::unique_ptr<apisim::Server> server_;
-  std::unique_ptr<kube::Transport> transport_;
-  std::unique_ptr<kube::ApiClient> client_;
+  ApisimClient api_;
+  apisim::Server* server_ = nullptr;
+  kube::ApiClient* client_ = nullptr;
   std::vector<std::unique_ptr<Elector>> electors_;
   std::vector<std::string> changes_;
 };
@@ -392,7 +366,7 @@ TEST_F(LeaderTest, BadConfigurationsAreRefused) {
     o.mode = LeaderMode::kLease;
     o.clock = &clock_;
     adjust(o);
-    return Elector::Create(client_.get(), o).status();
+    return Elector::Create(client_, o).status();
   };
   EXPECT_TRUE(create([](ElectorOptions&) {}).ok());
   EXPECT_THAT(create([](ElectorOptions& o) { o.renew_deadline = absl::Seconds(15); }).message(),
@@ -423,7 +397,7 @@ TEST_F(LeaderTest, StartRunsRoundsOnAThreadAndStopReleases) {
   o.lease_duration = absl::Seconds(2);
   o.renew_deadline = absl::Seconds(1);
   o.retry_period = absl::Milliseconds(50);
-  absl::StatusOr<std::unique_ptr<Elector>> e = Elector::Create(client_.get(), o);
+  absl::StatusOr<std::unique_ptr<Elector>> e = Elector::Create(client_, o);
   ASSERT_TRUE(e.ok()) << e.status();
   (*e)->Start();
   const absl::Time deadline = absl::Now() + absl::Seconds(10);

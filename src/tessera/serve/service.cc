@@ -128,6 +128,7 @@ class Service::Impl : public extender::Backend {
   std::unique_ptr<extender::NodeRegistry> registry_;
   std::unique_ptr<extender::HandshakeWriter> writer_;
   std::unique_ptr<Elector> elector_;
+  std::unique_ptr<RoleLabeler> role_labels_;
   uint64_t leader_generation_ = 0;  // housekeeping thread only
   std::unique_ptr<kube::Informer<kube::Pod>> pods_;
   std::unique_ptr<kube::Informer<kube::Node>> nodes_;
@@ -210,6 +211,32 @@ absl::Status Service::Impl::Init() {
   writer_ = std::make_unique<extender::HandshakeWriter>(
       client_.get(),
       extender::HandshakeWriter::Options{.is_leader = [this] { return elector_->IsLeader(); }});
+
+  RoleLabelOptions role_labels = options_.role_labels;
+  if (role_labels.ns.empty()) {
+    role_labels.ns = rest->namespace_;
+  }
+  role_labels.is_leader = [this] { return elector_->IsLeader(); };
+  // The pod informer holds every pod, with its hami.io/ labels: the check between passes.
+  role_labels.observed = [this,
+                          ns = role_labels.ns](std::string_view name) -> std::optional<kube::Pod> {
+    auto pod = pods_->store().Get(ns + "/" + std::string(name));
+    return pod == nullptr ? std::nullopt : std::optional<kube::Pod>(*pod);
+  };
+  if (!role_labels.enabled) {
+    TESSERA_LOG(kInfo, "serve: scheduler-role pod labels off (--scheduler-role-labels=false)");
+  } else if (role_labels.pod_name.empty()) {
+    TESSERA_LOG(kInfo,
+                "serve: scheduler-role pod labels off: POD_NAME is not set (give the pod its "
+                "name through the downward API to have the leader label the scheduler pods)");
+  } else {
+    TESSERA_LOG(kInfo,
+                "serve: the leader labels the pods {} in namespace {} with {}=leader (this pod: "
+                "{}) or {}",
+                role_labels.selector, role_labels.ns, kSchedulerRoleLabel, role_labels.pod_name,
+                kRoleFollower);
+  }
+  role_labels_ = std::make_unique<RoleLabeler>(client_.get(), std::move(role_labels));
 
   kube::Informer<kube::Pod>::Options pod_options;
   pod_options.name = "pods";
@@ -412,12 +439,15 @@ void Service::Impl::Housekeeping() {
     const absl::Time now = clock()->Now();
     const bool leader = elector_->IsLeader();
     metrics_->SetLeader(leader);
-    if (const uint64_t gen = elector_->generation(); gen != leader_generation_) {
+    const uint64_t gen = elector_->generation();
+    if (gen != leader_generation_) {
       leader_generation_ = gen;
       if (leader) {
         registry_->ResetAsks();  // what was asked for as a follower was dropped
       }
     }
+    // HAMi's scheduler-role labels: at each gain, every minute and on a difference seen.
+    role_labels_->Tick(now, leader, gen);
     if (nodes_->HasSynced()) {
       std::vector<extender::NodePatch> due = registry_->Tick(now);
       patches.insert(patches.end(), std::make_move_iterator(due.begin()),
@@ -666,6 +696,15 @@ std::string Service::Impl::DebugLedgerJson() {
                                {"handshake_writes", writer_->written()},
                                {"handshake_conflicts", writer_->conflicts()},
                                {"handshake_failures", writer_->failures()}};
+  const RoleLabelStats roles = role_labels_->stats();
+  leadership["role_labels"] = {
+      {"enabled", role_labels_->enabled()},
+      {"passes", roles.passes},
+      {"patches", roles.patches},
+      {"failures", roles.failures},
+      {"last_pass", roles.last_pass ? nlohmann::json(Rfc3339(*roles.last_pass)) : nullptr},
+      {"last_error", roles.last_error},
+      {"pods", roles.roles}};
   nlohmann::json doc = {{"synced", Synced()},
                         {"leadership", std::move(leadership)},
                         {"records", full.records},

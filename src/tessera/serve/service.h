@@ -20,8 +20,9 @@
 // answers with an error (which kube-scheduler retries), exactly like HAMi's unsynced cache.
 //
 // Leadership (leader.h, docs/serve.md "Leadership"): an Elector decides which replica runs the
-// background writers — today the handshake writes of the node registry (the node lock is only
-// written by /bind, and the audit and reservation expiry change nothing on the API server).
+// background writers — the handshake writes of the node registry and HAMi's scheduler-role pod
+// labels (role_labels.h), both run by the housekeeping loop (the node lock is only written by
+// /bind, and the audit and reservation expiry change nothing on the API server).
 // Followers drop those writes but keep their informers, ledger and registry in sync, and answer
 // /filter and /bind (a kube-scheduler calls the extender of its own pod); when a follower
 // becomes the leader it asks at once for every write that is due. /readyz reports the role in
@@ -48,6 +49,7 @@
 #include "tessera/kube/config.h"
 #include "tessera/serve/leader.h"
 #include "tessera/serve/resyncer.h"
+#include "tessera/serve/role_labels.h"
 
 namespace tessera::serve {
 
@@ -84,6 +86,11 @@ struct ServeOptions {
   // --leader-elect-identity, --leader-elect-lease-duration/-renew-deadline/-retry-period).
   // `clock` and `on_change` are set by the service.
   ElectorOptions leader;
+  // HAMi's hami.io/scheduler-role pod labels (role_labels.h): `pod_name` from $POD_NAME and `ns`
+  // from $POD_NAMESPACE (serve_command); `enabled` is --scheduler-role-labels. An empty `ns`
+  // means the client configuration's namespace. `observed` and `is_leader` are set by the
+  // service.
+  RoleLabelOptions role_labels;
   // The resync (docs/self-healing.md): every this often (jittered by ±10 %) the pods and nodes
   // are LISTed from the API server and the informers repaired where they differ
   // (--resync-period). Zero disables it.

@@ -58,6 +58,21 @@ bool HasPrefix(std::string_view text, std::string_view prefix) {
 
 const apisim::ResourceInfo& Res(const char* name) { return *apisim::FindResource("", "v1", name); }
 
+// The Lease kube-system/hami-scheduler as a kube-scheduler writes it: `holder`, renewed now.
+std::string KubeSchedulerLease(const std::string& holder) {
+  const std::string now =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::Now(), absl::UTCTimeZone());
+  return nlohmann::json{{"apiVersion", "coordination.k8s.io/v1"},
+                        {"kind", "Lease"},
+                        {"metadata", {{"name", "hami-scheduler"}, {"namespace", "kube-system"}}},
+                        {"spec",
+                         {{"holderIdentity", holder},
+                          {"leaseDurationSeconds", 15},
+                          {"acquireTime", now},
+                          {"renewTime", now}}}}
+      .dump();
+}
+
 // A JSON registration of `gpus` GPUs of `mem` MiB, with UUIDs GPU-<node>-<i>.
 std::string JsonRegister(const std::string& node, int gpus, int mem, int numa_split = 0) {
   nlohmann::json devices = nlohmann::json::array();
@@ -183,6 +198,37 @@ class ServeTest : public ::testing::Test {
     ASSERT_TRUE(service_->WaitForSync(absl::Seconds(20)));
     client_ = std::make_unique<httplib::Client>("127.0.0.1", service_->port());
     client_->set_read_timeout(30, 0);
+  }
+
+  // A replica on host `host` following the kube-scheduler Lease kube-system/hami-scheduler
+  // (the defaults), read every 100 ms; not waited for.
+  std::unique_ptr<Service> StartFollowing(const std::string& host,
+                                          std::function<void(ServeOptions&)> adjust = nullptr) {
+    ServeOptions o;
+    o.http_bind = "127.0.0.1:0";
+    o.metrics_bind_address = "127.0.0.1:0";
+    o.kube.path = kubeconfig_;
+    o.housekeeping_period = absl::Milliseconds(50);
+    o.leader.identity = host;
+    o.leader.retry_period = absl::Milliseconds(100);
+    if (adjust) {
+      adjust(o);
+    }
+    auto service = Service::Start(o);
+    EXPECT_TRUE(service.ok()) << service.status();
+    return service.ok() ? *std::move(service) : nullptr;
+  }
+
+  // A kube-scheduler on `holder`'s host takes (or renews) the Lease kube-system/hami-scheduler.
+  void SetLeaseHolder(const std::string& holder) {
+    const apisim::ResourceInfo& leases =
+        *apisim::FindResource("coordination.k8s.io", "v1", "leases");
+    const std::string json = KubeSchedulerLease(holder);
+    absl::Status status =
+        sim_->store().Get(leases, "kube-system", "hami-scheduler").ok()
+            ? sim_->store().Update(leases, "kube-system", "hami-scheduler", "", json).status()
+            : sim_->store().Create(leases, "kube-system", json).status();
+    ASSERT_TRUE(status.ok()) << status;
   }
 
   // Waits (real time, at most 10 s) for `done`.
@@ -552,35 +598,9 @@ TEST_F(ServeTest, OnlyTheLeaderWritesHandshakesAndAFollowerTakesOver) {
 // and the role moves with the holder.
 TEST_F(ServeTest, FollowModeWritesOnTheReplicaWhoseKubeSchedulerHoldsTheLease) {
   AddNode(NodeJson("old", "GPU-old-0,10,16000,100,NVIDIA-Tesla T4,0,true:", "Reported 1"));
-  const apisim::ResourceInfo& leases = *apisim::FindResource("coordination.k8s.io", "v1", "leases");
-  auto lease_json = [](const std::string& holder) {
-    const std::string now =
-        absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::Now(), absl::UTCTimeZone());
-    return nlohmann::json{{"apiVersion", "coordination.k8s.io/v1"},
-                          {"kind", "Lease"},
-                          {"metadata", {{"name", "hami-scheduler"}, {"namespace", "kube-system"}}},
-                          {"spec",
-                           {{"holderIdentity", holder},
-                            {"leaseDurationSeconds", 15},
-                            {"acquireTime", now},
-                            {"renewTime", now}}}}
-        .dump();
-  };
-  ASSERT_TRUE(sim_->store().Create(leases, "kube-system", lease_json("host-b_1f2e")).ok());
-  auto start = [&](const std::string& host) -> std::unique_ptr<Service> {
-    ServeOptions o;
-    o.http_bind = "127.0.0.1:0";
-    o.metrics_bind_address = "127.0.0.1:0";
-    o.kube.path = kubeconfig_;
-    o.housekeeping_period = absl::Milliseconds(50);
-    o.leader.identity = host;  // follow mode, kube-system/hami-scheduler: the defaults
-    o.leader.retry_period = absl::Milliseconds(100);
-    auto service = Service::Start(o);
-    EXPECT_TRUE(service.ok()) << service.status();
-    return service.ok() ? *std::move(service) : nullptr;
-  };
-  std::unique_ptr<Service> a = start("host-a");
-  std::unique_ptr<Service> b = start("host-b");
+  SetLeaseHolder("host-b_1f2e");
+  std::unique_ptr<Service> a = StartFollowing("host-a");
+  std::unique_ptr<Service> b = StartFollowing("host-b");
   ASSERT_TRUE(a != nullptr && b != nullptr);
   EXPECT_FALSE(a->IsLeader()) << a->LeaderDescription();
   EXPECT_TRUE(b->IsLeader()) << b->LeaderDescription();
@@ -593,13 +613,63 @@ TEST_F(ServeTest, FollowModeWritesOnTheReplicaWhoseKubeSchedulerHoldsTheLease) {
   EXPECT_EQ(writes(*a), 0u);
 
   // host-a's kube-scheduler takes over (host-b's died): the role follows within a read.
-  ASSERT_TRUE(sim_->store()
-                  .Update(leases, "kube-system", "hami-scheduler", "", lease_json("host-a_77c1"))
-                  .ok());
+  SetLeaseHolder("host-a_77c1");
   ASSERT_TRUE(Eventually([&] { return a->IsLeader() && !b->IsLeader(); }))
       << a->LeaderDescription() << " / " << b->LeaderDescription();
   EXPECT_TRUE(Eventually(
       [&] { return a->MetricsText().find("\ntessera_leader 1\n") != std::string::npos; }));
+}
+
+// HAMi's hami.io/scheduler-role labels, wired: each replica knows its pod ($POD_NAME); the one
+// whose kube-scheduler holds the Lease labels itself leader and the other replica follower,
+// and the labels move with the Lease. A replica without a pod name writes none.
+TEST_F(ServeTest, TheLeaderLabelsTheSchedulerPodsWithTheirRoles) {
+  for (const char* name : {"sched-a", "sched-b"}) {
+    ASSERT_TRUE(sim_->store()
+                    .Create(Res("pods"), "kube-system",
+                            nlohmann::json{
+                                {"apiVersion", "v1"},
+                                {"kind", "Pod"},
+                                {"metadata",
+                                 {{"name", name},
+                                  {"namespace", "kube-system"},
+                                  {"labels", {{"app.kubernetes.io/component", "hami-scheduler"}}}}},
+                                {"spec", {{"containers", {{{"name", "c"}, {"image", "x"}}}}}}}
+                                .dump())
+                    .ok());
+  }
+  SetLeaseHolder("sched-b_1f2e");
+  auto start = [&](const std::string& pod) {
+    return StartFollowing(pod, [&](ServeOptions& o) {
+      o.role_labels.pod_name = pod;  // the host name is the pod name
+      o.role_labels.ns = "kube-system";
+    });
+  };
+  auto role = [&](const std::string& name) {
+    absl::StatusOr<std::string> json = sim_->store().Get(Res("pods"), "kube-system", name);
+    return json.ok() ? nlohmann::json::parse(*json)["metadata"]["labels"].value(
+                           "hami.io/scheduler-role", std::string("-"))
+                     : std::string("?");
+  };
+  std::unique_ptr<Service> a = start("sched-a");
+  std::unique_ptr<Service> b = start("sched-b");
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  ASSERT_TRUE(Eventually([&] {
+    return role("sched-a") == "follower" && role("sched-b") == "leader";
+  })) << role("sched-a")
+      << " " << role("sched-b");
+  const nlohmann::json labels_b =
+      nlohmann::json::parse(b->DebugLedgerJson())["leadership"]["role_labels"];
+  EXPECT_EQ(labels_b["enabled"], true);
+  EXPECT_EQ(labels_b["pods"], (nlohmann::json{{"sched-a", "follower"}, {"sched-b", "leader"}}));
+  EXPECT_EQ(nlohmann::json::parse(a->DebugLedgerJson())["leadership"]["role_labels"]["passes"], 0);
+
+  // sched-a's kube-scheduler takes over: the labels follow.
+  SetLeaseHolder("sched-a_77c1");
+  EXPECT_TRUE(Eventually([&] {
+    return role("sched-a") == "leader" && role("sched-b") == "follower";
+  })) << role("sched-a")
+      << " " << role("sched-b");
 }
 
 TEST_F(ServeTest, PodsWithoutDevicesPassThroughUntouched) {
