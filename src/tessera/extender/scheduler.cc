@@ -120,7 +120,7 @@ Scheduler::~Scheduler() {
 
 // ---- filter -------------------------------------------------------------------------------
 
-FilterResult Scheduler::Filter(const FilterArgs& args) {
+FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
   const SteadyClock::time_point start = SteadyClock::now();
   const kube::Pod& pod = args.pod;
   FilterResult result;
@@ -130,7 +130,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args) {
     if (!args.nodes || args.node_names) {
       Record(pod, "FilteringFailed", result.error, true);
     }
-    CountFilter("error", Since(start));
+    CountFilter("error", Since(start), outcome);
     return result;
   };
 
@@ -155,7 +155,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args) {
     } else {
       result.node_names.emplace();
     }
-    CountFilter("pass_through", Since(start));
+    CountFilter("pass_through", Since(start), outcome);
     return result;
   }
   absl::StatusOr<device::PodConstraints> constraints = options_.vendor->DecodeConstraints(pod);
@@ -164,7 +164,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args) {
   }
   if (args.nodes && !args.node_names) {
     result = FilterNodes(args, *request, *constraints);
-    CountFilter("simulated", Since(start));
+    CountFilter("simulated", Since(start), outcome);
     return result;
   }
   if (pod.meta.uid.empty()) {
@@ -246,7 +246,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args) {
     if (names.empty()) {
       Record(pod, "FilteringFailed", "no candidate nodes", true);
     }
-    CountFilter("no_fit", Since(start));
+    CountFilter("no_fit", Since(start), outcome);
     return result;
   }
 
@@ -304,7 +304,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args) {
          fmt::format("find fit node({}), {} nodes not fit, {} nodes fit({})", winner, not_fit,
                      fit_count, fits),
          false);
-  CountFilter("fit", Since(start));
+  CountFilter("fit", Since(start), outcome);
   return result;
 }
 
@@ -761,7 +761,11 @@ Stats Scheduler::stats() const {
   return s;
 }
 
-void Scheduler::CountFilter(std::string_view outcome, absl::Duration took) {
+void Scheduler::CountFilter(std::string_view outcome, absl::Duration took,
+                            std::string* outcome_out) {
+  if (outcome_out != nullptr) {
+    *outcome_out = std::string(outcome);
+  }
   MutexLock l(&stats_mu_);
   ++stats_.filter_outcomes[std::string(outcome)];
   stats_.filter_latency.Observe(took);

@@ -187,7 +187,8 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  FilterResult Filter(const FilterArgs& args);
+  // `outcome`, when given, receives the filter's outcome as Stats::filter_outcomes names it.
+  FilterResult Filter(const FilterArgs& args, std::string* outcome = nullptr);
   // `outcome`, when given, receives the bind's outcome as Stats::bind_outcomes names it.
   BindResult Bind(const BindArgs& args, std::string* outcome = nullptr);
 
@@ -246,7 +247,9 @@ class Scheduler {
   // Waits for the pod's pending filter patch (if any) and takes it out of the table.
   // nullopt: none pending.
   std::optional<std::shared_ptr<PendingPatch>> TakePatch(const std::string& uid);
-  void CountFilter(std::string_view outcome, absl::Duration took);
+  // Counts the outcome and, when `outcome_out` is given, stores it there.
+  void CountFilter(std::string_view outcome, absl::Duration took,
+                   std::string* outcome_out = nullptr);
   void CountBind(std::string_view outcome, absl::Duration took);
 
   const Options options_;

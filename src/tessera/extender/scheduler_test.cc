@@ -258,7 +258,9 @@ TEST_F(SchedulerTest, PodsWithoutManagedDevicesPassThroughUntouched) {
   env_.CreatePod("plain", R"({"cpu":"1"})");
   const kube::Pod before = Pod("plain");
   Scheduler& s = Make();
-  FilterResult r = s.Filter(Args("plain", {"n1", "n2"}));
+  std::string outcome;
+  FilterResult r = s.Filter(Args("plain", {"n1", "n2"}), &outcome);
+  EXPECT_EQ(outcome, "pass_through");  // what serve's decisions metric reports
   EXPECT_EQ(r.error, "");
   ASSERT_TRUE(r.node_names.has_value());
   EXPECT_THAT(*r.node_names, ElementsAre("n1", "n2"));

@@ -540,13 +540,13 @@ extender::FilterResult Service::Impl::Filter(const extender::FilterArgs& args) {
     metrics_->RecordFilter(metrics::FilterOutcome::kError, "not_synced", absl::Now() - start);
     return result;
   }
-  result = scheduler_->Filter(args);
+  std::string scheduler_outcome;
+  result = scheduler_->Filter(args, &scheduler_outcome);
   metrics::FilterOutcome outcome = metrics::FilterOutcome::kScheduled;
   std::string reason;
   if (!result.error.empty()) {
     outcome = metrics::FilterOutcome::kError;
-  } else if (absl::StatusOr<device::PodRequest> request = vendor_->DecodeRequest(args.pod);
-             request.ok() && request->Empty()) {
+  } else if (scheduler_outcome == "pass_through") {
     outcome = metrics::FilterOutcome::kPassthrough;
   } else if ((!result.node_names || result.node_names->empty()) &&
              (!result.nodes || result.nodes->empty())) {

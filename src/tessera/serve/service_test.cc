@@ -3,6 +3,7 @@
 #include "tessera/serve/service.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -681,6 +682,8 @@ TEST_F(ServeTest, PodsWithoutDevicesPassThroughUntouched) {
   nlohmann::json reply = Filter(json, {"a", "b", "c"});
   EXPECT_EQ(reply["NodeNames"], nlohmann::json({"a", "b", "c"}));
   EXPECT_FALSE(GetPod("cpu").meta.annotations.Contains("hami.io/vgpu-node"));
+  EXPECT_EQ(Metric("tessera_filter_decisions_total", {"outcome=\"passthrough\""}), 1);
+  EXPECT_TRUE(std::isnan(Metric("tessera_filter_decisions_total", {"outcome=\"scheduled\""})));
 }
 
 // The webhook on the extender listener, with the scheduler name and the device config given to
