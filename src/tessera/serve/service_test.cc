@@ -659,10 +659,15 @@ TEST_F(ServeTest, TheLeaderLabelsTheSchedulerPodsWithTheirRoles) {
     return role("sched-a") == "follower" && role("sched-b") == "leader";
   })) << role("sched-a")
       << " " << role("sched-b");
-  const nlohmann::json labels_b =
-      nlohmann::json::parse(b->DebugLedgerJson())["leadership"]["role_labels"];
+  // The pass records what it wrote once its last PATCH is answered, which can be after the
+  // store shows the labels.
+  const nlohmann::json want_b = {{"sched-a", "follower"}, {"sched-b", "leader"}};
+  nlohmann::json labels_b;
+  EXPECT_TRUE(Eventually([&] {
+    labels_b = nlohmann::json::parse(b->DebugLedgerJson())["leadership"]["role_labels"];
+    return labels_b["pods"] == want_b;
+  })) << labels_b.dump();
   EXPECT_EQ(labels_b["enabled"], true);
-  EXPECT_EQ(labels_b["pods"], (nlohmann::json{{"sched-a", "follower"}, {"sched-b", "leader"}}));
   EXPECT_EQ(nlohmann::json::parse(a->DebugLedgerJson())["leadership"]["role_labels"]["passes"], 0);
 
   // sched-a's kube-scheduler takes over: the labels follow.
