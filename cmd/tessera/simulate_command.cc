@@ -11,8 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "cmd/tessera/commands.h"
 #include <CLI/CLI.hpp>
@@ -34,11 +32,6 @@ struct SimulateFlags {
   bool list = false;
   bool no_compare = false;
 };
-
-// Serve flags as one space-separated string, for comparing two argument lists.
-std::string Normalized(const std::string& args) {
-  return absl::StrJoin(absl::StrSplit(args, ' ', absl::SkipEmpty()), " ");
-}
 
 bool WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -89,7 +82,8 @@ int RunSimulate(const SimulateFlags& f) {
   // The comparison run: the scenario's `compare` section, unless skipped or pointless.
   std::optional<sim::SimulationOptions> compare;
   if (scenario->compare.has_value() && !f.no_compare) {
-    if (Normalized(o.scheduler_args) == Normalized(scenario->compare->scheduler_args)) {
+    if (sim::NormalizeSchedulerArgs(o.scheduler_args) ==
+        sim::NormalizeSchedulerArgs(scenario->compare->scheduler_args)) {
       fmt::print(stderr,
                  "tessera simulate: no comparison run: --scheduler-args are the comparison's "
                  "({})\n",
@@ -99,7 +93,8 @@ int RunSimulate(const SimulateFlags& f) {
       compare->scheduler_args = scenario->compare->scheduler_args;
       compare->label = scenario->compare->label;
       // The primary label describes the scenario's own args, not an override.
-      o.label = Normalized(o.scheduler_args) == Normalized(scenario->scheduler_args)
+      o.label = sim::NormalizeSchedulerArgs(o.scheduler_args) ==
+                        sim::NormalizeSchedulerArgs(scenario->scheduler_args)
                     ? scenario->compare->primary_label
                     : "primary";
     }

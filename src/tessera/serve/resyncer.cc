@@ -60,19 +60,23 @@ bool Resyncer::Stopping() const {
   return stopping_;
 }
 
+bool Resyncer::WaitUntil(absl::Time due) {
+  MutexLock lock(&mu_);
+  while (!stopping_ && absl::Now() < due) {
+    cv_.WaitFor(&mu_, absl::ToChronoMicroseconds(due - absl::Now()));
+  }
+  return !stopping_;
+}
+
 bool Resyncer::PauseAfterPage(absl::Duration page_took, absl::Duration* paused) {
   const absl::Duration pause = std::min(page_took * options_.pace, options_.max_page_pause);
   if (pause <= absl::ZeroDuration()) {
     return !Stopping();
   }
   const absl::Time begin = absl::Now();
-  const absl::Time due = begin + pause;
-  MutexLock lock(&mu_);
-  while (!stopping_ && absl::Now() < due) {
-    cv_.WaitFor(&mu_, absl::ToChronoMicroseconds(due - absl::Now()));
-  }
+  const bool running = WaitUntil(begin + pause);
   *paused += absl::Now() - begin;
-  return !stopping_;
+  return running;
 }
 
 ResyncReport Resyncer::last() const {
@@ -85,15 +89,8 @@ void Resyncer::Loop() {
   std::uniform_real_distribution<double> jitter(-options_.jitter, options_.jitter);
   while (true) {
     const absl::Duration wait = options_.period * (1.0 + jitter(rng_));
-    const absl::Time due = absl::Now() + wait;
-    {
-      MutexLock lock(&mu_);
-      while (!stopping_ && absl::Now() < due) {
-        cv_.WaitFor(&mu_, absl::ToChronoMicroseconds(due - absl::Now()));
-      }
-      if (stopping_) {
-        return;
-      }
+    if (!WaitUntil(absl::Now() + wait)) {
+      return;
     }
     RunOnce();
   }

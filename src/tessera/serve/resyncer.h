@@ -19,10 +19,11 @@
 //   resyncer.Stop();
 //
 // Cost per pass: ceil(pods / 500) + ceil(nodes / 500) LIST requests, and O(objects) on the
-// informer threads. The pages are paced (ResyncOptions::pace): a pass at 100,000 pods takes about
-// twice as long as an unpaced one, and /filter running beside it competes with half the load. It
-// never takes a lock that filter or bind take: the LISTs run on the resyncer's thread, the
-// comparison on the informers' workers (which bind and filter never wait for).
+// informer threads. The pages are paced (ResyncOptions::pace, 3 by default): a pass uses about a
+// quarter of a core, so it lasts about four times as long as an unpaced one (16-20 s at 100,000
+// pods, docs/benchmarks.md "Paced resync") and /filter beside it keeps its latency. It never
+// takes a lock that filter or bind take: the LISTs run on the resyncer's thread, the comparison
+// on the informers' workers (which bind and filter never wait for).
 //
 // Thread safety: Start and Stop from one thread (Stop is idempotent and run by the destructor);
 // RunOnce and last() from any thread (passes are serialised: a RunOnce waits for a pass in
@@ -106,6 +107,8 @@ class Resyncer {
  private:
   void Loop();
   bool Stopping() const;
+  // Waits until `due` or Stop(); false when stopped.
+  bool WaitUntil(absl::Time due);
   // Waits `pace` × page_took (capped), adding the wait to *paused; false when the resyncer
   // stopped meanwhile.
   bool PauseAfterPage(absl::Duration page_took, absl::Duration* paused);

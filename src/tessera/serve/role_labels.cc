@@ -12,7 +12,10 @@
 namespace tessera::serve {
 
 RoleLabeler::RoleLabeler(kube::ApiClient* client, RoleLabelOptions options)
-    : client_(client), options_(std::move(options)) {}
+    : client_(client),
+      options_(std::move(options)),
+      retry_(Backoff::Options{
+          .initial = options_.min_interval, .cap = options_.period, .factor = 2, .jitter = 0}) {}
 
 RoleLabelStats RoleLabeler::stats() const {
   MutexLock lock(&mu_);
@@ -163,6 +166,7 @@ bool RoleLabeler::Pass(absl::Time now) {
   if (ok) {
     stats_.consecutive_failed_passes = 0;
     logged_.clear();
+    retry_.Reset();
     next_pass_ = now + options_.period;
     stats_.roles.clear();
     for (const auto& [name, k] : known_) {
@@ -170,11 +174,7 @@ bool RoleLabeler::Pass(absl::Time now) {
     }
   } else {
     ++stats_.consecutive_failed_passes;
-    absl::Duration backoff = options_.min_interval;
-    for (uint64_t i = 1; i < stats_.consecutive_failed_passes && backoff < options_.period; ++i) {
-      backoff *= 2;
-    }
-    next_pass_ = now + std::min(backoff, options_.period);
+    next_pass_ = now + retry_.Next();
   }
   return ok;
 }

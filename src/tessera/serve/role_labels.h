@@ -43,6 +43,7 @@
 
 #include "absl/time/time.h"
 
+#include "tessera/base/backoff.h"
 #include "tessera/base/mutex.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/objects.h"
@@ -125,6 +126,7 @@ class RoleLabeler {
   };
   std::map<std::string, Known> known_;
   std::set<std::string> logged_;  // warnings logged since the last successful pass
+  Backoff retry_;                 // after failed passes: min_interval, doubling up to period
   bool missing_self_logged_ = false;
 
   mutable Mutex mu_;

@@ -97,7 +97,7 @@ struct ServeOptions {
   absl::Duration resync_period = absl::Minutes(5);
   // The resync's pause after each LIST page, in multiples of the page's own time
   // (ResyncOptions::pace).
-  double resync_pace = 3.0;
+  double resync_pace = ResyncOptions{}.pace;
   // How often the housekeeping loop runs.
   absl::Duration housekeeping_period = absl::Seconds(1);
   // Informer watch timeouts (randomised between this and twice it, as client-go does).

@@ -115,14 +115,6 @@ absl::StatusOr<FaultSpec> ParseFault(const YAML::Node& f, size_t i) {
   return s;
 }
 
-std::string NormalizeArgs(const std::string& args) {
-  std::string out;
-  for (absl::string_view piece : absl::StrSplit(args, ' ', absl::SkipEmpty())) {
-    absl::StrAppend(&out, out.empty() ? "" : " ", piece);
-  }
-  return out;
-}
-
 // A string value: a YAML scalar (a list or a map is an error, not its text).
 absl::StatusOr<std::string> Text(const YAML::Node& n, const std::string& key) {
   if (!n.IsScalar()) {
@@ -144,13 +136,13 @@ absl::StatusOr<Comparison> ParseComparison(const YAML::Node& c, const std::strin
     return Bad("compare.scheduler_args", "missing (the serve flags of the comparison run)");
   }
   TESSERA_SCN_ASSIGN(out.scheduler_args, Text(c["scheduler_args"], "compare.scheduler_args"));
-  out.scheduler_args = NormalizeArgs(out.scheduler_args);
+  out.scheduler_args = NormalizeSchedulerArgs(out.scheduler_args);
   if (!out.scheduler_args.empty() && out.scheduler_args.front() != '-') {
     return Bad("compare.scheduler_args",
                fmt::format("want flags of tessera serve such as --resync-period=0, got \"{}\"",
                            out.scheduler_args));
   }
-  if (out.scheduler_args == NormalizeArgs(primary_args)) {
+  if (out.scheduler_args == NormalizeSchedulerArgs(primary_args)) {
     return Bad("compare.scheduler_args",
                "the same as scheduler_args: the comparison would repeat the primary run");
   }
@@ -167,6 +159,14 @@ absl::StatusOr<Comparison> ParseComparison(const YAML::Node& c, const std::strin
 }  // namespace
 
 std::string_view FaultKindName(FaultKind k) { return kKindNames[static_cast<int>(k)]; }
+
+std::string NormalizeSchedulerArgs(const std::string& args) {
+  std::string out;
+  for (absl::string_view piece : absl::StrSplit(args, ' ', absl::SkipEmpty())) {
+    absl::StrAppend(&out, out.empty() ? "" : " ", piece);
+  }
+  return out;
+}
 
 absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
   YAML::Node root;

@@ -38,6 +38,10 @@ enum class FaultKind {
 };
 std::string_view FaultKindName(FaultKind k);
 
+// Serve flags as one space-separated string (runs of spaces collapsed), so that two argument
+// lists can be compared.
+std::string NormalizeSchedulerArgs(const std::string& args);
+
 struct FaultSpec {
   FaultKind kind;
   absl::Duration at;                            // first time, from the start of the workload
