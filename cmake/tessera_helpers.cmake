@@ -23,6 +23,35 @@ endif()
 
 set(TESSERA_SRC_ROOT "${PROJECT_SOURCE_DIR}/src")
 
+# Every test compiles against one precompiled header (gtest, gmock, the standard library,
+# nlohmann, cpp-httplib and the common Abseil headers), built once by `tessera_test_pch` and
+# reused by each test target: parsing those headers took 4-8 s of the 10-15 s a test file
+# costs. REUSE_FROM needs identical compile flags, so every test gets the same usage
+# requirements (`tessera_test_common`), whatever it links.
+function(tessera_setup_test_pch)
+  if(NOT TESSERA_BUILD_TESTS OR TARGET tessera_test_pch)
+    return()
+  endif()
+  add_library(tessera_test_common INTERFACE)
+  target_link_libraries(tessera_test_common INTERFACE
+    GTest::gmock_main nlohmann_json::nlohmann_json fmt::fmt simdjson::simdjson PkgConfig::HTTPLIB
+    absl::status absl::statusor absl::strings absl::time absl::synchronization)
+  target_include_directories(tessera_test_common INTERFACE "${TESSERA_SRC_ROOT}")
+  set(pch_source "${CMAKE_BINARY_DIR}/tessera_test_pch.cc")
+  if(NOT EXISTS "${pch_source}")
+    file(WRITE "${pch_source}" "// The translation unit that builds the tests' precompiled header.\n")
+  endif()
+  add_library(tessera_test_pch OBJECT "${pch_source}")
+  target_link_libraries(tessera_test_pch PRIVATE tessera_test_common)
+  target_compile_options(tessera_test_pch PRIVATE ${TESSERA_COPTS})
+  target_precompile_headers(tessera_test_pch PRIVATE
+    <algorithm> <atomic> <chrono> <cstdint> <cstdlib> <functional> <map> <memory> <optional>
+    <set> <string> <string_view> <thread> <utility> <vector>
+    <gtest/gtest.h> <gmock/gmock.h> <nlohmann/json.hpp> <httplib.h>
+    <absl/status/status.h> <absl/status/statusor.h> <absl/strings/str_cat.h>
+    <absl/synchronization/mutex.h> <absl/time/clock.h> <absl/time/time.h>)
+endfunction()
+
 function(tessera_cc_library)
   cmake_parse_arguments(T "" "NAME" "HDRS;SRCS;DEPS" ${ARGN})
   set(target tessera_${T_NAME})
@@ -50,9 +79,10 @@ function(tessera_cc_test)
     return()
   endif()
   add_executable(${T_NAME} ${T_SRCS})
-  target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gmock_main)
+  tessera_setup_test_pch()
+  target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} tessera_test_common)
   target_compile_options(${T_NAME} PRIVATE ${TESSERA_COPTS})
-  target_include_directories(${T_NAME} PRIVATE "${TESSERA_SRC_ROOT}")
+  target_precompile_headers(${T_NAME} REUSE_FROM tessera_test_pch)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  cmake ninja-build g++ clang clang-tidy clang-format libclang-rt-14-dev pkg-config
+  cmake ninja-build g++ clang lld clang-tidy clang-format libclang-rt-14-dev pkg-config
   libssl-dev libcurl4-openssl-dev libcpp-httplib-dev libsimdjson-dev nlohmann-json3-dev
   libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev libabsl-dev prometheus-cpp-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
