@@ -196,6 +196,33 @@ TEST(CliTest, HelpAndUsageErrors) {
   EXPECT_THAT(r.output, HasSubstr("--cluster"));
 }
 
+// `bench serve --json` at a small scale: one JSON object with every key the issue lists, a
+// decision for every pair, and the passthrough floor measured in the same run.
+TEST(CliTest, BenchServeJsonCarriesEveryFigure) {
+  Result r = RunTessera(
+      "bench serve --nodes 20 --pods 100 --candidates 10 --clients 2 --duration 1500ms "
+      "--baseline-calls 2 --resync-filters 20 --json",
+      /*merge_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  for (const char* key :
+       {"nodes", "gpus", "pods", "candidates", "filter_p50_ms", "filter_p99_ms", "pairs_per_second",
+        "baseline_filter_p50_ms", "baseline_ratio", "rss_mib", "floor_p50_ms", "floor_p99_ms"}) {
+    EXPECT_TRUE(j.contains(key) && j[key].is_number()) << key << " in " << r.output;
+  }
+  EXPECT_EQ(j.value("nodes", 0), 20);
+  EXPECT_EQ(j.value("gpus", 0), 160);
+  EXPECT_EQ(j.value("candidates", 0), 10);
+  EXPECT_GT(j.value("filters", 0), 0);
+  EXPECT_GT(j.value("pairs", 0), 0);
+  EXPECT_EQ(j.value("pair_errors", -1), 0);
+  EXPECT_GT(j.value("floor_calls", 0), 0);
+  EXPECT_GT(j.value("floor_p50_ms", 0.0), 0.0);
+  EXPECT_LE(j.value("floor_p50_ms", 0.0), j.value("floor_p99_ms", 0.0));
+  EXPECT_EQ(j.value("resync_corrections", -1), 0);
+}
+
 // `explain --kubeconfig` against `tessera apisim` holding the objects of examples/cluster.yaml
 // (loaded with kubectl, as a user would).
 class ExplainLiveTest : public ::testing::Test {

@@ -271,6 +271,46 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
     r.filter_max_ms = latencies.empty() ? 0 : *std::max_element(latencies.begin(), latencies.end());
   }
 
+  // 2a. The floor: the same client and candidate names, but a pod that requests no managed
+  // device, which the service passes through without a decision, patch or event. What is left
+  // is the machine's loopback round trip, the HTTP server and the request's decoding.
+  {
+    httplib::Client client("127.0.0.1", service->port());
+    client.set_keep_alive(true);
+    client.set_tcp_nodelay(true);
+    client.set_read_timeout(30, 0);
+    PendingPod passthrough;
+    passthrough.json = nlohmann::json({{"apiVersion", "v1"},
+                                       {"kind", "Pod"},
+                                       {"metadata",
+                                        {{"name", "bench-floor"},
+                                         {"namespace", ns},
+                                         {"uid", "00000000-0000-4000-8000-00000000f100"}}},
+                                       {"spec",
+                                        {{"schedulerName", "hami-scheduler"},
+                                         {"containers",
+                                          {{{"name", "main"},
+                                            {"image", "busybox"},
+                                            {"resources", {{"limits", {{"cpu", "1"}}}}}}}}}},
+                                       {"status", {{"phase", "Pending"}}}})
+                           .dump();
+    std::vector<double> latencies;
+    const SteadyClock::time_point end =
+        SteadyClock::now() + absl::ToChronoNanoseconds(o.duration / 6);
+    while (SteadyClock::now() < end) {
+      const std::string body = FilterBody(passthrough, candidates.Draw());
+      const SteadyClock::time_point t0 = SteadyClock::now();
+      absl::StatusOr<std::string> node = PostFilter(client, body);
+      latencies.push_back(Ms(SteadyClock::now() - t0));
+      if (!node.ok()) {
+        return node.status();
+      }
+    }
+    r.floor_calls = static_cast<int64_t>(latencies.size());
+    r.floor_p50_ms = Percentile(latencies, 0.50);
+    r.floor_p99_ms = Percentile(latencies, 0.99);
+  }
+
   // 2b. Filter latency while resync passes run on another thread.
   if (o.resync_min_filters > 0) {
     httplib::Client client("127.0.0.1", service->port());
@@ -458,6 +498,9 @@ std::string ServeBenchJson(const ServeBenchResult& r) {
                       {"filters_during_resync", r.filters_during_resync},
                       {"filter_during_resync_p50_ms", r.filter_during_resync_p50_ms},
                       {"filter_during_resync_p99_ms", r.filter_during_resync_p99_ms},
+                      {"floor_calls", r.floor_calls},
+                      {"floor_p50_ms", r.floor_p50_ms},
+                      {"floor_p99_ms", r.floor_p99_ms},
                       {"filter_cpu_ms", r.filter_cpu_ms},
                       {"baseline_cpu_ms", r.baseline_cpu_ms},
                       {"baseline_cpu_ratio", r.baseline_cpu_ratio}};
@@ -469,6 +512,8 @@ std::string ServeBenchText(const ServeBenchResult& r) {
       "cluster: {} nodes, {} GPUs, {} pods; {} candidates per filter\n"
       "initial sync: {:.2f} s; resident memory added by the service: {:.0f} MiB\n"
       "/filter: p50 {:.3f} ms, p99 {:.3f} ms, max {:.3f} ms over {} calls\n"
+      "floor (/filter of a pod without devices: round trip, HTTP, decoding): p50 {:.3f} ms, p99 "
+      "{:.3f} ms over {} calls\n"
       "filter+bind: {:.0f} pairs/s ({} pairs, {} failed); bind p50 {:.3f} ms, p99 {:.3f} ms\n"
       "baseline (full recompute per filter): p50 {:.3f} ms = {:.0f}x Tessera's /filter p50\n"
       "resync: {:.2f} s and {} LIST requests per pass, {} corrections over {} passes; /filter "
@@ -476,9 +521,10 @@ std::string ServeBenchText(const ServeBenchResult& r) {
       "CPU per call: /filter {:.3f} ms (service and apisim threads), baseline {:.3f} ms = "
       "{:.0f}x\n",
       r.nodes, r.gpus, r.pods, r.candidates, r.sync_seconds, r.rss_mib, r.filter_p50_ms,
-      r.filter_p99_ms, r.filter_max_ms, r.filters, r.pairs_per_second, r.pairs, r.pair_errors,
-      r.bind_p50_ms, r.bind_p99_ms, r.baseline_filter_p50_ms, r.baseline_ratio, r.resync_seconds,
-      r.resync_list_requests, r.resync_corrections, r.resync_passes, r.filter_during_resync_p50_ms,
+      r.filter_p99_ms, r.filter_max_ms, r.filters, r.floor_p50_ms, r.floor_p99_ms, r.floor_calls,
+      r.pairs_per_second, r.pairs, r.pair_errors, r.bind_p50_ms, r.bind_p99_ms,
+      r.baseline_filter_p50_ms, r.baseline_ratio, r.resync_seconds, r.resync_list_requests,
+      r.resync_corrections, r.resync_passes, r.filter_during_resync_p50_ms,
       r.filter_during_resync_p99_ms, r.filters_during_resync, r.filter_cpu_ms, r.baseline_cpu_ms,
       r.baseline_cpu_ratio);
 }

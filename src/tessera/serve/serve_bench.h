@@ -13,6 +13,9 @@
 //   2. filter latency: one client posts /filter for pending pods with `candidates` node names
 //      drawn at random, sequentially, for a third of `duration` (each call is a real decision:
 //      patch, reservation, event);
+//   2a. the floor: the same client posts, for a sixth of `duration`, /filter for a pod that
+//      requests no managed device (passed through: no decision, patch or event), with the same
+//      candidate names — the round trip, HTTP server and decoding the real filter also pays;
 //   2b. filter latency during a resync: the same sequential client while the Service runs resync
 //      passes (a paged LIST of every pod and node from apisim, compared with the informers'
 //      stores) on another thread, until at least `resync_min_filters` filters were timed during
@@ -69,6 +72,10 @@ struct ServeBenchResult {
   double baseline_filter_p50_ms = 0;
   double baseline_ratio = 0;
   double rss_mib = 0;  // resident memory the Service added (informers, ledger, caches)
+  // Phase 2a: the round trip of a /filter that makes no decision (a pod without devices, same
+  // candidate names): what the machine and the HTTP path cost before any scheduling.
+  int64_t floor_calls = 0;
+  double floor_p50_ms = 0, floor_p99_ms = 0;
   // Phase 2b.
   int64_t resync_passes = 0;
   double resync_seconds = 0;         // the first pass
