@@ -11,8 +11,8 @@
 //   1. populate apisim; start the Service (its informers LIST and WATCH over HTTP); measure
 //      the initial sync and the resident memory the Service added;
 //   2. filter latency: one client posts /filter for pending pods with `candidates` node names
-//      drawn at random, sequentially, for a third of `duration` (each call is a real decision:
-//      patch, reservation, event);
+//      drawn at random (256 lists drawn before the clock starts, used in turn), sequentially, for a
+//      third of `duration` (each call is a real decision: patch, reservation, event);
 //   2a. the floor: the same client posts, for a sixth of `duration`, /filter for a pod that
 //      requests no managed device (passed through: no decision, patch or event), with the same
 //      candidate names — the round trip, HTTP server and decoding the real filter also pays;
