@@ -24,6 +24,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <pthread.h>
 
 #include "tessera/base/logging.h"
 #include "tessera/base/mutex.h"
@@ -442,6 +443,13 @@ class HttpServer::Impl {
     // httplib, so casting away const is well defined).
     s.set_pre_routing_handler([compress](const httplib::Request& req, httplib::Response& res) {
       t_request_start = std::chrono::steady_clock::now();
+      // httplib's pool threads cannot be named when they start; name each on its first request
+      // (for `top -H` and perf).
+      static thread_local const bool named = [] {
+        pthread_setname_np(pthread_self(), "extender-http");
+        return true;
+      }();
+      (void)named;
       if (!compress) {
         const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
       }

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include <fmt/core.h>
+#include <pthread.h>
 
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
@@ -93,10 +94,17 @@ Scheduler::Scheduler(Options options, Deps deps)
   TESSERA_CHECK(options_.vendor != nullptr);
   TESSERA_CHECK(ledger_ != nullptr);
   TESSERA_CHECK(client_ != nullptr);
-  event_thread_ = std::thread([this] { EventLoop(); });
+  // Named for `top -H` and perf.
+  event_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "sched-events");
+    EventLoop();
+  });
   if (options_.write_behind) {
     for (int i = 0; i < std::max(options_.patch_threads, 1); ++i) {
-      patch_threads_.emplace_back([this] { PatchLoop(); });
+      patch_threads_.emplace_back([this] {
+        pthread_setname_np(pthread_self(), "sched-patch");
+        PatchLoop();
+      });
     }
   }
 }
