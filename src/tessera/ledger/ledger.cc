@@ -730,8 +730,8 @@ std::vector<std::optional<device::NodeSnapshot>> Ledger::Snapshot(
     if (slot == nullptr || slot->devices == nullptr) {
       continue;
     }
-    out[i].emplace(device::NodeSnapshot{
-        slot->devices, device::UsageList(slot->usage.begin(), slot->usage.end())});
+    out[i].emplace(device::NodeSnapshot{slot->devices,
+                                        device::UsageList(slot->usage.begin(), slot->usage.end())});
   }
   return out;
 }
