@@ -22,6 +22,7 @@
 #include "nlohmann/json.hpp"
 #include <openssl/bio.h>
 #include <openssl/pem.h>
+#include <pthread.h>
 
 #include "tessera/apisim/tls.h"
 #include "tessera/base/logging.h"
@@ -72,6 +73,7 @@ class GrowingPool : public httplib::TaskQueue {
 
  private:
   void Work() {
+    pthread_setname_np(pthread_self(), "apisim-http");
     std::unique_lock<std::mutex> l(mu_);
     while (true) {
       ++idle_;
