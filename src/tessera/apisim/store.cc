@@ -771,7 +771,13 @@ ObjectPtr Restamp(const StoredObject& o, uint64_t rv) {
 // ---- store --------------------------------------------------------------------------------
 
 Store::Store(StoreOptions options, Clock* clock)
-    : options_(options), clock_(clock), objects_(Resources().size()), rng_(1) {
+    : options_(options),
+      clock_(clock),
+      changed_by_resource_(new CondVar[Resources().size()]),
+      newest_rv_by_resource_(Resources().size(), 0),
+      trimmed_rv_by_resource_(Resources().size(), 0),
+      objects_(Resources().size()),
+      rng_(1) {
   std::random_device rd;
   uid_rng_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
 }
@@ -838,12 +844,31 @@ void Store::Commit(size_t r, EventType type, ObjectPtr obj, ObjectPtr prev) {
   if (e.dropped) {
     ++events_dropped_;
   }
+  newest_rv_by_resource_[r] = e.rv;
   history_.push_back(std::move(e));
   while (history_.size() > std::max<size_t>(options_.watch_history, 1)) {
-    oldest_rv_ = std::max(oldest_rv_, history_.front().rv);
+    const Event& front = history_.front();
+    oldest_rv_ = std::max(oldest_rv_, front.rv);
+    trimmed_rv_by_resource_[front.resource] =
+        std::max(trimmed_rv_by_resource_[front.resource], front.rv);
     history_.pop_front();
   }
   changed_.SignalAll();
+  changed_by_resource_[r].SignalAll();
+}
+
+void Store::WakeEveryWatcherLocked() {
+  changed_.SignalAll();
+  for (size_t r = 0; r < Resources().size(); ++r) {
+    changed_by_resource_[r].SignalAll();
+  }
+}
+
+void Store::ForgetHistoryLocked() {
+  history_.clear();
+  oldest_rv_ = rv_;
+  std::fill(trimmed_rv_by_resource_.begin(), trimmed_rv_by_resource_.end(), rv_);
+  std::fill(newest_rv_by_resource_.begin(), newest_rv_by_resource_.end(), 0);
 }
 
 void Store::Remove(size_t r, const ObjectPtr& old) {
@@ -1518,7 +1543,7 @@ void Store::SetFaults(const Faults& faults) {
   MutexLock l(&mu_);
   faults_ = faults;
   rng_.seed(faults.seed);
-  changed_.SignalAll();
+  WakeEveryWatcherLocked();
 }
 
 Faults Store::GetFaults() {
@@ -1529,21 +1554,21 @@ Faults Store::GetFaults() {
 int Store::SeverWatches() {
   MutexLock l(&mu_);
   ++sever_generation_;
-  changed_.SignalAll();
+  WakeEveryWatcherLocked();
   return static_cast<int>(watches_open_.load());
 }
 
 uint64_t Store::Compact() {
   MutexLock l(&mu_);
-  history_.clear();
-  oldest_rv_ = rv_;
+  ForgetHistoryLocked();
+  WakeEveryWatcherLocked();
   return rv_;
 }
 
 void Store::Shutdown() {
   MutexLock l(&mu_);
   shutdown_ = true;
-  changed_.SignalAll();
+  WakeEveryWatcherLocked();
 }
 
 uint64_t Store::CurrentRevision() {
@@ -1665,9 +1690,9 @@ absl::Status Store::LoadState(const std::string& path) {
   }
   objects_ = std::move(loaded);
   deadlines_ = std::move(deadlines);
-  history_.clear();
   rv_ = std::max(rv_, max_rv);
-  oldest_rv_ = rv_;
+  ForgetHistoryLocked();
+  WakeEveryWatcherLocked();
   return absl::OkStatus();
 }
 
@@ -1797,7 +1822,21 @@ WatchStream::Step WatchStream::Next(std::string* out, absl::Duration max_wait) {
           ended_ = true;
           return Step::kEnd;
         }
-        if (!s.faults_.pause_watches && s.rv_ > cursor_) {
+        const size_t r = resource_index_;
+        if (!s.faults_.pause_watches && s.trimmed_rv_by_resource_[r] > cursor_) {
+          // An event of this watch's resource that it has not sent is gone: like the watch
+          // cache, end it with 410.
+          *out = ErrorEventLine(ExpiredWatch(cursor_, s.oldest_rv_));
+          s.expired_answers_.fetch_add(1);
+          ended_ = true;
+          return Step::kData;
+        }
+        if (!s.faults_.pause_watches && s.newest_rv_by_resource_[r] > cursor_) {
+          // Everything between the cursor and the oldest event kept belongs to other
+          // resources (checked above): skip it.
+          if (!s.history_.empty() && s.history_.front().rv > cursor_ + 1) {
+            cursor_ = s.history_.front().rv - 1;
+          }
           if (s.history_.empty() || s.history_.front().rv > cursor_ + 1) {
             // This watcher fell behind the history: like the watch cache, end it with 410.
             *out = ErrorEventLine(ExpiredWatch(cursor_, s.oldest_rv_));
@@ -1830,8 +1869,8 @@ WatchStream::Step WatchStream::Next(std::string* out, absl::Duration max_wait) {
         if (now >= give_up) {
           return Step::kIdle;
         }
-        s.changed_.WaitFor(&s.mu_,
-                           absl::ToChronoMicroseconds(wake - now) + std::chrono::microseconds(100));
+        s.changed_by_resource_[r].WaitFor(
+            &s.mu_, absl::ToChronoMicroseconds(wake - now) + std::chrono::microseconds(100));
       }
     }
     uint64_t sent = 0;
