@@ -5,6 +5,9 @@
 //   BM_RemoveThenApply    Remove a record and Apply it back (a delete + an add); items = 2 ops.
 //   BM_ReserveRelease     Reserve then Release a two-GPU pod (filter + failed bind); items = 2.
 //   BM_Snapshot500        Snapshot of 500 random candidate nodes (what one /filter reads).
+//   BM_SnapshotDecide500  The same snapshot and then the decision over it for a one-GPU pod:
+//                         the part of a /filter that reads the cluster (the decision's loads of
+//                         each node's device list are cache misses after the snapshot).
 //   BM_MemoryPerRecord    Builds a fresh ledger of 100,000 records and reports heap bytes per
 //                         record (operator new counted at usable size + chunk header) and the
 //                         resident-set growth per record.
@@ -28,6 +31,7 @@
 #include "tessera/ledger/heap_counter.h"
 #include "tessera/ledger/ledger.h"
 #include "tessera/ledger/ledger_test_fixtures.h"
+#include "tessera/schedule/score.h"
 
 namespace tessera::ledger {
 namespace {
@@ -146,6 +150,39 @@ void BM_Snapshot500(benchmark::State& state) {
   state.SetItemsProcessed(500 * state.iterations());
 }
 BENCHMARK(BM_Snapshot500);
+
+void BM_SnapshotDecide500(benchmark::State& state) {
+  Cluster& c = TheCluster();
+  std::mt19937 rng(43);
+  std::vector<std::vector<std::string_view>> candidate_sets(64);
+  for (auto& set : candidate_sets) {
+    for (int k = 0; k < 500; ++k) {
+      set.push_back(c.node_names[rng() % c.node_names.size()]);
+    }
+  }
+  device::PodRequest request;
+  device::ContainerRequest one;
+  one.nums = 1;
+  one.memreq = 1000;
+  one.coresreq = 10;
+  request.containers.push_back(one);
+  size_t s = 0;
+  for (auto _ : state) {
+    const std::vector<std::string_view>& names = candidate_sets[s];
+    std::vector<std::optional<device::NodeSnapshot>> snaps = c.ledger.Snapshot(names);
+    std::vector<schedule::Candidate> candidates(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      candidates[i].name = std::string(names[i]);
+      candidates[i].snapshot = std::move(snaps[i]);
+    }
+    schedule::Decision d = schedule::Decide(candidates, request, device::PodConstraints{},
+                                            device::NodePolicy::kSpread, device::GpuPolicy{});
+    benchmark::DoNotOptimize(d);
+    s = (s + 1) % candidate_sets.size();
+  }
+  state.SetItemsProcessed(500 * state.iterations());
+}
+BENCHMARK(BM_SnapshotDecide500);
 
 int64_t ResidentBytes() {
   FILE* f = std::fopen("/proc/self/statm", "r");
