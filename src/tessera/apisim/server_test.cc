@@ -277,6 +277,60 @@ TEST_F(ApisimTest, WatchResumeFramingAndExpiry) {
   }
 }
 
+// The history is shared by every resource, but a watch expires only when an event of its own
+// resource that it had not sent leaves it (kube-apiserver keeps a watch cache per resource):
+// Events flooding the history, or a compaction, do not end a pod watch that has sent every pod
+// event; a pod watch that missed pod events does end with 410.
+TEST_F(ApisimTest, AWatchExpiresOnlyForItsOwnResource) {
+  ServerOptions o;
+  o.watch_history = 5;
+  StartServer(o);
+  CreatePod("a");
+  const std::string events = "/api/v1/namespaces/default/events";
+  auto event_json = [](int i) {
+    return Json{{"apiVersion", "v1"},
+                {"kind", "Event"},
+                {"metadata", {{"name", "e" + std::to_string(i)}}},
+                {"involvedObject", {{"kind", "Pod"}, {"name", "a"}}},
+                {"reason", "Flood"}}
+        .dump();
+  };
+  const uint64_t behind = Rv() - 1;  // before pod a: its ADDED is the watch's first event
+  WatchReader w(server_->port(), "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" +
+                                     std::to_string(Rv()) + "&timeoutSeconds=5");
+  for (int i = 0; i < 500 && w.status() == 0; ++i) {  // the stream is open once its head is in
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(w.status(), 200);
+  // Held while the Events pass through the history, so the watch cannot keep up with them.
+  Faults pause;
+  pause.pause_watches = true;
+  server_->store().SetFaults(pause);
+  for (int i = 0; i < 20; ++i) {
+    auto r = Post(events, event_json(i));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 201) << r->body;
+  }
+  ASSERT_EQ(Post("/simulator/v1/compact", "")->status, 200);
+  for (int i = 20; i < 30; ++i) {
+    ASSERT_EQ(Post(events, event_json(i))->status, 201);
+  }
+  server_->store().SetFaults({});
+  CreatePod("b");
+  auto lines = w.WaitLines(1);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["type"], "ADDED");
+  EXPECT_EQ(lines[0]["object"]["metadata"]["name"], "b");
+
+  // Resuming from before pod a, whose ADDED has left the history: 410.
+  WatchReader old(server_->port(), "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" +
+                                       std::to_string(behind));
+  auto expired = old.WaitLines(1);
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0]["type"], "ERROR");
+  EXPECT_EQ(expired[0]["object"]["code"], 410);
+}
+
 // §10.6: selectors on list and watch; DELETED/ADDED on selector transitions.
 TEST_F(ApisimTest, SelectorsAndTransitions) {
   CreatePod("a", "node-1", R"({"app":"web"})");

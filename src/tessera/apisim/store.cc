@@ -867,8 +867,8 @@ void Store::WakeEveryWatcherLocked() {
 void Store::ForgetHistoryLocked() {
   history_.clear();
   oldest_rv_ = rv_;
-  std::fill(trimmed_rv_by_resource_.begin(), trimmed_rv_by_resource_.end(), rv_);
-  std::fill(newest_rv_by_resource_.begin(), newest_rv_by_resource_.end(), 0);
+  // Every event is gone; a watcher that had sent all of its resource's keeps running.
+  trimmed_rv_by_resource_ = newest_rv_by_resource_;
 }
 
 void Store::Remove(size_t r, const ObjectPtr& old) {

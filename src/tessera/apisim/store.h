@@ -297,7 +297,8 @@ class Store {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool WaitForRevision(uint64_t rv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeEveryWatcherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops the whole history (a compaction, a load): every watcher behind rv_ expires.
+  // Drops the whole history (a compaction, a load): every watcher that had not sent all of its
+  // resource's events expires.
   void ForgetHistoryLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ShouldDrop(const ResourceInfo& r, EventType type) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -312,9 +313,9 @@ class Store {
   // cache does. A single shared condition woke every watcher on every write: on the 2-core
   // bench machine those useless wake-ups were a large part of the simulator's CPU.
   std::unique_ptr<CondVar[]> changed_by_resource_;
-  // Per resource: the revision of its newest event in history_, and of its newest event that
-  // was trimmed from history_ (or every revision up to a compaction or a load). A watcher is
-  // behind (410) only if an event of its own resource it had not sent was trimmed.
+  // Per resource: the revision of its newest event, and of its newest event that was trimmed
+  // from history_ (by its size limit, a compaction or a load). A watcher is behind (410) only if
+  // an event of its own resource that it had not sent was trimmed.
   std::vector<uint64_t> newest_rv_by_resource_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> trimmed_rv_by_resource_ ABSL_GUARDED_BY(mu_);
   std::vector<std::map<std::string, ObjectPtr, std::less<>>> objects_ ABSL_GUARDED_BY(mu_);
