@@ -132,15 +132,21 @@ void BM_ReserveRelease(benchmark::State& state) {
 }
 BENCHMARK(BM_ReserveRelease);
 
-void BM_Snapshot500(benchmark::State& state) {
-  Cluster& c = TheCluster();
-  std::mt19937 rng(42);
-  std::vector<std::vector<std::string_view>> candidate_sets(64);
-  for (auto& set : candidate_sets) {
+// 64 lists of 500 node names drawn at random (with repeats), as kube-scheduler's candidates.
+std::vector<std::vector<std::string_view>> CandidateSets(const Cluster& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<std::string_view>> sets(64);
+  for (auto& set : sets) {
     for (int k = 0; k < 500; ++k) {
       set.push_back(c.node_names[rng() % c.node_names.size()]);
     }
   }
+  return sets;
+}
+
+void BM_Snapshot500(benchmark::State& state) {
+  Cluster& c = TheCluster();
+  const std::vector<std::vector<std::string_view>> candidate_sets = CandidateSets(c, 42);
   size_t s = 0;
   for (auto _ : state) {
     auto snap = c.ledger.Snapshot(candidate_sets[s]);
@@ -153,13 +159,7 @@ BENCHMARK(BM_Snapshot500);
 
 void BM_SnapshotDecide500(benchmark::State& state) {
   Cluster& c = TheCluster();
-  std::mt19937 rng(43);
-  std::vector<std::vector<std::string_view>> candidate_sets(64);
-  for (auto& set : candidate_sets) {
-    for (int k = 0; k < 500; ++k) {
-      set.push_back(c.node_names[rng() % c.node_names.size()]);
-    }
-  }
+  const std::vector<std::vector<std::string_view>> candidate_sets = CandidateSets(c, 43);
   device::PodRequest request;
   device::ContainerRequest one;
   one.nums = 1;
