@@ -280,12 +280,14 @@ TEST_F(ApisimTest, WatchResumeFramingAndExpiry) {
 // The history is shared by every resource, but a watch expires only when an event of its own
 // resource that it had not sent leaves it (kube-apiserver keeps a watch cache per resource):
 // Events flooding the history, or a compaction, do not end a pod watch that has sent every pod
-// event; a pod watch that missed pod events does end with 410.
+// event, nor a resume from the last pod revision; a pod watch that missed pod events does end
+// with 410. A pod watch's bookmarks carry the store's revision, Events included.
 TEST_F(ApisimTest, AWatchExpiresOnlyForItsOwnResource) {
   ServerOptions o;
   o.watch_history = 5;
   StartServer(o);
   CreatePod("a");
+  const uint64_t after_a = Rv();
   const std::string events = "/api/v1/namespaces/default/events";
   auto event_json = [](int i) {
     return Json{{"apiVersion", "v1"},
@@ -321,6 +323,32 @@ TEST_F(ApisimTest, AWatchExpiresOnlyForItsOwnResource) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0]["type"], "ADDED");
   EXPECT_EQ(lines[0]["object"]["metadata"]["name"], "b");
+
+  // Resuming from pod a's revision: only Events were dropped since, so the stream goes on.
+  WatchReader resumed(server_->port(),
+                      "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" +
+                          std::to_string(after_a) + "&timeoutSeconds=5");
+  auto resumed_lines = resumed.WaitLines(1);
+  ASSERT_EQ(resumed_lines.size(), 1u);
+  EXPECT_EQ(resumed_lines[0]["type"], "ADDED");
+  EXPECT_EQ(resumed_lines[0]["object"]["metadata"]["name"], "b");
+
+  // A bookmark after Events carries their revision.
+  WatchReader marked(server_->port(),
+                     "/api/v1/namespaces/default/pods?watch=true&allowWatchBookmarks=true"
+                     "&timeoutSeconds=5&resourceVersion=" +
+                         std::to_string(Rv()));
+  for (int i = 30; i < 33; ++i) {
+    ASSERT_EQ(Post(events, event_json(i))->status, 201);
+  }
+  const uint64_t after_events = Rv();
+  // Bookmarks come every 300 ms here; one sent before the Events landed may carry less.
+  bool marked_current = false;
+  for (const Json& line : marked.WaitLines(3, 3000)) {
+    EXPECT_EQ(line["type"], "BOOKMARK");
+    marked_current |= line["object"]["metadata"]["resourceVersion"] == std::to_string(after_events);
+  }
+  EXPECT_TRUE(marked_current);
 
   // Resuming from before pod a, whose ADDED has left the history: 410.
   WatchReader old(server_->port(), "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" +

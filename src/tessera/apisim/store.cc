@@ -1692,6 +1692,9 @@ absl::Status Store::LoadState(const std::string& path) {
   deadlines_ = std::move(deadlines);
   rv_ = std::max(rv_, max_rv);
   ForgetHistoryLocked();
+  // What happened before the saved state is unknown: every earlier revision is gone for every
+  // resource.
+  std::fill(trimmed_rv_by_resource_.begin(), trimmed_rv_by_resource_.end(), rv_);
   WakeEveryWatcherLocked();
   return absl::OkStatus();
 }
@@ -1757,7 +1760,9 @@ absl::StatusOr<std::unique_ptr<WatchStream>> Store::Watch(const ResourceInfo& r,
       return true;
     });
     w->send_initial_end_ = o.send_initial_events;
-  } else if (want < oldest_rv_) {
+  } else if (want < trimmed_rv_by_resource_[w->resource_index_]) {
+    // An event of this resource after `want` is gone (events of other resources do not count:
+    // the watch cache is per resource).
     expired_answers_.fetch_add(1);
     w->pending_error_ = ErrorEventLine(ExpiredWatch(want, oldest_rv_));
     w->cursor_ = rv_;
@@ -1832,24 +1837,21 @@ WatchStream::Step WatchStream::Next(std::string* out, absl::Duration max_wait) {
           return Step::kData;
         }
         if (!s.faults_.pause_watches && s.newest_rv_by_resource_[r] > cursor_) {
-          // Everything between the cursor and the oldest event kept belongs to other
-          // resources (checked above): skip it.
-          if (!s.history_.empty() && s.history_.front().rv > cursor_ + 1) {
-            cursor_ = s.history_.front().rv - 1;
-          }
-          if (s.history_.empty() || s.history_.front().rv > cursor_ + 1) {
-            // This watcher fell behind the history: like the watch cache, end it with 410.
-            *out = ErrorEventLine(ExpiredWatch(cursor_, s.oldest_rv_));
-            s.expired_answers_.fetch_add(1);
-            ended_ = true;
-            return Step::kData;
-          }
+          // The newest event of this resource is in the history (else it was trimmed, checked
+          // above), and everything between the cursor and the oldest event kept belongs to
+          // other resources: skip it.
+          cursor_ = std::max(cursor_, s.history_.front().rv - 1);
           size_t i = cursor_ + 1 - s.history_.front().rv;
           size_t end = std::min(s.history_.size(), i + 1024);
           batch.assign(s.history_.begin() + static_cast<std::ptrdiff_t>(i),
                        s.history_.begin() + static_cast<std::ptrdiff_t>(end));
           cursor_ = batch.back().rv;
           break;
+        }
+        if (!s.faults_.pause_watches) {
+          // Nothing of this resource after the cursor: the watch has seen everything up to the
+          // store's revision (so its bookmarks carry a current one, as the watch cache's do).
+          cursor_ = std::max(cursor_, s.rv_);
         }
         if (bookmarks_ && now >= next_bookmark_) {
           *out = BookmarkLine(*resource_, cursor_, false);

@@ -298,7 +298,7 @@ class Store {
   bool WaitForRevision(uint64_t rv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeEveryWatcherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the whole history (a compaction, a load): every watcher that had not sent all of its
-  // resource's events expires.
+  // resource's events expires. (A load then marks every earlier revision gone.)
   void ForgetHistoryLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ShouldDrop(const ResourceInfo& r, EventType type) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -314,8 +314,9 @@ class Store {
   // bench machine those useless wake-ups were a large part of the simulator's CPU.
   std::unique_ptr<CondVar[]> changed_by_resource_;
   // Per resource: the revision of its newest event, and of its newest event that was trimmed
-  // from history_ (by its size limit, a compaction or a load). A watcher is behind (410) only if
-  // an event of its own resource that it had not sent was trimmed.
+  // from history_ (by its size limit or a compaction; after a load, the loaded revision). A
+  // watch from an older revision, or a watcher behind it, gets 410: events of other resources
+  // do not count.
   std::vector<uint64_t> newest_rv_by_resource_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> trimmed_rv_by_resource_ ABSL_GUARDED_BY(mu_);
   std::vector<std::map<std::string, ObjectPtr, std::less<>>> objects_ ABSL_GUARDED_BY(mu_);
