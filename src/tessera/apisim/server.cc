@@ -309,7 +309,8 @@ class Server::Impl {
     s.set_keep_alive_max_count(100000);
     s.set_keep_alive_timeout(5);
     s.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request&, httplib::Response& res) {
+        [this](const httplib::Request& req, httplib::Response& res) {
+          LimitCompression(req, res);
           if (!res.body.empty()) {
             return httplib::Server::HandlerResponse::Unhandled;
           }
@@ -327,22 +328,9 @@ class Server::Impl {
           }
           return httplib::Server::HandlerResponse::Unhandled;
         }));
-    // Response compression as kube-apiserver does it: gzip only, and only for bodies of at
-    // least 128 KiB (its defaultGzipThresholdBytes); watch streams and small replies go out
-    // plain. httplib would otherwise compress every JSON reply with the best encoding the
-    // client offers (brotli for curl's defaults), which costs milliseconds per request. httplib
-    // reads the request's Accept-Encoding when it writes the reply, after this handler; the
-    // request is our own object for the whole exchange, so editing its headers is safe.
-    s.set_post_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-      auto& headers = const_cast<httplib::Request&>(req).headers;
-      const bool gzip = req.get_header_value("Accept-Encoding").find("gzip") != std::string::npos;
-      headers.erase("Accept-Encoding");
-      if (gzip && res.body.size() >= 128 * 1024) {
-        headers.emplace("Accept-Encoding", "gzip");
-      }
-    });
     auto handler = [this](const httplib::Request& req, httplib::Response& res) {
       Handle(req, res);
+      LimitCompression(req, res);
     };
     s.Get(".*", handler);
     s.Post(".*", handler);
@@ -350,6 +338,26 @@ class Server::Impl {
     s.Patch(".*", handler);
     s.Delete(".*", handler);
     s.Options(".*", handler);
+  }
+
+  // Response compression as kube-apiserver does it: gzip only, and only for bodies of at least
+  // 128 KiB (its defaultGzipThresholdBytes); watch streams and small replies go out plain.
+  // httplib would otherwise compress every JSON reply with the best encoding the client offers
+  // (gzip for client-go and libcurl's "gzip", brotli for curl's defaults). It decides from the
+  // request's Accept-Encoding while it writes the reply, after the handlers and before its
+  // post-routing handler, so the handlers edit that header here. The request is this server's
+  // own object for the whole exchange, so editing it is safe.
+  static void LimitCompression(const httplib::Request& req, const httplib::Response& res) {
+    auto& headers = const_cast<httplib::Request&>(req).headers;
+    auto it = headers.find("Accept-Encoding");
+    if (it == headers.end()) {
+      return;
+    }
+    const bool gzip = it->second.find("gzip") != std::string::npos;
+    headers.erase("Accept-Encoding");
+    if (gzip && res.body.size() >= 128 * 1024) {
+      headers.emplace("Accept-Encoding", "gzip");
+    }
   }
 
   // ---- dispatch ---------------------------------------------------------------------------

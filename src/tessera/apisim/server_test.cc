@@ -707,6 +707,47 @@ TEST_F(ApisimTest, Discovery) {
   EXPECT_EQ(GetJson("/api/v1/namespaces")["items"].size(), 4u);
 }
 
+// kube-apiserver gzips a reply only when the client accepts gzip and the body is at least
+// 128 KiB; small replies (every GET, PATCH and error a scheduler sends) and watches go out plain.
+TEST_F(ApisimTest, OnlyLargeRepliesAreCompressed) {
+  httplib::Client raw("127.0.0.1", server_->port());
+  raw.set_decompress(false);
+  const httplib::Headers gzip = {{"Accept-Encoding", "gzip, deflate, br"}};
+  Json pod = CreatePod("small");
+  auto got = raw.Get("/api/v1/namespaces/default/pods/small", gzip);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->status, 200);
+  EXPECT_FALSE(got->has_header("Content-Encoding")) << got->get_header_value("Content-Encoding");
+  EXPECT_EQ(Json::parse(got->body)["metadata"]["uid"], pod["metadata"]["uid"]);
+  auto patched = raw.Patch("/api/v1/namespaces/default/pods/small", gzip,
+                           R"({"metadata":{"labels":{"a":"b"}}})", "application/merge-patch+json");
+  ASSERT_TRUE(patched);
+  EXPECT_EQ(patched->status, 200);
+  EXPECT_FALSE(patched->has_header("Content-Encoding"));
+  auto missing = raw.Get("/api/v1/namespaces/default/pods/nope", gzip);
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_FALSE(missing->has_header("Content-Encoding"));
+
+  // A list of more than 128 KiB is compressed for a client that accepts gzip, and only then.
+  const std::string labels = R"({"pad":")" + std::string(60, 'x') + R"("})";
+  for (int i = 0; i < 400; ++i) {
+    ASSERT_TRUE(server_->store()
+                    .Create(*FindResource("", "v1", "pods"), "default",
+                            PodJson("big-" + std::to_string(i), "", labels))
+                    .ok());
+  }
+  auto list = raw.Get("/api/v1/pods", gzip);
+  ASSERT_TRUE(list);
+  EXPECT_EQ(list->status, 200);
+  EXPECT_EQ(list->get_header_value("Content-Encoding"), "gzip");
+  auto plain = raw.Get("/api/v1/pods");
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->has_header("Content-Encoding"));
+  EXPECT_GE(plain->body.size(), 128u * 1024) << "the list must pass the threshold";
+  EXPECT_LT(list->body.size(), plain->body.size());
+}
+
 // §10.16: leases keep MicroTime at six digits; events (both APIs); configmaps; quotas.
 TEST_F(ApisimTest, LeasesEventsAndOthers) {
   auto r = Post("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
