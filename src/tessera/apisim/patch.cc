@@ -251,6 +251,17 @@ absl::StatusOr<std::string> ApplyPatch(PatchType type, std::string_view original
   if (doc.is_discarded() || !doc.is_object()) {
     return absl::InternalError("stored object is not a JSON object");
   }
+  absl::StatusOr<Json> patched = ApplyPatchToDocument(type, std::move(doc), patch);
+  if (!patched.ok()) {
+    return patched.status();
+  }
+  return patched->dump();
+}
+
+absl::StatusOr<Json> ApplyPatchToDocument(PatchType type, Json doc, std::string_view patch) {
+  if (!doc.is_object()) {
+    return absl::InternalError("stored object is not a JSON object");
+  }
   if (json::ExceedsDepth(patch, kMaxJsonDepth)) {
     return absl::InvalidArgumentError("the patch nests deeper than 1000 levels");
   }
@@ -303,7 +314,7 @@ absl::StatusOr<std::string> ApplyPatch(PatchType type, std::string_view original
   if (!doc.is_object()) {
     return absl::FailedPreconditionError("the patched document is not an object");
   }
-  return doc.dump();
+  return doc;
 }
 
 }  // namespace tessera::apisim

@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace tessera::apisim {
 
@@ -35,5 +36,11 @@ inline constexpr int kMaxJsonDepth = 1000;
 // Applies `patch` to `original` (a JSON object) and returns the compact result.
 absl::StatusOr<std::string> ApplyPatch(PatchType type, std::string_view original,
                                        std::string_view patch);
+
+// The same on a parsed document (a JSON object); the result is a JSON object. The store uses
+// it so that a PATCH parses the stored object once and serialises the result once.
+absl::StatusOr<nlohmann::ordered_json> ApplyPatchToDocument(PatchType type,
+                                                            nlohmann::ordered_json doc,
+                                                            std::string_view patch);
 
 }  // namespace tessera::apisim

@@ -229,6 +229,16 @@ std::string FieldValue(const Json& doc, const std::string& path) {
 }
 
 // Builds the stored form of `doc`, stamping `rv` into metadata.resourceVersion.
+// Whether two stored objects serialise the same apart from their revision digits.
+bool SameButRevision(const StoredObject& a, const StoredObject& b) {
+  if (a.rv_len == 0 || b.rv_len == 0) {
+    return a.json == b.json;
+  }
+  const std::string_view x = a.json, y = b.json;
+  return x.substr(0, a.rv_pos) == y.substr(0, b.rv_pos) &&
+         x.substr(a.rv_pos + a.rv_len) == y.substr(b.rv_pos + b.rv_len);
+}
+
 ObjectPtr MakeObject(const ResourceInfo& r, Json& doc, uint64_t rv) {
   auto obj = std::make_shared<StoredObject>();
   Json& md = doc["metadata"];
@@ -1185,10 +1195,9 @@ absl::StatusOr<std::string> Store::Create(const ResourceInfo& r, std::string_vie
 }
 
 absl::StatusOr<std::string> Store::UpdateLocked(size_t r, const ObjectPtr& old,
-                                                std::string_view subresource, std::string_view body,
-                                                const WriteOptions& w) {
+                                                std::string_view subresource, Json doc,
+                                                const Json& prev, const WriteOptions& w) {
   const ResourceInfo& info = Resources()[r];
-  TESSERA_ASSIGN_OR_RETURN(Json doc, ParseBody(body));
   TESSERA_RETURN_IF_ERROR(ValidateDocument(info, doc));
   Json& md = doc["metadata"];
   if (md.value("name", old->name) != old->name) {
@@ -1208,7 +1217,6 @@ absl::StatusOr<std::string> Store::UpdateLocked(size_t r, const ObjectPtr& old,
                     "the object has been modified; please apply your changes to the latest "
                     "version and try again");
   }
-  Json prev = Json::parse(old->json);
   Json next;
   if (subresource == "status") {
     next = prev;
@@ -1253,11 +1261,10 @@ absl::StatusOr<std::string> Store::UpdateLocked(size_t r, const ObjectPtr& old,
     }
   }
   // A deletion can only be started by DELETE; an update cannot remove it.
-  ObjectPtr unchanged = MakeObject(info, next, old->rv);
-  if (unchanged->json == old->json) {
+  ObjectPtr obj = MakeObject(info, next, rv_ + 1);
+  if (SameButRevision(*obj, *old)) {
     return old->json;  // a no-op write keeps the revision and sends no event
   }
-  ObjectPtr obj = MakeObject(info, next, rv_ + 1);
   return Finish(r, old, std::move(obj), w);
 }
 
@@ -1267,7 +1274,8 @@ absl::StatusOr<std::string> Store::Update(const ResourceInfo& r, std::string_vie
   MutexLock l(&mu_);
   const size_t idx = IndexOf(r);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr old, Lookup(idx, ns, name));
-  return UpdateLocked(idx, old, subresource, body, w);
+  TESSERA_ASSIGN_OR_RETURN(Json doc, ParseBody(body));
+  return UpdateLocked(idx, old, subresource, std::move(doc), Json::parse(old->json), w);
 }
 
 absl::StatusOr<std::string> Store::Patch(const ResourceInfo& r, std::string_view ns,
@@ -1277,7 +1285,8 @@ absl::StatusOr<std::string> Store::Patch(const ResourceInfo& r, std::string_view
   MutexLock l(&mu_);
   const size_t idx = IndexOf(r);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr old, Lookup(idx, ns, name));
-  absl::StatusOr<std::string> patched = ApplyPatch(type, old->json, body);
+  const Json prev = Json::parse(old->json);
+  absl::StatusOr<Json> patched = ApplyPatchToDocument(type, prev, body);
   if (!patched.ok()) {
     const absl::Status& s = patched.status();
     if (absl::IsResourceExhausted(s)) {
@@ -1291,7 +1300,7 @@ absl::StatusOr<std::string> Store::Patch(const ResourceInfo& r, std::string_view
     }
     return ApiError(500, "InternalError", std::string(s.message()));
   }
-  return UpdateLocked(idx, old, subresource, *patched, w);
+  return UpdateLocked(idx, old, subresource, *std::move(patched), prev, w);
 }
 
 absl::StatusOr<std::string> Store::Delete(const ResourceInfo& r, std::string_view ns,

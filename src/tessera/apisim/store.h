@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "nlohmann/json_fwd.hpp"
 
 #include "tessera/apisim/patch.h"
 #include "tessera/apisim/selector.h"
@@ -286,8 +287,10 @@ class Store {
   std::string Finish(size_t r, const ObjectPtr& old, ObjectPtr obj, const WriteOptions& w)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Remove(size_t r, const ObjectPtr& old) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `doc` is the new object as written (a JSON object), `prev` the parsed `old`.
   absl::StatusOr<std::string> UpdateLocked(size_t r, const ObjectPtr& old,
-                                           std::string_view subresource, std::string_view body,
+                                           std::string_view subresource, nlohmann::ordered_json doc,
+                                           const nlohmann::ordered_json& prev,
                                            const WriteOptions& w)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls fn for each object of resource `r` in namespace `ns` (all when empty) as of revision
