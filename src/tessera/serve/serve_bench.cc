@@ -69,6 +69,12 @@ double ProcessCpuSeconds() {
   return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
+// Context switches so far of the whole process (every thread), voluntary and involuntary.
+int64_t ProcessContextSwitches() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_nvcsw) + static_cast<int64_t>(u.ru_nivcsw);
+}
 double ThreadCpuSeconds() {
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
@@ -373,6 +379,8 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
     std::mutex mu;
     std::vector<double> bind_latencies;
     std::string first_error;
+    const double process_cpu0 = ProcessCpuSeconds();
+    const int64_t switches0 = ProcessContextSwitches();
     const SteadyClock::time_point start = SteadyClock::now();
     const SteadyClock::time_point end = start + absl::ToChronoNanoseconds(o.duration * 2 / 3);
     std::vector<std::thread> threads;
@@ -421,6 +429,13 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
     }
     const double seconds = Ms(SteadyClock::now() - start) / 1000.0;
     r.pairs = pairs.load();
+    r.pair_cpu_ms =
+        r.pairs > 0 ? (ProcessCpuSeconds() - process_cpu0) * 1000.0 / static_cast<double>(r.pairs)
+                    : 0;
+    r.pair_context_switches = r.pairs > 0
+                                  ? static_cast<double>(ProcessContextSwitches() - switches0) /
+                                        static_cast<double>(r.pairs)
+                                  : 0;
     r.pair_errors = errors.load();
     r.pairs_per_second = seconds > 0 ? static_cast<double>(r.pairs) / seconds : 0;
     r.bind_p50_ms = Percentile(bind_latencies, 0.50);
@@ -512,7 +527,9 @@ std::string ServeBenchJson(const ServeBenchResult& r) {
                       {"floor_p99_ms", r.floor_p99_ms},
                       {"filter_cpu_ms", r.filter_cpu_ms},
                       {"baseline_cpu_ms", r.baseline_cpu_ms},
-                      {"baseline_cpu_ratio", r.baseline_cpu_ratio}};
+                      {"baseline_cpu_ratio", r.baseline_cpu_ratio},
+                      {"pair_cpu_ms", r.pair_cpu_ms},
+                      {"pair_context_switches", r.pair_context_switches}};
   return j.dump();
 }
 
@@ -523,7 +540,8 @@ std::string ServeBenchText(const ServeBenchResult& r) {
       "/filter: p50 {:.3f} ms, p99 {:.3f} ms, max {:.3f} ms over {} calls\n"
       "floor (/filter of a pod without devices: round trip, HTTP, decoding): p50 {:.3f} ms, p99 "
       "{:.3f} ms over {} calls\n"
-      "filter+bind: {:.0f} pairs/s ({} pairs, {} failed); bind p50 {:.3f} ms, p99 {:.3f} ms\n"
+      "filter+bind: {:.0f} pairs/s ({} pairs, {} failed); bind p50 {:.3f} ms, p99 {:.3f} ms; CPU "
+      "per pair {:.3f} ms and {:.1f} context switches (every thread)\n"
       "baseline (full recompute per filter): p50 {:.3f} ms = {:.0f}x Tessera's /filter p50\n"
       "resync: {:.2f} s and {} LIST requests per pass, {} corrections over {} passes; /filter "
       "during it: p50 {:.3f} ms, p99 {:.3f} ms over {} calls\n"
@@ -531,9 +549,9 @@ std::string ServeBenchText(const ServeBenchResult& r) {
       "{:.0f}x\n",
       r.nodes, r.gpus, r.pods, r.candidates, r.sync_seconds, r.rss_mib, r.filter_p50_ms,
       r.filter_p99_ms, r.filter_max_ms, r.filters, r.floor_p50_ms, r.floor_p99_ms, r.floor_calls,
-      r.pairs_per_second, r.pairs, r.pair_errors, r.bind_p50_ms, r.bind_p99_ms,
-      r.baseline_filter_p50_ms, r.baseline_ratio, r.resync_seconds, r.resync_list_requests,
-      r.resync_corrections, r.resync_passes, r.filter_during_resync_p50_ms,
+      r.pairs_per_second, r.pairs, r.pair_errors, r.bind_p50_ms, r.bind_p99_ms, r.pair_cpu_ms,
+      r.pair_context_switches, r.baseline_filter_p50_ms, r.baseline_ratio, r.resync_seconds,
+      r.resync_list_requests, r.resync_corrections, r.resync_passes, r.filter_during_resync_p50_ms,
       r.filter_during_resync_p99_ms, r.filters_during_resync, r.filter_cpu_ms, r.baseline_cpu_ms,
       r.baseline_cpu_ratio);
 }

@@ -89,6 +89,13 @@ struct ServeBenchResult {
   double filter_cpu_ms = 0;
   double baseline_cpu_ms = 0;
   double baseline_cpu_ratio = 0;
+  // CPU time per phase-3 pair of every thread in the process: the service, apisim and the
+  // bench's own clients. On a machine whose cores they share, pairs per second cannot exceed
+  // cores / pair_cpu_ms.
+  double pair_cpu_ms = 0;
+  // Context switches per phase-3 pair, voluntary and involuntary, of every thread: the thread
+  // hand-overs a pair causes (each costs a wake-up), less noisy than its CPU time.
+  double pair_context_switches = 0;
 };
 
 // Errors: InvalidArgument for options out of range; any set-up failure (ports, sync timeout).
