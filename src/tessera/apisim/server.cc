@@ -307,7 +307,10 @@ class Server::Impl {
     s.set_read_timeout(30, 0);
     s.set_write_timeout(30, 0);
     s.set_keep_alive_max_count(100000);
-    s.set_keep_alive_timeout(5);
+    // An idle keep-alive connection holds a worker, which polls it about every 10 ms and only
+    // notices a Stop() when the timeout ends: keep it short, so that a stop is quick even with
+    // clients that pool connections (Tessera's blocking calls keep one per concurrent caller).
+    s.set_keep_alive_timeout(1);
     s.set_error_handler(httplib::Server::HandlerWithResponse(
         [this](const httplib::Request& req, httplib::Response& res) {
           LimitCompression(req, res);

@@ -259,25 +259,26 @@ std::optional<absl::Duration> Retrier::NextDelay(const absl::StatusOr<Response>&
   return std::nullopt;
 }
 
+absl::StatusOr<Response> Transport::Perform(Request request) {
+  Mutex mu;
+  CondVar cv;
+  std::optional<absl::StatusOr<Response>> result;
+  Send(std::move(request), [&](absl::StatusOr<Response> r) {
+    MutexLock lock(&mu);
+    result = std::move(r);
+    cv.SignalAll();
+  });
+  MutexLock lock(&mu);
+  while (!result.has_value()) {
+    cv.Wait(&mu);
+  }
+  return *std::move(result);
+}
+
 absl::StatusOr<Response> Do(Transport& transport, const Request& request, DoOptions options) {
   Retrier retrier(options.retry, request.method);
   while (true) {
-    Mutex mu;
-    CondVar cv;
-    std::optional<absl::StatusOr<Response>> result;
-    transport.Send(request, [&](absl::StatusOr<Response> r) {
-      MutexLock lock(&mu);
-      result = std::move(r);
-      cv.SignalAll();
-    });
-    absl::StatusOr<Response> outcome = absl::UnknownError("unset");
-    {
-      MutexLock lock(&mu);
-      while (!result.has_value()) {
-        cv.Wait(&mu);
-      }
-      outcome = *std::move(result);
-    }
+    absl::StatusOr<Response> outcome = transport.Perform(request);
     if (outcome.ok() && outcome->status_code >= 200 && outcome->status_code < 300) {
       return outcome;
     }
@@ -419,6 +420,12 @@ size_t OnWrite(char* data, size_t size, size_t n, void* user) {
   return len;
 }
 
+// Perform's progress callback: a non-zero return aborts the exchange (the transport is
+// being destroyed).
+int OnProgress(void* stop, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<std::atomic<bool>*>(stop)->load(std::memory_order_acquire) ? 1 : 0;
+}
+
 void EnsureCurlGlobalInit() {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
@@ -438,16 +445,49 @@ class CurlTransport::Loop {
     {
       MutexLock lock(&mu_);
       stopping_ = true;
+      performing_cv_.SignalAll();  // ends Performs waiting for the rate limiter
     }
+    stop_.store(true, std::memory_order_release);
     if (multi_ != nullptr) {
       curl_multi_wakeup(multi_);
     }
     if (thread_.joinable()) {
       thread_.join();
     }
+    {
+      // Performs in flight see stop_ within their progress callback and end.
+      MutexLock lock(&mu_);
+      while (performing_ > 0) {
+        performing_cv_.Wait(&mu_);
+      }
+    }
+    for (CURL* e : idle_easy_) {
+      curl_easy_cleanup(e);
+    }
     if (multi_ != nullptr) {
       curl_multi_cleanup(multi_);
     }
+  }
+
+  // Transport::Perform on the calling thread (see transport.h).
+  absl::StatusOr<Response> Perform(Request request) {
+    if (options_.max_host_connections > 0) {
+      return PerformViaLoop(std::move(request));
+    }
+    {
+      MutexLock lock(&mu_);
+      if (stopping_) {
+        return absl::CancelledError(
+            fmt::format("{} {}: transport shut down", request.method, PathOnly(request.path)));
+      }
+      ++performing_;
+    }
+    absl::StatusOr<Response> outcome = PerformHere(std::move(request));
+    MutexLock lock(&mu_);
+    if (--performing_ == 0) {
+      performing_cv_.SignalAll();
+    }
+    return outcome;
   }
 
   absl::Status Init() {
@@ -681,37 +721,119 @@ class CurlTransport::Loop {
   }
 
   void Start(std::unique_ptr<Transfer> t) {
-    if (absl::Status valid = ValidateRequest(t->request); !valid.ok()) {
+    if (absl::Status configured = Configure(t.get()); !configured.ok()) {
       // Moved, not copied: a Status copy shared with the caller would be released here, in
       // uninstrumented Abseil code that TSan cannot see.
-      FinishWithStatus(std::move(t), std::move(valid));
+      FinishWithStatus(std::move(t), std::move(configured));
       return;
     }
+    const CURLMcode added = curl_multi_add_handle(multi_, t->easy);
+    if (added != CURLM_OK) {
+      FinishWithStatus(std::move(t), absl::InternalError(fmt::format("curl_multi_add_handle: {}",
+                                                                     curl_multi_strerror(added))));
+      return;
+    }
+    const StreamId id = t->id;
+    t->last_activity = absl::Now();
+    active_.emplace(id, std::move(t));
+  }
+
+  // The blocking exchange of Perform, on the calling thread, with a pooled easy handle.
+  absl::StatusOr<Response> PerformHere(Request request) {
+    const absl::Duration wait = limiter_.Reserve();
+    if (wait > absl::ZeroDuration()) {
+      MutexLock lock(&mu_);
+      const absl::Time until = absl::Now() + wait;
+      for (absl::Time now = absl::Now(); !stopping_ && now < until; now = absl::Now()) {
+        performing_cv_.WaitFor(&mu_, absl::ToChronoNanoseconds(until - now));
+      }
+      if (stopping_) {
+        return absl::CancelledError(
+            fmt::format("{} {}: transport shut down", request.method, PathOnly(request.path)));
+      }
+    }
+    auto t = std::make_unique<Transfer>();
+    t->request = std::move(request);
+    {
+      MutexLock lock(&mu_);
+      if (!idle_easy_.empty()) {
+        t->easy = idle_easy_.back();
+        idle_easy_.pop_back();
+      }
+    }
+    if (absl::Status configured = Configure(t.get()); !configured.ok()) {
+      return configured;
+    }
+    CURL* e = t->easy;
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, &OnProgress);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, &stop_);
+    const CURLcode code = curl_easy_perform(e);
+    RecordConnectionInfo(t.get());
+    absl::StatusOr<Response> outcome = std::move(t->response);
+    if (code == CURLE_ABORTED_BY_CALLBACK && stop_.load(std::memory_order_acquire)) {
+      outcome = absl::CancelledError(
+          fmt::format("{} {}: transport shut down", t->request.method, PathOnly(t->request.path)));
+    } else if (code != CURLE_OK) {
+      outcome = CurlError(code, t->errbuf, t->request, /*streaming=*/false);
+    }
+    // The handle keeps its connection for the next Perform; its options are reset then.
+    t->easy = nullptr;
+    MutexLock lock(&mu_);
+    idle_easy_.push_back(e);
+    return outcome;
+  }
+
+  absl::StatusOr<Response> PerformViaLoop(Request request) {
+    Mutex mu;
+    CondVar cv;
+    std::optional<absl::StatusOr<Response>> result;
+    auto t = std::make_unique<Transfer>();
+    t->request = std::move(request);
+    t->done = [&](absl::StatusOr<Response> r) {
+      MutexLock lock(&mu);
+      result = std::move(r);
+      cv.SignalAll();
+    };
+    Submit(std::move(t));
+    MutexLock lock(&mu);
+    while (!result.has_value()) {
+      cv.Wait(&mu);
+    }
+    return *std::move(result);
+  }
+
+  // Prepares t->easy (a new handle, or a pooled one reset) for t->request: validation, the
+  // bearer token, every option and header. On error the handle (if any) stays in `t`.
+  absl::Status Configure(Transfer* t) {
+    TESSERA_RETURN_IF_ERROR(ValidateRequest(t->request));
     std::string token;
     if (tokens_ != nullptr) {
       absl::StatusOr<std::string> got = tokens_->Token();
       if (!got.ok()) {
-        FinishWithStatus(std::move(t), Annotate(got.status(), "reading the bearer token"));
-        return;
+        return Annotate(got.status(), "reading the bearer token");
       }
       token = *std::move(got);
     }
-    t->easy = curl_easy_init();
     if (t->easy == nullptr) {
-      FinishWithStatus(std::move(t), absl::InternalError("curl_easy_init failed"));
-      return;
+      t->easy = curl_easy_init();
+      if (t->easy == nullptr) {
+        return absl::InternalError("curl_easy_init failed");
+      }
+    } else {
+      curl_easy_reset(t->easy);
     }
     CURL* e = t->easy;
     const Request& r = t->request;
     const std::string url = base_url_ + r.path;
     curl_easy_setopt(e, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
+    curl_easy_setopt(e, CURLOPT_PRIVATE, t);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &OnHeader);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &OnWrite);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
@@ -802,16 +924,7 @@ class CurlTransport::Loop {
     }
     t->header_list = h;
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->header_list);
-
-    const CURLMcode added = curl_multi_add_handle(multi_, e);
-    if (added != CURLM_OK) {
-      FinishWithStatus(std::move(t), absl::InternalError(fmt::format("curl_multi_add_handle: {}",
-                                                                     curl_multi_strerror(added))));
-      return;
-    }
-    const StreamId id = t->id;
-    t->last_activity = absl::Now();
-    active_.emplace(id, std::move(t));
+    return absl::OkStatus();
   }
 
   void Forget(StreamId id) {
@@ -891,6 +1004,10 @@ class CurlTransport::Loop {
   std::atomic<StreamId> next_id_{1};
 
   Mutex mu_;
+  CondVar performing_cv_;  // performing_ reached 0, or stopping_ was set
+  int performing_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<CURL*> idle_easy_ ABSL_GUARDED_BY(mu_);  // Perform's pool
+  std::atomic<bool> stop_{false};                      // stopping_, for Perform's callback
   std::deque<std::unique_ptr<Transfer>> incoming_ ABSL_GUARDED_BY(mu_);
   std::vector<StreamId> cancels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<StreamId, std::shared_ptr<std::atomic<bool>>> live_ ABSL_GUARDED_BY(mu_);
@@ -928,5 +1045,9 @@ StreamId CurlTransport::Stream(Request request, StreamHandlers handlers) {
 }
 
 void CurlTransport::Cancel(StreamId id) { loop_->Cancel(id); }
+
+absl::StatusOr<Response> CurlTransport::Perform(Request request) {
+  return loop_->Perform(std::move(request));
+}
 
 }  // namespace tessera::kube

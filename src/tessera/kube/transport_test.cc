@@ -808,6 +808,92 @@ TEST(CurlTransport, DestructionCancelsOutstandingWork) {
   EXPECT_EQ(watch.end().status.code(), absl::StatusCode::kCancelled);
 }
 
+// Perform (under Do) runs on the caller's thread with a pooled handle: sequential calls reuse
+// one keep-alive connection, calls at the same time get one each, and the rate limit holds.
+TEST(CurlTransport, PerformReusesPooledConnectionsAndKeepsTheRateLimit) {
+  TestServer server;
+  Mutex mu;
+  CondVar cv;
+  int waiting = 0;
+  server.http().Get("/x", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{}", "application/json");
+  });
+  server.http().Get("/pair", [&](const httplib::Request&, httplib::Response& res) {
+    MutexLock lock(&mu);
+    ++waiting;
+    cv.SignalAll();
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (waiting < 2 && absl::Now() < deadline) {
+      cv.WaitFor(&mu, std::chrono::milliseconds(10));
+    }
+    res.set_content("{}", "application/json");
+  });
+  server.http().set_keep_alive_max_count(100);  // httplib closes after 5 by default
+  server.Start();
+  auto transport = MakeTransport(ConfigFor(server.url()));
+  int opened = 0;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<Response> r = transport->Perform(Get("/x"));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status_code, 200);
+    EXPECT_EQ(r->body, "{}");
+    EXPECT_EQ(r->http_version, 11);
+    opened += r->connections_opened;
+  }
+  EXPECT_EQ(opened, 1);
+  // Two at once (the handler holds each until both arrived): two connections.
+  absl::StatusOr<Response> other;
+  std::thread second([&] { other = transport->Perform(Get("/pair")); });
+  absl::StatusOr<Response> mine = transport->Perform(Get("/pair"));
+  second.join();
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(mine->connections_opened + other->connections_opened, 1);  // one idle was pooled
+  // A non-2xx answer is a response, as Send gives it; an invalid request is refused.
+  absl::StatusOr<Response> missing = transport->Perform(Get("/missing"));
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  EXPECT_EQ(missing->status_code, 404);
+  EXPECT_EQ(transport->Perform(Get("no-slash")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  RestConfig limited = ConfigFor(server.url());
+  limited.qps = 20;
+  limited.burst = 2;
+  auto slow = MakeTransport(limited);
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(slow->Perform(Get("/x")).ok());
+  }
+  // Two immediately, then four at 20 per second: at least 200 ms.
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
+}
+
+TEST(CurlTransport, DestructionCancelsAPerformInFlight) {
+  TestServer server;
+  Channel channel;
+  StopInOrder stop_in_order(&channel, &server);
+  server.http().Get("/hang", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider(
+        "application/json", [&](size_t, httplib::DataSink& sink) { return channel.Provide(sink); });
+  });
+  server.Start();
+  auto transport = MakeTransport(ConfigFor(server.url()));
+  absl::StatusOr<Response> outcome = absl::UnknownError("unset");
+  std::atomic<bool> returned{false};
+  CurlTransport* raw = transport.get();
+  std::thread caller([&] {
+    outcome = raw->Perform(Get("/hang"));
+    returned.store(true);
+  });
+  channel.Push("partial");  // the exchange is under way: a body has begun
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(returned.load());
+  transport.reset();  // waits for the Perform to end
+  EXPECT_TRUE(returned.load());
+  caller.join();
+  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kCancelled) << outcome.status();
+}
+
 TEST(CurlTransport, RejectsBadRequestsAndConfigs) {
   EXPECT_EQ(CurlTransport::Create(ConfigFor("ftp://h"), nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -1193,7 +1279,11 @@ TEST_F(Http2Test, Http11OnlyServerStillWorksOverTls) {
   config.ca_pem = ReadAll(Path("ca.crt"));
   auto transport = MakeTransport(config);
 
-  absl::StatusOr<Response> version = Do(*transport, Get("/version"));
+  // Through the I/O thread (Send), whose connections the requests below share; Do would run on
+  // a pooled connection of its own.
+  SendResult first;
+  transport->Send(Get("/version"), first.Callback());
+  absl::StatusOr<Response> version = first.Wait();
   ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_EQ(version->http_version, 11);
   std::vector<std::unique_ptr<SendResult>> results;
