@@ -54,8 +54,10 @@
 //      and binds if its devices are still free, and fails with "devices no longer free" if not —
 //      never a silent re-decision, since the annotations the device plugin will read already name
 //      those devices.
-//   4. A merge patch of hami.io/bind-phase=allocating and hami.io/bind-time=<unix seconds>.
-//   5. POST the Binding (with the pod UID as precondition).
+//   4. POST the Binding (with the pod UID as precondition), carrying the annotations
+//      hami.io/bind-phase=allocating and hami.io/bind-time=<unix seconds>, which the API server
+//      merges into the pod in the same write (HAMi patches them first, then binds: one write
+//      more, and an "allocating" pod left behind when the binding fails).
 //   Any failure releases the lock (if we took it) and the reservation, records BindingFailed and
 //   returns the error; success records BindingSucceed and keeps the reservation, which the
 //   ledger ends when it observes the pod bound (and the device plugin removes the lock).

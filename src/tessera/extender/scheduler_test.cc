@@ -424,8 +424,15 @@ TEST_F(SchedulerTest, BindTakesTheLockMarksThePhaseAndPostsTheBinding) {
   Scheduler& s = Make();
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
   clock_.Advance(absl::Seconds(3));
+  const size_t patches = PodPatches("p1").size();
   BindResult b = s.Bind(BindFor("p1", "n1"));
   EXPECT_EQ(b.error, "");
+  // bind-phase and bind-time travel in the Binding: no pod PATCH of its own.
+  EXPECT_EQ(PodPatches("p1").size(), patches);
+  std::vector<kube::Request> bindings =
+      env_.faults()->Matching("POST", std::string(kPodPath) + "p1/binding");
+  ASSERT_EQ(bindings.size(), 1u);
+  EXPECT_THAT(bindings[0].body, HasSubstr(R"("hami.io/bind-phase":"allocating")"));
   const kube::Pod pod = Pod("p1");
   EXPECT_EQ(pod.node_name, "n1");
   EXPECT_EQ(pod.meta.annotations.Get("hami.io/bind-phase"), "allocating");
@@ -588,20 +595,24 @@ TEST_F(SchedulerTest, BindOfADeletedPodStillInTheCacheReleasesTheLock) {
   EXPECT_NE(b.error, "");
   EXPECT_THAT(ledger_.Reservations(), IsEmpty());
   EXPECT_EQ(Lock("n1"), "<none>");
-  EXPECT_EQ(s->stats().bind_outcomes.at("patch_failed"), 1u);
+  EXPECT_EQ(s->stats().bind_outcomes.at("binding_rejected"), 1u);
 }
 
-TEST_F(SchedulerTest, BindPhasePatchFailureReleasesLockAndReservation) {
+TEST_F(SchedulerTest, AFailedBindingReleasesLockAndReservationAndLeavesNoBindPhase) {
   AddNode("n1", {{"GPU-a"}});
   env_.CreatePod("p1", Limits(1000));
   Scheduler& s = Make();
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
-  env_.faults()->Inject("PATCH", std::string(kPodPath) + "p1", 500, "InternalError");
+  env_.faults()->Inject("POST", std::string(kPodPath) + "p1/binding", 500, "InternalError");
   BindResult b = s.Bind(BindFor("p1", "n1"));
-  EXPECT_THAT(b.error, HasSubstr("bind phase"));
+  EXPECT_THAT(b.error, HasSubstr("500"));
   ExpectNothingHeld("p1", "n1");
-  EXPECT_THAT(env_.faults()->Matching("POST", std::string(kPodPath) + "p1/binding"), IsEmpty());
-  EXPECT_EQ(s.stats().bind_outcomes.at("patch_failed"), 1u);
+  const kube::Pod pod = Pod("p1");
+  EXPECT_EQ(pod.node_name, "");
+  // HAMi would have patched bind-phase=allocating before the binding and left it there.
+  EXPECT_FALSE(pod.meta.annotations.Contains(device::kBindPhaseAnnotation));
+  EXPECT_FALSE(pod.meta.annotations.Contains(device::kBindTimeAnnotation));
+  EXPECT_EQ(s.stats().bind_outcomes.at("binding_rejected"), 1u);
 }
 
 TEST_F(SchedulerTest, BindToANodeOtherThanTheFilteredOneFails) {

@@ -415,10 +415,17 @@ template WatchHandle ApiClient::Watch<Lease>(const WatchOptions&, WatchCallbacks
 // --- bodies -------------------------------------------------------------------------------------
 
 std::string ApiClient::BindingBody(std::string_view ns, std::string_view name, std::string_view uid,
-                                   std::string_view node) {
+                                   std::string_view node, const Annotations& annotations) {
   nlohmann::json meta = {{"name", std::string(name)}, {"namespace", std::string(ns)}};
   if (!uid.empty()) {
     meta["uid"] = std::string(uid);
+  }
+  if (!annotations.empty()) {
+    nlohmann::json a = nlohmann::json::object();
+    for (const auto& [key, value] : annotations) {
+      a[key] = value;
+    }
+    meta["annotations"] = std::move(a);
   }
   nlohmann::json body = {
       {"apiVersion", "v1"},
@@ -561,9 +568,9 @@ absl::StatusOr<Node> ApiClient::JsonPatchNode(std::string_view name,
 
 // RBAC: api_calls.cc "create pods/binding".
 absl::Status ApiClient::BindPod(std::string_view ns, std::string_view name, std::string_view uid,
-                                std::string_view node) {
-  return Call(WithBody("POST", PodPath(ns, name) + "/binding", BindingBody(ns, name, uid, node),
-                       "application/json"))
+                                std::string_view node, const Annotations& annotations) {
+  return Call(WithBody("POST", PodPath(ns, name) + "/binding",
+                       BindingBody(ns, name, uid, node, annotations), "application/json"))
       .status();
 }
 

@@ -592,7 +592,7 @@ TEST_F(LeakPathsTest, ABindThatFailsAfterTheLockReleasesEverythingAtOnce) {
   ASSERT_EQ(Filter("unlucky", {"a"}), "a");
   ExpectConverged({"unlucky"});
 
-  apisim::Faults fail;  // the binding POST fails; the lock and bind-phase PATCHes succeed
+  apisim::Faults fail;  // the binding POST fails; the lock PATCH succeeds
   fail.fail_probability = 1;
   fail.fail_code = 500;
   fail.fail_verbs = {"create"};
@@ -727,8 +727,9 @@ TEST_F(LeakPathsTest, APodRecreatedWithANewUidDuringAnOutageIsAccountedOnce) {
               testing::Contains(HasSubstr("uid_change default/phoenix uid=" + old_uid + "->")));
 }
 
-// 12. Tessera stopped after a bind took the node lock and wrote bind-phase, before the binding:
-// the restarted Tessera re-reserves the in-flight pod and kube-scheduler's retried bind wins.
+// 12. A scheduler stopped after a bind took the node lock and wrote bind-phase, before the
+// binding (HAMi's order; Tessera itself writes bind-phase with the binding): the restarted
+// Tessera re-reserves the in-flight pod and kube-scheduler's retried bind wins.
 TEST_F(LeakPathsTest, TesseraRestartedMidBindRebuildsTheReservationAndTheRetriedBindWins) {
   Create("nodes", NodeJson("a"));
   StartService();
@@ -736,7 +737,7 @@ TEST_F(LeakPathsTest, TesseraRestartedMidBindRebuildsTheReservationAndTheRetried
   ASSERT_EQ(Filter("midbind", {"a"}), "a");
   ExpectConverged({"midbind"});
 
-  // What BindManaged has written when the process dies before the binding POST.
+  // What HAMi's bind has written when the process dies before the binding POST.
   const std::string now = absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
   ASSERT_TRUE(
       sim_->store()
