@@ -2,9 +2,10 @@
 //
 // The HTTP edge of the Kubernetes client. `Transport` is the interface (FakeTransport in
 // transport_fake.h provokes every outcome in tests); `CurlTransport` is the libcurl
-// implementation: one named I/O thread ("kube-io") owns a CURLM* and drives every request with
-// the multi interface, so all LISTs and WATCHes share connections (HTTP/2 multiplexed over TLS
-// where the server offers it, HTTP/1.1 for plain http).
+// implementation: one named I/O thread ("kube-io") owns a CURLM* and drives the streams
+// (WATCHes) and Send()s with the multi interface, so they share connections (HTTP/2
+// multiplexed over TLS where the server offers it, HTTP/1.1 for plain http); Perform() (and so
+// Do()) runs a blocking exchange on the calling thread with a pooled easy handle instead.
 //
 //   auto transport = CurlTransport::Create(config, MakeTokenSource(config, Clock::Real()));
 //   Request get;  get.path = "/api/v1/nodes";
