@@ -872,7 +872,9 @@ TEST(CurlTransport, DestructionCancelsAPerformInFlight) {
   TestServer server;
   Channel channel;
   StopInOrder stop_in_order(&channel, &server);
+  std::atomic<bool> arrived{false};
   server.http().Get("/hang", [&](const httplib::Request&, httplib::Response& res) {
+    arrived.store(true);
     res.set_chunked_content_provider(
         "application/json", [&](size_t, httplib::DataSink& sink) { return channel.Provide(sink); });
   });
@@ -886,11 +888,16 @@ TEST(CurlTransport, DestructionCancelsAPerformInFlight) {
     returned.store(true);
   });
   channel.Push("partial");  // the exchange is under way: a body has begun
+  for (int i = 0; i < 1000 && !arrived.load(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(arrived.load());  // the Perform is inside its exchange, not about to start
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_FALSE(returned.load());
-  transport.reset();  // waits for the Perform to end
-  EXPECT_TRUE(returned.load());
+  const absl::Time destroying = absl::Now();
+  transport.reset();  // ends the Perform (within its progress callback's second) and waits for it
   caller.join();
+  EXPECT_LT(absl::Now() - destroying, absl::Seconds(5));  // not the 20 s request timeout
   EXPECT_EQ(outcome.status().code(), absl::StatusCode::kCancelled) << outcome.status();
 }
 
