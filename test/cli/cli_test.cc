@@ -222,6 +222,7 @@ TEST(CliTest, BenchServeJsonCarriesEveryFigure) {
   EXPECT_LE(j.value("floor_p50_ms", 0.0), j.value("floor_p99_ms", 0.0));
   EXPECT_EQ(j.value("resync_corrections", -1), 0);
   EXPECT_GT(j.value("pair_cpu_ms", 0.0), 0.0);
+  EXPECT_GT(j.value("pair_context_switches", 0.0), 0.0);
 }
 
 // `explain --kubeconfig` against `tessera apisim` holding the objects of examples/cluster.yaml

@@ -247,11 +247,9 @@ std::optional<PatchType> PatchTypeFromContentType(std::string_view content_type)
 
 absl::StatusOr<std::string> ApplyPatch(PatchType type, std::string_view original,
                                        std::string_view patch) {
-  Json doc = Json::parse(original, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return absl::InternalError("stored object is not a JSON object");
-  }
-  absl::StatusOr<Json> patched = ApplyPatchToDocument(type, std::move(doc), patch);
+  // A parse failure is "discarded", not an object: ApplyPatchToDocument refuses it.
+  absl::StatusOr<Json> patched =
+      ApplyPatchToDocument(type, Json::parse(original, nullptr, /*allow_exceptions=*/false), patch);
   if (!patched.ok()) {
     return patched.status();
   }

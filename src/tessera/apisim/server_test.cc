@@ -728,6 +728,13 @@ TEST_F(ApisimTest, OnlyLargeRepliesAreCompressed) {
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
   EXPECT_FALSE(missing->has_header("Content-Encoding"));
+  // An error httplib answers itself (through the error handler): a body over the limit.
+  auto too_large = raw.Post("/api/v1/namespaces/default/pods", gzip,
+                            std::string(4 * 1024 * 1024, ' '), "application/json");
+  ASSERT_TRUE(too_large);
+  EXPECT_EQ(too_large->status, 413);
+  EXPECT_FALSE(too_large->has_header("Content-Encoding"));
+  EXPECT_EQ(Json::parse(too_large->body)["reason"], "RequestEntityTooLarge");
 
   // A list of more than 128 KiB is compressed for a client that accepts gzip, and only then.
   const std::string labels = R"({"pad":")" + std::string(60, 'x') + R"("})";

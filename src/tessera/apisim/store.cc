@@ -228,7 +228,6 @@ std::string FieldValue(const Json& doc, const std::string& path) {
   return cur->dump();
 }
 
-// Builds the stored form of `doc`, stamping `rv` into metadata.resourceVersion.
 // Whether two stored objects serialise the same apart from their revision digits.
 bool SameButRevision(const StoredObject& a, const StoredObject& b) {
   if (a.rv_len == 0 || b.rv_len == 0) {
@@ -239,6 +238,7 @@ bool SameButRevision(const StoredObject& a, const StoredObject& b) {
          x.substr(a.rv_pos + a.rv_len) == y.substr(b.rv_pos + b.rv_len);
 }
 
+// Builds the stored form of `doc`, stamping `rv` into metadata.resourceVersion.
 ObjectPtr MakeObject(const ResourceInfo& r, Json& doc, uint64_t rv) {
   auto obj = std::make_shared<StoredObject>();
   Json& md = doc["metadata"];

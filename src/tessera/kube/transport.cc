@@ -469,11 +469,11 @@ class CurlTransport::Loop {
     }
   }
 
+  // With a bound on connections, blocking calls must take theirs from the loop.
+  bool PerformOnLoop() const { return options_.max_host_connections > 0; }
+
   // Transport::Perform on the calling thread (see transport.h).
   absl::StatusOr<Response> Perform(Request request) {
-    if (options_.max_host_connections > 0) {
-      return PerformViaLoop(std::move(request));
-    }
     {
       MutexLock lock(&mu_);
       if (stopping_) {
@@ -784,25 +784,6 @@ class CurlTransport::Loop {
     return outcome;
   }
 
-  absl::StatusOr<Response> PerformViaLoop(Request request) {
-    Mutex mu;
-    CondVar cv;
-    std::optional<absl::StatusOr<Response>> result;
-    auto t = std::make_unique<Transfer>();
-    t->request = std::move(request);
-    t->done = [&](absl::StatusOr<Response> r) {
-      MutexLock lock(&mu);
-      result = std::move(r);
-      cv.SignalAll();
-    };
-    Submit(std::move(t));
-    MutexLock lock(&mu);
-    while (!result.has_value()) {
-      cv.Wait(&mu);
-    }
-    return *std::move(result);
-  }
-
   // Prepares t->easy (a new handle, or a pooled one reset) for t->request: validation, the
   // bearer token, every option and header. On error the handle (if any) stays in `t`.
   absl::Status Configure(Transfer* t) {
@@ -1047,6 +1028,9 @@ StreamId CurlTransport::Stream(Request request, StreamHandlers handlers) {
 void CurlTransport::Cancel(StreamId id) { loop_->Cancel(id); }
 
 absl::StatusOr<Response> CurlTransport::Perform(Request request) {
+  if (loop_->PerformOnLoop()) {
+    return Transport::Perform(std::move(request));  // Send, then wait
+  }
   return loop_->Perform(std::move(request));
 }
 

@@ -868,6 +868,44 @@ TEST(CurlTransport, PerformReusesPooledConnectionsAndKeepsTheRateLimit) {
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
 }
 
+// With max_host_connections set, a blocking call takes its connection from the I/O thread's
+// bounded pool: while a stream holds the only connection, it waits.
+TEST(CurlTransport, PerformKeepsTheConnectionBound) {
+  TestServer server;
+  Channel channel;
+  StopInOrder stop_in_order(&channel, &server);
+  server.http().Get("/watch", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider(
+        "application/json", [&](size_t, httplib::DataSink& sink) { return channel.Provide(sink); });
+  });
+  server.http().Get("/x", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{}", "application/json");
+  });
+  server.Start();
+  CurlTransport::Options bounded;
+  bounded.max_host_connections = 1;
+  absl::StatusOr<std::unique_ptr<CurlTransport>> created =
+      CurlTransport::Create(ConfigFor(server.url()), nullptr, bounded);
+  ASSERT_TRUE(created.ok()) << created.status();
+  CurlTransport& transport = **created;
+  StreamRecorder watch;
+  transport.Stream(Get("/watch"), watch.Handlers());
+  channel.Push("x");
+  ASSERT_TRUE(watch.WaitForData("x"));  // the stream holds the one connection
+  std::atomic<bool> returned{false};
+  absl::StatusOr<Response> outcome = absl::UnknownError("unset");
+  std::thread caller([&] {
+    outcome = transport.Perform(Get("/x"));
+    returned.store(true);
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(returned.load()) << "Perform bypassed max_host_connections";
+  channel.Close();  // the stream ends and frees the connection
+  caller.join();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->body, "{}");
+}
+
 TEST(CurlTransport, DestructionCancelsAPerformInFlight) {
   TestServer server;
   Channel channel;
