@@ -71,6 +71,67 @@ kube::MetadataPatch ToPatch(const kube::StringMap& annotations, const kube::Stri
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
+// Cuts `text` to at most `limit` bytes at a UTF-8 character boundary, ending it with "...".
+void CapMessage(std::string* text, size_t limit) {
+  if (text->size() <= limit) {
+    return;
+  }
+  size_t cut = limit - 3;
+  while (cut > 0 && (static_cast<unsigned char>((*text)[cut]) & 0xC0) == 0x80) {
+    --cut;  // not in the middle of a multi-byte character
+  }
+  text->resize(cut);
+  *text += "...";
+}
+
+// A node list for an event message, "<head>(<item>,<item>,...)", kept within
+// Scheduler::kEventMessageLimit bytes: items that do not fit are dropped and counted, and the
+// list ends "... <n> more)".
+class EventList {
+ public:
+  EventList(std::string head, std::string_view separator)
+      : text_(std::move(head)), separator_(separator) {
+    text_ += '(';
+    // Room for the tail: "," + "... 4294967295 more" + ")".
+    constexpr size_t kTail = 22;
+    budget_ = Scheduler::kEventMessageLimit > text_.size() + kTail
+                  ? Scheduler::kEventMessageLimit - kTail
+                  : text_.size();
+    first_ = text_.size();
+  }
+
+  // True while items still fit: a caller with costly items may stop building them.
+  bool Open() const { return omitted_ == 0; }
+
+  void Add(std::string_view item) {
+    const size_t sep = text_.size() > first_ ? separator_.size() : 0;
+    if (omitted_ == 0 && text_.size() + sep + item.size() <= budget_) {
+      text_.append(separator_.data(), sep);
+      text_ += item;
+    } else {
+      ++omitted_;
+    }
+  }
+  // Counts an item that was not built because the list is already full.
+  void Omit() { ++omitted_; }
+
+  std::string Finish() && {
+    if (omitted_ > 0) {
+      text_ += text_.size() > first_ ? std::string(separator_) : std::string();
+      text_ += fmt::format("... {} more", omitted_);
+    }
+    text_ += ')';
+    return std::move(text_);
+  }
+
+ private:
+  std::string text_;
+  std::string_view separator_;
+  size_t budget_ = 0;
+  size_t first_ = 0;
+  size_t omitted_ = 0;
+};
+
 }  // namespace
 
 void LatencyStats::Observe(absl::Duration d) {
@@ -244,12 +305,11 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
     for (auto& [reason, nodes] : by_reason) {
       std::sort(nodes.begin(), nodes.end());
       nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-      std::string list;
+      EventList list(fmt::format("{} nodes {}", nodes.size(), reason), ", ");
       for (const std::string& n : nodes) {
-        list += list.empty() ? n : ", " + n;
+        list.Add(n);
       }
-      Record(pod, "FilteringFailed", fmt::format("{} nodes {}({})", nodes.size(), reason, list),
-             true);
+      Record(pod, "FilteringFailed", std::move(list).Finish(), true);
     }
     if (names.empty()) {
       Record(pod, "FilteringFailed", "no candidate nodes", true);
@@ -286,32 +346,37 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
   result.node_names = std::vector<std::string>{winner};
   // "<node>:<score with 2 decimals>,..." built with std::to_chars, which rounds exactly as
   // fmt's {:.2f} does: formatting each entry with fmt cost a third of the instructions of a
-  // 500-candidate filter (callgrind, docs/benchmarks.md).
-  std::string fits;
-  fits.reserve(decision.nodes.size() * (names.empty() ? 0 : names[0].size() + 8));
+  // 500-candidate filter (callgrind, docs/benchmarks.md). Entries past the message limit are
+  // only counted.
   size_t fit_count = 0;
-  for (size_t i = 0; i < decision.nodes.size(); ++i) {
-    if (decision.nodes[i].fit) {
-      ++fit_count;
-      if (!fits.empty()) {
-        fits += ',';
-      }
-      fits += candidates[i].name;
-      fits += ':';
-      char score[64];
-      const std::to_chars_result r = std::to_chars(
-          score, score + sizeof(score), decision.nodes[i].score, std::chars_format::fixed, 2);
-      if (r.ec == std::errc()) {
-        fits.append(score, r.ptr);
-      } else {
-        fits += fmt::format("{:.2f}", decision.nodes[i].score);
-      }
-    }
+  for (const schedule::NodeResult& r : decision.nodes) {
+    fit_count += r.fit ? 1 : 0;
   }
-  Record(pod, "FilteringSucceed",
-         fmt::format("find fit node({}), {} nodes not fit, {} nodes fit({})", winner, not_fit,
-                     fit_count, fits),
-         false);
+  EventList fits(
+      fmt::format("find fit node({}), {} nodes not fit, {} nodes fit", winner, not_fit, fit_count),
+      ",");
+  std::string entry;
+  for (size_t i = 0; i < decision.nodes.size(); ++i) {
+    if (!decision.nodes[i].fit) {
+      continue;
+    }
+    if (!fits.Open()) {
+      fits.Omit();
+      continue;
+    }
+    entry = candidates[i].name;
+    entry += ':';
+    char score[64];
+    const std::to_chars_result r = std::to_chars(
+        score, score + sizeof(score), decision.nodes[i].score, std::chars_format::fixed, 2);
+    if (r.ec == std::errc()) {
+      entry.append(score, r.ptr);
+    } else {
+      entry += fmt::format("{:.2f}", decision.nodes[i].score);
+    }
+    fits.Add(entry);
+  }
+  Record(pod, "FilteringSucceed", std::move(fits).Finish(), false);
   CountFilter("fit", Since(start), outcome);
   return result;
 }
@@ -797,6 +862,7 @@ void Scheduler::Record(const kube::Pod& pod, std::string reason, std::string mes
   e.pod.meta.uid = pod.meta.uid;
   e.reason = std::move(reason);
   e.message = std::move(message);
+  CapMessage(&e.message, kEventMessageLimit);
   e.warning = warning;
   events_.push_back(std::move(e));
   events_cv_.SignalAll();

@@ -30,7 +30,7 @@
 //      HAMi's reason strings ("node unregistered", "1/2 CardInsufficientMemory, ...").
 //   Events (best effort, asynchronous): FilteringSucceed "find fit node(<n>), <k> nodes not fit,
 //   <m> nodes fit(<n1>:<score>,...)"; FilteringFailed, one per reason "<k> nodes <Reason>(<nodes>)"
-//   or the error text.
+//   or the error text. Messages stay within kEventMessageLimit bytes (node lists are cut).
 //
 //   A request that carries full `Nodes` (nodeCacheCapable: false) is answered in the `Nodes` form
 //   (the chosen node's raw JSON) WITHOUT side effects: no reservation, no patch, no event. This is
@@ -155,6 +155,11 @@ struct Stats {
 
 class Scheduler {
  public:
+  // The longest event message, in bytes: the limit the events.k8s.io API puts on a note (the
+  // core/v1 API has none). A node list past it is cut ("... <n> more)"), any other message
+  // ends "...". HAMi's FilteringSucceed lists every fitting node: 500 candidates made ~9 KB.
+  static constexpr size_t kEventMessageLimit = 1024;
+
   struct Options {
     // The event source component (--scheduler-name).
     std::string scheduler_name = "hami-scheduler";

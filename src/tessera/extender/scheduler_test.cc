@@ -2,14 +2,17 @@
 // directly (the informer wiring is not part of this library).
 #include "tessera/extender/scheduler.h"
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -251,6 +254,100 @@ TEST_F(SchedulerTest, NoFitReturnsFailedNodesWithHamiReasons) {
   EXPECT_EQ(st.filter_outcomes.at("no_fit"), 1u);
   EXPECT_EQ(st.filter_node_reasons.at("CardInsufficientMemory"), 1u);
   EXPECT_EQ(st.filter_node_reasons.at("node unregistered"), 1u);
+}
+
+// HAMi lists every fitting (or failing) node in the event; with hundreds of candidates that is
+// kilobytes per pod. The list is cut to keep the message within the events.k8s.io note limit,
+// and what was cut is counted.
+TEST_F(SchedulerTest, EventNodeListsAreCutAtTheMessageLimitAndCounted) {
+  std::vector<std::string> nodes;
+  for (int i = 0; i < 120; ++i) {
+    nodes.push_back(fmt::format("node-{:03}", i));
+    AddNode(nodes.back(), {{fmt::format("GPU-{}", i)}});
+  }
+  // A list of entries "<prefix><first>, <first+1>, ..., ... <n> more)": its entries, checked to be
+  // the candidates in order from the first, and the count of those left out.
+  auto parse = [&](const std::string& message, const std::string& prefix,
+                   const std::string& separator, const std::string& suffix) {
+    EXPECT_LE(message.size(), Scheduler::kEventMessageLimit) << message;
+    EXPECT_EQ(message.substr(0, prefix.size()), prefix) << message;
+    const std::string tail = " more)";
+    const size_t more = message.rfind("... ");
+    if (more == std::string::npos || more < prefix.size() + separator.size() ||
+        message.size() < more + 4 + tail.size()) {
+      ADD_FAILURE() << "no \"... <n> more)\" in " << message;
+      return std::make_pair(size_t{0}, size_t{0});
+    }
+    EXPECT_EQ(message.substr(message.size() - tail.size()), tail) << message;
+    const size_t omitted =
+        std::stoul(message.substr(more + 4, message.size() - more - 4 - tail.size()));
+    std::vector<std::string> entries;
+    const std::string list =
+        message.substr(prefix.size(), more - separator.size() - prefix.size()) + separator;
+    for (size_t at = 0; at < list.size();) {
+      const size_t end = list.find(separator, at);
+      entries.push_back(list.substr(at, end - at));
+      at = end + separator.size();
+    }
+    for (size_t i = 0; i < entries.size(); ++i) {
+      EXPECT_EQ(entries[i], nodes[i] + suffix);
+    }
+    return std::make_pair(entries.size(), omitted);
+  };
+
+  env_.CreatePod("fits", Limits(1000));
+  Scheduler& s = Make();
+  FilterResult fit = s.Filter(Args("fits", nodes));
+  ASSERT_TRUE(fit.node_names.has_value());
+  ASSERT_EQ(fit.node_names->size(), 1u);
+  std::vector<SeenEvent> events = Events();
+  ASSERT_EQ(events.size(), 1u);
+  const auto [listed, omitted] =
+      parse(events[0].message,
+            fmt::format("find fit node({}), 0 nodes not fit, 120 nodes fit(", (*fit.node_names)[0]),
+            ",", ":0.00");
+  EXPECT_GT(listed, 50u);  // as many as fit: 13 bytes each in ~1,000
+  EXPECT_EQ(listed + omitted, 120u);
+
+  env_.CreatePod("big", Limits(20000));
+  FilterResult none = s.Filter(Args("big", nodes));
+  ASSERT_TRUE(none.node_names.has_value());
+  EXPECT_THAT(*none.node_names, IsEmpty());
+  events = Events();
+  ASSERT_EQ(events.size(), 2u);
+  const SeenEvent& failed = events[0].reason == "FilteringFailed" ? events[0] : events[1];
+  EXPECT_EQ(failed.reason, "FilteringFailed");
+  const auto [failed_listed, failed_omitted] =
+      parse(failed.message, "120 nodes CardInsufficientMemory(", ", ", "");
+  EXPECT_GT(failed_listed, 50u);
+  EXPECT_EQ(failed_listed + failed_omitted, 120u);
+}
+
+// Any other message (an API error's text) is cut at the limit too, never inside a character.
+TEST_F(SchedulerTest, LongEventMessagesAreCutAtACharacterBoundary) {
+  AddNode("n1", {{"GPU-a"}});
+  Scheduler& s = Make();
+  // Two-byte characters after prefixes of both parities: one of the two cuts would otherwise
+  // fall inside a character.
+  std::string accents;
+  for (int i = 0; i < 700; ++i) {
+    accents += "\u00e9";
+  }
+  for (const std::string pod : {"pa", "pb"}) {
+    env_.CreatePod(pod, Limits(1000));
+    env_.faults()->Inject("PATCH", std::string(kPodPath) + pod, 500,
+                          (pod == "pb" ? "x" : "") + accents);
+    FilterResult r = s.Filter(Args(pod, {"n1"}));
+    EXPECT_THAT(r.error, HasSubstr("\u00e9\u00e9"));
+  }
+  std::vector<SeenEvent> events = Events();
+  ASSERT_EQ(events.size(), 2u);
+  for (const SeenEvent& e : events) {
+    EXPECT_EQ(e.reason, "FilteringFailed");
+    EXPECT_LE(e.message.size(), Scheduler::kEventMessageLimit);
+    EXPECT_GE(e.message.size(), Scheduler::kEventMessageLimit - 4);
+    ASSERT_TRUE(absl::EndsWith(e.message, "\u00e9..."));
+  }
 }
 
 TEST_F(SchedulerTest, PodsWithoutManagedDevicesPassThroughUntouched) {
