@@ -719,13 +719,7 @@ std::vector<std::optional<device::NodeSnapshot>> Ledger::Snapshot(
   }
   for (const NodeSlot* slot : slots) {
     if (slot != nullptr && slot->devices != nullptr) {
-      // Every line of the usage (8 devices: 192 bytes over three or four lines).
-      const char* usage = reinterpret_cast<const char*>(slot->usage.data());
-      const size_t bytes = slot->usage.size() * sizeof(device::DeviceUsage);
-      for (size_t at = 0; at < bytes; at += 64) {
-        __builtin_prefetch(usage + at);
-      }
-      __builtin_prefetch(usage + bytes - 1);
+      __builtin_prefetch(slot->usage.data());
       // The reference count (a make_shared control block sits just before the object) is
       // written by the copy below.
       __builtin_prefetch(reinterpret_cast<const char*>(slot->devices.get()) - 16, 1);
