@@ -389,7 +389,6 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
         httplib::Client client("127.0.0.1", service->port());
         client.set_keep_alive(true);
         client.set_tcp_nodelay(true);
-        client.set_tcp_nodelay(true);
         client.set_read_timeout(30, 0);
         std::vector<double> local;
         while (SteadyClock::now() < end) {
