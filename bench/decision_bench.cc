@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "cold_caches.h"
 
 #include "tessera/schedule/score.h"
 
@@ -159,16 +160,13 @@ void BM_Decide_OneContainer_ColdCaches(benchmark::State& state) {
   for (uint64_t seed = 0; seed < 64; ++seed) {
     lists.push_back(PickCandidates(100 + seed));
   }
-  std::vector<char> scrub(size_t{4} << 20);
+  tessera::bench::ColdCaches cold_caches;
   const PodRequest pod = OneContainer();
   const device::PodConstraints constraints;
   size_t next = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    for (size_t i = 0; i < scrub.size(); i += 64) {
-      scrub[i] = static_cast<char>(scrub[i] + 1);
-    }
-    benchmark::ClobberMemory();
+    cold_caches.Evict();
     const std::vector<Candidate>& candidates = lists[next++ % lists.size()];
     state.ResumeTiming();
     Decision d = Decide(candidates, pod, constraints, NodePolicy::kBinpack,

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "benchmark/benchmark.h"
+#include "cold_caches.h"
 #include <malloc.h>
 
 #include "tessera/ledger/heap_counter.h"
@@ -164,14 +165,11 @@ BENCHMARK(BM_Snapshot500);
 void BM_Snapshot500_ColdCaches(benchmark::State& state) {
   Cluster& c = TheCluster();
   const std::vector<std::vector<std::string_view>> candidate_sets = CandidateSets(c, 44);
-  std::vector<char> scrub(size_t{4} << 20);
+  tessera::bench::ColdCaches cold_caches;
   size_t s = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    for (size_t i = 0; i < scrub.size(); i += 64) {
-      scrub[i] = static_cast<char>(scrub[i] + 1);
-    }
-    benchmark::ClobberMemory();
+    cold_caches.Evict();
     state.ResumeTiming();
     auto snap = c.ledger.Snapshot(candidate_sets[s]);
     benchmark::DoNotOptimize(snap);

@@ -348,10 +348,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
   // fmt's {:.2f} does: formatting each entry with fmt cost a third of the instructions of a
   // 500-candidate filter (callgrind, docs/benchmarks.md). Entries past the message limit are
   // only counted.
-  size_t fit_count = 0;
-  for (const schedule::NodeResult& r : decision.nodes) {
-    fit_count += r.fit ? 1 : 0;
-  }
+  const size_t fit_count = decision.nodes.size() - not_fit;
   EventList fits(
       fmt::format("find fit node({}), {} nodes not fit, {} nodes fit", winner, not_fit, fit_count),
       ",");
