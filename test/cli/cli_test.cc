@@ -197,10 +197,12 @@ TEST(CliTest, HelpAndUsageErrors) {
 }
 
 // `bench serve --json` at a small scale: one JSON object with every key the issue lists, a
-// decision for every pair, and the passthrough floor measured in the same run.
+// decision for every pair, and the passthrough floor measured in the same run. One client: with
+// two on 20 nodes, one client's bind sometimes finds the node still locked by the other's pod
+// (HAMi's lock, released only by the device plugin) and fails, as a bind does in a cluster.
 TEST(CliTest, BenchServeJsonCarriesEveryFigure) {
   Result r = RunTessera(
-      "bench serve --nodes 20 --pods 100 --candidates 10 --clients 2 --duration 1500ms "
+      "bench serve --nodes 20 --pods 100 --candidates 10 --clients 1 --duration 1500ms "
       "--baseline-calls 2 --resync-filters 20 --json",
       /*merge_stderr=*/false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
