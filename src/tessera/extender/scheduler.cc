@@ -174,7 +174,7 @@ Scheduler::~Scheduler() {
   {
     MutexLock l(&patch_mu_);
     patch_stopping_ = true;  // the writers finish the queue first
-    patch_cv_.SignalAll();
+    patch_work_cv_.SignalAll();
   }
   for (std::thread& t : patch_threads_) {
     t.join();
@@ -335,7 +335,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
     MutexLock l(&patch_mu_);
     patches_[job.uid] = job.pending;
     patch_queue_.push_back(std::move(job));
-    patch_cv_.SignalAll();
+    patch_work_cv_.Signal();  // one writer is enough
   } else {
     std::optional<kube::Pod> patched;
     if (absl::Status written = WritePatch(job, &patched); !written.ok()) {
@@ -455,7 +455,7 @@ void Scheduler::PatchLoop() {
     {
       MutexLock l(&patch_mu_);
       while (patch_queue_.empty() && !patch_stopping_) {
-        patch_cv_.Wait(&patch_mu_);
+        patch_work_cv_.Wait(&patch_mu_);
       }
       if (patch_queue_.empty()) {
         return;
@@ -478,7 +478,7 @@ void Scheduler::PatchLoop() {
     job.pending->status = status;
     job.pending->pod = std::move(patched);
     job.pending->done = true;
-    patch_cv_.SignalAll();
+    patch_done_cv_.SignalAll();
   }
 }
 
@@ -496,7 +496,8 @@ std::optional<std::shared_ptr<Scheduler::PendingPatch>> Scheduler::TakePatch(
     if (left <= absl::ZeroDuration()) {
       return pending;  // still in flight: the caller reports it
     }
-    patch_cv_.WaitFor(&patch_mu_, absl::ToChronoMilliseconds(left) + std::chrono::milliseconds(1));
+    patch_done_cv_.WaitFor(&patch_mu_,
+                           absl::ToChronoMilliseconds(left) + std::chrono::milliseconds(1));
   }
   auto again = patches_.find(uid);
   if (again != patches_.end() && again->second == pending) {

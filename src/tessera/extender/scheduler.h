@@ -287,7 +287,10 @@ class Scheduler {
   std::thread event_thread_;
 
   Mutex patch_mu_;
-  CondVar patch_cv_;
+  // Two conditions, so that a finished patch wakes only the binds waiting for one, and a new
+  // job only one idle writer (one shared condition woke every idle writer twice per patch).
+  CondVar patch_work_cv_;  // patch_queue_ non-empty, or patch_stopping_
+  CondVar patch_done_cv_;  // some PendingPatch became done
   // uid → the pod's latest filter patch (pending, or done and not yet consumed by Bind).
   absl::flat_hash_map<std::string, std::shared_ptr<PendingPatch>> patches_
       ABSL_GUARDED_BY(patch_mu_);
