@@ -671,6 +671,9 @@ class Server::Impl {
 
   // Applies the latency and request-failure faults. Returns true when it answered.
   bool InjectFault(const std::string& verb, const ResourceInfo& r, httplib::Response& res) {
+    if (!store_.RequestFaultsSet()) {
+      return false;  // the common case, without the store's lock
+    }
     Faults f = store_.GetFaults();
     if (f.latency_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(f.latency_ms));

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -549,6 +550,44 @@ TEST_F(ApisimTest, ConflictsAndPatchTypes) {
   EXPECT_EQ(p["metadata"]["annotations"]["k2"], "v2");
   EXPECT_EQ(p["spec"]["activeDeadlineSeconds"], 5);
   EXPECT_EQ(p["metadata"]["generation"], 2);  // spec changed
+  {
+    // The same spec with its keys (and those of its containers) in reverse order is no change;
+    // one changed value is.
+    std::function<nlohmann::ordered_json(const nlohmann::ordered_json&)> reversed =
+        [&](const nlohmann::ordered_json& v) {
+          if (v.is_array()) {
+            nlohmann::ordered_json out = nlohmann::ordered_json::array();
+            for (const auto& e : v) {
+              out.push_back(reversed(e));
+            }
+            return out;
+          }
+          if (!v.is_object()) {
+            return v;
+          }
+          std::vector<std::string> keys;
+          for (auto it = v.begin(); it != v.end(); ++it) {
+            keys.push_back(it.key());
+          }
+          nlohmann::ordered_json out = nlohmann::ordered_json::object();
+          for (auto k = keys.rbegin(); k != keys.rend(); ++k) {
+            out[*k] = reversed(v[*k]);
+          }
+          return out;
+        };
+    nlohmann::ordered_json o = nlohmann::ordered_json::parse(r->body);
+    o["spec"] = reversed(o["spec"]);
+    ASSERT_NE(o["spec"].dump(), nlohmann::ordered_json::parse(r->body)["spec"].dump());
+    r = cli_->Put("/api/v1/namespaces/default/pods/a", o.dump(), "application/json");
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(Json::parse(r->body)["metadata"]["generation"], 2);
+    o = nlohmann::ordered_json::parse(r->body);
+    o["spec"]["activeDeadlineSeconds"] = 6;
+    r = cli_->Put("/api/v1/namespaces/default/pods/a", o.dump(), "application/json");
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(Json::parse(r->body)["metadata"]["generation"], 3);
+    p = Json::parse(r->body);
+  }
   // A patch that changes nothing keeps the revision.
   const uint64_t before = Rv();
   r = Patch("/api/v1/namespaces/default/pods/a", R"({"metadata":{"annotations":{"k2":"v2"}}})",

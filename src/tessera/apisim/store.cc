@@ -472,11 +472,58 @@ absl::Status ValidateDocument(const ResourceInfo& r, Json& doc) {
   return absl::OkStatus();
 }
 
-// The object without metadata and status, in a key-order-independent form.
-nlohmann::json WithoutMetaAndStatus(Json doc) {
-  doc.erase("metadata");
-  doc.erase("status");
-  return nlohmann::json::parse(doc.dump());
+// Equal as JSON values: objects whatever the order of their keys, arrays element by element.
+bool SameValue(const Json& a, const Json& b) {
+  if (a.is_object() && b.is_object()) {
+    if (a.size() != b.size()) {
+      return false;
+    }
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      auto other = b.find(it.key());
+      if (other == b.end() || !SameValue(it.value(), *other)) {
+        return false;
+      }
+    }
+    return true;
+  }
+  if (a.is_array() && b.is_array()) {
+    if (a.size() != b.size()) {
+      return false;
+    }
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!SameValue(a[i], b[i])) {
+        return false;
+      }
+    }
+    return true;
+  }
+  return a == b;
+}
+
+// Whether two objects differ outside metadata and status (what moves metadata.generation).
+bool SameWithoutMetaAndStatus(const Json& a, const Json& b) {
+  auto counted = [](const Json& doc) {
+    size_t n = doc.size();
+    n -= doc.contains("metadata") ? 1 : 0;
+    n -= doc.contains("status") ? 1 : 0;
+    return n;
+  };
+  if (!a.is_object() || !b.is_object()) {
+    return SameValue(a, b);
+  }
+  if (counted(a) != counted(b)) {
+    return false;
+  }
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    if (it.key() == "metadata" || it.key() == "status") {
+      continue;
+    }
+    auto other = b.find(it.key());
+    if (other == b.end() || !SameValue(it.value(), *other)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::string EventLine(std::string_view type, std::string_view object) {
@@ -1256,7 +1303,7 @@ absl::StatusOr<std::string> Store::UpdateLocked(size_t r, const ObjectPtr& old,
                        "pod updates may not change spec.nodeName once it is set");
       }
     }
-    if (WithoutMetaAndStatus(next) != WithoutMetaAndStatus(prev)) {
+    if (!SameWithoutMetaAndStatus(next, prev)) {
       nmd["generation"] = pmd.value("generation", 0) + 1;
     }
   }
@@ -1551,6 +1598,8 @@ int Store::Reap() {
 void Store::SetFaults(const Faults& faults) {
   MutexLock l(&mu_);
   faults_ = faults;
+  request_faults_set_.store(faults.latency_ms > 0 || faults.fail_probability > 0,
+                            std::memory_order_release);
   rng_.seed(faults.seed);
   WakeEveryWatcherLocked();
 }

@@ -251,6 +251,9 @@ class Store {
   // Fault injection.
   void SetFaults(const Faults& faults);
   Faults GetFaults();
+  // Whether the faults set make requests slow or fail (latency_ms or fail_probability): read
+  // without the store's lock, so that a request need not take it to learn there are none.
+  bool RequestFaultsSet() const { return request_faults_set_.load(std::memory_order_acquire); }
   // Breaks every open watch stream (they end without a clean close). Returns how many.
   int SeverWatches();
   // Forgets all history: any earlier revision now answers 410. Returns the compacted revision.
@@ -330,6 +333,7 @@ class Store {
   uint64_t oldest_rv_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::pair<absl::Time, std::string>> deadlines_ ABSL_GUARDED_BY(mu_);
   Faults faults_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> request_faults_set_{false};
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);      // fault decisions (seeded)
   std::mt19937_64 uid_rng_ ABSL_GUARDED_BY(mu_);  // uids and generated names
   uint64_t sever_generation_ ABSL_GUARDED_BY(mu_) = 0;
