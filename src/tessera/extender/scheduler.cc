@@ -332,10 +332,12 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
     job.pending = std::make_shared<PendingPatch>();
     job.pending->seq = seq;
     job.pending->created = now;
-    MutexLock l(&patch_mu_);
-    patches_[job.uid] = job.pending;
-    patch_queue_.push_back(std::move(job));
-    patch_work_cv_.Signal();  // one writer is enough
+    {
+      MutexLock l(&patch_mu_);
+      patches_[job.uid] = job.pending;
+      patch_queue_.push_back(std::move(job));
+    }
+    patch_work_cv_.Signal();  // one writer is enough; after the unlock, which it needs
   } else {
     std::optional<kube::Pod> patched;
     if (absl::Status written = WritePatch(job, &patched); !written.ok()) {
@@ -848,12 +850,6 @@ void Scheduler::CountBind(std::string_view outcome, absl::Duration took) {
 
 void Scheduler::Record(const kube::Pod& pod, std::string reason, std::string message,
                        bool warning) {
-  MutexLock l(&events_mu_);
-  if (events_.size() >= options_.event_queue_limit) {
-    MutexLock s(&stats_mu_);
-    ++stats_.events_dropped;
-    return;
-  }
   Event e;
   e.pod.meta.ns = pod.meta.ns;
   e.pod.meta.name = pod.meta.name;
@@ -862,7 +858,16 @@ void Scheduler::Record(const kube::Pod& pod, std::string reason, std::string mes
   e.message = std::move(message);
   CapMessage(&e.message, kEventMessageLimit);
   e.warning = warning;
-  events_.push_back(std::move(e));
+  {
+    MutexLock l(&events_mu_);
+    if (events_.size() >= options_.event_queue_limit) {
+      MutexLock s(&stats_mu_);
+      ++stats_.events_dropped;
+      return;
+    }
+    events_.push_back(std::move(e));
+  }
+  // After the unlock: the sender woken under the lock would block on it at once.
   events_cv_.SignalAll();
 }
 

@@ -21,13 +21,17 @@ Informer<T>::Informer(ApiClient* client, Options options, EventHandlers<T> handl
       mailbox_(std::make_shared<Mailbox>()),
       reflector_(client, options_.reflector, options_.clock, this,
                  [mailbox = mailbox_](absl::AnyInvocable<void()> task) {
-                   MutexLock lock(&mailbox->mu);
-                   if (mailbox->closed) {
-                     return;
+                   bool was_empty = false;
+                   {
+                     MutexLock lock(&mailbox->mu);
+                     if (mailbox->closed) {
+                       return;
+                     }
+                     // Only an empty mailbox can have the worker waiting on it.
+                     was_empty = mailbox->tasks.empty();
+                     mailbox->tasks.push_back(std::move(task));
                    }
-                   // Only an empty mailbox can have the worker waiting on it.
-                   const bool was_empty = mailbox->tasks.empty();
-                   mailbox->tasks.push_back(std::move(task));
+                   // After the unlock: a worker woken under the lock would block on it at once.
                    if (was_empty) {
                      mailbox->cv.Signal();
                    }
