@@ -61,6 +61,12 @@ void AddBenchCommand(CLI::App& app, Runner* run) {
                    "Concurrent filter+bind clients (kube-scheduler binds asynchronously)")
       ->capture_default_str();
   serve
+      ->add_option("--pair-attempts", flags->options.pair_attempts,
+                   "Filter+bind attempts per pod when the extender refuses the bind (another "
+                   "client's pod holds the node lock), as kube-scheduler requeues it; 1: none")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve
       ->add_option("--duration", flags->duration,
                    "Measuring time: a third for filter latency, the rest for pairs")
       ->capture_default_str();

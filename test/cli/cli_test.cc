@@ -227,6 +227,31 @@ TEST(CliTest, BenchServeJsonCarriesEveryFigure) {
   EXPECT_GT(j.value("pair_context_switches", 0.0), 0.0);
 }
 
+// `bench serve` retries a pod whose bind the extender refused, as kube-scheduler requeues it.
+// Four clients with binpack on 20 nodes converge on the same node, so binds meet each other's
+// node lock: with three attempts per pod the retries are counted and most refused binds
+// succeed on a later attempt; with one attempt nothing is retried and every refusal is an error.
+TEST(CliTest, BenchServeRetriesARefusedBind) {
+  auto run = [](int attempts) {
+    Result r = RunTessera(
+        "bench serve --nodes 20 --pods 100 --candidates 20 --clients 4 --node-policy binpack "
+        "--duration 1500ms --baseline-calls 2 --resync-filters 0 --json --pair-attempts " +
+            std::to_string(attempts),
+        /*merge_stderr=*/false);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+    EXPECT_TRUE(j.is_object()) << r.output;
+    return j.is_object() ? j : nlohmann::json::object();
+  };
+  const nlohmann::json retried = run(3);
+  const nlohmann::json once = run(1);
+  EXPECT_GT(retried.value("pairs", 0), 0);
+  EXPECT_GT(retried.value("pair_retries", 0), 0);
+  EXPECT_EQ(once.value("pair_retries", -1), 0);
+  EXPECT_GT(once.value("pair_errors", 0), 0);
+  EXPECT_LT(retried.value("pair_errors", 0), once.value("pair_errors", 0));
+}
+
 // `explain --kubeconfig` against `tessera apisim` holding the objects of examples/cluster.yaml
 // (loaded with kubectl, as a user would).
 class ExplainLiveTest : public ::testing::Test {

@@ -22,7 +22,10 @@
 //      passes; with the pass's own duration and LIST request count;
 //   3. filter+bind pairs: `clients` clients each filter and then bind fresh pending pods for the
 //      rest of `duration`; after each bind the client plays the device plugin and releases the
-//      node lock (an apisim store call, not counted in the pair);
+//      node lock (an apisim store call, not counted in the pair). A bind the extender refuses
+//      (another client's pod still holds the node's lock, say) is retried as kube-scheduler
+//      requeues the pod: filter and bind again, up to `pair_attempts` times in all, each retry
+//      counted; a pair that fails every attempt is a pair error;
 //   4. baseline: HAMi's algorithm for the same filter — usage of every node rebuilt from every
 //      pod (Ledger::Recompute over the projected pods) and then the same decision — timed in
 //      process for `baseline_calls` calls. The ratio is baseline p50 over Tessera's /filter p50,
@@ -48,6 +51,8 @@ struct ServeBenchOptions {
   int candidates = 500;
   absl::Duration duration = absl::Seconds(15);
   int clients = 4;  // concurrent filter+bind clients in phase 3
+  // Phase 3: attempts per pod when the extender refuses its bind (1: no retry).
+  int pair_attempts = 3;
   int baseline_calls = 15;
   // Phase 2b: filters to time during resync passes (0: skip the phase).
   int resync_min_filters = 300;
@@ -68,6 +73,9 @@ struct ServeBenchResult {
   int64_t pairs = 0;
   double pairs_per_second = 0;
   int64_t pair_errors = 0;
+  // Phase 3: filter+bind attempts repeated after a refused bind (pairs that needed them count
+  // once in `pairs`).
+  int64_t pair_retries = 0;
   double bind_p50_ms = 0, bind_p99_ms = 0;
   double baseline_filter_p50_ms = 0;
   double baseline_ratio = 0;
