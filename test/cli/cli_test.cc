@@ -197,9 +197,10 @@ TEST(CliTest, HelpAndUsageErrors) {
 }
 
 // `bench serve --json` at a small scale: one JSON object with every key the issue lists, a
-// decision for every pair, and the passthrough floor measured in the same run. One client: with
-// two on 20 nodes, one client's bind sometimes finds the node still locked by the other's pod
-// (HAMi's lock, released only by the device plugin) and fails, as a bind does in a cluster.
+// decision for every pair, and the passthrough floor measured in the same run. One client, so
+// that no bind can find the node still locked by another client's pod (HAMi's lock, released
+// only by the device plugin): the retries make such a failure rare, not impossible, and
+// BenchServeRetriesARefusedBind is the test of them.
 TEST(CliTest, BenchServeJsonCarriesEveryFigure) {
   Result r = RunTessera(
       "bench serve --nodes 20 --pods 100 --candidates 10 --clients 1 --duration 1500ms "

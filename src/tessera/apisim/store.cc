@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -473,12 +474,26 @@ absl::Status ValidateDocument(const ResourceInfo& r, Json& doc) {
 }
 
 // Equal as JSON values: objects whatever the order of their keys, arrays element by element.
-bool SameValue(const Json& a, const Json& b) {
+// `ignored`: keys of the top-level objects left out of the comparison (nested keys all count).
+bool SameValue(const Json& a, const Json& b, std::initializer_list<const char*> ignored = {}) {
   if (a.is_object() && b.is_object()) {
-    if (a.size() != b.size()) {
+    auto is_ignored = [&](const std::string& key) {
+      return std::find(ignored.begin(), ignored.end(), key) != ignored.end();
+    };
+    auto compared = [&](const Json& doc) {
+      size_t n = doc.size();
+      for (const char* key : ignored) {
+        n -= doc.contains(key) ? 1 : 0;
+      }
+      return n;
+    };
+    if (compared(a) != compared(b)) {
       return false;
     }
     for (auto it = a.begin(); it != a.end(); ++it) {
+      if (is_ignored(it.key())) {
+        continue;
+      }
       auto other = b.find(it.key());
       if (other == b.end() || !SameValue(it.value(), *other)) {
         return false;
@@ -498,32 +513,6 @@ bool SameValue(const Json& a, const Json& b) {
     return true;
   }
   return a == b;
-}
-
-// Whether two objects differ outside metadata and status (what moves metadata.generation).
-bool SameWithoutMetaAndStatus(const Json& a, const Json& b) {
-  auto counted = [](const Json& doc) {
-    size_t n = doc.size();
-    n -= doc.contains("metadata") ? 1 : 0;
-    n -= doc.contains("status") ? 1 : 0;
-    return n;
-  };
-  if (!a.is_object() || !b.is_object()) {
-    return SameValue(a, b);
-  }
-  if (counted(a) != counted(b)) {
-    return false;
-  }
-  for (auto it = a.begin(); it != a.end(); ++it) {
-    if (it.key() == "metadata" || it.key() == "status") {
-      continue;
-    }
-    auto other = b.find(it.key());
-    if (other == b.end() || !SameValue(it.value(), *other)) {
-      return false;
-    }
-  }
-  return true;
 }
 
 std::string EventLine(std::string_view type, std::string_view object) {
@@ -1303,7 +1292,8 @@ absl::StatusOr<std::string> Store::UpdateLocked(size_t r, const ObjectPtr& old,
                        "pod updates may not change spec.nodeName once it is set");
       }
     }
-    if (!SameWithoutMetaAndStatus(next, prev)) {
+    // What moves metadata.generation: a change outside metadata and status.
+    if (!SameValue(next, prev, {"metadata", "status"})) {
       nmd["generation"] = pmd.value("generation", 0) + 1;
     }
   }
