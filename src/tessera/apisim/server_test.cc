@@ -1054,5 +1054,57 @@ TEST(ApisimStoreTest, ConcurrentPatchesOfOneObjectLoseNoUpdate) {
             rv0 + kThreads * kPatches);
 }
 
+// A watcher blocked in Next() is woken by every kind of write as soon as the write is done,
+// not when its wait times out: the store wakes watchers after unlocking, so a write path that
+// forgot to would leave them asleep for the whole `max_wait` (30 s here).
+TEST(ApisimStoreTest, EveryWriteWakesABlockedWatcherAtOnce) {
+  Store store;
+  const ResourceInfo* namespaces = FindResource("", "v1", "namespaces");
+  const ResourceInfo* pods = FindResource("", "v1", "pods");
+  ASSERT_NE(namespaces, nullptr);
+  ASSERT_NE(pods, nullptr);
+  ASSERT_TRUE(store.Create(*namespaces, "", R"({"metadata":{"name":"default"}})", {}).ok());
+  WatchOptions options;
+  options.resource_version = std::to_string(store.CurrentRevision());
+  absl::StatusOr<std::unique_ptr<WatchStream>> watch = store.Watch(*pods, "default", options);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+
+  const std::vector<std::pair<std::string, std::function<absl::Status()>>> writes = {
+      {"ADDED", [&] { return store.Create(*pods, "default", PodJson("a"), {}).status(); }},
+      {"MODIFIED",
+       [&] {
+         return store
+             .Patch(*pods, "default", "a", "", PatchType::kMerge,
+                    R"({"metadata":{"annotations":{"k":"v"}}})", {})
+             .status();
+       }},
+      {"MODIFIED",
+       [&] {
+         return store
+             .Bind("default", "a",
+                   R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"a"},)"
+                   R"("target":{"kind":"Node","name":"n1"}})")
+             .status();
+       }},
+      {"DELETED",
+       [&] {
+         return store.Delete(*pods, "default", "a", R"({"gracePeriodSeconds":0})", {}).status();
+       }},
+  };
+  for (const auto& [type, write] : writes) {
+    std::string out;
+    WatchStream::Step step = WatchStream::Step::kIdle;
+    const absl::Time start = absl::Now();
+    std::thread watcher([&] { step = (*watch)->Next(&out, absl::Seconds(30)); });
+    // Let the watcher block first (a write before it waits is seen without any wake-up).
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(write().ok()) << type;
+    watcher.join();
+    EXPECT_EQ(step, WatchStream::Step::kData) << type;
+    EXPECT_NE(out.find("\"type\":\"" + type + "\""), std::string::npos) << type << ": " << out;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << type << ": woken only by the timeout";
+  }
+}
+
 }  // namespace
 }  // namespace tessera::apisim

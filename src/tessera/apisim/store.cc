@@ -14,6 +14,7 @@
 #include "fmt/core.h"
 #include "nlohmann/json.hpp"
 
+#include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
 #include "tessera/json/text.h"
 
@@ -824,6 +825,7 @@ Store::Store(StoreOptions options, Clock* clock)
       trimmed_rv_by_resource_(Resources().size(), 0),
       objects_(Resources().size()),
       rng_(1) {
+  TESSERA_CHECK(Resources().size() <= sizeof(wake_pending_) * 8);  // a bit per resource
   std::random_device rd;
   uid_rng_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
 }
@@ -899,8 +901,24 @@ void Store::Commit(size_t r, EventType type, ObjectPtr obj, ObjectPtr prev) {
         std::max(trimmed_rv_by_resource_[front.resource], front.rv);
     history_.pop_front();
   }
-  changed_.SignalAll();
-  changed_by_resource_[r].SignalAll();
+  wake_pending_ |= uint64_t{1} << r;  // WriteLock wakes the watchers after unlocking
+}
+
+Store::WriteLock::WriteLock(Store* s) : s_(s) { s_->mu_.Lock(); }
+
+Store::WriteLock::~WriteLock() {
+  const uint64_t wake = s_->wake_pending_;
+  s_->wake_pending_ = 0;
+  s_->mu_.Unlock();
+  if (wake == 0) {
+    return;
+  }
+  s_->changed_.SignalAll();
+  for (size_t r = 0; r < Resources().size(); ++r) {
+    if ((wake & (uint64_t{1} << r)) != 0) {
+      s_->changed_by_resource_[r].SignalAll();
+    }
+  }
 }
 
 void Store::WakeEveryWatcherLocked() {
@@ -955,7 +973,7 @@ std::string Store::Finish(size_t r, const ObjectPtr& old, ObjectPtr obj, const W
 
 absl::StatusOr<std::string> Store::Get(const ResourceInfo& r, std::string_view ns,
                                        std::string_view name) {
-  MutexLock l(&mu_);
+  WriteLock l(this);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr o, Lookup(IndexOf(r), ns, name));
   return o->json;
 }
@@ -1049,7 +1067,7 @@ absl::StatusOr<std::string> Store::List(const ResourceInfo& r, std::string_view 
   const FieldSelector& fsel = selectors.second;
   const size_t idx = IndexOf(r);
 
-  MutexLock l(&mu_);
+  WriteLock l(this);
   uint64_t at = rv_;
   std::string start;
   int64_t limit = o.limit;
@@ -1160,7 +1178,7 @@ absl::StatusOr<std::string> Store::Create(const ResourceInfo& r, std::string_vie
   } else {
     md.erase("namespace");
   }
-  MutexLock l(&mu_);
+  WriteLock l(this);
   const size_t idx = IndexOf(r);
   std::string name = md.value("name", "");
   if (name.empty()) {
@@ -1308,7 +1326,7 @@ absl::StatusOr<std::string> Store::UpdateLocked(size_t r, const ObjectPtr& old,
 absl::StatusOr<std::string> Store::Update(const ResourceInfo& r, std::string_view ns,
                                           std::string_view name, std::string_view subresource,
                                           std::string_view body, const WriteOptions& w) {
-  MutexLock l(&mu_);
+  WriteLock l(this);
   const size_t idx = IndexOf(r);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr old, Lookup(idx, ns, name));
   TESSERA_ASSIGN_OR_RETURN(Json doc, ParseBody(body));
@@ -1319,7 +1337,7 @@ absl::StatusOr<std::string> Store::Patch(const ResourceInfo& r, std::string_view
                                          std::string_view name, std::string_view subresource,
                                          PatchType type, std::string_view body,
                                          const WriteOptions& w) {
-  MutexLock l(&mu_);
+  WriteLock l(this);
   const size_t idx = IndexOf(r);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr old, Lookup(idx, ns, name));
   const Json prev = Json::parse(old->json);
@@ -1365,7 +1383,7 @@ absl::StatusOr<std::string> Store::Delete(const ResourceInfo& r, std::string_vie
       pre_rv = p["resourceVersion"].get<std::string>();
     }
   }
-  MutexLock l(&mu_);
+  WriteLock l(this);
   const size_t idx = IndexOf(r);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr old, Lookup(idx, ns, name));
   Json doc = Json::parse(old->json);
@@ -1482,7 +1500,7 @@ absl::StatusOr<std::string> Store::Bind(std::string_view ns, std::string_view na
                     fmt::format("Binding \"{}\" is invalid: target.name: Required value", name), d);
   }
   const std::string node = b["target"]["name"].get<std::string>();
-  MutexLock l(&mu_);
+  WriteLock l(this);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr old, Lookup(kPods, ns, name));
   Json doc = Json::parse(old->json);
   Json& md = doc["metadata"];
@@ -1558,7 +1576,7 @@ absl::StatusOr<std::string> Store::Bind(std::string_view ns, std::string_view na
 }
 
 int Store::Reap() {
-  MutexLock l(&mu_);
+  WriteLock l(this);
   const absl::Time now = clock_->Now();
   int n = 0;
   // A pod whose grace ended but whose finalizers still hold it keeps its (past) deadline, so
@@ -1586,7 +1604,7 @@ int Store::Reap() {
 }
 
 void Store::SetFaults(const Faults& faults) {
-  MutexLock l(&mu_);
+  WriteLock l(this);
   faults_ = faults;
   request_faults_set_.store(faults.latency_ms > 0 || faults.fail_probability > 0,
                             std::memory_order_release);
@@ -1595,37 +1613,37 @@ void Store::SetFaults(const Faults& faults) {
 }
 
 Faults Store::GetFaults() {
-  MutexLock l(&mu_);
+  WriteLock l(this);
   return faults_;
 }
 
 int Store::SeverWatches() {
-  MutexLock l(&mu_);
+  WriteLock l(this);
   ++sever_generation_;
   WakeEveryWatcherLocked();
   return static_cast<int>(watches_open_.load());
 }
 
 uint64_t Store::Compact() {
-  MutexLock l(&mu_);
+  WriteLock l(this);
   ForgetHistoryLocked();
   WakeEveryWatcherLocked();
   return rv_;
 }
 
 void Store::Shutdown() {
-  MutexLock l(&mu_);
+  WriteLock l(this);
   shutdown_ = true;
   WakeEveryWatcherLocked();
 }
 
 uint64_t Store::CurrentRevision() {
-  MutexLock l(&mu_);
+  WriteLock l(this);
   return rv_;
 }
 
 std::string Store::StatsJson() {
-  MutexLock l(&mu_);
+  WriteLock l(this);
   Json o = Json::object();
   o["resourceVersion"] = std::to_string(rv_);
   o["compactedRevision"] = std::to_string(oldest_rv_);
@@ -1649,7 +1667,7 @@ std::string Store::StatsJson() {
 absl::Status Store::SaveState(const std::string& path) {
   std::string out;
   {
-    MutexLock l(&mu_);
+    WriteLock l(this);
     out = fmt::format(R"({{"resourceVersion":{},"objects":{{)", rv_);
     for (size_t i = 0; i < Resources().size(); ++i) {
       const ResourceInfo& r = Resources()[i];
@@ -1701,7 +1719,7 @@ absl::Status Store::LoadState(const std::string& path) {
     return absl::InvalidArgumentError(fmt::format(
         "{}: not a state file (want {{\"resourceVersion\":N,\"objects\":{{...}}}})", path));
   }
-  MutexLock l(&mu_);
+  WriteLock l(this);
   uint64_t max_rv = state["resourceVersion"].get<uint64_t>();
   std::vector<std::map<std::string, ObjectPtr, std::less<>>> loaded(Resources().size());
   std::set<std::pair<absl::Time, std::string>> deadlines;
@@ -1786,7 +1804,7 @@ absl::StatusOr<std::unique_ptr<WatchStream>> Store::Watch(const ResourceInfo& r,
       !o.send_initial_events_set && (o.resource_version.empty() || o.resource_version == "0");
   const bool initial = legacy_initial || o.send_initial_events;
 
-  MutexLock l(&mu_);
+  WriteLock l(this);
   w->sever_generation_ = sever_generation_;
   uint64_t want = 0;
   if (!o.resource_version.empty() && o.resource_version != "0") {
