@@ -901,12 +901,12 @@ void Store::Commit(size_t r, EventType type, ObjectPtr obj, ObjectPtr prev) {
         std::max(trimmed_rv_by_resource_[front.resource], front.rv);
     history_.pop_front();
   }
-  wake_pending_ |= uint64_t{1} << r;  // WriteLock wakes the watchers after unlocking
+  wake_pending_ |= uint64_t{1} << r;  // StoreLock wakes the watchers after unlocking
 }
 
-Store::WriteLock::WriteLock(Store* s) : s_(s) { s_->mu_.Lock(); }
+Store::StoreLock::StoreLock(Store* s) : s_(s) { s_->mu_.Lock(); }
 
-Store::WriteLock::~WriteLock() {
+Store::StoreLock::~StoreLock() {
   const uint64_t wake = s_->wake_pending_;
   s_->wake_pending_ = 0;
   s_->mu_.Unlock();
@@ -973,7 +973,7 @@ std::string Store::Finish(size_t r, const ObjectPtr& old, ObjectPtr obj, const W
 
 absl::StatusOr<std::string> Store::Get(const ResourceInfo& r, std::string_view ns,
                                        std::string_view name) {
-  WriteLock l(this);
+  StoreLock l(this);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr o, Lookup(IndexOf(r), ns, name));
   return o->json;
 }
@@ -1067,7 +1067,7 @@ absl::StatusOr<std::string> Store::List(const ResourceInfo& r, std::string_view 
   const FieldSelector& fsel = selectors.second;
   const size_t idx = IndexOf(r);
 
-  WriteLock l(this);
+  StoreLock l(this);
   uint64_t at = rv_;
   std::string start;
   int64_t limit = o.limit;
@@ -1178,7 +1178,7 @@ absl::StatusOr<std::string> Store::Create(const ResourceInfo& r, std::string_vie
   } else {
     md.erase("namespace");
   }
-  WriteLock l(this);
+  StoreLock l(this);
   const size_t idx = IndexOf(r);
   std::string name = md.value("name", "");
   if (name.empty()) {
@@ -1326,7 +1326,7 @@ absl::StatusOr<std::string> Store::UpdateLocked(size_t r, const ObjectPtr& old,
 absl::StatusOr<std::string> Store::Update(const ResourceInfo& r, std::string_view ns,
                                           std::string_view name, std::string_view subresource,
                                           std::string_view body, const WriteOptions& w) {
-  WriteLock l(this);
+  StoreLock l(this);
   const size_t idx = IndexOf(r);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr old, Lookup(idx, ns, name));
   TESSERA_ASSIGN_OR_RETURN(Json doc, ParseBody(body));
@@ -1337,7 +1337,7 @@ absl::StatusOr<std::string> Store::Patch(const ResourceInfo& r, std::string_view
                                          std::string_view name, std::string_view subresource,
                                          PatchType type, std::string_view body,
                                          const WriteOptions& w) {
-  WriteLock l(this);
+  StoreLock l(this);
   const size_t idx = IndexOf(r);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr old, Lookup(idx, ns, name));
   const Json prev = Json::parse(old->json);
@@ -1383,7 +1383,7 @@ absl::StatusOr<std::string> Store::Delete(const ResourceInfo& r, std::string_vie
       pre_rv = p["resourceVersion"].get<std::string>();
     }
   }
-  WriteLock l(this);
+  StoreLock l(this);
   const size_t idx = IndexOf(r);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr old, Lookup(idx, ns, name));
   Json doc = Json::parse(old->json);
@@ -1500,7 +1500,7 @@ absl::StatusOr<std::string> Store::Bind(std::string_view ns, std::string_view na
                     fmt::format("Binding \"{}\" is invalid: target.name: Required value", name), d);
   }
   const std::string node = b["target"]["name"].get<std::string>();
-  WriteLock l(this);
+  StoreLock l(this);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr old, Lookup(kPods, ns, name));
   Json doc = Json::parse(old->json);
   Json& md = doc["metadata"];
@@ -1576,7 +1576,7 @@ absl::StatusOr<std::string> Store::Bind(std::string_view ns, std::string_view na
 }
 
 int Store::Reap() {
-  WriteLock l(this);
+  StoreLock l(this);
   const absl::Time now = clock_->Now();
   int n = 0;
   // A pod whose grace ended but whose finalizers still hold it keeps its (past) deadline, so
@@ -1604,7 +1604,7 @@ int Store::Reap() {
 }
 
 void Store::SetFaults(const Faults& faults) {
-  WriteLock l(this);
+  StoreLock l(this);
   faults_ = faults;
   request_faults_set_.store(faults.latency_ms > 0 || faults.fail_probability > 0,
                             std::memory_order_release);
@@ -1613,37 +1613,37 @@ void Store::SetFaults(const Faults& faults) {
 }
 
 Faults Store::GetFaults() {
-  WriteLock l(this);
+  StoreLock l(this);
   return faults_;
 }
 
 int Store::SeverWatches() {
-  WriteLock l(this);
+  StoreLock l(this);
   ++sever_generation_;
   WakeEveryWatcherLocked();
   return static_cast<int>(watches_open_.load());
 }
 
 uint64_t Store::Compact() {
-  WriteLock l(this);
+  StoreLock l(this);
   ForgetHistoryLocked();
   WakeEveryWatcherLocked();
   return rv_;
 }
 
 void Store::Shutdown() {
-  WriteLock l(this);
+  StoreLock l(this);
   shutdown_ = true;
   WakeEveryWatcherLocked();
 }
 
 uint64_t Store::CurrentRevision() {
-  WriteLock l(this);
+  StoreLock l(this);
   return rv_;
 }
 
 std::string Store::StatsJson() {
-  WriteLock l(this);
+  StoreLock l(this);
   Json o = Json::object();
   o["resourceVersion"] = std::to_string(rv_);
   o["compactedRevision"] = std::to_string(oldest_rv_);
@@ -1667,7 +1667,7 @@ std::string Store::StatsJson() {
 absl::Status Store::SaveState(const std::string& path) {
   std::string out;
   {
-    WriteLock l(this);
+    StoreLock l(this);
     out = fmt::format(R"({{"resourceVersion":{},"objects":{{)", rv_);
     for (size_t i = 0; i < Resources().size(); ++i) {
       const ResourceInfo& r = Resources()[i];
@@ -1719,7 +1719,7 @@ absl::Status Store::LoadState(const std::string& path) {
     return absl::InvalidArgumentError(fmt::format(
         "{}: not a state file (want {{\"resourceVersion\":N,\"objects\":{{...}}}})", path));
   }
-  WriteLock l(this);
+  StoreLock l(this);
   uint64_t max_rv = state["resourceVersion"].get<uint64_t>();
   std::vector<std::map<std::string, ObjectPtr, std::less<>>> loaded(Resources().size());
   std::set<std::pair<absl::Time, std::string>> deadlines;
@@ -1804,7 +1804,7 @@ absl::StatusOr<std::unique_ptr<WatchStream>> Store::Watch(const ResourceInfo& r,
       !o.send_initial_events_set && (o.resource_version.empty() || o.resource_version == "0");
   const bool initial = legacy_initial || o.send_initial_events;
 
-  WriteLock l(this);
+  StoreLock l(this);
   w->sever_generation_ = sever_generation_;
   uint64_t want = 0;
   if (!o.resource_version.empty() && o.resource_version != "0") {

@@ -311,13 +311,14 @@ class Store {
   // Holds mu_ like MutexLock and, after unlocking, wakes the watchers of every resource a
   // Commit under it changed. Waking them under the lock made each one block on mu_ at once
   // (a futex wait and a wake-up more per watch event, perf of `tessera bench serve`). Every
-  // method that may commit takes mu_ through it.
-  class ABSL_SCOPED_LOCKABLE WriteLock {
+  // method of the store takes mu_ through it (WatchStream, which never commits, excepted), so
+  // that no write path can forget the wake-up.
+  class ABSL_SCOPED_LOCKABLE StoreLock {
    public:
-    explicit WriteLock(Store* s) ABSL_EXCLUSIVE_LOCK_FUNCTION(s->mu_);
-    ~WriteLock() ABSL_UNLOCK_FUNCTION();
-    WriteLock(const WriteLock&) = delete;
-    WriteLock& operator=(const WriteLock&) = delete;
+    explicit StoreLock(Store* s) ABSL_EXCLUSIVE_LOCK_FUNCTION(s->mu_);
+    ~StoreLock() ABSL_UNLOCK_FUNCTION();
+    StoreLock(const StoreLock&) = delete;
+    StoreLock& operator=(const StoreLock&) = delete;
 
    private:
     Store* const s_;
@@ -327,7 +328,7 @@ class Store {
   Clock* const clock_;
 
   Mutex mu_;
-  // Bit r: resource r changed since mu_ was taken; WriteLock wakes its watchers on release.
+  // Bit r: resource r changed since mu_ was taken; StoreLock wakes its watchers on release.
   uint64_t wake_pending_ ABSL_GUARDED_BY(mu_) = 0;
   // Signalled on every change (WaitForRevision waits on it).
   CondVar changed_;
