@@ -1013,16 +1013,21 @@ TEST_F(ApisimTest, ConcurrentWatchersSeeEveryEventInOrder) {
   }
 }
 
+// The "default" namespace, which namespaced objects need, in a bare Store.
+void CreateDefaultNamespace(Store& store) {
+  const ResourceInfo* namespaces = FindResource("", "v1", "namespaces");
+  ASSERT_NE(namespaces, nullptr);
+  ASSERT_TRUE(store.Create(*namespaces, "", R"({"metadata":{"name":"default"}})", {}).ok());
+}
+
 // Concurrent patches of one object lose no update, and each is one revision. (Computing a
 // patch outside the store's lock and publishing it onto a version it was not computed from
 // would fail this.)
 TEST(ApisimStoreTest, ConcurrentPatchesOfOneObjectLoseNoUpdate) {
   Store store;
-  const ResourceInfo* namespaces = FindResource("", "v1", "namespaces");
   const ResourceInfo* pods = FindResource("", "v1", "pods");
-  ASSERT_NE(namespaces, nullptr);
   ASSERT_NE(pods, nullptr);
-  ASSERT_TRUE(store.Create(*namespaces, "", R"({"metadata":{"name":"default"}})", {}).ok());
+  ASSERT_NO_FATAL_FAILURE(CreateDefaultNamespace(store));
   absl::StatusOr<std::string> created = store.Create(*pods, "default", PodJson("a"), {});
   ASSERT_TRUE(created.ok()) << created.status();
   const uint64_t rv0 =
@@ -1059,11 +1064,9 @@ TEST(ApisimStoreTest, ConcurrentPatchesOfOneObjectLoseNoUpdate) {
 // forgot to would leave them asleep for the whole `max_wait` (30 s here).
 TEST(ApisimStoreTest, EveryWriteWakesABlockedWatcherAtOnce) {
   Store store;
-  const ResourceInfo* namespaces = FindResource("", "v1", "namespaces");
   const ResourceInfo* pods = FindResource("", "v1", "pods");
-  ASSERT_NE(namespaces, nullptr);
   ASSERT_NE(pods, nullptr);
-  ASSERT_TRUE(store.Create(*namespaces, "", R"({"metadata":{"name":"default"}})", {}).ok());
+  ASSERT_NO_FATAL_FAILURE(CreateDefaultNamespace(store));
   WatchOptions options;
   options.resource_version = std::to_string(store.CurrentRevision());
   absl::StatusOr<std::unique_ptr<WatchStream>> watch = store.Watch(*pods, "default", options);
