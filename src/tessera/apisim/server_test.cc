@@ -1061,7 +1061,7 @@ TEST(ApisimStoreTest, ConcurrentPatchesOfOneObjectLoseNoUpdate) {
 
 // A watcher blocked in Next() is woken by every kind of write as soon as the write is done,
 // not when its wait times out: the store wakes watchers after unlocking, so a write path that
-// forgot to would leave them asleep for the whole `max_wait` (30 s here).
+// forgot to would leave them asleep for the whole `max_wait` (30 s here). So is it by severing.
 TEST(ApisimStoreTest, EveryWriteWakesABlockedWatcherAtOnce) {
   Store store;
   const ResourceInfo* pods = FindResource("", "v1", "pods");
@@ -1107,6 +1107,16 @@ TEST(ApisimStoreTest, EveryWriteWakesABlockedWatcherAtOnce) {
     EXPECT_NE(out.find("\"type\":\"" + type + "\""), std::string::npos) << type << ": " << out;
     EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << type << ": woken only by the timeout";
   }
+  // Severing the watches wakes the watcher too, and ends its stream.
+  std::string out;
+  WatchStream::Step step = WatchStream::Step::kIdle;
+  const absl::Time start = absl::Now();
+  std::thread watcher([&] { step = (*watch)->Next(&out, absl::Seconds(30)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(store.SeverWatches(), 1);
+  watcher.join();
+  EXPECT_EQ(step, WatchStream::Step::kAbort);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "severing woke it only by the timeout";
 }
 
 }  // namespace

@@ -922,10 +922,9 @@ Store::StoreLock::~StoreLock() {
 }
 
 void Store::WakeEveryWatcherLocked() {
-  changed_.SignalAll();
-  for (size_t r = 0; r < Resources().size(); ++r) {
-    changed_by_resource_[r].SignalAll();
-  }
+  // StoreLock wakes them after unlocking, as for a write.
+  wake_pending_ |=
+      Resources().size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << Resources().size()) - 1;
 }
 
 void Store::ForgetHistoryLocked() {

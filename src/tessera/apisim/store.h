@@ -302,6 +302,7 @@ class Store {
   void ForEachAt(size_t r, std::string_view ns, uint64_t at, std::string_view start, Fn fn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool WaitForRevision(uint64_t rv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every watcher (of every resource) is woken when the StoreLock held is released.
   void WakeEveryWatcherLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the whole history (a compaction, a load): every watcher that had not sent all of its
   // resource's events expires. (A load then marks every earlier revision gone.)
