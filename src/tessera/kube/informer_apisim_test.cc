@@ -158,6 +158,20 @@ TEST_F(InformerApisimTest, StoreConvergesAfterLostDeletesSeveredWatchesAndCompac
   ASSERT_EQ(ServerKeys(), expected);
   ASSERT_TRUE(Eventually([&] { return informer.store().Keys() == expected; }))
       << ::testing::PrintToString(informer.store().Keys());
+  // The informer updates its store before it calls the handlers, and counts after them: wait
+  // until the handlers have seen every change and the tombstones they got are counted.
+  ASSERT_TRUE(Eventually([&] {
+    int64_t delivered = 0;
+    bool same = false;
+    {
+      MutexLock l(&mu);
+      for (const auto& [key, n] : tombstones) {
+        delivered += n;
+      }
+      same = std::vector<std::string>(alive.begin(), alive.end()) == expected;
+    }
+    return same && informer.counters().tombstones == delivered;
+  })) << "the handlers' view or the tombstone count did not converge";
   {
     MutexLock l(&mu);
     EXPECT_EQ(std::vector<std::string>(alive.begin(), alive.end()), expected);
