@@ -255,6 +255,8 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
 
   // 2. Filter latency, one client, sequential.
   {
+    TESSERA_LOG(kInfo, "bench serve: phase 2, /filter latency with one client for {}",
+                absl::FormatDuration(o.duration / 3));
     httplib::Client client("127.0.0.1", service->port());
     client.set_keep_alive(true);
     client.set_tcp_nodelay(true);
@@ -292,6 +294,8 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
   // device, which the service passes through without a decision, patch or event. What is left
   // is the machine's loopback round trip, the HTTP server and the request's decoding.
   {
+    TESSERA_LOG(kInfo, "bench serve: phase 2a, the floor (a pod with no managed device) for {}",
+                absl::FormatDuration(o.duration / 6));
     httplib::Client client("127.0.0.1", service->port());
     client.set_keep_alive(true);
     client.set_tcp_nodelay(true);
@@ -330,6 +334,7 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
 
   // 2b. Filter latency while resync passes run on another thread.
   if (o.resync_min_filters > 0) {
+    TESSERA_LOG(kInfo, "bench serve: phase 2b, /filter latency during resync passes");
     httplib::Client client("127.0.0.1", service->port());
     client.set_keep_alive(true);
     client.set_tcp_nodelay(true);
@@ -376,6 +381,8 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
   // 3. Filter + bind pairs, `clients` at once; each client releases the node lock after its bind,
   // as the device plugin would after Allocate.
   {
+    TESSERA_LOG(kInfo, "bench serve: phase 3, filter+bind pairs with {} clients for {}", o.clients,
+                absl::FormatDuration(o.duration * 2 / 3));
     std::atomic<int> next{phase2_pool};
     std::atomic<int64_t> pairs{0}, errors{0}, retries{0};
     std::mutex mu;
@@ -463,6 +470,8 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
 
   // 4. The baseline: every node's usage rebuilt from every pod, then the same decision.
   {
+    TESSERA_LOG(kInfo, "bench serve: phase 4, the full-recompute baseline ({} calls)",
+                o.baseline_calls);
     std::unique_ptr<device::Vendor> vendor = device::NewNvidiaVendor(device::DefaultNvidiaConfig());
     TESSERA_ASSIGN_OR_RETURN(std::string node_list, sim->store().List(Resource("nodes"), "", {}));
     TESSERA_ASSIGN_OR_RETURN(kube::NodeList nodes, kube::DecodeNodeList(node_list));
