@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "tessera/base/allocator.h"
 #include "tessera/base/logging.h"
 
 namespace tessera::cmd {
@@ -23,6 +24,8 @@ void AddVersionCommand(CLI::App& app, Runner* run) {
 }  // namespace tessera::cmd
 
 int main(int argc, char** argv) {
+  // First: it may execute the binary again with the allocator's settings (base/allocator.h).
+  tessera::TuneAllocator(argv);
   using tessera::cmd::Runner;
   CLI::App app{
       "Tessera: a GPU-sharing scheduler extender for Kubernetes, wire-compatible with HAMi.\n"

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include <sys/wait.h>
@@ -350,6 +351,51 @@ TEST_F(ExplainLiveTest, PodByNamespaceAndNameIsReadFromTheCluster) {
   Result neither = RunTessera(Live("--pod no-such-file.yaml"));
   EXPECT_EQ(neither.exit_code, 2) << neither.output;
   EXPECT_THAT(neither.output, HasSubstr("no-such-file.yaml"));
+}
+
+// The value of `name` in the environment of process `pid`; nullopt when it is not set.
+std::optional<std::string> EnvironmentOf(pid_t pid, const std::string& name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0')) {
+    if (entry.rfind(name + "=", 0) == 0) {
+      return entry.substr(name.size() + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+// base/allocator.h: the binary runs with glibc's larger thread caches unless the operator set
+// GLIBC_TUNABLES, which is then left exactly as given (empty included).
+TEST(CliTest, RunsWithLargerAllocatorCachesUnlessTheOperatorTunedTheAllocator) {
+  const char* saved = getenv("GLIBC_TUNABLES");
+  const std::optional<std::string> restore =
+      saved != nullptr ? std::optional<std::string>(saved) : std::nullopt;
+  struct Case {
+    std::optional<std::string> given;
+    std::string expected;
+  };
+  const Case cases[] = {{std::nullopt, "glibc.malloc.tcache_count=256"},
+                        {"glibc.malloc.tcache_count=7", "glibc.malloc.tcache_count=7"},
+                        {"", ""}};
+  for (const Case& c : cases) {
+    if (c.given) {
+      setenv("GLIBC_TUNABLES", c.given->c_str(), 1);
+    } else {
+      unsetenv("GLIBC_TUNABLES");
+    }
+    tessera::kube::testutil::ApisimProcess sim;
+    const std::string url = sim.Start(TESSERA_BINARY_PATH);
+    ASSERT_FALSE(url.empty()) << "apisim did not start";
+    EXPECT_EQ(EnvironmentOf(sim.pid(), "GLIBC_TUNABLES"), c.expected)
+        << "given " << c.given.value_or("(unset)");
+    EXPECT_EQ(sim.Stop(), 0) << "apisim did not exit cleanly on SIGTERM";
+  }
+  if (restore) {
+    setenv("GLIBC_TUNABLES", restore->c_str(), 1);
+  } else {
+    unsetenv("GLIBC_TUNABLES");
+  }
 }
 
 TEST(CliTest, ExplainWithWrongCredentialsExitsOneNamingTheServer) {

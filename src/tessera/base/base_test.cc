@@ -4,6 +4,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "tessera/base/allocator.h"
 #include "tessera/base/backoff.h"
 #include "tessera/base/clock.h"
 #include "tessera/base/logging.h"
@@ -28,6 +29,18 @@ absl::StatusOr<int> Quarter(int n) {
 absl::Status CheckEven(int n) {
   TESSERA_RETURN_IF_ERROR(Half(n).status());
   return absl::OkStatus();
+}
+
+TEST(AllocatorTest, RetunesOnlyWhenTheOperatorSetNothing) {
+#if defined(__GLIBC__)
+  EXPECT_TRUE(tessera::ShouldRetuneAllocator(nullptr));
+#else
+  EXPECT_FALSE(tessera::ShouldRetuneAllocator(nullptr));
+#endif
+  // Any value, even empty, is the operator's choice.
+  EXPECT_FALSE(tessera::ShouldRetuneAllocator(""));
+  EXPECT_FALSE(tessera::ShouldRetuneAllocator("glibc.malloc.tcache_count=7"));
+  EXPECT_FALSE(tessera::ShouldRetuneAllocator(tessera::kAllocatorTunables));
 }
 
 TEST(StatusMacrosTest, PropagatesFirstError) {

@@ -134,6 +134,9 @@ class ApisimProcess {
     return line.substr(prefix.size());
   }
 
+  // The running process's ID (-1 when none).
+  pid_t pid() const { return pid_; }
+
   // SIGTERM, then SIGKILL when the process has not exited within `grace`. Returns the exit
   // status as waitpid reports it (-1 when nothing was running).
   int Stop(absl::Duration grace = absl::Seconds(10)) {

@@ -1,0 +1,39 @@
+// File: tessera/base/allocator.h
+//
+// glibc's allocator, tuned for Tessera's threads: they decode and encode JSON, so they allocate
+// and free bursts of small objects (a pod's strings, a watch event's fields), often freeing on
+// one thread what another allocated. glibc caches 7 freed chunks per size class and thread
+// (the "tcache"); a burst overflows it into the shared arena, whose slow paths (`_int_malloc`,
+// `_int_free`, `malloc_consolidate`, `sysmalloc`) were 8–9 % of `tessera bench serve`'s CPU
+// samples. With 256 per size class they fell to ~4 % (docs/benchmarks.md, 2026-12-04 third
+// session).
+//
+// The cache size can only be set before the process starts, through the environment variable
+// GLIBC_TUNABLES, which glibc reads once at start-up. So main() calls TuneAllocator() first:
+//
+//   int main(int argc, char** argv) {
+//     tessera::TuneAllocator(argv);  // may execute the binary again; returns otherwise
+//
+// When GLIBC_TUNABLES is absent it sets it to kAllocatorTunables and executes /proc/self/exe
+// again with the same arguments (the PID stays the same; child processes inherit the setting).
+// When GLIBC_TUNABLES is present — even empty — the operator chose, and it is left alone; so
+// `GLIBC_TUNABLES= tessera serve` runs with glibc's defaults. Where the binary cannot be
+// executed again (no /proc), it runs on untuned. Nothing else is changed: a higher trim
+// threshold and a fixed mmap threshold were measured too and added nothing.
+//
+// Thread safety: call TuneAllocator() once, from main(), before any other thread starts.
+#pragma once
+
+namespace tessera {
+
+// What TuneAllocator sets GLIBC_TUNABLES to.
+inline constexpr char kAllocatorTunables[] = "glibc.malloc.tcache_count=256";
+
+// Whether a process whose GLIBC_TUNABLES is `current` (nullptr: unset) should be executed again
+// with kAllocatorTunables: only when it is unset and the C library is glibc.
+bool ShouldRetuneAllocator(const char* current);
+
+// See the file comment. Returns only when the process was not executed again.
+void TuneAllocator(char** argv);
+
+}  // namespace tessera
