@@ -368,9 +368,19 @@ std::optional<std::string> EnvironmentOf(pid_t pid, const std::string& name) {
 // base/allocator.h: the binary runs with glibc's larger thread caches unless the operator set
 // GLIBC_TUNABLES, which is then left exactly as given (empty included).
 TEST(CliTest, RunsWithLargerAllocatorCachesUnlessTheOperatorTunedTheAllocator) {
+  // This process's own GLIBC_TUNABLES comes back however the test ends (an ASSERT returns early).
+  struct RestoreOnExit {
+    std::optional<std::string> value;
+    ~RestoreOnExit() {
+      if (value) {
+        setenv("GLIBC_TUNABLES", value->c_str(), 1);
+      } else {
+        unsetenv("GLIBC_TUNABLES");
+      }
+    }
+  };
   const char* saved = getenv("GLIBC_TUNABLES");
-  const std::optional<std::string> restore =
-      saved != nullptr ? std::optional<std::string>(saved) : std::nullopt;
+  const RestoreOnExit restore{saved != nullptr ? std::optional<std::string>(saved) : std::nullopt};
   struct Case {
     std::optional<std::string> given;
     std::string expected;
@@ -390,11 +400,6 @@ TEST(CliTest, RunsWithLargerAllocatorCachesUnlessTheOperatorTunedTheAllocator) {
     EXPECT_EQ(EnvironmentOf(sim.pid(), "GLIBC_TUNABLES"), c.expected)
         << "given " << c.given.value_or("(unset)");
     EXPECT_EQ(sim.Stop(), 0) << "apisim did not exit cleanly on SIGTERM";
-  }
-  if (restore) {
-    setenv("GLIBC_TUNABLES", restore->c_str(), 1);
-  } else {
-    unsetenv("GLIBC_TUNABLES");
   }
 }
 
