@@ -1,0 +1,1243 @@
+#include "tessera/http/server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "fmt/core.h"
+#include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <pthread.h>
+
+#include "tessera/base/logging.h"
+#include "tessera/base/mutex.h"
+#include "tessera/http/server_internal.h"
+
+namespace tessera::http {
+namespace {
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (absl::ascii_tolower(static_cast<unsigned char>(a[i])) !=
+        absl::ascii_tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && EqualsIgnoreCase(s.substr(0, prefix.size()), prefix);
+}
+
+}  // namespace
+
+std::string_view ReasonPhrase(int status) {
+  switch (status) {
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 202:
+      return "Accepted";
+    case 204:
+      return "No Content";
+    case 301:
+      return "Moved Permanently";
+    case 302:
+      return "Found";
+    case 304:
+      return "Not Modified";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 406:
+      return "Not Acceptable";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 410:
+      return "Gone";
+    case 411:
+      return "Length Required";
+    case 412:
+      return "Precondition Failed";
+    case 413:
+      return "Payload Too Large";
+    case 415:
+      return "Unsupported Media Type";
+    case 417:
+      return "Expectation Failed";
+    case 422:
+      return "Unprocessable Entity";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Unknown";
+  }
+}
+
+std::string_view Request::Get(std::string_view name) const {
+  for (const Header& h : headers) {
+    if (EqualsIgnoreCase(h.name, name)) {
+      return h.value;
+    }
+  }
+  return {};
+}
+
+bool Request::Has(std::string_view name) const {
+  for (const Header& h : headers) {
+    if (EqualsIgnoreCase(h.name, name)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+// Calls fn(raw name, raw value, has '=') for each parameter of `query`; stops when fn returns
+// true.
+template <typename Fn>
+void ForEachParam(std::string_view query, Fn fn) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view param = query.substr(0, amp);
+    const size_t eq = param.find('=');
+    if (!param.empty() &&
+        fn(param.substr(0, eq),
+           eq == std::string_view::npos ? std::string_view() : param.substr(eq + 1))) {
+      return;
+    }
+    if (amp == std::string_view::npos) {
+      return;
+    }
+    query.remove_prefix(amp + 1);
+  }
+}
+
+}  // namespace
+
+std::string PercentDecode(std::string_view text, bool plus_is_space) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '%' && i + 2 < text.size()) {
+      const int hi = HexValue(text[i + 1]);
+      const int lo = HexValue(text[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out.push_back(static_cast<char>(hi * 16 + lo));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(plus_is_space && c == '+' ? ' ' : c);
+  }
+  return out;
+}
+
+std::string Request::Param(std::string_view name) const {
+  std::string value;
+  ForEachParam(query, [&](std::string_view k, std::string_view v) {
+    if (PercentDecode(k, true) != name) {
+      return false;
+    }
+    value = PercentDecode(v, true);
+    return true;
+  });
+  return value;
+}
+
+bool Request::HasParam(std::string_view name) const {
+  bool found = false;
+  ForEachParam(query, [&](std::string_view k, std::string_view) {
+    found = PercentDecode(k, true) == name;
+    return found;
+  });
+  return found;
+}
+
+namespace internal {
+namespace {
+
+// Reads go into a buffer of at least this much free space, so that one read takes a whole
+// request of ordinary size.
+constexpr size_t kReadChunk = 64 << 10;
+// A reply body up to this size is copied behind the head, so that both go out in one write.
+constexpr size_t kCoalesceBytes = 64 << 10;
+// The longest chunk-size line (with extensions) or trailer line accepted.
+constexpr size_t kMaxChunkLine = 4096;
+
+std::string_view TrimBlanks(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// Whether the comma-separated list `value` holds `token` (case-insensitive).
+bool HasToken(std::string_view value, std::string_view token) {
+  while (!value.empty()) {
+    const size_t comma = value.find(',');
+    if (EqualsIgnoreCase(TrimBlanks(value.substr(0, comma)), token)) {
+      return true;
+    }
+    if (comma == std::string_view::npos) {
+      break;
+    }
+    value.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+bool IsTchar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool IsToken(std::string_view s) { return !s.empty() && std::all_of(s.begin(), s.end(), IsTchar); }
+
+// Removes a trailing CR (lines may end in CRLF or LF).
+std::string_view StripCr(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') {
+    line.remove_suffix(1);
+  }
+  return line;
+}
+
+// Where the head ends: the index just past the empty line that ends it, or npos.
+size_t FindHeadEnd(std::string_view data) {
+  size_t from = 0;
+  while (true) {
+    const size_t nl = data.find('\n', from);
+    if (nl == std::string_view::npos) {
+      return std::string_view::npos;
+    }
+    // The next line is empty when it is "\n" or "\r\n".
+    if (nl + 1 < data.size() && data[nl + 1] == '\n') {
+      return nl + 2;
+    }
+    if (nl + 2 < data.size() && data[nl + 1] == '\r' && data[nl + 2] == '\n') {
+      return nl + 3;
+    }
+    if (nl + 2 >= data.size()) {
+      return std::string_view::npos;  // the next line has not arrived yet
+    }
+    from = nl + 1;
+  }
+}
+
+enum class Framing { kNone, kLength, kChunked };
+
+// What the exception being handled says.
+std::string CurrentExceptionText() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+
+// The body of a streamed reply: chunks, or raw bytes to an HTTP/1.0 client.
+class ChunkWriter : public StreamWriter {
+ public:
+  ChunkWriter(Stream& stream, bool chunked) : stream_(stream), chunked_(chunked) {}
+
+  bool Write(std::string_view data) override {
+    if (!ok_ || data.empty()) {
+      return ok_;
+    }
+    if (!chunked_) {
+      ok_ = stream_.Write(data, {});
+      return ok_;
+    }
+    scratch_ = fmt::format("{:x}\r\n", data.size());
+    if (data.size() <= kCoalesceBytes) {
+      scratch_ += data;
+      scratch_ += "\r\n";
+      ok_ = stream_.Write(scratch_, {});
+    } else {
+      ok_ = stream_.Write(scratch_, data) && stream_.Write("\r\n", {});
+    }
+    return ok_;
+  }
+
+  bool ClientGone() override { return !ok_ || stream_.PeerGone(); }
+
+  bool ok() const { return ok_; }
+
+ private:
+  Stream& stream_;
+  const bool chunked_;
+  bool ok_ = true;
+  std::string scratch_;
+};
+
+class Connection {
+ public:
+  Connection(Stream& stream, const Handler& handler, const ServerOptions& options,
+             absl::Duration tick, const std::atomic<bool>& stopping)
+      : stream_(stream),
+        handler_(handler),
+        options_(options),
+        tick_(tick),
+        stopping_(stopping),
+        buf_(std::max(kReadChunk, options.max_header_bytes + kReadChunk / 2)) {}
+
+  void Serve() {
+    while (true) {
+      const bool keep = ServeOne();
+      if (!keep || stopping_.load(std::memory_order_relaxed)) {
+        return;
+      }
+    }
+  }
+
+ private:
+  enum class Fill { kOk, kClosed, kTimedOut, kFailed };
+
+  std::string_view Buffered() const { return {buf_.data() + pos_, end_ - pos_}; }
+
+  // Reads more bytes into the buffer, waiting at most `limit` for the first one (zero: no limit).
+  Fill More(absl::Duration limit) {
+    if (pos_ == end_) {
+      pos_ = end_ = 0;
+    } else if (buf_.size() - end_ < kReadChunk / 4 && pos_ > 0) {
+      std::memmove(buf_.data(), buf_.data() + pos_, end_ - pos_);
+      end_ -= pos_;
+      pos_ = 0;
+    }
+    if (end_ == buf_.size()) {
+      buf_.resize(buf_.size() * 2);
+    }
+    absl::Duration waited;
+    while (true) {
+      const long n = stream_.Read(buf_.data() + end_, buf_.size() - end_);
+      if (n > 0) {
+        end_ += static_cast<size_t>(n);
+        return Fill::kOk;
+      }
+      if (n == Stream::kClosed) {
+        return Fill::kClosed;
+      }
+      if (n != Stream::kTimedOut || tick_ <= absl::ZeroDuration()) {
+        return Fill::kFailed;
+      }
+      waited += tick_;
+      if (limit > absl::ZeroDuration() && waited >= limit) {
+        return Fill::kTimedOut;
+      }
+    }
+  }
+
+  // Reads exactly `n` bytes into `out` (buffered bytes first); false on failure.
+  bool ReadExact(char* out, size_t n) {
+    const size_t have = std::min(n, end_ - pos_);
+    std::memcpy(out, buf_.data() + pos_, have);
+    pos_ += have;
+    size_t done = have;
+    absl::Duration waited;
+    while (done < n) {
+      const long r = stream_.Read(out + done, n - done);
+      if (r > 0) {
+        done += static_cast<size_t>(r);
+        waited = absl::ZeroDuration();
+        continue;
+      }
+      if (r != Stream::kTimedOut || tick_ <= absl::ZeroDuration()) {
+        return false;
+      }
+      waited += tick_;
+      if (options_.read_timeout > absl::ZeroDuration() && waited >= options_.read_timeout) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The next line of a chunked body (without its line end), reading as needed; false when it
+  // cannot be read or is too long (*too_long then says so).
+  bool ReadLine(std::string_view* line, bool* too_long) {
+    while (true) {
+      const std::string_view data = Buffered();
+      const size_t nl = data.find('\n');
+      if (nl != std::string_view::npos) {
+        *line = StripCr(data.substr(0, nl));
+        pos_ += nl + 1;
+        return true;
+      }
+      if (data.size() > kMaxChunkLine) {
+        *too_long = true;
+        return false;
+      }
+      if (More(options_.read_timeout) != Fill::kOk) {
+        return false;
+      }
+    }
+  }
+
+  // Reads a chunked body into request_.body; 0 or the status to refuse the request with.
+  int ReadChunked() {
+    std::string& body = request_.body;
+    while (true) {
+      std::string_view line;
+      bool too_long = false;
+      if (!ReadLine(&line, &too_long)) {
+        return too_long ? 400 : -1;
+      }
+      const std::string_view size_text = TrimBlanks(line.substr(0, line.find(';')));
+      uint64_t size = 0;
+      if (size_text.empty() || size_text.size() > 15) {
+        return 400;
+      }
+      for (char c : size_text) {
+        const int digit = HexValue(c);
+        if (digit < 0) {
+          return 400;
+        }
+        size = size * 16 + static_cast<uint64_t>(digit);
+      }
+      if (size == 0) {
+        break;
+      }
+      if (size > options_.max_body_bytes - body.size()) {
+        return 413;
+      }
+      const size_t at = body.size();
+      body.resize(at + size);
+      if (!ReadExact(body.data() + at, size)) {
+        return -1;
+      }
+      std::string_view end;
+      if (!ReadLine(&end, &too_long)) {
+        return too_long ? 400 : -1;
+      }
+      if (!end.empty()) {
+        return 400;  // data longer than its size
+      }
+    }
+    // Trailer fields (ignored) up to the empty line.
+    for (size_t lines = 0;; ++lines) {
+      std::string_view line;
+      bool too_long = false;
+      if (lines > 100 || !ReadLine(&line, &too_long)) {
+        return lines > 100 || too_long ? 400 : -1;
+      }
+      if (line.empty()) {
+        return 0;
+      }
+    }
+  }
+
+  // How the request's body is framed, from its headers; 0 or the status to refuse it with.
+  int BodyFraming(Framing* framing, uint64_t* length, bool* close_after) const {
+    *framing = Framing::kNone;
+    *length = 0;
+    *close_after = false;
+    bool has_length = false;
+    for (const Header& h : request_.headers) {
+      if (EqualsIgnoreCase(h.name, "Transfer-Encoding")) {
+        if (!EqualsIgnoreCase(h.value, "chunked") || *framing == Framing::kChunked) {
+          return 501;
+        }
+        *framing = Framing::kChunked;
+      } else if (EqualsIgnoreCase(h.name, "Content-Length")) {
+        uint64_t n = 0;
+        if (h.value.empty() || h.value.size() > 18 ||
+            h.value.find_first_not_of("0123456789") != std::string::npos ||
+            !absl::SimpleAtoi(h.value, &n) || (has_length && n != *length)) {
+          return 400;
+        }
+        has_length = true;
+        *length = n;
+      }
+    }
+    if (*framing == Framing::kChunked) {
+      if (request_.minor_version == 0) {
+        return 400;  // HTTP/1.0 has no chunked encoding
+      }
+      // Chunked wins over Content-Length, and the connection closes after the reply: a
+      // request with both may be an attempt at request smuggling (RFC 9112 §6.1, §6.3).
+      *close_after = has_length;
+      *length = 0;
+    } else if (has_length && *length > 0) {
+      *framing = Framing::kLength;
+    }
+    return 0;
+  }
+
+  bool WantsClose() const {
+    for (const Header& h : request_.headers) {
+      if (EqualsIgnoreCase(h.name, "Connection")) {
+        if (HasToken(h.value, "close")) {
+          return true;
+        }
+        if (request_.minor_version == 0 && HasToken(h.value, "keep-alive")) {
+          return false;
+        }
+      }
+    }
+    return request_.minor_version == 0;
+  }
+
+  void ResetRequest() {
+    request_.method.clear();
+    request_.target.clear();
+    request_.path.clear();
+    request_.query.clear();
+    request_.minor_version = 1;
+    request_.headers.clear();
+    request_.body.clear();
+    response_.status = 200;
+    response_.content_type.clear();
+    response_.headers.clear();
+    response_.body.clear();
+    response_.close = false;
+    response_.stream = nullptr;
+  }
+
+  // Answers with a status the server chose, and closes.
+  void Refuse(int status, std::chrono::steady_clock::time_point start) {
+    response_.status = status;
+    response_.content_type.clear();
+    response_.headers.clear();
+    response_.body.clear();
+    response_.close = true;
+    response_.stream = nullptr;
+    if (options_.error_body) {
+      options_.error_body(&response_);
+    } else {
+      response_.content_type = "text/plain; charset=utf-8";
+      response_.body = std::string(ReasonPhrase(status));
+    }
+    Reply(start, /*head_only=*/false);
+  }
+
+  // Writes response_ (and streams its body); false when a write failed.
+  bool Reply(std::chrono::steady_clock::time_point start, bool head_only) {
+    Response& r = response_;
+    const bool no_body = r.status < 200 || r.status == 204 || r.status == 304;
+    const bool streamed = r.stream != nullptr && !head_only && !no_body;
+    const bool chunked = streamed && request_.minor_version >= 1;
+    if (streamed && !chunked) {
+      r.close = true;  // an HTTP/1.0 client reads the body up to the close
+    }
+    std::string& out = out_;
+    out.clear();
+    out += "HTTP/1.1 ";
+    out += std::to_string(r.status);
+    out += ' ';
+    out += ReasonPhrase(r.status);
+    out += "\r\n";
+    if (!r.content_type.empty()) {
+      out += "Content-Type: ";
+      out += r.content_type;
+      out += "\r\n";
+    }
+    if (chunked) {
+      out += "Transfer-Encoding: chunked\r\n";
+    } else if (!no_body && r.stream == nullptr) {
+      out += "Content-Length: ";
+      out += std::to_string(r.body.size());
+      out += "\r\n";
+    }
+    for (const Header& h : r.headers) {
+      out += h.name;
+      out += ": ";
+      out += h.value;
+      out += "\r\n";
+    }
+    if (r.close) {
+      out += "Connection: close\r\n";
+    } else {
+      if (request_.minor_version == 0) {
+        out += "Connection: keep-alive\r\n";
+      }
+      if (options_.keep_alive_timeout > absl::ZeroDuration()) {
+        out += fmt::format("Keep-Alive: timeout={}\r\n",
+                           std::max<int64_t>(1, absl::ToInt64Seconds(options_.keep_alive_timeout)));
+      }
+    }
+    out += "\r\n";
+    std::string_view body;
+    if (!no_body && !head_only && !streamed) {
+      if (r.body.size() <= kCoalesceBytes) {
+        out += r.body;
+      } else {
+        body = r.body;
+      }
+    }
+    bool ok = stream_.Write(out, body);
+    if (ok && streamed) {
+      ChunkWriter writer(stream_, chunked);
+      bool finished = false;
+      try {
+        finished = r.stream(writer);
+      } catch (...) {
+        TESSERA_LOG(kError, "http {} {}: streaming the reply failed: {}", request_.method,
+                    request_.path, CurrentExceptionText());
+        finished = false;  // the body stays unfinished: the client sees the connection close
+      }
+      ok = writer.ok();
+      if (ok && finished && chunked) {
+        ok = stream_.Write("0\r\n\r\n", {});
+      }
+      if (!finished) {
+        r.close = true;
+      }
+    }
+    if (options_.on_response) {
+      options_.on_response(request_, r, absl::FromChrono(std::chrono::steady_clock::now() - start));
+    }
+    return ok;
+  }
+
+  // Serves one request; false when the connection is to be closed.
+  bool ServeOne() {
+    ResetRequest();
+    // The head: wait for it (idle: the keep-alive timeout; once it has begun, the read timeout).
+    auto start = std::chrono::steady_clock::now();
+    size_t head_end = std::string_view::npos;
+    while (true) {
+      // Empty lines before a request line are ignored (RFC 9112 §2.2).
+      while (pos_ < end_ && (buf_[pos_] == '\r' || buf_[pos_] == '\n')) {
+        ++pos_;
+      }
+      head_end = FindHeadEnd(Buffered());
+      if (head_end != std::string_view::npos) {
+        break;
+      }
+      if (end_ - pos_ > options_.max_header_bytes) {
+        Refuse(431, start);
+        return false;
+      }
+      const bool idle = pos_ == end_;
+      const Fill f = More(idle ? options_.keep_alive_timeout : options_.read_timeout);
+      if (f != Fill::kOk) {
+        return false;  // closed, failed or timed out: nothing to answer
+      }
+      if (idle) {
+        start = std::chrono::steady_clock::now();
+      }
+    }
+    if (head_end > options_.max_header_bytes) {
+      Refuse(431, start);
+      return false;
+    }
+    const std::string_view head = Buffered().substr(0, head_end);
+    if (const int refuse = ParseRequestHead(head, &request_); refuse != 0) {
+      Refuse(refuse, start);
+      return false;
+    }
+    pos_ += head_end;
+
+    Framing framing;
+    uint64_t length = 0;
+    bool close_after = false;
+    if (const int refuse = BodyFraming(&framing, &length, &close_after); refuse != 0) {
+      Refuse(refuse, start);
+      return false;
+    }
+    if (framing == Framing::kLength && length > options_.max_body_bytes) {
+      Refuse(413, start);
+      return false;
+    }
+    if (framing != Framing::kNone && pos_ == end_ && request_.minor_version >= 1 &&
+        EqualsIgnoreCase(request_.Get("Expect"), "100-continue")) {
+      if (!stream_.Write("HTTP/1.1 100 Continue\r\n\r\n", {})) {
+        return false;
+      }
+    }
+    if (framing == Framing::kLength) {
+      request_.body.resize(length);
+      if (!ReadExact(request_.body.data(), length)) {
+        return false;
+      }
+    } else if (framing == Framing::kChunked) {
+      if (const int refuse = ReadChunked(); refuse != 0) {
+        if (refuse > 0) {
+          Refuse(refuse, start);
+        }
+        return false;
+      }
+    }
+
+    const bool head_only = request_.method == "HEAD";
+    try {
+      handler_(request_, &response_);
+    } catch (...) {
+      TESSERA_LOG(kError, "http {} {}: handler failed: {}", request_.method, request_.path,
+                  CurrentExceptionText());
+      response_ = Response{};
+      response_.status = 500;
+      response_.content_type = "text/plain; charset=utf-8";
+      response_.body = std::string(ReasonPhrase(500));
+    }
+    if (close_after || WantsClose() || stopping_.load(std::memory_order_relaxed)) {
+      response_.close = true;
+    }
+    return Reply(start, head_only) && !response_.close;
+  }
+
+  Stream& stream_;
+  const Handler& handler_;
+  const ServerOptions& options_;
+  const absl::Duration tick_;
+  const std::atomic<bool>& stopping_;
+  std::vector<char> buf_;
+  size_t pos_ = 0;  // buffered bytes not yet consumed: [pos_, end_)
+  size_t end_ = 0;
+  Request request_;
+  Response response_;
+  std::string out_;
+};
+
+}  // namespace
+
+int ParseRequestHead(std::string_view head, Request* request) {
+  size_t at = head.find('\n');
+  const std::string_view line = StripCr(head.substr(0, at));
+  // request-line = method SP request-target SP HTTP-version
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos) {
+    return 400;
+  }
+  const std::string_view method = line.substr(0, sp1);
+  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string_view version = line.substr(sp2 + 1);
+  if (!IsToken(method) || target.empty()) {
+    return 400;
+  }
+  for (char c : target) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u == 0x7f) {
+      return 400;
+    }
+  }
+  if (version.substr(0, 5) != "HTTP/" || version.size() != 8 || version[6] != '.' ||
+      !absl::ascii_isdigit(static_cast<unsigned char>(version[5])) ||
+      !absl::ascii_isdigit(static_cast<unsigned char>(version[7]))) {
+    return 400;
+  }
+  if (version[5] != '1') {
+    return 505;
+  }
+  request->method.assign(method);
+  request->target.assign(target);
+  request->minor_version = version[7] - '0';
+  std::string_view path = target;
+  // absolute-form ("http://host/path?query"): the path starts after the authority, and is "/"
+  // when the authority is followed by the query or nothing.
+  bool root = false;
+  if (StartsWithIgnoreCase(path, "http://") || StartsWithIgnoreCase(path, "https://")) {
+    const size_t end = path.find_first_of("/?#", path.find("//") + 2);
+    path = end == std::string_view::npos ? std::string_view() : path.substr(end);
+    root = path.empty() || path.front() != '/';
+  }
+  const size_t q = path.find('?');
+  request->path = root ? "/" : "";
+  request->path += PercentDecode(path.substr(0, q), /*plus_is_space=*/false);
+  request->query.assign(q == std::string_view::npos ? std::string_view() : path.substr(q + 1));
+  request->headers.clear();
+
+  while (at != std::string_view::npos && at + 1 < head.size()) {
+    const size_t next = head.find('\n', at + 1);
+    const std::string_view field = StripCr(head.substr(at + 1, next - at - 1));
+    at = next;
+    if (field.empty()) {
+      break;  // the empty line that ends the head
+    }
+    if (field.front() == ' ' || field.front() == '\t') {
+      return 400;  // obsolete line folding
+    }
+    const size_t colon = field.find(':');
+    if (colon == std::string_view::npos || !IsToken(field.substr(0, colon))) {
+      return 400;
+    }
+    const std::string_view value = TrimBlanks(field.substr(colon + 1));
+    for (char c : value) {
+      const auto u = static_cast<unsigned char>(c);
+      if ((u < 0x20 && u != '\t') || u == 0x7f) {
+        return 400;
+      }
+    }
+    request->headers.push_back(Header{std::string(field.substr(0, colon)), std::string(value)});
+  }
+  return 0;
+}
+
+void ServeConnection(Stream& stream, const Handler& handler, const ServerOptions& options,
+                     absl::Duration tick, const std::atomic<bool>& stopping) {
+  Connection(stream, handler, options, tick, stopping).Serve();
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::Stream;
+
+// Whether the peer of `fd` has closed or reset the connection, without waiting.
+bool SocketPeerGone(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+class SocketStream : public Stream {
+ public:
+  explicit SocketStream(int fd) : fd_(fd) {}
+
+  bool PeerGone() override { return SocketPeerGone(fd_); }
+
+  long Read(char* buf, size_t n) override {
+    while (true) {
+      const ssize_t r = recv(fd_, buf, n, 0);
+      if (r >= 0) {
+        return static_cast<long>(r);
+      }
+      if (errno == EINTR) {
+        continue;
+      }
+      return errno == EAGAIN || errno == EWOULDBLOCK ? kTimedOut : kFailed;
+    }
+  }
+
+  bool Write(std::string_view a, std::string_view b) override {
+    iovec iov[2] = {{const_cast<char*>(a.data()), a.size()},
+                    {const_cast<char*>(b.data()), b.size()}};
+    iovec* v = iov;
+    int count = b.empty() ? 1 : 2;
+    while (count > 0) {
+      msghdr msg{};
+      msg.msg_iov = v;
+      msg.msg_iovlen = static_cast<size_t>(count);
+      const ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        return false;  // includes EAGAIN: the write timeout passed
+      }
+      size_t left = static_cast<size_t>(n);
+      while (count > 0 && left >= v->iov_len) {
+        left -= v->iov_len;
+        ++v;
+        --count;
+      }
+      if (count > 0) {
+        v->iov_base = static_cast<char*>(v->iov_base) + left;
+        v->iov_len -= left;
+      }
+    }
+    return true;
+  }
+
+ private:
+  const int fd_;
+};
+
+class TlsStream : public Stream {
+ public:
+  explicit TlsStream(SSL* ssl) : ssl_(ssl) {}
+
+  bool PeerGone() override { return SocketPeerGone(SSL_get_fd(ssl_)); }
+
+  long Read(char* buf, size_t n) override {
+    const int r = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+    if (r > 0) {
+      return r;
+    }
+    const int err = SSL_get_error(ssl_, r);
+    const int saved_errno = errno;
+    ERR_clear_error();
+    if (err == SSL_ERROR_ZERO_RETURN) {
+      return kClosed;
+    }
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE ||
+        (err == SSL_ERROR_SYSCALL && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK))) {
+      return kTimedOut;
+    }
+    return kFailed;
+  }
+
+  bool Write(std::string_view a, std::string_view b) override { return WriteOne(a) && WriteOne(b); }
+
+ private:
+  bool WriteOne(std::string_view data) {
+    if (data.empty()) {
+      return true;
+    }
+    const int r = SSL_write(ssl_, data.data(), static_cast<int>(data.size()));
+    if (r <= 0) {
+      ERR_clear_error();
+      return false;
+    }
+    return static_cast<size_t>(r) == data.size();
+  }
+
+  SSL* const ssl_;
+};
+
+timeval SocketTimeout(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) {
+    return timeval{0, 0};
+  }
+  const int64_t us = std::max<int64_t>(1000, absl::ToInt64Microseconds(d));
+  return timeval{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+}
+
+}  // namespace
+
+class Server::Impl {
+ public:
+  Impl(Handler handler, ServerOptions options)
+      : handler_(std::move(handler)), options_(std::move(options)) {
+    options_.threads = std::max<size_t>(1, options_.threads);
+    options_.max_threads = std::max(options_.threads, options_.max_threads);
+    const absl::Duration r = options_.read_timeout;
+    const absl::Duration k = options_.keep_alive_timeout;
+    tick_ = r <= absl::ZeroDuration() ? k : (k <= absl::ZeroDuration() ? r : std::min(r, k));
+  }
+
+  ~Impl() { Stop(); }
+
+  absl::Status Start(const std::string& host, int port) {
+    if (started_) {
+      return absl::FailedPreconditionError("http::Server::Start called twice");
+    }
+    started_ = true;
+    const std::vector<std::string> hosts =
+        host.empty() ? std::vector<std::string>{"::", "0.0.0.0"} : std::vector<std::string>{host};
+    int err = 0;
+    for (const std::string& h : hosts) {
+      err = Bind(h, port);
+      if (err == 0 || err == EADDRINUSE) {
+        break;  // after EADDRINUSE, IPv4 would bind the same port on fewer interfaces
+      }
+    }
+    if (listen_fd_ < 0) {
+      return absl::UnavailableError(err > 0 ? std::strerror(err) : gai_strerror(err));
+    }
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    {
+      MutexLock l(&mu_);
+      for (size_t i = 0; i < options_.threads; ++i) {
+        workers_.emplace_back([this] { Work(); });
+      }
+    }
+    acceptor_ = std::thread([this] { Accept(); });
+    return absl::OkStatus();
+  }
+
+  void Stop() {
+    {
+      MutexLock l(&mu_);
+      if (stopping_.load()) {
+        return;
+      }
+      stopping_.store(true);
+      for (int fd : active_) {
+        shutdown(fd, SHUT_RD);  // wakes a worker waiting for a request; replies still go out
+      }
+      cv_.SignalAll();
+    }
+    if (listen_fd_ >= 0) {
+      shutdown(listen_fd_, SHUT_RDWR);  // wakes accept()
+    }
+    if (acceptor_.joinable()) {
+      acceptor_.join();
+    }
+    std::vector<std::thread> workers;
+    {
+      MutexLock l(&mu_);  // only the acceptor adds workers, and it has ended
+      workers.swap(workers_);
+    }
+    for (std::thread& t : workers) {
+      t.join();
+    }
+    MutexLock l(&mu_);
+    for (int fd : queue_) {
+      close(fd);
+    }
+    queue_.clear();
+    if (listen_fd_ >= 0) {
+      close(listen_fd_);
+      listen_fd_ = -1;
+    }
+  }
+
+  int port() const { return port_; }
+
+ private:
+  // Binds and listens on host:port; 0 on success, else an errno (> 0) or a getaddrinfo error
+  // (< 0).
+  int Bind(const std::string& host, int port) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    const std::string service = std::to_string(port);
+    if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+      return rc == EAI_SYSTEM ? errno : (rc < 0 ? rc : -rc);  // glibc's EAI_* are negative
+    }
+    int err = EADDRNOTAVAIL;
+    for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+      const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd < 0) {
+        err = errno;
+        continue;
+      }
+      // SO_REUSEADDR only (as Go sets; not SO_REUSEPORT, which would let a second server bind
+      // a port in use), and dual-stack on an IPv6 socket.
+      int yes = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      if (ai->ai_family == AF_INET6) {
+        int no = 0;
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
+      }
+      if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+        err = errno;
+        close(fd);
+        if (err == EADDRINUSE) {
+          break;
+        }
+        continue;
+      }
+      listen_fd_ = fd;
+      err = 0;
+      break;
+    }
+    freeaddrinfo(found);
+    return err;
+  }
+
+  void Accept() {
+    pthread_setname_np(pthread_self(), (options_.thread_name.substr(0, 11) + "-acc").c_str());
+    while (true) {
+      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (stopping_.load()) {
+          return;
+        }
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          TESSERA_LOG(kWarning, "http: accept: {}; retrying", std::strerror(errno));
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        continue;  // EINTR, ECONNABORTED, ...
+      }
+      int yes = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));  // else replies wait for ACKs
+      const timeval rcv = SocketTimeout(tick_);
+      const timeval snd = SocketTimeout(options_.write_timeout);
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rcv, sizeof(rcv));
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof(snd));
+      MutexLock l(&mu_);
+      if (stopping_.load()) {
+        close(fd);
+        return;
+      }
+      queue_.push_back(fd);
+      if (queue_.size() > idle_ && workers_.size() < options_.max_threads) {
+        workers_.emplace_back([this] { Work(); });  // every waiting connection needs a worker
+      } else {
+        cv_.Signal();
+      }
+    }
+  }
+
+  void Work() {
+    pthread_setname_np(pthread_self(), options_.thread_name.substr(0, 15).c_str());
+    // A write to a connection the peer has reset raises SIGPIPE in the writing thread; blocked
+    // here, the write fails with EPIPE instead (OpenSSL writes without MSG_NOSIGNAL).
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    while (true) {
+      int fd = -1;
+      {
+        MutexLock l(&mu_);
+        ++idle_;
+        while (queue_.empty() && !stopping_.load()) {
+          cv_.Wait(&mu_);
+        }
+        --idle_;
+        if (stopping_.load()) {
+          return;
+        }
+        fd = queue_.front();
+        queue_.pop_front();
+        active_.insert(fd);
+      }
+      Serve(fd);
+      Drain(fd);
+      {
+        MutexLock l(&mu_);
+        active_.erase(fd);
+      }
+      close(fd);
+      // Drop a SIGPIPE left pending by a failed write, so it never reaches another handler.
+      const timespec zero{0, 0};
+      while (sigtimedwait(&pipe, nullptr, &zero) == SIGPIPE) {
+      }
+    }
+  }
+
+  // Closing a socket with unread input resets the connection, and a reset can destroy the reply
+  // before the client reads it (e.g. a 413 while the client still sends its body). So the
+  // write side is shut first and what the client still sends is read and dropped, for at most
+  // about a second and 8 MiB, or until it closes.
+  static void Drain(int fd) {
+    shutdown(fd, SHUT_WR);
+    const timeval wait{0, 100000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    char sink[16384];
+    size_t total = 0;
+    while (total < (8u << 20) && std::chrono::steady_clock::now() < deadline) {
+      const ssize_t n = recv(fd, sink, sizeof(sink), 0);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        return;
+      }
+      total += n > 0 ? static_cast<size_t>(n) : 0;
+    }
+  }
+
+  void Serve(int fd) {
+    if (options_.tls == nullptr) {
+      SocketStream stream(fd);
+      internal::ServeConnection(stream, handler_, options_, tick_, stopping_);
+      return;
+    }
+    SSL* ssl = SSL_new(options_.tls);
+    if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
+      ERR_clear_error();
+      SSL_free(ssl);
+      return;
+    }
+    absl::Duration waited;
+    while (true) {
+      const int r = SSL_accept(ssl);
+      if (r == 1) {
+        break;
+      }
+      const int err = SSL_get_error(ssl, r);
+      const int saved_errno = errno;
+      ERR_clear_error();
+      const bool timed_out =
+          err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE ||
+          (err == SSL_ERROR_SYSCALL && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK));
+      waited += tick_;
+      if (!timed_out || stopping_.load() || tick_ <= absl::ZeroDuration() ||
+          (options_.read_timeout > absl::ZeroDuration() && waited >= options_.read_timeout)) {
+        TESSERA_VLOG(2, "http: TLS handshake failed");
+        SSL_free(ssl);
+        return;
+      }
+    }
+    TlsStream stream(ssl);
+    internal::ServeConnection(stream, handler_, options_, tick_, stopping_);
+    SSL_shutdown(ssl);  // close_notify; the peer's answer is not awaited
+    ERR_clear_error();
+    SSL_free(ssl);
+  }
+
+  const Handler handler_;
+  ServerOptions options_;
+  absl::Duration tick_;
+  bool started_ = false;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::thread acceptor_;
+  std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);
+  size_t idle_ ABSL_GUARDED_BY(mu_) = 0;  // workers waiting for a connection
+  std::atomic<bool> stopping_{false};
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<int> queue_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int> active_ ABSL_GUARDED_BY(mu_);
+};
+
+Server::Server(Handler handler, ServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(handler), std::move(options))) {}
+
+Server::~Server() { impl_->Stop(); }
+
+absl::Status Server::Start(const std::string& host, int port) { return impl_->Start(host, port); }
+void Server::Stop() { impl_->Stop(); }
+int Server::port() const { return impl_->port(); }
+
+}  // namespace tessera::http

@@ -1,0 +1,167 @@
+// File: tessera/http/server.h
+//
+// A small HTTP/1.1 server (RFC 9112) for request/response APIs: a listener, a fixed pool of
+// worker threads (one per open connection, as cpp-httplib and Go's net/http serve), keep-alive
+// and pipelined requests, Content-Length and chunked request bodies, Expect: 100-continue, and
+// optional TLS over an OpenSSL SSL_CTX the caller configures.
+//
+// Why not cpp-httplib: httplib polls the socket before every read and every write (and twice
+// before each write), reads 4 KiB at a time and writes a reply's head and body separately; over
+// loopback, on a virtual machine where a system call costs ~1 µs, that was a fifth of the
+// extender's CPU per filter+bind pair (docs/benchmarks.md). Here a request costs one blocking
+// read of up to 64 KiB (more only for larger bodies) and one write for the whole reply; timeouts
+// are socket options (SO_RCVTIMEO, SO_SNDTIMEO), set once per connection.
+//
+//   http::ServerOptions options;
+//   options.thread_name = "my-http";
+//   http::Server server([](http::Request& req, http::Response* res) {
+//     res->content_type = "text/plain";
+//     res->body = req.path == "/healthz" ? "ok" : "?";
+//   }, options);
+//   TESSERA_RETURN_IF_ERROR(server.Start("127.0.0.1", 0));
+//   ... server.port() ...
+//   server.Stop();
+//
+// What the server answers by itself (the handler is not called; ServerOptions::error_body may
+// supply the body, else the reason phrase as text/plain), and then closes the connection (also
+// after the reply to a request with both Transfer-Encoding and Content-Length, RFC 9112 §6.1):
+//   400  a malformed request line, header, Content-Length or chunk
+//   413  a body over max_body_bytes (refused from Content-Length before the body is read, also
+//        when the client waits for 100-continue; a chunked body as soon as it passes the limit)
+//   431  a request head over max_header_bytes
+//   501  a Transfer-Encoding other than chunked
+//   505  an HTTP version other than 1.0 and 1.1
+// HEAD requests reach the handler as "HEAD"; the reply's body is not sent (its Content-Length
+// is). A connection is closed after a reply when the handler sets Response::close, the client
+// asked for it (Connection: close, or HTTP/1.0 without keep-alive), or the server is stopping.
+//
+// Thread safety: Start and Stop must not race with each other or with the destructor; port()
+// is safe from any thread after Start. The handler and the callbacks in ServerOptions are called
+// concurrently from the worker threads (one request at a time per connection).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
+
+namespace tessera::http {
+
+struct Header {
+  std::string name;   // as sent; compare case-insensitively
+  std::string value;  // without leading and trailing blanks
+};
+
+struct Request {
+  std::string method;     // as sent ("GET"; methods are case-sensitive)
+  std::string target;     // the request-target as sent ("/api?x=1")
+  std::string path;       // target before '?', percent-decoded
+  std::string query;      // target after '?' as sent ("" when there is none)
+  int minor_version = 1;  // HTTP/1.<minor_version>
+  std::vector<Header> headers;
+  std::string body;  // the body, de-chunked
+
+  // The first value of header `name` (case-insensitive), "" when absent.
+  std::string_view Get(std::string_view name) const;
+  bool Has(std::string_view name) const;
+  // The first value of query parameter `name` (decoded: %XX and '+' as a space), "" when
+  // absent; whether it is present ("?a" and "?a=" both are).
+  std::string Param(std::string_view name) const;
+  bool HasParam(std::string_view name) const;
+};
+
+// Where a streamed reply's body goes (Response::stream).
+class StreamWriter {
+ public:
+  virtual ~StreamWriter() = default;
+  // Sends `data` (nothing when empty) as one chunk; false once the client is gone or a write
+  // timed out (then stop streaming).
+  virtual bool Write(std::string_view data) = 0;
+  // Whether the client has closed or reset the connection; does not wait.
+  virtual bool ClientGone() = 0;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type;     // the Content-Type header; none when empty
+  std::vector<Header> headers;  // more headers (not Content-Length or Connection)
+  std::string body;
+  bool close = false;  // close the connection after this reply
+  // When set, the body is streamed instead of `body`: after the head (Transfer-Encoding:
+  // chunked; to an HTTP/1.0 client the raw bytes, then the connection closes) the server calls
+  // stream() on the handler's thread. Returning true ends the body and keeps the connection;
+  // false closes it.
+  std::function<bool(StreamWriter& writer)> stream;
+};
+
+// The handler fills *response for request; it may take (move) request.body.
+using Handler = std::function<void(Request& request, Response* response)>;
+
+struct ServerOptions {
+  // Worker threads. Each open connection holds one while it is open, so this bounds the number
+  // of connections served at once; further connections wait for a free worker.
+  size_t threads = 16;
+  // When larger than `threads`: a worker is added whenever a connection waits and no worker is
+  // free, up to this many (for long streams, which hold their worker). Workers are not retired.
+  size_t max_threads = 0;
+  // The name of the worker threads (`top -H`, perf); at most 15 characters.
+  std::string thread_name = "http";
+  size_t max_body_bytes = 1 << 20;
+  size_t max_header_bytes = 64 << 10;
+  // How long a read may wait for progress within a request, and a write for buffer space.
+  absl::Duration read_timeout = absl::Seconds(30);
+  absl::Duration write_timeout = absl::Seconds(30);
+  // How long an idle connection waits for its next request.
+  absl::Duration keep_alive_timeout = absl::Seconds(60);
+  // Serve HTTPS with this context (the caller keeps it alive until after Stop); nullptr: HTTP.
+  SSL_CTX* tls = nullptr;
+  // Fills the body of a reply the server makes by itself (400, 413, 431, 501, 505; `response`
+  // arrives with status set). nullptr: the reason phrase as text/plain.
+  std::function<void(Response* response)> error_body;
+  // Called after each reply is written (or failed to write): the request (method and path
+  // empty when its request line was unreadable or too long), the reply, and the time since the
+  // request's first byte was read. nullptr: nothing.
+  std::function<void(const Request& request, const Response& response, absl::Duration took)>
+      on_response;
+};
+
+// Decodes %XX escapes (and, when `plus_is_space`, '+' as a space, as in a query); a malformed
+// escape stays as it is.
+std::string PercentDecode(std::string_view text, bool plus_is_space);
+
+// The reason phrase of an HTTP status ("OK", "Not Found"; "Unknown" for codes it does not know).
+std::string_view ReasonPhrase(int status);
+
+class Server {
+ public:
+  Server(Handler handler, ServerOptions options);
+  // Stops the server.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds host:port and starts accepting. `host` empty: all interfaces (IPv6 with IPv4 mapped
+  // when the host has IPv6, else IPv4); a name is resolved. Port 0 picks a free port. Unavailable
+  // when nothing could be bound (the message carries the system's reason, e.g. "Address already
+  // in use"); on error nothing is left running. Call at most once.
+  absl::Status Start(const std::string& host, int port);
+  // Stops accepting, lets requests being handled finish and closes every connection; joins all
+  // threads. Idempotent.
+  void Stop();
+
+  // The bound port (0 before Start).
+  int port() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::http

@@ -1,0 +1,47 @@
+// File: tessera/http/server_internal.h
+//
+// The connection loop of tessera::http::Server over an abstract byte stream, for the server
+// itself, its tests and its fuzz target. Not an API.
+//
+// Thread safety: a Stream is used by one thread at a time; ServeConnection may run concurrently
+// for different streams.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <string_view>
+
+#include "absl/time/time.h"
+
+#include "tessera/http/server.h"
+
+namespace tessera::http::internal {
+
+class Stream {
+ public:
+  // Read's results other than a byte count.
+  static constexpr long kClosed = 0;     // the peer closed its side
+  static constexpr long kFailed = -1;    // an error; the connection is unusable
+  static constexpr long kTimedOut = -2;  // nothing arrived within one tick (see ServeConnection)
+
+  virtual ~Stream() = default;
+  // Reads at most `n` (> 0) bytes into `buf`; returns how many (> 0) or one of the above.
+  virtual long Read(char* buf, size_t n) = 0;
+  // Writes `a` and then `b` completely; false when that failed.
+  virtual bool Write(std::string_view a, std::string_view b) = 0;
+  // Whether the peer has closed or reset the connection; does not wait.
+  virtual bool PeerGone() { return false; }
+};
+
+// Serves requests read from `stream` until the peer closes, a read or write fails or times out,
+// a reply closes the connection, or `stopping` is true after a reply. Each kTimedOut from Read
+// counts as `tick` of waiting (zero: Read never times out).
+void ServeConnection(Stream& stream, const Handler& handler, const ServerOptions& options,
+                     absl::Duration tick, const std::atomic<bool>& stopping);
+
+// Parses a request head (request line and header lines up to, not including, the empty line;
+// lines end in CRLF or LF) into `request`'s method, target, path, query, minor_version and
+// headers. Returns 0 or the status to refuse it with (400, 505).
+int ParseRequestHead(std::string_view head, Request* request);
+
+}  // namespace tessera::http::internal
