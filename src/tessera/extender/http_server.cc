@@ -29,6 +29,7 @@
 #include "tessera/base/logging.h"
 #include "tessera/base/mutex.h"
 #include "tessera/base/status_macros.h"
+#include "tessera/http/server.h"
 
 namespace tessera::extender {
 namespace {
@@ -211,22 +212,6 @@ bool TooLarge(const httplib::Request& req) {
   return absl::SimpleAtoi(value, &length) && length > kMaxRequestBytes;
 }
 
-void RejectTooLarge(httplib::Response& res) {
-  res.status = 413;
-  res.set_header("Connection", "close");  // the rest of the body is never read
-  res.set_content(fmt::format("request body larger than {} bytes", kMaxRequestBytes), kText);
-}
-
-void SendText(httplib::Response& res, int status, std::string body) {
-  res.status = status;
-  res.set_content(std::move(body), kText);
-}
-
-void SendJson(httplib::Response& res, std::string body) {
-  res.status = 200;
-  res.set_content(std::move(body), kJson);
-}
-
 std::string StatusText(int status) {
   switch (status) {
     case 400:
@@ -238,11 +223,23 @@ std::string StatusText(int status) {
     case 413:
       return fmt::format("request body larger than {} bytes", kMaxRequestBytes);
     default:
-      return fmt::format("HTTP {}", status);
+      return fmt::format("HTTP {} {}", status, http::ReasonPhrase(status));
   }
 }
 
-// One bound httplib server and the thread that runs its accept loop.
+void SendText(http::Response* res, int status, std::string body) {
+  res->status = status;
+  res->content_type = kText;
+  res->body = std::move(body);
+}
+
+void SendJson(http::Response* res, std::string body) {
+  res->status = 200;
+  res->content_type = kJson;
+  res->body = std::move(body);
+}
+
+// The metrics listener: an httplib server (it gzips large scrapes) and its accept thread.
 struct Listener {
   std::unique_ptr<httplib::Server> server;
   std::thread thread;
@@ -302,7 +299,10 @@ class HttpServer::Impl {
     }
   }
 
-  ~Impl() { Stop(); }
+  ~Impl() {
+    Stop();
+    SSL_CTX_free(tls_ctx_);
+  }
 
   absl::Status Start() {
     if (started_) {
@@ -318,32 +318,47 @@ class HttpServer::Impl {
     if (has_cert != !options_.key_file.empty()) {
       return absl::InvalidArgumentError("TLS needs both a certificate file and a key file");
     }
+    http::ServerOptions server_options;
+    server_options.threads = options_.threads;
+    server_options.thread_name = "extender-http";
+    server_options.max_body_bytes = kMaxRequestBytes;
+    server_options.read_timeout = options_.read_timeout;
+    server_options.write_timeout = options_.write_timeout;
+    server_options.keep_alive_timeout = options_.keep_alive_timeout;
+    server_options.error_body = [](http::Response* res) {
+      SendText(res, res->status, StatusText(res->status));
+    };
+    server_options.on_response = [](const http::Request& req, const http::Response& res,
+                                    absl::Duration took) {
+      TESSERA_VLOG(2, "http {} {} {} {}us", req.method, req.path, res.status,
+                   absl::ToInt64Microseconds(took));
+    };
     if (has_cert) {
       certs_ = std::make_unique<CertWatcher>(options_.cert_file, options_.key_file,
                                              options_.cert_check_interval, options_.clock);
       TESSERA_RETURN_IF_ERROR(certs_->Load());
-      CertWatcher* watcher = certs_.get();
-      auto ssl = std::make_unique<httplib::SSLServer>([watcher](SSL_CTX& ctx) {
-        SSL_CTX_set_options(&ctx, SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
-        SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
-        SSL_CTX_set_cert_cb(&ctx, CertCallback, watcher);
-        return true;
-      });
-      if (!ssl->is_valid()) {
+      tls_ctx_ = SSL_CTX_new(TLS_server_method());
+      if (tls_ctx_ == nullptr) {
+        ERR_clear_error();
         return absl::InternalError("TLS server set-up failed");
       }
-      main_.server = std::move(ssl);
+      SSL_CTX_set_options(tls_ctx_, SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+      SSL_CTX_set_min_proto_version(tls_ctx_, TLS1_2_VERSION);
+      SSL_CTX_set_cert_cb(tls_ctx_, CertCallback, certs_.get());
+      server_options.tls = tls_ctx_;
       tls_ = true;
-    } else {
-      main_.server = std::make_unique<httplib::Server>();
     }
-    ConfigureCommon(*main_.server, options_.threads, /*compress=*/false);
-    ConfigureMain(*main_.server);
-    TESSERA_RETURN_IF_ERROR(Listen(&main_, main_address, options_.bind_address));
+    main_ = std::make_unique<http::Server>(
+        [this](http::Request& req, http::Response* res) { HandleMain(req, res); },
+        std::move(server_options));
+    if (absl::Status s = main_->Start(main_address.host, main_address.port); !s.ok()) {
+      main_.reset();
+      return absl::UnavailableError(
+          fmt::format("cannot listen on {}: {}", options_.bind_address, std::string(s.message())));
+    }
     if (metrics_address.has_value()) {
       metrics_.server = std::make_unique<httplib::Server>();
-      ConfigureCommon(*metrics_.server, 2, /*compress=*/true);  // scrapes are large
-      ConfigureMetrics(*metrics_.server);
+      ConfigureMetricsServer(*metrics_.server);
       if (absl::Status s = Listen(&metrics_, *metrics_address, options_.metrics_bind_address);
           !s.ok()) {
         Stop();
@@ -351,21 +366,120 @@ class HttpServer::Impl {
       }
     }
     TESSERA_LOG(kInfo, "extender listening on {} ({}, port {}){}", options_.bind_address,
-                tls_ ? "https" : "http", main_.port,
+                tls_ ? "https" : "http", main_->port(),
                 metrics_.port > 0 ? fmt::format(", metrics on port {}", metrics_.port) : "");
     return absl::OkStatus();
   }
 
   void Stop() {
-    StopListener(&main_);
-    StopListener(&metrics_);
+    if (main_ != nullptr) {
+      main_->Stop();
+    }
+    if (metrics_.server != nullptr) {
+      metrics_.server->stop();
+    }
+    if (metrics_.thread.joinable()) {
+      metrics_.thread.join();
+    }
   }
 
-  int port() const { return main_.port; }
+  int port() const { return main_ == nullptr ? 0 : main_->port(); }
   int metrics_port() const { return metrics_.port; }
   bool tls() const { return tls_; }
 
  private:
+  // ---- the main listener (tessera::http) ------------------------------------------------------
+
+  void HandleMain(http::Request& req, http::Response* res) {
+    const std::string& p = req.path;
+    if (req.method == "POST") {
+      if (p == "/filter") {
+        Filter(req.body, res);
+        return;
+      }
+      if (p == "/bind") {
+        Bind(req.body, res);
+        return;
+      }
+      if (p == "/webhook" && options_.webhook) {
+        auto [status, reply] = options_.webhook(req.Get("Content-Type"), req.body);
+        res->status = status;
+        res->content_type = kJson;
+        res->body = std::move(reply);
+        return;
+      }
+    } else if (req.method == "GET" || req.method == "HEAD") {
+      if (p == "/healthz") {
+        SendText(res, 200, "ok");
+        return;
+      }
+      if (p == "/readyz") {
+        std::string why;
+        if (backend_->Ready(&why)) {
+          SendText(res, 200, why.empty() ? "ok" : why);
+        } else {
+          SendText(res, 503, why.empty() ? "not ready" : why);
+        }
+        return;
+      }
+      if (p == "/debug/ledger") {
+        SendJson(res, backend_->DebugLedgerJson());
+        return;
+      }
+      if (p == "/debug/audit") {
+        SendJson(res, backend_->DebugAuditJson());
+        return;
+      }
+    }
+    MethodOrNotFound(p, res);
+  }
+
+  void MethodOrNotFound(const std::string& p, http::Response* res) const {
+    if (p == "/filter" || p == "/bind" || (p == "/webhook" && options_.webhook)) {
+      res->headers.push_back({"Allow", "POST"});
+    } else if (p == "/healthz" || p == "/readyz" || p == "/debug/ledger" || p == "/debug/audit") {
+      res->headers.push_back({"Allow", "GET, HEAD"});
+    } else {
+      SendText(res, 404, StatusText(404));
+      return;
+    }
+    SendText(res, 405, StatusText(405));
+  }
+
+  void Filter(const std::string& body, http::Response* res) {
+    if (body.empty()) {
+      SendText(res, 400, "Please send a request body");
+      return;
+    }
+    absl::StatusOr<FilterArgs> args = DecodeFilterArgs(body);
+    if (!args.ok()) {
+      if (args.status().message() == kMissingPodMessage) {
+        FilterResult result;
+        result.error = kMissingPodMessage;
+        SendJson(res, EncodeFilterResult(result));
+        return;
+      }
+      SendText(res, 400, std::string(args.status().message()));
+      return;
+    }
+    SendJson(res, EncodeFilterResult(backend_->Filter(*args)));
+  }
+
+  void Bind(const std::string& body, http::Response* res) {
+    if (body.empty()) {
+      SendText(res, 400, "Please send a request body");
+      return;
+    }
+    absl::StatusOr<BindArgs> args = DecodeBindArgs(body);
+    if (!args.ok()) {
+      SendText(res, 400, std::string(args.status().message()));
+      return;
+    }
+    SendJson(res, EncodeBindResult(backend_->Bind(*args)));
+  }
+
+  // ---- the metrics listener (cpp-httplib: scrapes are large and gzip pays off there) ----------
+
   // Binds `address` (all interfaces: IPv6 dual-stack, else IPv4) and starts the accept loop.
   absl::Status Listen(Listener* l, const ListenAddress& address, const std::string& text) {
     std::vector<std::string> hosts;
@@ -407,18 +521,8 @@ class HttpServer::Impl {
     return absl::OkStatus();
   }
 
-  static void StopListener(Listener* l) {
-    if (l->server != nullptr) {
-      l->server->stop();
-    }
-    if (l->thread.joinable()) {
-      l->thread.join();
-    }
-  }
-
-  void ConfigureCommon(httplib::Server& s, size_t threads, bool compress) {
-    const size_t n = std::max<size_t>(threads, 1);
-    s.new_task_queue = [n] { return new httplib::ThreadPool(n); };
+  void ConfigureMetricsServer(httplib::Server& s) {
+    s.new_task_queue = [] { return new httplib::ThreadPool(2); };
     s.set_tcp_nodelay(true);  // else every reply waits for a delayed ACK (cpp-toolchain.md A.2)
     s.set_payload_max_length(kMaxRequestBytes);
     s.set_read_timeout(std::chrono::microseconds(absl::ToInt64Microseconds(options_.read_timeout)));
@@ -435,45 +539,20 @@ class HttpServer::Impl {
       int no = 0;
       setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));  // fails on IPv4: harmless
     });
-    // httplib gzips a text or application/json reply whenever the request accepts gzip, and
-    // Go's client always says it does. Unless `compress`, that is turned off: deflate on every
-    // filter reply is wasted CPU on a loopback hop, and HAMi replies uncompressed. httplib has
-    // no switch for it and decides from the request's Accept-Encoding when it writes the reply,
-    // so the header is dropped before routing (the Request is a non-const object inside
-    // httplib, so casting away const is well defined).
-    s.set_pre_routing_handler([compress](const httplib::Request& req, httplib::Response& res) {
+    s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
       t_request_start = std::chrono::steady_clock::now();
-      // httplib's pool threads cannot be named when they start; name each on its first request
-      // (for `top -H` and perf).
-      static thread_local const bool named = [] {
-        pthread_setname_np(pthread_self(), "extender-http");
-        return true;
-      }();
-      (void)named;
-      if (!compress) {
-        const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
-      }
       if (TooLarge(req)) {
-        RejectTooLarge(res);
+        res.status = 413;
+        res.set_header("Connection", "close");  // the rest of the body is never read
+        res.set_content(StatusText(413), kText);
         return httplib::Server::HandlerResponse::Handled;
       }
       return httplib::Server::HandlerResponse::Unhandled;
-    });
-    s.set_expect_100_continue_handler([](const httplib::Request& req, httplib::Response& res) {
-      t_request_start = std::chrono::steady_clock::now();
-      if (TooLarge(req)) {
-        RejectTooLarge(res);
-        return 413;
-      }
-      return 100;
     });
     s.set_error_handler(
         httplib::Server::Handler([](const httplib::Request&, httplib::Response& res) {
           if (res.body.empty()) {
             res.set_content(StatusText(res.status), kText);
-          }
-          if (res.status == 413 && !res.has_header("Connection")) {
-            res.set_header("Connection", "close");
           }
         }));
     s.set_logger([](const httplib::Request& req, const httplib::Response& res) {
@@ -482,86 +561,10 @@ class HttpServer::Impl {
                               .count();
       TESSERA_VLOG(2, "http {} {} {} {}us", req.method, req.path, res.status, micros);
     });
-  }
-
-  // Reads the body with a cap that also holds for chunked bodies; false when it was refused
-  // (the response is then set).
-  static bool ReadBody(const httplib::ContentReader& reader, httplib::Response& res,
-                       std::string* body) {
-    bool too_large = false;
-    const bool ok = reader([&](const char* data, size_t n) {
-      if (body->size() + n > kMaxRequestBytes) {
-        too_large = true;
-        return false;
-      }
-      body->append(data, n);
-      return true;
-    });
-    if (too_large || res.status == 413) {
-      RejectTooLarge(res);
-      return false;
-    }
-    if (!ok) {
-      res.set_header("Connection", "close");
-      SendText(res, 400, "cannot read the request body");
-      return false;
-    }
-    return true;
-  }
-
-  void ConfigureMain(httplib::Server& s) {
-    s.Post(".*", [this](const httplib::Request& req, httplib::Response& res,
-                        const httplib::ContentReader& reader) {
-      if (req.path == "/filter" || req.path == "/bind") {
-        std::string body;
-        if (!ReadBody(reader, res, &body)) {
-          return;
-        }
-        if (req.path == "/filter") {
-          Filter(body, res);
-        } else {
-          Bind(body, res);
-        }
-        return;
-      }
-      if (req.path == "/webhook" && options_.webhook) {
-        std::string body;
-        if (ReadBody(reader, res, &body)) {
-          auto [status, reply] = options_.webhook(req.get_header_value("Content-Type"), body);
-          res.status = status;
-          res.set_content(std::move(reply), kJson);
-        }
-        return;
-      }
-      MethodOrNotFound(req, res);
-    });
-    s.Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
-      if (req.path == "/healthz") {
-        SendText(res, 200, "ok");
-      } else if (req.path == "/readyz") {
-        std::string why;
-        if (backend_->Ready(&why)) {
-          SendText(res, 200, why.empty() ? "ok" : why);
-        } else {
-          SendText(res, 503, why.empty() ? "not ready" : why);
-        }
-      } else if (req.path == "/debug/ledger") {
-        SendJson(res, backend_->DebugLedgerJson());
-      } else if (req.path == "/debug/audit") {
-        SendJson(res, backend_->DebugAuditJson());
-      } else {
-        MethodOrNotFound(req, res);
-      }
-    });
-    RegisterOthers(s, [this](const httplib::Request& req, httplib::Response& res) {
-      MethodOrNotFound(req, res);
-    });
-  }
-
-  void ConfigureMetrics(httplib::Server& s) {
     s.Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
       if (req.path != "/metrics") {
-        SendText(res, 404, StatusText(404));
+        res.status = 404;
+        res.set_content(StatusText(404), kText);
         return;
       }
       res.status = 200;
@@ -570,65 +573,18 @@ class HttpServer::Impl {
     auto other = [](const httplib::Request& req, httplib::Response& res) {
       if (req.path == "/metrics") {
         res.set_header("Allow", "GET, HEAD");
-        SendText(res, 405, StatusText(405));
+        res.status = 405;
+        res.set_content(StatusText(405), kText);
       } else {
-        SendText(res, 404, StatusText(404));
+        res.status = 404;
+        res.set_content(StatusText(404), kText);
       }
     };
     s.Post(".*", other);
-    RegisterOthers(s, other);
-  }
-
-  static void RegisterOthers(httplib::Server& s, const httplib::Server::Handler& handler) {
-    s.Put(".*", handler);
-    s.Patch(".*", handler);
-    s.Delete(".*", handler);
-    s.Options(".*", handler);
-  }
-
-  void MethodOrNotFound(const httplib::Request& req, httplib::Response& res) const {
-    const std::string& p = req.path;
-    if (p == "/filter" || p == "/bind" || (p == "/webhook" && options_.webhook)) {
-      res.set_header("Allow", "POST");
-    } else if (p == "/healthz" || p == "/readyz" || p == "/debug/ledger" || p == "/debug/audit") {
-      res.set_header("Allow", "GET, HEAD");
-    } else {
-      SendText(res, 404, StatusText(404));
-      return;
-    }
-    SendText(res, 405, StatusText(405));
-  }
-
-  void Filter(const std::string& body, httplib::Response& res) {
-    if (body.empty()) {
-      SendText(res, 400, "Please send a request body");
-      return;
-    }
-    absl::StatusOr<FilterArgs> args = DecodeFilterArgs(body);
-    if (!args.ok()) {
-      if (args.status().message() == kMissingPodMessage) {
-        FilterResult result;
-        result.error = kMissingPodMessage;
-        SendJson(res, EncodeFilterResult(result));
-        return;
-      }
-      SendText(res, 400, std::string(args.status().message()));
-      return;
-    }
-    SendJson(res, EncodeFilterResult(backend_->Filter(*args)));
-  }
-
-  void Bind(const std::string& body, httplib::Response& res) {
-    if (body.empty()) {
-      SendText(res, 400, "Please send a request body");
-      return;
-    }
-    absl::StatusOr<BindArgs> args = DecodeBindArgs(body);
-    if (!args.ok()) {
-      SendText(res, 400, std::string(args.status().message()));
-      return;
-    }
-    SendJson(res, EncodeBindResult(backend_->Bind(*args)));
+    s.Put(".*", other);
+    s.Patch(".*", other);
+    s.Delete(".*", other);
+    s.Options(".*", other);
   }
 
   Backend* const backend_;
@@ -636,7 +592,8 @@ class HttpServer::Impl {
   bool started_ = false;
   bool tls_ = false;
   std::unique_ptr<CertWatcher> certs_;
-  Listener main_;
+  SSL_CTX* tls_ctx_ = nullptr;
+  std::unique_ptr<http::Server> main_;
   Listener metrics_;
 };
 
