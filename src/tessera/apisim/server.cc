@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -18,15 +19,18 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "fmt/core.h"
-#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <pthread.h>
+#include <zlib.h>
 
 #include "tessera/apisim/tls.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
+#include "tessera/http/server.h"
 
 namespace tessera::apisim {
 namespace {
@@ -34,73 +38,34 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr char kJson[] = "application/json";
-// Not "application/json" exactly, so that httplib never gzips (and so buffers) a watch stream;
-// clients read the media type without parameters.
+// What kube-apiserver sends on a watch; clients read the media type without parameters.
 constexpr char kWatchJson[] = "application/json;stream=watch";
 constexpr absl::Duration kIdleHeartbeat = absl::Seconds(30);
 
-// A task queue that starts a thread whenever no worker is idle, so that a long watch never
-// starves other connections. Idle workers linger and are reused.
-class GrowingPool : public httplib::TaskQueue {
- public:
-  explicit GrowingPool(size_t max_threads) : max_threads_(max_threads) {}
-  ~GrowingPool() override { shutdown(); }
+void SetContent(http::Response& res, std::string body, const char* content_type) {
+  res.body = std::move(body);
+  res.content_type = content_type;
+}
 
-  void enqueue(std::function<void()> fn) override {
-    std::unique_lock<std::mutex> l(mu_);
-    jobs_.push_back(std::move(fn));
-    // Every queued job needs its own idle worker: a watch never gives its worker back.
-    if (jobs_.size() > idle_ && threads_.size() < max_threads_) {
-      threads_.emplace_back([this] { Work(); });
-    } else {
-      cv_.notify_one();
-    }
+// A gzip member holding `data`; empty when zlib fails.
+std::string Gzip(std::string_view data) {
+  z_stream z{};
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    return {};
   }
+  std::string out(deflateBound(&z, data.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return rc == Z_STREAM_END ? out : std::string();
+}
 
-  void shutdown() override {
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      if (stopping_) {
-        return;
-      }
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) {
-      t.join();
-    }
-  }
-
- private:
-  void Work() {
-    pthread_setname_np(pthread_self(), "apisim-http");
-    std::unique_lock<std::mutex> l(mu_);
-    while (true) {
-      ++idle_;
-      cv_.wait(l, [this] { return stopping_ || !jobs_.empty(); });
-      --idle_;
-      if (jobs_.empty()) {
-        return;  // stopping
-      }
-      std::function<void()> fn = std::move(jobs_.front());
-      jobs_.pop_front();
-      l.unlock();
-      fn();
-      l.lock();
-    }
-  }
-
-  const size_t max_threads_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> threads_;
-  size_t idle_ = 0;
-  bool stopping_ = false;
-};
-
-bool QueryBool(const httplib::Request& req, const char* name, bool* present = nullptr) {
-  if (!req.has_param(name)) {
+bool QueryBool(const http::Request& req, const char* name, bool* present = nullptr) {
+  if (!req.HasParam(name)) {
     if (present != nullptr) {
       *present = false;
     }
@@ -109,23 +74,23 @@ bool QueryBool(const httplib::Request& req, const char* name, bool* present = nu
   if (present != nullptr) {
     *present = true;
   }
-  std::string v = absl::AsciiStrToLower(req.get_param_value(name));
+  std::string v = absl::AsciiStrToLower(req.Param(name));
   return !(v == "0" || v == "false");
 }
 
-void SendJson(httplib::Response& res, int code, const std::string& body) {
+void SendJson(http::Response& res, int code, const std::string& body) {
   res.status = code;
-  res.set_content(body, kJson);
+  SetContent(res, std::string(body), kJson);
 }
 
-void SendError(httplib::Response& res, const absl::Status& status) {
+void SendError(http::Response& res, const absl::Status& status) {
   int code = HttpCodeOf(status);
   res.status = code;
   int retry = RetryAfterOf(status);
   if (retry > 0) {
-    res.set_header("Retry-After", std::to_string(retry));
+    res.headers.push_back({"Retry-After", std::to_string(retry)});
   }
-  res.set_content(ToStatusJson(status), kJson);
+  SetContent(res, ToStatusJson(status), kJson);
 }
 
 std::string MediaType(const std::string& content_type) {
@@ -156,6 +121,10 @@ bool AllowedSubresource(const ResourceInfo& r, const std::string& sub) {
 class Server::Impl {
  public:
   explicit Impl(const ServerOptions& o) : options_(o), store_(MakeStoreOptions(o)) {}
+  ~Impl() {
+    Stop();
+    SSL_CTX_free(tls_ctx_);
+  }
 
   static StoreOptions MakeStoreOptions(const ServerOptions& o) {
     StoreOptions so;
@@ -185,64 +154,61 @@ class Server::Impl {
     if (options_.tls_self_signed) {
       TESSERA_ASSIGN_OR_RETURN(PemPair pem, GenerateSelfSignedCert());
       ca_pem_ = pem.cert_pem;
-      BIO* cb = BIO_new_mem_buf(pem.cert_pem.data(), static_cast<int>(pem.cert_pem.size()));
-      BIO* kb = BIO_new_mem_buf(pem.key_pem.data(), static_cast<int>(pem.key_pem.size()));
-      X509* cert = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
-      EVP_PKEY* key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
-      BIO_free(cb);
-      BIO_free(kb);
-      if (cert == nullptr || key == nullptr) {
-        X509_free(cert);
-        EVP_PKEY_free(key);
-        return absl::InternalError("cannot load the generated certificate");
-      }
-      auto ssl = std::make_unique<httplib::SSLServer>(cert, key);
-      X509_free(cert);
-      EVP_PKEY_free(key);
-      if (!ssl->is_valid()) {
-        return absl::InternalError("TLS server set-up failed");
-      }
-      svr_ = std::move(ssl);
-      tls_ = true;
+      TESSERA_RETURN_IF_ERROR(MakeTlsContext(pem.cert_pem, pem.key_pem));
     } else if (given) {
       std::ifstream cf(options_.tls_cert_file);
-      if (!cf.good()) {
-        return absl::InvalidArgumentError(
-            fmt::format("cannot read --tls-cert {}", options_.tls_cert_file));
+      std::ifstream kf(options_.tls_key_file);
+      if (!cf.good() || !kf.good()) {
+        return absl::InvalidArgumentError(fmt::format("cannot read --tls-cert {} or --tls-key {}",
+                                                      options_.tls_cert_file,
+                                                      options_.tls_key_file));
       }
-      std::stringstream ss;
-      ss << cf.rdbuf();
-      ca_pem_ = ss.str();
-      auto ssl = std::make_unique<httplib::SSLServer>(options_.tls_cert_file.c_str(),
-                                                      options_.tls_key_file.c_str());
-      if (!ssl->is_valid()) {
+      std::stringstream cs;
+      cs << cf.rdbuf();
+      std::stringstream ks;
+      ks << kf.rdbuf();
+      ca_pem_ = cs.str();
+      if (!MakeTlsContext(ca_pem_, ks.str()).ok()) {
         return absl::InvalidArgumentError(fmt::format("cannot use certificate {} with key {}",
                                                       options_.tls_cert_file,
                                                       options_.tls_key_file));
       }
-      svr_ = std::move(ssl);
-      tls_ = true;
-    } else {
-      svr_ = std::make_unique<httplib::Server>();
     }
-    Configure();
-    int port = options_.port == 0
-                   ? svr_->bind_to_any_port(options_.host)
-                   : (svr_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
-    if (port <= 0) {
-      return absl::UnavailableError(
-          fmt::format("cannot listen on {}:{}", options_.host, options_.port));
+    http::ServerOptions so;
+    so.threads = 8;
+    so.max_threads = options_.max_threads;
+    so.thread_name = "apisim-http";
+    so.max_body_bytes = options_.max_body_bytes;
+    so.read_timeout = absl::Seconds(30);
+    so.write_timeout = absl::Seconds(30);
+    // Clients pool connections (Tessera's blocking calls keep one per concurrent caller) and
+    // each open connection holds a worker thread: idle ones are closed after a second.
+    so.keep_alive_timeout = absl::Seconds(1);
+    so.tls = tls_ctx_;
+    so.error_body = [this](http::Response* res) {
+      if (res->status == 413) {
+        SendError(*res, ApiError(413, "RequestEntityTooLarge",
+                                 fmt::format("Request entity too large: limit is {}",
+                                             options_.max_body_bytes)));
+      } else {
+        SendError(*res, ApiError(res->status, "BadRequest", fmt::format("HTTP {}", res->status)));
+      }
+    };
+    svr_ = std::make_unique<http::Server>(
+        [this](http::Request& req, http::Response* res) {
+          if (req.method == "HEAD") {
+            req.method = "GET";  // the server sends the head of the GET reply
+          }
+          Handle(req, *res);
+          Compress(req, *res);
+        },
+        std::move(so));
+    if (absl::Status s = svr_->Start(options_.host, options_.port); !s.ok()) {
+      svr_.reset();
+      return absl::UnavailableError(fmt::format("cannot listen on {}:{}: {}", options_.host,
+                                                options_.port, std::string(s.message())));
     }
-    port_ = port;
-    listener_ = std::thread([this] {
-      svr_->listen_after_bind();
-      listener_ended_ = true;
-    });
-    // httplib's stop() does nothing before the listener runs, and the listener would then
-    // block in accept() for good: a Stop() right after Start() hung. Return once it runs.
-    while (!svr_->is_running() && !listener_ended_) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+    port_ = svr_->port();
     reaper_ = std::thread([this] { ReapLoop(); });
     return absl::OkStatus();
   }
@@ -258,10 +224,7 @@ class Server::Impl {
     stop_cv_.notify_all();
     store_.Shutdown();
     if (svr_) {
-      svr_->stop();
-    }
-    if (listener_.joinable()) {
-      listener_.join();
+      svr_->Stop();
     }
     if (reaper_.joinable()) {
       reaper_.join();
@@ -298,84 +261,71 @@ class Server::Impl {
         cluster, user);
   }
 
-  void Configure() {
-    httplib::Server& s = *svr_;
-    const size_t max_threads = options_.max_threads;
-    s.new_task_queue = [max_threads] { return new GrowingPool(max_threads); };
-    s.set_tcp_nodelay(true);
-    s.set_payload_max_length(options_.max_body_bytes);
-    s.set_read_timeout(30, 0);
-    s.set_write_timeout(30, 0);
-    s.set_keep_alive_max_count(100000);
-    // An idle keep-alive connection holds a worker, which polls it about every 10 ms and only
-    // notices a Stop() when the timeout ends: keep it short, so that a stop is quick even with
-    // clients that pool connections (Tessera's blocking calls keep one per concurrent caller).
-    s.set_keep_alive_timeout(1);
-    s.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request& req, httplib::Response& res) {
-          LimitCompression(req, res);
-          if (!res.body.empty()) {
-            return httplib::Server::HandlerResponse::Unhandled;
-          }
-          if (res.status == 413) {
-            SendError(res, ApiError(413, "RequestEntityTooLarge",
-                                    fmt::format("Request entity too large: limit is {}",
-                                                options_.max_body_bytes)));
-            return httplib::Server::HandlerResponse::Handled;
-          }
-          if (res.status >= 400) {
-            int code = res.status;
-            SendError(res, ApiError(code, code == 404 ? "NotFound" : "BadRequest",
-                                    fmt::format("HTTP {}", code)));
-            return httplib::Server::HandlerResponse::Handled;
-          }
-          return httplib::Server::HandlerResponse::Unhandled;
-        }));
-    auto handler = [this](const httplib::Request& req, httplib::Response& res) {
-      Handle(req, res);
-      LimitCompression(req, res);
-    };
-    s.Get(".*", handler);
-    s.Post(".*", handler);
-    s.Put(".*", handler);
-    s.Patch(".*", handler);
-    s.Delete(".*", handler);
-    s.Options(".*", handler);
+  // The serving context for a PEM certificate and key.
+  absl::Status MakeTlsContext(const std::string& cert_pem, const std::string& key_pem) {
+    BIO* cb = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+    BIO* kb = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+    X509* cert = cb == nullptr ? nullptr : PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
+    EVP_PKEY* key =
+        kb == nullptr ? nullptr : PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
+    BIO_free(cb);
+    BIO_free(kb);
+    SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+    const bool ok = cert != nullptr && key != nullptr && ctx != nullptr &&
+                    SSL_CTX_use_certificate(ctx, cert) == 1 &&
+                    SSL_CTX_use_PrivateKey(ctx, key) == 1 && SSL_CTX_check_private_key(ctx) == 1;
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    ERR_clear_error();
+    if (!ok) {
+      SSL_CTX_free(ctx);
+      return absl::InternalError("cannot load the certificate and key");
+    }
+    SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION);
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    tls_ctx_ = ctx;
+    tls_ = true;
+    return absl::OkStatus();
   }
 
   // Response compression as kube-apiserver does it: gzip only, and only for bodies of at least
   // 128 KiB (its defaultGzipThresholdBytes); watch streams and small replies go out plain.
-  // httplib would otherwise compress every JSON reply with the best encoding the client offers
-  // (gzip for client-go and libcurl's "gzip", brotli for curl's defaults). It decides from the
-  // request's Accept-Encoding while it writes the reply, after the handlers and before its
-  // post-routing handler, so the handlers edit that header here. The request is this server's
-  // own object for the whole exchange, so editing it is safe.
-  static void LimitCompression(const httplib::Request& req, const httplib::Response& res) {
-    auto& headers = const_cast<httplib::Request&>(req).headers;
-    auto it = headers.find("Accept-Encoding");
-    if (it == headers.end()) {
+  static void Compress(const http::Request& req, http::Response& res) {
+    if (res.stream != nullptr || res.body.size() < 128 * 1024) {
       return;
     }
-    const bool gzip = it->second.find("gzip") != std::string::npos;
-    headers.erase("Accept-Encoding");
-    if (gzip && res.body.size() >= 128 * 1024) {
-      headers.emplace("Accept-Encoding", "gzip");
+    bool gzip = false;
+    for (const http::Header& h : req.headers) {
+      if (absl::EqualsIgnoreCase(h.name, "Accept-Encoding") &&
+          absl::StrContains(absl::AsciiStrToLower(h.value), "gzip")) {
+        gzip = true;
+      }
     }
+    if (!gzip) {
+      return;
+    }
+    std::string packed = Gzip(res.body);
+    if (packed.empty()) {
+      return;
+    }
+    res.body = std::move(packed);
+    res.headers.push_back({"Content-Encoding", "gzip"});
+    res.headers.push_back({"Vary", "Accept-Encoding"});
   }
 
   // ---- dispatch ---------------------------------------------------------------------------
 
-  void Handle(const httplib::Request& req, httplib::Response& res) {
+  void Handle(const http::Request& req, http::Response& res) {
     const std::string& path = req.path;
     if (path == "/healthz" || path == "/readyz" || path == "/livez" ||
         absl::StartsWith(path, "/healthz/") || absl::StartsWith(path, "/readyz/") ||
         absl::StartsWith(path, "/livez/")) {
       res.status = 200;
-      res.set_content("ok", "text/plain; charset=utf-8");
+      SetContent(res, "ok", "text/plain; charset=utf-8");
       return;
     }
     if (!options_.token.empty()) {
-      std::string auth = req.get_header_value("Authorization");
+      std::string auth = std::string(req.Get("Authorization"));
       if (auth != "Bearer " + options_.token) {
         SendError(res, ApiError(401, "Unauthorized", "Unauthorized"));
         return;
@@ -495,7 +445,7 @@ class Server::Impl {
 
   // /openapi/v3 index and one document per group version: just enough for kubectl to see
   // that the server validates fields (so `kubectl apply` works with --validate=strict).
-  void HandleOpenApi(const httplib::Request& req, httplib::Response& res) {
+  void HandleOpenApi(const http::Request& req, http::Response& res) {
     std::vector<std::pair<std::string, std::string>> gvs = {{"", "v1"}};
     for (const std::string& g : Groups()) {
       gvs.emplace_back(g, "v1");
@@ -557,7 +507,7 @@ class Server::Impl {
   }
 
   // Parses /api/v1/... and /apis/{g}/{v}/...; returns false (and answers) on a bad path.
-  bool ParseTarget(const httplib::Request& req, httplib::Response& res, Target* t) {
+  bool ParseTarget(const http::Request& req, http::Response& res, Target* t) {
     std::vector<std::string> seg = absl::StrSplit(req.path, '/', absl::SkipEmpty());
     std::string group;
     std::string version;
@@ -647,7 +597,7 @@ class Server::Impl {
     return false;
   }
 
-  static std::string VerbOf(const httplib::Request& req, const Target& t) {
+  static std::string VerbOf(const http::Request& req, const Target& t) {
     if (req.method == "GET") {
       if (!t.name.empty()) {
         return "get";
@@ -670,7 +620,7 @@ class Server::Impl {
   }
 
   // Applies the latency and request-failure faults. Returns true when it answered.
-  bool InjectFault(const std::string& verb, const ResourceInfo& r, httplib::Response& res) {
+  bool InjectFault(const std::string& verb, const ResourceInfo& r, http::Response& res) {
     if (!store_.RequestFaultsSet()) {
       return false;  // the common case, without the store's lock
     }
@@ -701,8 +651,8 @@ class Server::Impl {
     if (code == 429) {
       // What priority-and-fairness sends: a plain-text body, not a Status.
       res.status = 429;
-      res.set_header("Retry-After", "1");
-      res.set_content("Too many requests, please try again later.\n", "text/plain; charset=utf-8");
+      res.headers.push_back({"Retry-After", "1"});
+      SetContent(res, "Too many requests, please try again later.\n", "text/plain; charset=utf-8");
       return true;
     }
     if (code == 410 && verb == "watch") {
@@ -712,7 +662,7 @@ class Server::Impl {
                                                "The resourceVersion for the provided watch is "
                                                "too old.")) +
                          "}\n";
-      res.set_content(line, kWatchJson);
+      SetContent(res, line, kWatchJson);
       return true;
     }
     ApiErrorDetails d;
@@ -745,7 +695,7 @@ class Server::Impl {
     return true;
   }
 
-  void HandleApi(const httplib::Request& req, httplib::Response& res) {
+  void HandleApi(const http::Request& req, http::Response& res) {
     Target t;
     if (!ParseTarget(req, res, &t)) {
       return;
@@ -757,7 +707,7 @@ class Server::Impl {
       ++requests_[verb];
     }
     // Content negotiation.
-    std::string accept = req.get_header_value("Accept");
+    std::string accept = std::string(req.Get("Accept"));
     if (!accept.empty() && !absl::StrContains(accept, "application/json") &&
         !absl::StrContains(accept, "*/*") && !absl::StrContains(accept, "application/*")) {
       SendError(res, ApiError(406, "NotAcceptable",
@@ -768,7 +718,7 @@ class Server::Impl {
       return;
     }
     WriteOptions w;
-    w.dry_run = req.has_param("dryRun") && req.get_param_value("dryRun") == "All";
+    w.dry_run = req.HasParam("dryRun") && req.Param("dryRun") == "All";
     if (req.method == "GET") {
       if (!t.name.empty()) {
         Reply(res, 200, store_.Get(r, t.ns, t.name));
@@ -779,18 +729,18 @@ class Server::Impl {
         return;
       }
       ListOptions o;
-      o.label_selector = req.get_param_value("labelSelector");
-      o.field_selector = req.get_param_value("fieldSelector");
-      o.resource_version = req.get_param_value("resourceVersion");
-      o.resource_version_match = req.get_param_value("resourceVersionMatch");
-      o.continue_token = req.get_param_value("continue");
-      if (req.has_param("sendInitialEvents")) {
+      o.label_selector = req.Param("labelSelector");
+      o.field_selector = req.Param("fieldSelector");
+      o.resource_version = req.Param("resourceVersion");
+      o.resource_version_match = req.Param("resourceVersionMatch");
+      o.continue_token = req.Param("continue");
+      if (req.HasParam("sendInitialEvents")) {
         SendError(res, ApiError(422, "Invalid",
                                 "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: "
                                 "Forbidden: sendInitialEvents is forbidden for list"));
         return;
       }
-      if (req.has_param("limit") && !absl::SimpleAtoi(req.get_param_value("limit"), &o.limit)) {
+      if (req.HasParam("limit") && !absl::SimpleAtoi(req.Param("limit"), &o.limit)) {
         SendError(res, ApiError(400, "BadRequest", "limit must be an integer"));
         return;
       }
@@ -798,7 +748,7 @@ class Server::Impl {
       return;
     }
     if (req.method == "POST" || req.method == "PUT") {
-      std::string mt = MediaType(req.get_header_value("Content-Type"));
+      std::string mt = MediaType(std::string(req.Get("Content-Type")));
       if (!mt.empty() && mt != "application/json" && mt != "*/*") {
         SendError(res, ApiError(415, "UnsupportedMediaType",
                                 fmt::format("the body of the request was in an unknown format - "
@@ -829,7 +779,7 @@ class Server::Impl {
       return;
     }
     if (req.method == "PATCH") {
-      std::string ct = req.get_header_value("Content-Type");
+      std::string ct = std::string(req.Get("Content-Type"));
       std::optional<PatchType> type = PatchTypeFromContentType(ct);
       if (!type) {
         SendError(res, ApiError(415, "UnsupportedMediaType",
@@ -859,9 +809,9 @@ class Server::Impl {
   // The DeleteOptions of a DELETE: its body, with the fields kube-apiserver also accepts as
   // query parameters (gracePeriodSeconds, propagationPolicy) filled in from the query when the
   // body does not set them. A malformed body is left to the store to reject.
-  static absl::StatusOr<std::string> DeleteOptionsOf(const httplib::Request& req) {
-    const bool grace = req.has_param("gracePeriodSeconds");
-    const bool policy = req.has_param("propagationPolicy");
+  static absl::StatusOr<std::string> DeleteOptionsOf(const http::Request& req) {
+    const bool grace = req.HasParam("gracePeriodSeconds");
+    const bool policy = req.HasParam("propagationPolicy");
     if (!grace && !policy) {
       return req.body;
     }
@@ -874,25 +824,25 @@ class Server::Impl {
     }
     if (grace && !opts.contains("gracePeriodSeconds")) {
       int64_t seconds = 0;
-      if (!absl::SimpleAtoi(req.get_param_value("gracePeriodSeconds"), &seconds)) {
+      if (!absl::SimpleAtoi(req.Param("gracePeriodSeconds"), &seconds)) {
         return ApiError(400, "BadRequest",
                         fmt::format("gracePeriodSeconds: invalid value \"{}\": not an integer",
-                                    req.get_param_value("gracePeriodSeconds")));
+                                    req.Param("gracePeriodSeconds")));
       }
       opts["gracePeriodSeconds"] = seconds;
     }
     if (policy && !opts.contains("propagationPolicy")) {
-      opts["propagationPolicy"] = req.get_param_value("propagationPolicy");
+      opts["propagationPolicy"] = req.Param("propagationPolicy");
     }
     return opts.dump();
   }
 
-  static void MethodNotAllowed(httplib::Response& res) {
+  static void MethodNotAllowed(http::Response& res) {
     SendError(res, ApiError(405, "MethodNotAllowed",
                             "the server does not allow this method on the requested resource"));
   }
 
-  static void Reply(httplib::Response& res, int code, const absl::StatusOr<std::string>& out) {
+  static void Reply(http::Response& res, int code, const absl::StatusOr<std::string>& out) {
     if (out.ok()) {
       SendJson(res, code, *out);
     } else {
@@ -900,18 +850,18 @@ class Server::Impl {
     }
   }
 
-  void ServeWatch(const httplib::Request& req, httplib::Response& res, const ResourceInfo& r,
+  void ServeWatch(const http::Request& req, http::Response& res, const ResourceInfo& r,
                   const std::string& ns) {
     WatchOptions o;
-    o.label_selector = req.get_param_value("labelSelector");
-    o.field_selector = req.get_param_value("fieldSelector");
-    o.resource_version = req.get_param_value("resourceVersion");
-    o.resource_version_match = req.get_param_value("resourceVersionMatch");
+    o.label_selector = req.Param("labelSelector");
+    o.field_selector = req.Param("fieldSelector");
+    o.resource_version = req.Param("resourceVersion");
+    o.resource_version_match = req.Param("resourceVersionMatch");
     o.allow_bookmarks = QueryBool(req, "allowWatchBookmarks");
     o.send_initial_events = QueryBool(req, "sendInitialEvents", &o.send_initial_events_set);
-    if (req.has_param("timeoutSeconds")) {
+    if (req.HasParam("timeoutSeconds")) {
       double secs = 0;
-      if (!absl::SimpleAtod(req.get_param_value("timeoutSeconds"), &secs) || secs < 0) {
+      if (!absl::SimpleAtod(req.Param("timeoutSeconds"), &secs) || secs < 0) {
         SendError(res, ApiError(400, "BadRequest", "timeoutSeconds must be a number"));
         return;
       }
@@ -927,37 +877,44 @@ class Server::Impl {
     }
     std::shared_ptr<WatchStream> stream = std::move(*w);
     res.status = 200;
-    res.set_header("Cache-Control", "no-cache, private");
-    res.set_chunked_content_provider(kWatchJson, [stream](size_t, httplib::DataSink& sink) {
+    res.headers.push_back({"Cache-Control", "no-cache, private"});
+    res.content_type = kWatchJson;
+    res.stream = [stream](http::StreamWriter& sink) {
       std::string out;
       absl::Time idle_since = absl::Now();
       while (true) {
         switch (stream->Next(&out, absl::Milliseconds(250))) {
           case WatchStream::Step::kData:
-            return sink.write(out.data(), out.size());
+            if (!sink.Write(out)) {
+              return false;
+            }
+            idle_since = absl::Now();
+            break;
           case WatchStream::Step::kEnd:
-            sink.done();
             return true;
           case WatchStream::Step::kAbort:
             return false;
           case WatchStream::Step::kIdle:
-            if (!sink.is_writable()) {
+            if (sink.ClientGone()) {
               return false;
             }
             if (absl::Now() - idle_since >= kIdleHeartbeat) {
               // A blank line: ignored by every client's JSON framing, and it lets us notice
               // a client that went away.
-              return sink.write("\n", 1);
+              if (!sink.Write("\n")) {
+                return false;
+              }
+              idle_since = absl::Now();
             }
             break;
         }
       }
-    });
+    };
   }
 
   // ---- /simulator/v1 ----------------------------------------------------------------------
 
-  void HandleSimulator(const httplib::Request& req, httplib::Response& res) {
+  void HandleSimulator(const http::Request& req, http::Response& res) {
     const std::string what = req.path.substr(sizeof("/simulator/v1/") - 1);
     if (what == "sever-watches" && req.method == "POST") {
       int n = store_.SeverWatches();
@@ -1133,12 +1090,11 @@ class Server::Impl {
 
   const ServerOptions options_;
   Store store_;
-  std::unique_ptr<httplib::Server> svr_;
+  SSL_CTX* tls_ctx_ = nullptr;  // owned; freed after svr_ has stopped
+  std::unique_ptr<http::Server> svr_;
   bool tls_ = false;
   std::string ca_pem_;
   int port_ = 0;
-  std::thread listener_;
-  std::atomic<bool> listener_ended_{false};
   std::thread reaper_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
