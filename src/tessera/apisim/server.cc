@@ -25,7 +25,6 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <pthread.h>
-#include <zlib.h>
 
 #include "tessera/apisim/tls.h"
 #include "tessera/base/logging.h"
@@ -45,23 +44,6 @@ constexpr absl::Duration kIdleHeartbeat = absl::Seconds(30);
 void SetContent(http::Response& res, std::string body, const char* content_type) {
   res.body = std::move(body);
   res.content_type = content_type;
-}
-
-// A gzip member holding `data`; empty when zlib fails.
-std::string Gzip(std::string_view data) {
-  z_stream z{};
-  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-    return {};
-  }
-  std::string out(deflateBound(&z, data.size()), '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  z.avail_in = static_cast<uInt>(data.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  const int rc = deflate(&z, Z_FINISH);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return rc == Z_STREAM_END ? out : std::string();
 }
 
 bool QueryBool(const http::Request& req, const char* name, bool* present = nullptr) {
@@ -291,26 +273,7 @@ class Server::Impl {
   // Response compression as kube-apiserver does it: gzip only, and only for bodies of at least
   // 128 KiB (its defaultGzipThresholdBytes); watch streams and small replies go out plain.
   static void Compress(const http::Request& req, http::Response& res) {
-    if (res.stream != nullptr || res.body.size() < 128 * 1024) {
-      return;
-    }
-    bool gzip = false;
-    for (const http::Header& h : req.headers) {
-      if (absl::EqualsIgnoreCase(h.name, "Accept-Encoding") &&
-          absl::StrContains(absl::AsciiStrToLower(h.value), "gzip")) {
-        gzip = true;
-      }
-    }
-    if (!gzip) {
-      return;
-    }
-    std::string packed = Gzip(res.body);
-    if (packed.empty()) {
-      return;
-    }
-    res.body = std::move(packed);
-    res.headers.push_back({"Content-Encoding", "gzip"});
-    res.headers.push_back({"Vary", "Accept-Encoding"});
+    http::GzipIfAccepted(req, &res, 128 * 1024);
   }
 
   // ---- dispatch ---------------------------------------------------------------------------

@@ -1,30 +1,21 @@
 #include "tessera/extender/http_server.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <optional>
 #include <sstream>
-#include <thread>
 #include <utility>
 #include <vector>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include "absl/strings/numbers.h"
 #include "fmt/core.h"
-#include "httplib.h"
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <pthread.h>
 
 #include "tessera/base/logging.h"
 #include "tessera/base/mutex.h"
@@ -201,17 +192,6 @@ int CertCallback(SSL* ssl, void* arg) {
 
 // ---- requests ----------------------------------------------------------------------------------
 
-thread_local std::chrono::steady_clock::time_point t_request_start;
-
-bool TooLarge(const httplib::Request& req) {
-  if (!req.has_header("Content-Length")) {
-    return false;
-  }
-  uint64_t length = 0;
-  const std::string value = req.get_header_value("Content-Length");
-  return absl::SimpleAtoi(value, &length) && length > kMaxRequestBytes;
-}
-
 std::string StatusText(int status) {
   switch (status) {
     case 400:
@@ -239,13 +219,9 @@ void SendJson(http::Response* res, std::string body) {
   res->body = std::move(body);
 }
 
-// The metrics listener: an httplib server (it gzips large scrapes) and its accept thread.
-struct Listener {
-  std::unique_ptr<httplib::Server> server;
-  std::thread thread;
-  std::atomic<bool> done{false};
-  int port = 0;
-};
+// Metrics scrapes are compressed (when the scraper accepts gzip, as Prometheus does) from this
+// size on.
+constexpr size_t kGzipMetricsFrom = 1024;
 
 }  // namespace
 
@@ -348,6 +324,10 @@ class HttpServer::Impl {
       server_options.tls = tls_ctx_;
       tls_ = true;
     }
+    http::ServerOptions metrics_options = server_options;
+    metrics_options.threads = 2;
+    metrics_options.thread_name = "extender-metric";
+    metrics_options.tls = nullptr;
     main_ = std::make_unique<http::Server>(
         [this](http::Request& req, http::Response* res) { HandleMain(req, res); },
         std::move(server_options));
@@ -357,17 +337,19 @@ class HttpServer::Impl {
           fmt::format("cannot listen on {}: {}", options_.bind_address, std::string(s.message())));
     }
     if (metrics_address.has_value()) {
-      metrics_.server = std::make_unique<httplib::Server>();
-      ConfigureMetricsServer(*metrics_.server);
-      if (absl::Status s = Listen(&metrics_, *metrics_address, options_.metrics_bind_address);
-          !s.ok()) {
+      metrics_ = std::make_unique<http::Server>(
+          [this](http::Request& req, http::Response* res) { HandleMetrics(req, res); },
+          std::move(metrics_options));
+      if (absl::Status s = metrics_->Start(metrics_address->host, metrics_address->port); !s.ok()) {
+        metrics_.reset();
         Stop();
-        return s;
+        return absl::UnavailableError(fmt::format(
+            "cannot listen on {}: {}", options_.metrics_bind_address, std::string(s.message())));
       }
     }
     TESSERA_LOG(kInfo, "extender listening on {} ({}, port {}){}", options_.bind_address,
                 tls_ ? "https" : "http", main_->port(),
-                metrics_.port > 0 ? fmt::format(", metrics on port {}", metrics_.port) : "");
+                metrics_ != nullptr ? fmt::format(", metrics on port {}", metrics_->port()) : "");
     return absl::OkStatus();
   }
 
@@ -375,16 +357,13 @@ class HttpServer::Impl {
     if (main_ != nullptr) {
       main_->Stop();
     }
-    if (metrics_.server != nullptr) {
-      metrics_.server->stop();
-    }
-    if (metrics_.thread.joinable()) {
-      metrics_.thread.join();
+    if (metrics_ != nullptr) {
+      metrics_->Stop();
     }
   }
 
   int port() const { return main_ == nullptr ? 0 : main_->port(); }
-  int metrics_port() const { return metrics_.port; }
+  int metrics_port() const { return metrics_ == nullptr ? 0 : metrics_->port(); }
   bool tls() const { return tls_; }
 
  private:
@@ -478,113 +457,22 @@ class HttpServer::Impl {
     SendJson(res, EncodeBindResult(backend_->Bind(*args)));
   }
 
-  // ---- the metrics listener (cpp-httplib: scrapes are large and gzip pays off there) ----------
+  // ---- the metrics listener ---------------------------------------------------------------
 
-  // Binds `address` (all interfaces: IPv6 dual-stack, else IPv4) and starts the accept loop.
-  absl::Status Listen(Listener* l, const ListenAddress& address, const std::string& text) {
-    std::vector<std::string> hosts;
-    if (address.host.empty()) {
-      hosts = {"::", "0.0.0.0"};
-    } else {
-      hosts = {address.host};
+  void HandleMetrics(http::Request& req, http::Response* res) {
+    if (req.path != "/metrics") {
+      SendText(res, 404, StatusText(404));
+      return;
     }
-    int err = 0;
-    int port = -1;
-    for (const std::string& host : hosts) {
-      errno = 0;
-      port = address.port == 0 ? l->server->bind_to_any_port(host)
-                               : (l->server->bind_to_port(host, address.port) ? address.port : -1);
-      if (port > 0) {
-        break;
-      }
-      err = errno;
-      if (err == EADDRINUSE) {
-        break;  // the fallback would bind the same port on IPv4 only
-      }
+    if (req.method != "GET" && req.method != "HEAD") {
+      res->headers.push_back({"Allow", "GET, HEAD"});
+      SendText(res, 405, StatusText(405));
+      return;
     }
-    if (port <= 0) {
-      return absl::UnavailableError(fmt::format("cannot listen on {}: {}", text,
-                                                err != 0 ? std::strerror(err) : "bind failed"));
-    }
-    l->port = port;
-    httplib::Server* server = l->server.get();
-    std::atomic<bool>* done = &l->done;
-    l->thread = std::thread([server, done] {
-      server->listen_after_bind();
-      done->store(true);
-    });
-    // httplib's stop() is a no-op until the accept loop runs: wait for it, so that a Stop()
-    // right after Start() cannot miss it.
-    while (!server->is_running() && !done->load()) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    return absl::OkStatus();
-  }
-
-  void ConfigureMetricsServer(httplib::Server& s) {
-    s.new_task_queue = [] { return new httplib::ThreadPool(2); };
-    s.set_tcp_nodelay(true);  // else every reply waits for a delayed ACK (cpp-toolchain.md A.2)
-    s.set_payload_max_length(kMaxRequestBytes);
-    s.set_read_timeout(std::chrono::microseconds(absl::ToInt64Microseconds(options_.read_timeout)));
-    s.set_write_timeout(
-        std::chrono::microseconds(absl::ToInt64Microseconds(options_.write_timeout)));
-    s.set_keep_alive_max_count(std::numeric_limits<int>::max());
-    s.set_keep_alive_timeout(
-        std::max<time_t>(1, absl::ToInt64Seconds(options_.keep_alive_timeout)));
-    // httplib's default also sets SO_REUSEPORT, which would let a second server bind a port in
-    // use. SO_REUSEADDR only (as Go sets), and dual-stack on an IPv6 "any" socket.
-    s.set_socket_options([](socket_t sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-      int no = 0;
-      setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));  // fails on IPv4: harmless
-    });
-    s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-      t_request_start = std::chrono::steady_clock::now();
-      if (TooLarge(req)) {
-        res.status = 413;
-        res.set_header("Connection", "close");  // the rest of the body is never read
-        res.set_content(StatusText(413), kText);
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-    s.set_error_handler(
-        httplib::Server::Handler([](const httplib::Request&, httplib::Response& res) {
-          if (res.body.empty()) {
-            res.set_content(StatusText(res.status), kText);
-          }
-        }));
-    s.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-      const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
-                              std::chrono::steady_clock::now() - t_request_start)
-                              .count();
-      TESSERA_VLOG(2, "http {} {} {} {}us", req.method, req.path, res.status, micros);
-    });
-    s.Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
-      if (req.path != "/metrics") {
-        res.status = 404;
-        res.set_content(StatusText(404), kText);
-        return;
-      }
-      res.status = 200;
-      res.set_content(options_.metrics ? options_.metrics() : std::string(), kMetricsType);
-    });
-    auto other = [](const httplib::Request& req, httplib::Response& res) {
-      if (req.path == "/metrics") {
-        res.set_header("Allow", "GET, HEAD");
-        res.status = 405;
-        res.set_content(StatusText(405), kText);
-      } else {
-        res.status = 404;
-        res.set_content(StatusText(404), kText);
-      }
-    };
-    s.Post(".*", other);
-    s.Put(".*", other);
-    s.Patch(".*", other);
-    s.Delete(".*", other);
-    s.Options(".*", other);
+    res->status = 200;
+    res->content_type = kMetricsType;
+    res->body = options_.metrics ? options_.metrics() : std::string();
+    http::GzipIfAccepted(req, res, kGzipMetricsFrom);
   }
 
   Backend* const backend_;
@@ -594,7 +482,7 @@ class HttpServer::Impl {
   std::unique_ptr<CertWatcher> certs_;
   SSL_CTX* tls_ctx_ = nullptr;
   std::unique_ptr<http::Server> main_;
-  Listener metrics_;
+  std::unique_ptr<http::Server> metrics_;
 };
 
 HttpServer::HttpServer(Backend* backend, HttpServerOptions options)

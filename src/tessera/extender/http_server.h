@@ -22,9 +22,9 @@
 // {"Error":"extender args missing pod"} as HAMi answers; a body over kMaxRequestBytes → 413
 // (refused from Content-Length before the body is read, also after 100-continue; a chunked body
 // is cut off as soon as it passes the limit; the connection is then closed); another method on a
-// known path → 405 with Allow; an unknown path → 404. Connections are kept alive. The main
-// listener runs on tessera::http (one read per request, one write per reply: http/server.h);
-// the metrics listener on cpp-httplib, which gzips the large scrapes for clients that accept it.
+// known path → 405 with Allow; an unknown path → 404. Connections are kept alive. Both
+// listeners run on tessera::http (one read per request, one write per reply: http/server.h);
+// a scrape of 1 KiB or more is gzipped for a scraper that accepts gzip (Prometheus does).
 //
 // TLS: the certificate and key are read at Start (a bad pair fails Start). Afterwards, at most
 // once per cert_check_interval (measured on options.clock), a new TLS handshake re-reads both

@@ -458,6 +458,41 @@ TEST_F(HttpServerTest, MetricsListener) {
   r = m.Post("/metrics", "x", "text/plain");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "GET, HEAD");
+}
+
+// Prometheus asks for gzip; a scrape of 1 KiB or more goes out compressed, a smaller one plain.
+TEST_F(HttpServerTest, LargeScrapesAreGzippedForScrapersThatAcceptGzip) {
+  HttpServerOptions options = LocalOptions();
+  options.metrics_bind_address = "127.0.0.1:0";
+  std::string large = "# TYPE up gauge\n";
+  for (int i = 0; i < 200; ++i) {
+    large += "up{instance=\"node-" + std::to_string(i) + "\"} 1\n";
+  }
+  std::atomic<bool> small{false};
+  options.metrics = [&] { return small.load() ? std::string("up 1\n") : large; };
+  StartServer(options);
+  const httplib::Headers gzip = {{"Accept-Encoding", "gzip"}};
+  httplib::Client raw("127.0.0.1", server_->metrics_port());
+  raw.set_decompress(false);
+  httplib::Result r = raw.Get("/metrics", gzip);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Encoding"), "gzip");
+  EXPECT_LT(r->body.size(), large.size() / 2);
+  httplib::Client inflating("127.0.0.1", server_->metrics_port());  // decompresses
+  r = inflating.Get("/metrics", gzip);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, large);
+  r = raw.Get("/metrics");  // no Accept-Encoding
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->has_header("Content-Encoding"));
+  EXPECT_EQ(r->body, large);
+  small.store(true);
+  r = raw.Get("/metrics", gzip);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->has_header("Content-Encoding"));
+  EXPECT_EQ(r->body, "up 1\n");
 }
 
 TEST_F(HttpServerTest, AccessLogAtVerbosity2) {

@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <pthread.h>
+#include <zlib.h>
 
 #include "tessera/base/logging.h"
 #include "tessera/base/mutex.h"
@@ -51,6 +53,53 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 
 bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
   return s.size() >= prefix.size() && EqualsIgnoreCase(s.substr(0, prefix.size()), prefix);
+}
+
+std::string_view TrimBlanks(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// Whether an Accept-Encoding value ("gzip, br", "deflate, gzip;q=0.5") accepts gzip: it lists
+// gzip (or "*") with a weight other than zero.
+bool AcceptsGzip(std::string_view value) {
+  while (!value.empty()) {
+    const size_t comma = value.find(',');
+    const std::string_view item = value.substr(0, comma);
+    const size_t semi = item.find(';');
+    const std::string_view coding = TrimBlanks(item.substr(0, semi));
+    if (EqualsIgnoreCase(coding, "gzip") || coding == "*") {
+      std::string_view q = semi == std::string_view::npos ? "" : TrimBlanks(item.substr(semi + 1));
+      const bool zero = StartsWithIgnoreCase(q, "q=") &&
+                        q.substr(2).find_first_not_of("0.") == std::string_view::npos;
+      return !zero;
+    }
+    if (comma == std::string_view::npos) {
+      break;
+    }
+    value.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+// Whether the comma-separated list `value` holds `token` (case-insensitive).
+bool HasToken(std::string_view value, std::string_view token) {
+  while (!value.empty()) {
+    const size_t comma = value.find(',');
+    if (EqualsIgnoreCase(TrimBlanks(value.substr(0, comma)), token)) {
+      return true;
+    }
+    if (comma == std::string_view::npos) {
+      break;
+    }
+    value.remove_prefix(comma + 1);
+  }
+  return false;
 }
 
 }  // namespace
@@ -122,6 +171,47 @@ std::string_view ReasonPhrase(int status) {
     default:
       return "Unknown";
   }
+}
+
+bool GzipIfAccepted(const Request& request, Response* response, size_t min_bytes) {
+  if (response->stream != nullptr || response->body.size() < min_bytes || response->body.empty()) {
+    return false;
+  }
+  bool accepted = false;
+  for (const Header& h : request.headers) {
+    if (EqualsIgnoreCase(h.name, "Accept-Encoding") && AcceptsGzip(h.value)) {
+      accepted = true;
+    }
+  }
+  for (const Header& h : response->headers) {
+    if (EqualsIgnoreCase(h.name, "Content-Encoding")) {
+      return false;
+    }
+  }
+  if (!accepted) {
+    return false;
+  }
+  z_stream z{};
+  // 15 + 16: a gzip wrapper around the deflate stream.
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    return false;
+  }
+  const std::string& in = response->body;
+  std::string out(deflateBound(&z, in.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) {
+    return false;
+  }
+  response->body = std::move(out);
+  response->headers.push_back({"Content-Encoding", "gzip"});
+  response->headers.push_back({"Vary", "Accept-Encoding"});
+  return true;
 }
 
 std::string_view Request::Get(std::string_view name) const {
@@ -230,31 +320,6 @@ constexpr size_t kCoalesceBytes = 64 << 10;
 // The longest chunk-size line (with extensions) or trailer line accepted.
 constexpr size_t kMaxChunkLine = 4096;
 
-std::string_view TrimBlanks(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
-// Whether the comma-separated list `value` holds `token` (case-insensitive).
-bool HasToken(std::string_view value, std::string_view token) {
-  while (!value.empty()) {
-    const size_t comma = value.find(',');
-    if (EqualsIgnoreCase(TrimBlanks(value.substr(0, comma)), token)) {
-      return true;
-    }
-    if (comma == std::string_view::npos) {
-      break;
-    }
-    value.remove_prefix(comma + 1);
-  }
-  return false;
-}
-
 bool IsTchar(char c) {
   return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
          std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
@@ -351,11 +416,11 @@ class Connection {
         stopping_(stopping),
         buf_(std::max(kReadChunk, options.max_header_bytes + kReadChunk / 2)) {}
 
-  void Serve() {
+  bool Serve() {
     while (true) {
       const bool keep = ServeOne();
       if (!keep || stopping_.load(std::memory_order_relaxed)) {
-        return;
+        return refused_;
       }
     }
   }
@@ -565,6 +630,7 @@ class Connection {
 
   // Answers with a status the server chose, and closes.
   void Refuse(int status, std::chrono::steady_clock::time_point start) {
+    refused_ = true;
     response_.status = status;
     response_.content_type.clear();
     response_.headers.clear();
@@ -757,6 +823,7 @@ class Connection {
   Request request_;
   Response response_;
   std::string out_;
+  bool refused_ = false;  // the loop ended with a refusal (Refuse)
 };
 
 }  // namespace
@@ -834,9 +901,9 @@ int ParseRequestHead(std::string_view head, Request* request) {
   return 0;
 }
 
-void ServeConnection(Stream& stream, const Handler& handler, const ServerOptions& options,
+bool ServeConnection(Stream& stream, const Handler& handler, const ServerOptions& options,
                      absl::Duration tick, const std::atomic<bool>& stopping) {
-  Connection(stream, handler, options, tick, stopping).Serve();
+  return Connection(stream, handler, options, tick, stopping).Serve();
 }
 
 }  // namespace internal
@@ -1142,8 +1209,7 @@ class Server::Impl {
         queue_.pop_front();
         active_.insert(fd);
       }
-      Serve(fd);
-      Drain(fd);
+      Drain(fd, Serve(fd));
       {
         MutexLock l(&mu_);
         active_.erase(fd);
@@ -1157,10 +1223,16 @@ class Server::Impl {
   }
 
   // Closing a socket with unread input resets the connection, and a reset can destroy the reply
-  // before the client reads it (e.g. a 413 while the client still sends its body). So the
-  // write side is shut first and what the client still sends is read and dropped, for at most
-  // about a second and 8 MiB, or until it closes.
-  static void Drain(int fd) {
+  // before the client reads it (e.g. a 413 while the client still sends its body). So after a
+  // refusal, or when input is waiting, the write side is shut first and what the client still
+  // sends is read and dropped, for at most about a second and 8 MiB, or until it closes. An
+  // idle connection (a keep-alive timeout, the client's close) is closed at once: a client that
+  // sends a request just then gets a reset, and its retry, at once.
+  static void Drain(int fd, bool refused) {
+    int pending = 0;
+    if (!refused && (ioctl(fd, FIONREAD, &pending) != 0 || pending == 0)) {
+      return;
+    }
     shutdown(fd, SHUT_WR);
     const timeval wait{0, 100000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
@@ -1176,17 +1248,17 @@ class Server::Impl {
     }
   }
 
-  void Serve(int fd) {
+  // Serves the connection; true when it ended with a refusal (see Drain).
+  bool Serve(int fd) {
     if (options_.tls == nullptr) {
       SocketStream stream(fd);
-      internal::ServeConnection(stream, handler_, options_, tick_, stopping_);
-      return;
+      return internal::ServeConnection(stream, handler_, options_, tick_, stopping_);
     }
     SSL* ssl = SSL_new(options_.tls);
     if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
       ERR_clear_error();
       SSL_free(ssl);
-      return;
+      return false;
     }
     absl::Duration waited;
     while (true) {
@@ -1205,14 +1277,15 @@ class Server::Impl {
           (options_.read_timeout > absl::ZeroDuration() && waited >= options_.read_timeout)) {
         TESSERA_VLOG(2, "http: TLS handshake failed");
         SSL_free(ssl);
-        return;
+        return false;
       }
     }
     TlsStream stream(ssl);
-    internal::ServeConnection(stream, handler_, options_, tick_, stopping_);
+    const bool refused = internal::ServeConnection(stream, handler_, options_, tick_, stopping_);
     SSL_shutdown(ssl);  // close_notify; the peer's answer is not awaited
     ERR_clear_error();
     SSL_free(ssl);
+    return refused;
   }
 
   const Handler handler_;

@@ -136,6 +136,11 @@ struct ServerOptions {
 // escape stays as it is.
 std::string PercentDecode(std::string_view text, bool plus_is_space);
 
+// Compresses `response`'s body with gzip (Content-Encoding: gzip, Vary: Accept-Encoding) when
+// `request` accepts gzip and the body has at least `min_bytes`; a streamed reply, or one that
+// already has a Content-Encoding, is left alone. Returns whether it compressed.
+bool GzipIfAccepted(const Request& request, Response* response, size_t min_bytes);
+
 // The reason phrase of an HTTP status ("OK", "Not Found"; "Unknown" for codes it does not know).
 std::string_view ReasonPhrase(int status);
 

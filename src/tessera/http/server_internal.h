@@ -35,8 +35,9 @@ class Stream {
 
 // Serves requests read from `stream` until the peer closes, a read or write fails or times out,
 // a reply closes the connection, or `stopping` is true after a reply. Each kTimedOut from Read
-// counts as `tick` of waiting (zero: Read never times out).
-void ServeConnection(Stream& stream, const Handler& handler, const ServerOptions& options,
+// counts as `tick` of waiting (zero: Read never times out). Returns true when it ended by
+// refusing a request (400, 413, 431, 501, 505): the client may still be sending it.
+bool ServeConnection(Stream& stream, const Handler& handler, const ServerOptions& options,
                      absl::Duration tick, const std::atomic<bool>& stopping);
 
 // Parses a request head (request line and header lines up to, not including, the empty line;

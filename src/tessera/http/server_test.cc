@@ -27,6 +27,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <zlib.h>
 
 #include "tessera/apisim/tls.h"
 #include "tessera/http/server_internal.h"
@@ -334,6 +335,7 @@ struct Served {
   std::vector<std::string> writes;
   std::vector<std::string> log;
   std::vector<Request> requests;  // as the handler saw them
+  bool refused = false;           // what ServeConnection returned
 };
 
 // The default handler: text/plain "<path>:<body>".
@@ -355,7 +357,7 @@ Served Serve(std::vector<Step> script, const Handler& handler = Echo,
     served.requests.push_back(request);
     handler(request, response);
   };
-  internal::ServeConnection(stream, recording, options, absl::Seconds(1), stop);
+  served.refused = internal::ServeConnection(stream, recording, options, absl::Seconds(1), stop);
   served.writes = stream.writes;
   served.log = stream.log;
   return served;
@@ -681,6 +683,7 @@ TEST(ServeConnection, RefusalsCloseTheConnection) {
                                std::to_string(reason.size()) + "\r\nConnection: close\r\n\r\n" +
                                reason);
     EXPECT_THAT(s.log, Not(testing::Contains("read GET /next HTTP/1.1\r\n\r\n")));
+    EXPECT_TRUE(s.refused) << "the server drains what the client may still send";
   }
 }
 
@@ -788,6 +791,7 @@ TEST(ServeConnection, IdleConnectionEndsAfterTheKeepAliveTimeout) {
   ASSERT_EQ(s.writes.size(), 1u);  // and no reply to the timeout
   EXPECT_THAT(s.log, ElementsAre(StartsWith("read GET /a"), StartsWith("write HTTP/1.1 200"),
                                  "timeout", "timeout", "timeout"));
+  EXPECT_FALSE(s.refused) << "an idle connection is closed at once";
 }
 
 TEST(ServeConnection, IdleConnectionSurvivesLessThanTheKeepAliveTimeout) {
@@ -1608,6 +1612,72 @@ TEST(Server, PlainHttpToAnHttpsServerIsNotServed) {
   EXPECT_THAT(ReadAll(fd), Not(HasSubstr("HTTP/1.1 200")));
   EXPECT_EQ(handled.load(), 0);
   close(fd);
+}
+
+// What inflating a gzip member gives; "<bad gzip>" when zlib refuses it.
+std::string Gunzip(const std::string& packed) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) {
+    return "<bad gzip>";
+  }
+  std::string out;
+  char buf[16384];
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data()));
+  z.avail_in = static_cast<uInt>(packed.size());
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof(buf);
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof(buf) - z.avail_out);
+  }
+  inflateEnd(&z);
+  return rc == Z_STREAM_END ? out : "<bad gzip>";
+}
+
+TEST(GzipIfAccepted, CompressesOnlyLargeEnoughBodiesForClientsThatAcceptGzip) {
+  std::string text;
+  for (int i = 0; i < 2000; ++i) {
+    text += "metric_" + std::to_string(i % 37) + " 1\n";
+  }
+  Request gzip;
+  gzip.headers.push_back({"accept-encoding", "deflate, GZIP;q=0.9"});
+  Request plain;
+  plain.headers.push_back({"Accept-Encoding", "br, deflate"});
+  Request declined;
+  declined.headers.push_back({"Accept-Encoding", "br, gzip;q=0"});
+
+  Response r;
+  r.body = text;
+  ASSERT_TRUE(GzipIfAccepted(gzip, &r, 1024));
+  EXPECT_LT(r.body.size(), text.size() / 4);
+  EXPECT_EQ(Gunzip(r.body), text);
+  ASSERT_EQ(r.headers.size(), 2u);
+  EXPECT_EQ(r.headers[0].name, "Content-Encoding");
+  EXPECT_EQ(r.headers[0].value, "gzip");
+  EXPECT_EQ(r.headers[1].name, "Vary");
+  // Already encoded: left alone.
+  const std::string once = r.body;
+  EXPECT_FALSE(GzipIfAccepted(gzip, &r, 1024));
+  EXPECT_EQ(r.body, once);
+
+  Response small;
+  small.body = text.substr(0, 1023);
+  EXPECT_FALSE(GzipIfAccepted(gzip, &small, 1024));
+  EXPECT_EQ(small.body, text.substr(0, 1023));
+  EXPECT_TRUE(small.headers.empty());
+
+  Response refused;
+  refused.body = text;
+  EXPECT_FALSE(GzipIfAccepted(plain, &refused, 1024));
+  EXPECT_FALSE(GzipIfAccepted(declined, &refused, 1024));
+  EXPECT_EQ(refused.body, text);
+
+  Response streamed;
+  streamed.body = text;
+  streamed.stream = [](StreamWriter&) { return true; };
+  EXPECT_FALSE(GzipIfAccepted(gzip, &streamed, 1024));
+  EXPECT_EQ(streamed.body, text);
 }
 
 }  // namespace
