@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -1108,9 +1109,9 @@ bool SendAll(int fd, std::string_view data) {
   return true;
 }
 
-// Reads one reply with a Content-Length body (what follows stays in *buffered); "" when the
-// connection closed or timed out first.
-std::string ReadReply(int fd, std::string* buffered) {
+// Reads one reply with a Content-Length body through `read` (what follows stays in
+// *buffered); "" when the connection closed or timed out first.
+std::string ReadReplyWith(const std::function<long(char*, size_t)>& read, std::string* buffered) {
   char chunk[16384];
   while (true) {
     const size_t head_end = buffered->find("\r\n\r\n");
@@ -1126,12 +1127,17 @@ std::string ReadReply(int fd, std::string* buffered) {
         return reply;
       }
     }
-    const ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
+    const long n = read(chunk, sizeof(chunk));
     if (n <= 0) {
       return "";
     }
     buffered->append(chunk, static_cast<size_t>(n));
   }
+}
+
+std::string ReadReply(int fd, std::string* buffered) {
+  return ReadReplyWith([fd](char* buf, size_t n) { return static_cast<long>(recv(fd, buf, n, 0)); },
+                       buffered);
 }
 
 // Reads until the peer closes; "<timeout>" is appended when it does not within 5 s.
@@ -1502,27 +1508,11 @@ std::unique_ptr<SSL_CTX, SslCtxFree> ServerContext() {
 
 // Reads one reply over TLS (as ReadReply does).
 std::string ReadTlsReply(SSL* ssl, std::string* buffered) {
-  char chunk[16384];
-  while (true) {
-    const size_t head_end = buffered->find("\r\n\r\n");
-    if (head_end != std::string::npos) {
-      const size_t cl = buffered->find("Content-Length: ");
-      size_t length = 0;
-      if (cl != std::string::npos && cl < head_end) {
-        length = std::stoul(buffered->substr(cl + 16));
-      }
-      if (buffered->size() >= head_end + 4 + length) {
-        std::string reply = buffered->substr(0, head_end + 4 + length);
-        buffered->erase(0, reply.size());
-        return reply;
-      }
-    }
-    const int n = SSL_read(ssl, chunk, sizeof(chunk));
-    if (n <= 0) {
-      return "";
-    }
-    buffered->append(chunk, static_cast<size_t>(n));
-  }
+  return ReadReplyWith(
+      [ssl](char* buf, size_t n) {
+        return static_cast<long>(SSL_read(ssl, buf, static_cast<int>(n)));
+      },
+      buffered);
 }
 
 TEST(Server, ServesHttps) {
