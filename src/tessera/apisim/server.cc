@@ -224,7 +224,7 @@ class Server::Impl {
   }
 
   std::string url() const {
-    return fmt::format("{}://{}:{}", tls_ ? "https" : "http", options_.host, port_);
+    return fmt::format("{}://{}:{}", tls_ ? "https" : "http", options_.host, port_.load());
   }
 
   std::string Kubeconfig() const {
@@ -322,7 +322,7 @@ class Server::Impl {
       v["versions"] = Json::array({"v1"});
       v["serverAddressByClientCIDRs"] =
           Json::array({Json{{"clientCIDR", "0.0.0.0/0"},
-                            {"serverAddress", fmt::format("{}:{}", options_.host, port_)}}});
+                            {"serverAddress", fmt::format("{}:{}", options_.host, port_.load())}}});
       SendJson(res, 200, v.dump());
       return;
     }
@@ -1057,7 +1057,8 @@ class Server::Impl {
   std::unique_ptr<http::Server> svr_;
   bool tls_ = false;
   std::string ca_pem_;
-  int port_ = 0;
+  // Written once Init has started the server, whose workers read it (/api): atomic.
+  std::atomic<int> port_{0};
   std::thread reaper_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
@@ -1078,7 +1079,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() { Stop(); }
 void Server::Stop() { impl_->Stop(); }
-int Server::port() const { return impl_->port_; }
+int Server::port() const { return impl_->port_.load(); }
 std::string Server::url() const { return impl_->url(); }
 const std::string& Server::ca_pem() const { return impl_->ca_pem_; }
 Store& Server::store() { return impl_->store_; }

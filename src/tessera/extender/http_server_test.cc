@@ -493,6 +493,7 @@ TEST_F(HttpServerTest, LargeScrapesAreGzippedForScrapersThatAcceptGzip) {
   ASSERT_TRUE(r);
   EXPECT_FALSE(r->has_header("Content-Encoding"));
   EXPECT_EQ(r->body, "up 1\n");
+  server_->Stop();  // joins the threads that read `large` before it goes
 }
 
 TEST_F(HttpServerTest, AccessLogAtVerbosity2) {
