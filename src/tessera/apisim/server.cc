@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -24,7 +23,6 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <pthread.h>
 
 #include "tessera/apisim/tls.h"
 #include "tessera/base/logging.h"
