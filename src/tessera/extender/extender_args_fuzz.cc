@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "tessera/extender/wire.h"
+#include "tessera/kube/objects.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view json(reinterpret_cast<const char*>(data), size);
@@ -36,6 +37,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
   if (bind.ok()) {
+    // No API path is ever built from a name that is not a Kubernetes name.
+    if (!tessera::kube::IsDnsSubdomain(bind->pod_name) ||
+        !tessera::kube::IsDnsLabel(bind->pod_namespace) ||
+        !tessera::kube::IsDnsSubdomain(bind->node)) {
+      std::abort();
+    }
     tessera::extender::BindResult r{bind->pod_name + bind->node};
     if (tessera::extender::EncodeBindResult(r).empty()) {
       std::abort();

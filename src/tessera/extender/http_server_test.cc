@@ -257,6 +257,17 @@ TEST_F(HttpServerTest, BadRequests) {
     EXPECT_EQ(r->status, 400) << path;
     EXPECT_THAT(r->body, HasSubstr("expected a JSON object")) << path;
   }
+  // A bind without a pod or node name never reaches the backend (it would have become a LIST of
+  // every pod in the namespace).
+  for (const char* body : {R"({"PodName":"","PodNamespace":"ns","PodUID":"u","Node":"n"})",
+                           R"({"PodName":"p","PodNamespace":"ns","PodUID":"u","Node":""})",
+                           R"({"PodName":"p","PodNamespace":"","PodUID":"u","Node":"n"})"}) {
+    httplib::Result r = c.Post("/bind", body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body;
+    EXPECT_THAT(r->body, HasSubstr("is required")) << body;
+  }
+  EXPECT_EQ(backend_.last_bind(), "");
   // A filter request without a pod: HAMi's 200 with the error in the reply.
   httplib::Result r = c.Post("/filter", R"({"NodeNames":["a"]})", "application/json");
   ASSERT_TRUE(r);
@@ -689,7 +700,8 @@ TEST(HttpServerTls, ServesAndReloadsCertificate) {
     // The extender routes over TLS.
     httplib::SSLClient c("127.0.0.1", server.port());
     c.enable_server_certificate_verification(false);
-    httplib::Result r = c.Post("/bind", R"({"PodName":"p","Node":"n"})", "application/json");
+    httplib::Result r =
+        c.Post("/bind", R"({"PodName":"p","PodNamespace":"ns","Node":"n"})", "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200);
     EXPECT_EQ(r->body, R"({"Error":""})");

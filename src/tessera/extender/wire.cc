@@ -17,12 +17,14 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "fmt/format.h"
 #include "simdjson.h"
 
 #include "tessera/json/frame_splitter.h"
 #include "tessera/json/text.h"
 #include "tessera/kube/decode.h"
+#include "tessera/kube/objects.h"
 
 namespace tessera::extender {
 namespace {
@@ -546,6 +548,25 @@ absl::StatusOr<BindArgs> DecodeBindArgs(std::string_view json) {
   });
   if (!ok) {
     return d.Error();
+  }
+  // Checked before anything reaches the API: an empty name would make GET .../pods/{name} a
+  // LIST of the collection, and a name with '/' or '%' could address another resource.
+  auto refuse = [](std::string_view field, std::string_view value, std::string_view rule) {
+    return absl::InvalidArgumentError(
+        value.empty() ? fmt::format("extender binding args: {} is required", field)
+                      : fmt::format("extender binding args: {} \"{}\" is not a valid {}", field,
+                                    absl::CEscape(std::string(value.substr(0, 64))) +
+                                        (value.size() > 64 ? "..." : ""),
+                                    rule));
+  };
+  if (!kube::IsDnsSubdomain(args.pod_name)) {
+    return refuse("PodName", args.pod_name, "pod name (an RFC 1123 subdomain)");
+  }
+  if (!kube::IsDnsLabel(args.pod_namespace)) {
+    return refuse("PodNamespace", args.pod_namespace, "namespace (an RFC 1123 label)");
+  }
+  if (!kube::IsDnsSubdomain(args.node)) {
+    return refuse("Node", args.node, "node name (an RFC 1123 subdomain)");
   }
   return args;
 }

@@ -4,7 +4,7 @@ tessera_cc_library(
   NAME extender_wire
   HDRS wire.h
   SRCS wire.cc
-  DEPS tessera::kube_decode tessera::kube_objects tessera::json simdjson::simdjson fmt::fmt
+  DEPS tessera::kube_decode tessera::kube_objects tessera::json simdjson::simdjson fmt::fmt absl::strings
        absl::status absl::statusor)
 
 tessera_cc_test(NAME extender_wire_test SRCS wire_test.cc DEPS tessera::extender_wire)

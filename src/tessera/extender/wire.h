@@ -91,6 +91,10 @@ inline constexpr char kMissingPodMessage[] = "extender args missing pod";
 // anywhere in it is an error. Difference from Go: invalid UTF-8 is an error (Go substitutes
 // U+FFFD).
 absl::StatusOr<FilterArgs> DecodeFilterArgs(std::string_view json);
+// DecodeBindArgs also requires PodName and Node to be valid Kubernetes names (RFC 1123
+// subdomains) and PodNamespace a valid namespace (an RFC 1123 label): an empty or malformed name
+// is an InvalidArgument naming the field, so that no API call is built from it. PodUID may be
+// empty (then no uid precondition applies).
 absl::StatusOr<BindArgs> DecodeBindArgs(std::string_view json);
 
 // The replies, byte for byte as Go's json.Marshal writes them (keys in struct order, no

@@ -1,6 +1,7 @@
 #include "tessera/extender/wire.h"
 
 #include <string>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -211,9 +212,10 @@ TEST(DecodeBindArgs, PascalCaseAndLowercase) {
 }
 
 TEST(DecodeBindArgs, NullsAndErrors) {
-  absl::StatusOr<BindArgs> args = DecodeBindArgs(R"({"PodName":null,"Node":"n","Other":[1]})");
+  absl::StatusOr<BindArgs> args =
+      DecodeBindArgs(R"({"PodName":"p","PodNamespace":"ns","PodUID":null,"Node":"n","Other":[1]})");
   ASSERT_TRUE(args.ok()) << args.status();
-  EXPECT_EQ(args->pod_name, "");
+  EXPECT_EQ(args->pod_uid, "");
   EXPECT_EQ(args->node, "n");
 
   for (const char* body : {R"({"PodName":1})", R"({"Node":{}})", "[]", "", "{\"PodName\":\"x"}) {
@@ -224,6 +226,29 @@ TEST(DecodeBindArgs, NullsAndErrors) {
   }
   EXPECT_THAT(std::string(DecodeBindArgs(R"({"PodName":1})").status().message()),
               HasSubstr("PodName: expected string"));
+}
+
+// An empty name made GET .../pods/ a LIST of the whole collection, and a name with '/' or '%'
+// could address another object: such a bind is refused before any API call.
+TEST(DecodeBindArgs, NamesMustBeKubernetesNames) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"PodNamespace":"ns","Node":"n"})", "PodName is required"},
+      {R"({"PodName":null,"PodNamespace":"ns","Node":"n"})", "PodName is required"},
+      {R"({"PodName":"p","Node":"n"})", "PodNamespace is required"},
+      {R"({"PodName":"p","PodNamespace":"ns","Node":""})", "Node is required"},
+      {R"({"PodName":"../nodes/x","PodNamespace":"ns","Node":"n"})",
+       "PodName \"../nodes/x\" is not a valid pod name"},
+      {R"({"PodName":"p","PodNamespace":"a.b","Node":"n"})",
+       "PodNamespace \"a.b\" is not a valid namespace"},
+      {R"({"PodName":"p","PodNamespace":"ns","Node":"N%2f1"})",
+       "Node \"N%2f1\" is not a valid node name"},
+  };
+  for (const auto& [body, message] : cases) {
+    absl::StatusOr<BindArgs> args = DecodeBindArgs(body);
+    ASSERT_FALSE(args.ok()) << body;
+    EXPECT_EQ(args.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(args.status().message()), HasSubstr(message)) << body;
+  }
 }
 
 // The vectors of kube-scheduler's extender/v1 TestCompatibility (k8s-protocol.md §1.1).

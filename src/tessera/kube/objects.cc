@@ -103,4 +103,35 @@ std::string_view PodPhaseName(PodPhase phase) {
   return "Unknown";
 }
 
+namespace {
+
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+// [a-z0-9]([-a-z0-9]*[a-z0-9])?
+bool IsLabelPart(std::string_view s) {
+  return !s.empty() && IsLowerAlnum(s.front()) && IsLowerAlnum(s.back()) &&
+         std::all_of(s.begin(), s.end(), [](char c) { return IsLowerAlnum(c) || c == '-'; });
+}
+
+}  // namespace
+
+bool IsDnsSubdomain(std::string_view name) {
+  if (name.empty() || name.size() > 253) {
+    return false;
+  }
+  size_t start = 0;
+  while (true) {
+    const size_t dot = name.find('.', start);
+    if (!IsLabelPart(name.substr(start, dot == std::string_view::npos ? dot : dot - start))) {
+      return false;
+    }
+    if (dot == std::string_view::npos) {
+      return true;
+    }
+    start = dot + 1;
+  }
+}
+
+bool IsDnsLabel(std::string_view name) { return name.size() <= 63 && IsLabelPart(name); }
+
 }  // namespace tessera::kube

@@ -254,6 +254,13 @@ enum class PodPhase { kPending, kRunning, kSucceeded, kFailed, kUnknown };
 PodPhase ParsePodPhase(std::string_view phase);
 std::string_view PodPhaseName(PodPhase phase);
 
+// Kubernetes' object name rules (apimachinery's IsDNS1123Subdomain and IsDNS1123Label): a
+// subdomain is at most 253 characters of [a-z0-9-.] where each dot-separated part starts and
+// ends with [a-z0-9] (pod and node names); a label is at most 63 characters of [a-z0-9-]
+// starting and ending with [a-z0-9] (namespaces).
+bool IsDnsSubdomain(std::string_view name);
+bool IsDnsLabel(std::string_view name);
+
 struct Pod {
   ObjectMeta meta;
   std::string node_name;       // spec.nodeName; empty while unbound

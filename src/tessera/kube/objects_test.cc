@@ -1,5 +1,7 @@
 #include "tessera/kube/objects.h"
 
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace tessera::kube {
@@ -98,6 +100,26 @@ TEST(PodTest, PhaseAndState) {
   EXPECT_FALSE(pod.Deleting());
   pod.meta.deleting = true;
   EXPECT_TRUE(pod.Deleting());
+}
+
+TEST(NamesTest, DnsSubdomainAndLabelFollowKubernetes) {
+  for (const char* ok : {"a", "gpu-node-1", "node.example.com", "0", "a-b.c-d", "1.2.3.4"}) {
+    EXPECT_TRUE(IsDnsSubdomain(ok)) << ok;
+  }
+  for (const char* bad :
+       {"", "-a", "a-", "A", "a_b", "a..b", ".a", "a.", "a/b", "..", "a b", "a.-b", "%2e"}) {
+    EXPECT_FALSE(IsDnsSubdomain(bad)) << bad;
+  }
+  EXPECT_TRUE(IsDnsSubdomain(std::string(253, 'a')));
+  EXPECT_FALSE(IsDnsSubdomain(std::string(254, 'a')));
+  for (const char* ok : {"default", "kube-system", "a", "9"}) {
+    EXPECT_TRUE(IsDnsLabel(ok)) << ok;
+  }
+  for (const char* bad : {"", "a.b", "-a", "a-", "Default", "a_b"}) {
+    EXPECT_FALSE(IsDnsLabel(bad)) << bad;
+  }
+  EXPECT_TRUE(IsDnsLabel(std::string(63, 'a')));
+  EXPECT_FALSE(IsDnsLabel(std::string(64, 'a')));
 }
 
 }  // namespace
