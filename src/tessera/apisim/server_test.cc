@@ -536,6 +536,28 @@ TEST_F(ApisimTest, ConflictsAndPatchTypes) {
                      R"([{"op":"test","path":"/metadata/labels/x","value":"other"}])",
                      "application/json-patch+json"),
                422, "Invalid");
+  // metadata.uid names the object: in a PUT it is a precondition (409), in a patch it meets
+  // the immutability check (422); either way another object's uid writes nothing.
+  {
+    const uint64_t before = Rv();
+    Json other = Json::parse(cli_->Get("/api/v1/namespaces/default/pods/a")->body);
+    other["metadata"]["uid"] = "not-a";
+    other["metadata"].erase("resourceVersion");
+    ExpectStatus(cli_->Put("/api/v1/namespaces/default/pods/a", other.dump(), "application/json"),
+                 409, "Conflict");
+    auto bad =
+        Patch("/api/v1/namespaces/default/pods/a",
+              R"({"metadata":{"uid":"not-a","labels":{"z":"1"}}})", "application/merge-patch+json");
+    ExpectStatus(bad, 422, "Invalid");
+    EXPECT_EQ(Json::parse(bad->body)["message"],
+              "Pod \"a\" is invalid: metadata.uid: Invalid value: \"not-a\": field is immutable");
+    EXPECT_EQ(Rv(), before);
+    const std::string uid = a["metadata"]["uid"];
+    r = Patch("/api/v1/namespaces/default/pods/a",
+              R"({"metadata":{"uid":")" + uid + R"(","labels":{"z":"1"}}})",
+              "application/merge-patch+json");
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
   r = Patch("/api/v1/namespaces/default/pods/a",
             R"([{"op":"add","path":"/metadata/annotations","value":{"k":"v"}}])",
             "application/json-patch+json");

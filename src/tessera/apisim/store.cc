@@ -17,6 +17,7 @@
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
 #include "tessera/json/text.h"
+#include "tessera/kube/objects.h"
 
 namespace tessera::apisim {
 namespace {
@@ -135,21 +136,17 @@ std::string Key(const ResourceInfo& r, std::string_view ns, std::string_view nam
   return k;
 }
 
-bool IsDnsSubdomain(const std::string& s) {
-  if (s.empty() || s.size() > 253) {
-    return false;
+// metadata.uid when it is a string, else "".
+std::string MetadataUid(const Json& doc) {
+  if (!doc.is_object()) {
+    return "";
   }
-  for (char c : s) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) {
-      return false;
-    }
+  auto md = doc.find("metadata");
+  if (md == doc.end() || !md->is_object()) {
+    return "";
   }
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  return alnum(s.front()) && alnum(s.back());
-}
-
-bool IsDnsLabel(const std::string& s) {
-  return IsDnsSubdomain(s) && s.size() <= 63 && s.find('.') == std::string::npos;
+  auto uid = md->find("uid");
+  return uid != md->end() && uid->is_string() ? uid->get<std::string>() : "";
 }
 
 // Field paths (dotted) that each resource supports in field selectors.
@@ -1188,7 +1185,7 @@ absl::StatusOr<std::string> Store::Create(const ResourceInfo& r, std::string_vie
     name = gen + RandomSuffix(uid_rng_, 5);
     md["name"] = name;
   }
-  const bool name_ok = r.name == "namespaces" ? IsDnsLabel(name) : IsDnsSubdomain(name);
+  const bool name_ok = r.name == "namespaces" ? kube::IsDnsLabel(name) : kube::IsDnsSubdomain(name);
   if (!name_ok) {
     return Invalid(r, name, "metadata.name", fmt::format("Invalid value: \"{}\"", name),
                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
@@ -1329,7 +1326,16 @@ absl::StatusOr<std::string> Store::Update(const ResourceInfo& r, std::string_vie
   const size_t idx = IndexOf(r);
   TESSERA_ASSIGN_OR_RETURN(ObjectPtr old, Lookup(idx, ns, name));
   TESSERA_ASSIGN_OR_RETURN(Json doc, ParseBody(body));
-  return UpdateLocked(idx, old, subresource, std::move(doc), Json::parse(old->json), w);
+  Json prev = Json::parse(old->json);
+  // A PUT's metadata.uid is a precondition (the generic registry's Preconditions{UID}).
+  const std::string want_uid = MetadataUid(doc);
+  if (!want_uid.empty() && want_uid != MetadataUid(prev)) {
+    return Conflict(r, old->name,
+                    fmt::format("Precondition failed: UID in precondition: {}, UID in object "
+                                "meta: {}",
+                                want_uid, MetadataUid(prev)));
+  }
+  return UpdateLocked(idx, old, subresource, std::move(doc), prev, w);
 }
 
 absl::StatusOr<std::string> Store::Patch(const ResourceInfo& r, std::string_view ns,
@@ -1353,6 +1359,13 @@ absl::StatusOr<std::string> Store::Patch(const ResourceInfo& r, std::string_view
       return ApiError(400, "BadRequest", std::string(s.message()));
     }
     return ApiError(500, "InternalError", std::string(s.message()));
+  }
+  // A patch carries no preconditions; a uid it sets meets the update validation instead
+  // (ValidateObjectMetaUpdate: metadata.uid is immutable), so naming another object's uid is a
+  // 422 and nothing is written.
+  if (const std::string uid = MetadataUid(*patched); !uid.empty() && uid != MetadataUid(prev)) {
+    return Invalid(r, old->name, "metadata.uid", "Invalid value",
+                   fmt::format("\"{}\": field is immutable", uid));
   }
   return UpdateLocked(idx, old, subresource, *std::move(patched), prev, w);
 }

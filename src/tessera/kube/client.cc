@@ -446,6 +446,9 @@ std::string ApiClient::MetadataPatchBody(const MetadataPatch& patch) {
   if (patch.resource_version.has_value()) {
     meta["resourceVersion"] = *patch.resource_version;
   }
+  if (patch.uid.has_value()) {
+    meta["uid"] = *patch.uid;
+  }
   return Dump(nlohmann::json{{"metadata", std::move(meta)}});
 }
 

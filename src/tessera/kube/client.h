@@ -116,11 +116,15 @@ class WatchHandle {
 
 // A merge patch of metadata.labels / metadata.annotations. A value of std::nullopt removes
 // the key. `resource_version`, when set, is written into the patch as an optimistic lock: the
-// server answers 409 (kAborted, reason "Conflict") when the object has changed since.
+// server answers 409 (kAborted, reason "Conflict") when the object has changed since. `uid`,
+// when set, is written as metadata.uid: the object must be that one, not another of the same
+// name (the API server answers 422, kInvalidArgument "metadata.uid: ... field is immutable",
+// when the stored object's uid differs, and writes nothing).
 struct MetadataPatch {
   std::vector<std::pair<std::string, std::optional<std::string>>> labels;
   std::vector<std::pair<std::string, std::optional<std::string>>> annotations;
   std::optional<std::string> resource_version;
+  std::optional<std::string> uid;
 };
 
 // One RFC 6902 operation. `value_json` is the JSON text of the value ("\"x\"", "3", "{}") for

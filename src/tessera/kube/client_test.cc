@@ -128,6 +128,15 @@ TEST_F(ClientTest, MergePatchWithResourceVersionPrecondition) {
   EXPECT_EQ(fake_.requests().size(), 2u);  // a PATCH is not retried on 409
 }
 
+TEST_F(ClientTest, MergePatchWithUidPrecondition) {
+  Answer(Http(200, kPod));
+  MetadataPatch patch;
+  patch.annotations = {{"a", "b"}};
+  patch.uid = "u-1";
+  ASSERT_TRUE(client_.PatchPodMetadata("ns", "p", patch).ok());
+  EXPECT_EQ(Last().body, R"({"metadata":{"annotations":{"a":"b"},"uid":"u-1"}})");
+}
+
 TEST_F(ClientTest, JsonPatchEscapesPointers) {
   Answer(Http(200, R"({"kind":"Node","metadata":{"name":"n1"}})"));
   const std::string path = "/metadata/annotations/" + json::PointerEscape("hami.io/mutex~lock");
