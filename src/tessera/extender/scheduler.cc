@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include <fmt/core.h>
 #include <pthread.h>
 
@@ -240,6 +241,9 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
     return fail(absl::InvalidArgumentError(
         fmt::format("pod {} has no metadata.uid: cannot reserve for it", pod.Key())));
   }
+  if (absl::Status pending = CheckPending(pod); !pending.ok()) {
+    return fail(pending);
+  }
 
   const std::vector<std::string> names = CandidateNames(args);
   std::vector<std::string_view> views(names.begin(), names.end());
@@ -326,6 +330,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
   job.seq = seq;
   job.patch = ToPatch(device::FilterAnnotations(*options_.vendor, winner, decision.devices, now),
                       device::FilterLabels(winner));
+  job.patch.uid = pod.meta.uid;  // this pod, never another of the same name
   if (options_.write_behind) {
     // The pod's earlier patch (a re-filter) must land first, so the last decision wins.
     (void)TakePatch(job.uid);
@@ -508,6 +513,52 @@ std::optional<std::shared_ptr<Scheduler::PendingPatch>> Scheduler::TakePatch(
   return pending;
 }
 
+namespace {
+
+// Why `pod` can no longer be given a decision: bound, being deleted or finished; OK when none.
+absl::Status NotPending(const kube::Pod& pod) {
+  if (!pod.node_name.empty()) {
+    return absl::FailedPreconditionError(
+        fmt::format("pod {} is already bound to node {}: only a pending pod can be filtered",
+                    pod.Key(), pod.node_name));
+  }
+  if (pod.Deleting()) {
+    return absl::FailedPreconditionError(
+        fmt::format("pod {} is being deleted: only a pending pod can be filtered", pod.Key()));
+  }
+  if (pod.Terminal()) {
+    return absl::FailedPreconditionError(
+        fmt::format("pod {} has finished (phase {}): only a pending pod can be filtered", pod.Key(),
+                    kube::PodPhaseName(pod.phase)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Scheduler::CheckPending(const kube::Pod& claimed) {
+  TESSERA_RETURN_IF_ERROR(NotPending(claimed));
+  std::optional<kube::Pod> current;
+  if (lookup_) {
+    current = lookup_(claimed.meta.ns, claimed.meta.name);
+  }
+  if (!current || current->meta.uid != claimed.meta.uid) {
+    // Not cached, or the cache holds another pod of that name: ask the API server.
+    absl::StatusOr<kube::Pod> got = client_->GetPod(claimed.meta.ns, claimed.meta.name);
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          fmt::format("pod {}: {}", claimed.Key(), Message(got.status())));
+    }
+    current = *std::move(got);
+  }
+  if (current->meta.uid != claimed.meta.uid) {
+    return absl::FailedPreconditionError(
+        fmt::format("pod {} has uid {}, not {}: the request names a pod that no longer exists",
+                    claimed.Key(), current->meta.uid, claimed.meta.uid));
+  }
+  return NotPending(*current);
+}
+
 // ---- bind ---------------------------------------------------------------------------------
 
 absl::StatusOr<kube::Pod> Scheduler::FindPod(std::string_view ns, std::string_view name) {
@@ -541,8 +592,11 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
   subject.meta.ns = args.pod_namespace;
   subject.meta.name = args.pod_name;
   subject.meta.uid = args.pod_uid;
-  auto fail = [&](const kube::Pod& pod, std::string_view outcome, const absl::Status& s) {
-    {
+  // A failure releases the pod's reservation; a refusal (the request names a pod or node that
+  // is not ours to bind, or one another bind is handling) changes nothing.
+  auto finish = [&](const kube::Pod& pod, std::string_view outcome, const absl::Status& s,
+                    bool release) {
+    if (release) {
       MutexLock l(&decide_mu_);
       if (!pod.meta.uid.empty()) {
         ledger_->Release(pod.meta.uid);
@@ -563,6 +617,25 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
                  args.node, outcome, result.error);
     return result;
   };
+  auto fail = [&](const kube::Pod& pod, std::string_view outcome, const absl::Status& s) {
+    return finish(pod, outcome, s, /*release=*/true);
+  };
+  auto refuse = [&](const kube::Pod& pod, std::string_view outcome, const absl::Status& s) {
+    return finish(pod, outcome, s, /*release=*/false);
+  };
+  if (!kube::IsDnsSubdomain(args.pod_name) || !kube::IsDnsLabel(args.pod_namespace) ||
+      !kube::IsDnsSubdomain(args.node)) {
+    // The HTTP layer refuses these (DecodeBindArgs); no API path is built from them here either,
+    // and no event, which would have no pod to name.
+    result.error = fmt::format("bind of pod \"{}/{}\" to node \"{}\": not valid Kubernetes names",
+                               absl::CEscape(args.pod_namespace), absl::CEscape(args.pod_name),
+                               absl::CEscape(args.node));
+    CountBind("error", Since(start));
+    if (outcome_out != nullptr) {
+      *outcome_out = "error";
+    }
+    return result;
+  }
 
   // The filter's patch, written behind its reply: it must have landed, and the pod it
   // returned is the freshest copy there is (no GET needed).
@@ -604,21 +677,48 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
                                                 args.pod_namespace, args.pod_name, pod->meta.uid,
                                                 args.pod_uid)));
   }
+  // Only Tessera's pods, on nodes it knows, are bound here (kube-scheduler binds the rest: the
+  // scheduler configuration's managedResources send only pods asking for a managed device).
+  if (pod->scheduler_name != options_.scheduler_name) {
+    return refuse(
+        *pod, "not_ours",
+        absl::FailedPreconditionError(fmt::format(
+            "pod {} names scheduler \"{}\", not \"{}\": this extender binds only its own pods",
+            pod->Key(), pod->scheduler_name, options_.scheduler_name)));
+  }
   absl::StatusOr<device::PodRequest> request = options_.vendor->DecodeRequest(*pod);
   if (!request.ok()) {
-    return fail(*pod, "error", request.status());
+    return refuse(*pod, "error", request.status());
+  }
+  if (request->Empty()) {
+    return refuse(*pod, "not_ours",
+                  absl::FailedPreconditionError(fmt::format(
+                      "pod {} asks for no device this scheduler manages: kube-scheduler binds it "
+                      "(list the device resources in the extender's managedResources)",
+                      pod->Key())));
+  }
+  if (!pod->node_name.empty()) {
+    return refuse(*pod, "binding_rejected",
+                  absl::FailedPreconditionError(fmt::format("pod {} is already assigned to node {}",
+                                                            pod->Key(), pod->node_name)));
+  }
+  if (pod->Deleting()) {
+    return refuse(*pod, "binding_rejected",
+                  absl::FailedPreconditionError(
+                      fmt::format("pod {} is being deleted: it cannot be bound", pod->Key())));
+  }
+  if (std::vector<std::optional<device::NodeSnapshot>> snap = ledger_->Snapshot({args.node});
+      !snap[0] || !snap[0]->devices) {
+    return refuse(*pod, "node_unregistered",
+                  absl::FailedPreconditionError(fmt::format(
+                      "node {} is not registered: it has no device registration this scheduler "
+                      "can read, so it binds no pod there",
+                      args.node)));
   }
   std::string outcome = "bound";
-  if (request->Empty()) {
-    absl::Status bound = client_->BindPod(pod->meta.ns, pod->meta.name, pod->meta.uid, args.node);
-    if (!bound.ok()) {
-      return fail(*pod, "binding_rejected", bound);
-    }
-  } else {
-    absl::Status bound = BindManaged(*pod, args, &outcome);
-    if (!bound.ok()) {
-      return fail(*pod, outcome, bound);
-    }
+  bool still_held = false;
+  if (absl::Status bound = BindManaged(*pod, args, &outcome, &still_held); !bound.ok()) {
+    return finish(*pod, outcome, bound, /*release=*/!still_held);
   }
   Record(*pod, "BindingSucceed",
          fmt::format("Successfully binding node [{}] to {}/{}", args.node, pod->meta.ns,
@@ -631,8 +731,13 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
   return result;
 }
 
+bool Scheduler::StillBound(const kube::Pod& pod) {
+  absl::StatusOr<kube::Pod> now = client_->GetPod(pod.meta.ns, pod.meta.name);
+  return now.ok() && now->meta.uid == pod.meta.uid && !now->node_name.empty();
+}
+
 absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
-                                    std::string* outcome) {
+                                    std::string* outcome, bool* still_held) {
   const std::string& node = args.node;
   absl::StatusOr<ledger::PodAllocation> alloc = cluster::ProjectPod(*options_.vendor, pod);
   if (!alloc.ok()) {
@@ -697,6 +802,16 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
       !b.ok()) {
     unlock();
     *outcome = "binding_rejected";
+    if (absl::IsAborted(b) && StillBound(pod)) {
+      // A 409 because the pod is bound already (a duplicate bind, or someone else's): its
+      // devices are in use, so the reservation holds them until the informer observes the
+      // binding (or bound_hold passes), as after a binding of our own.
+      MutexLock l(&decide_mu_);
+      if (auto it = binding_.find(pod.meta.uid); it != binding_.end()) {
+        it->second = clock_->Now();
+        *still_held = true;
+      }
+    }
     return b;
   }
   {

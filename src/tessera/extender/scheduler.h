@@ -10,19 +10,24 @@
 // Filter (hami-protocol.md §4.2, §2.2):
 //   1. The pod's request (Vendor::DecodeRequest). A pod that asks for no managed device passes
 //      through untouched: the input is echoed, nothing is written, no event (HAMi HEAD).
+//   1b. The pod must still be pending: the request's copy and the API server's (the lookup's
+//      copy of the same uid, else a GET) must be unbound, not being deleted and not finished,
+//      and the uid must be the stored pod's. A request naming a running pod would otherwise
+//      rewrite its annotations and free the devices it uses.
 //   2. Under one mutex shared by every filter and bind re-check: the pod's earlier reservation is
 //      released, the ledger snapshot of the CANDIDATE nodes only is read, schedule::Decide picks
 //      the node and devices, and the decision is reserved (Ledger::Reserve, expiring after
 //      reservation_ttl). Two filters can therefore never reserve the same capacity.
 //   3. Outside the mutex: one JSON merge patch writes hami.io/vgpu-node, hami.io/vgpu-time,
 //      hami.io/vgpu-devices-to-allocate and hami.io/vgpu-devices-allocated (the same string),
-//      plus the label hami.io/vgpu-node. The patch is written BEHIND the reply (by a pool of
-//      `patch_threads` writers) unless `write_behind` is false: the decision is already held by
-//      the reservation, and nothing reads the annotations before bind — the device plugin acts
-//      only on a bound pod, and Bind first waits for the pod's patch to land (and uses the pod
-//      the patch returned). So /filter answers in the time of the decision, not of an API round
-//      trip. If the patch fails the reservation is undone (unless a newer filter of the same pod
-//      has replaced it) and the pod's bind fails with the patch's error; kube-scheduler then
+//      plus the label hami.io/vgpu-node, with metadata.uid as a precondition (the API server
+//      refuses the patch when the pod of that name is another one). The patch is written BEHIND the
+//      reply (by a pool of `patch_threads` writers) unless `write_behind` is false: the decision is
+//      already held by the reservation, and nothing reads the annotations before bind — the device
+//      plugin acts only on a bound pod, and Bind first waits for the pod's patch to land (and uses
+//      the pod the patch returned). So /filter answers in the time of the decision, not of an API
+//      round trip. If the patch fails the reservation is undone (unless a newer filter of the same
+//      pod has replaced it) and the pod's bind fails with the patch's error; kube-scheduler then
 //      retries the pod. Patches of one pod never overtake each other: a re-filter waits for the
 //      pod's earlier patch. With write_behind false the patch is written before the reply and a
 //      failure is the filter's error.
@@ -43,8 +48,12 @@
 //
 // Bind (§4.8), for a pod whose reservation or annotations name the bind node:
 //   1. The pod comes from the lookup (the informer store), or from GET when the lookup misses or
-//      its copy predates the filter's annotations. A pod asking for no managed device is bound
-//      directly (no lock, no annotations), as HAMi does.
+//      its copy predates the filter's annotations. Refused, changing nothing (no API write, no
+//      reservation released): names that are not Kubernetes names; a pod naming another
+//      scheduler (spec.schedulerName != scheduler_name); a pod asking for no managed device
+//      (HAMi binds those itself; kube-scheduler binds them when managedResources is set, as
+//      the shipped configuration does); a pod already bound or being deleted; a node without a
+//      device registration in the ledger.
 //   2. The node lock (node_lock.h) with --node-lock-timeout; its owner counts as gone when
 //      neither the lookup nor a GET finds it.
 //   3. Re-check, under the filter mutex: the pod's reservation is replaced by one for the
@@ -58,7 +67,9 @@
 //      hami.io/bind-phase=allocating and hami.io/bind-time=<unix seconds>, which the API server
 //      merges into the pod in the same write (HAMi patches them first, then binds: one write
 //      more, and an "allocating" pod left behind when the binding fails).
-//   Any failure releases the lock (if we took it) and the reservation, records BindingFailed and
+//   Any failure after step 1 releases the lock (if we took it) and the reservation — except a
+//   binding refused because the pod is bound already (a duplicate bind): its devices are in
+//   use, so the reservation stays until the pod is observed bound — records BindingFailed and
 //   returns the error; success records BindingSucceed and keeps the reservation, which the
 //   ledger ends when it observes the pod bound (and the device plugin removes the lock).
 //
@@ -135,8 +146,8 @@ struct Stats {
   std::map<std::string, uint64_t> filter_outcomes;
   // Per failed candidate node: its reason names ("CardInsufficientMemory", "node unregistered").
   std::map<std::string, uint64_t> filter_node_reasons;
-  // Bind outcomes: "bound", "pod_not_found", "no_allocation", "lock_held", "lock_error",
-  // "devices_not_free", "patch_failed", "binding_rejected", "error".
+  // Bind outcomes: "bound", "pod_not_found", "not_ours", "node_unregistered", "no_allocation",
+  // "lock_held", "lock_error", "devices_not_free", "patch_failed", "binding_rejected", "error".
   std::map<std::string, uint64_t> bind_outcomes;
   // Lock acquisitions by NodeLockOutcomeName, and 409s retried while locking.
   std::map<std::string, uint64_t> lock_outcomes;
@@ -239,12 +250,19 @@ class Scheduler {
 
   FilterResult FilterNodes(const FilterArgs& args, const device::PodRequest& request,
                            const device::PodConstraints& constraints);
-  absl::Status BindManaged(const kube::Pod& pod, const BindArgs& args, std::string* outcome);
+  // *still_held is set when the binding was refused because the pod is bound already: its
+  // reservation then stays (see "Reservations and bind").
+  absl::Status BindManaged(const kube::Pod& pod, const BindArgs& args, std::string* outcome,
+                           bool* still_held);
+  // Whether the API server has pod (same uid) bound to a node now; false on any error.
+  bool StillBound(const kube::Pod& pod);
   // Replaces the pod's reservation by `devices` on `node` and checks every device is within
   // capacity; on failure nothing stays reserved.
   absl::Status Recheck(const kube::Pod& pod, std::string_view node,
                        const device::PodDevices& devices, int32_t init_count);
   absl::StatusOr<bool> OwnerExists(std::string_view ns, std::string_view name);
+  // Filter step 1b: OK when `claimed` and the stored pod of its name are the same pending pod.
+  absl::Status CheckPending(const kube::Pod& claimed);
   absl::StatusOr<kube::Pod> FindPod(std::string_view ns, std::string_view name);
   void Record(const kube::Pod& pod, std::string reason, std::string message, bool warning);
   void EventLoop();

@@ -652,11 +652,48 @@ TEST_F(SchedulerTest, BindRejectedBecauseThePodIsAlreadyBound) {
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
   const BindArgs args = BindFor("p1", "n1");
   ASSERT_TRUE(env_.client()->BindPod("default", "p1", args.pod_uid, "n1").ok());
+  const size_t writes = env_.faults()->requests().size();
+  BindResult b = s.Bind(args);
+  EXPECT_THAT(b.error, HasSubstr("pod default/p1 is already assigned to node n1"));
+  // A refusal: the devices of the bound pod stay held until the ledger observes it, and no
+  // lock or binding is attempted (only the pod's GET).
+  EXPECT_EQ(ledger_.Reservations().size(), 1u);
+  EXPECT_EQ(Lock("n1"), "<none>");
+  const std::vector<kube::Request> requests = env_.faults()->requests();
+  for (size_t i = writes; i < requests.size(); ++i) {
+    if (requests[i].path != "/api/v1/namespaces/default/events") {
+      EXPECT_EQ(requests[i].method, "GET") << requests[i].path;
+    }
+  }
+  EXPECT_EQ(s.stats().bind_outcomes.at("binding_rejected"), 1u);
+}
+
+// A binding refused because the pod is bound already (a duplicate bind racing the informer)
+// released the reservation of a pod that runs on those devices: until the informer saw the
+// binding, the next filter could place another pod on the same share.
+TEST_F(SchedulerTest, ABindingRefusedBecauseThePodIsBoundKeepsItsDevicesHeld) {
+  AddNode("n1", {{"GPU-a", 1, 8000}});
+  env_.CreatePod("p1", Limits(8000));
+  env_.CreatePod("p2", Limits(8000));
+  kube::Pod cached;
+  Scheduler& s = Make([&](std::string_view, std::string_view name) -> std::optional<kube::Pod> {
+    if (name == "p1") {
+      return cached;
+    }
+    return std::nullopt;
+  });
+  cached = Pod("p1");
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  cached = Pod("p1");  // annotated and unbound: the informer has not seen the first binding
+  const BindArgs args = BindFor("p1", "n1");
+  ASSERT_TRUE(env_.client()->BindPod("default", "p1", args.pod_uid, "n1").ok());
   BindResult b = s.Bind(args);
   EXPECT_THAT(b.error, HasSubstr("already assigned"));
-  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
-  EXPECT_EQ(Lock("n1"), "<none>");
-  EXPECT_EQ(s.stats().bind_outcomes.at("binding_rejected"), 1u);
+  EXPECT_EQ(ledger_.Reservations().size(), 1u);
+  EXPECT_THAT(*s.Filter(Args("p2", {"n1"})).node_names, IsEmpty()) << "p2 placed on p1's share";
+  // Expiry keeps it as for an accepted binding, until the informer observes the pod.
+  clock_.Advance(absl::Minutes(6));
+  EXPECT_THAT(s.ExpireReservations(clock_.Now()), IsEmpty());
 }
 
 TEST_F(SchedulerTest, BindOfADeletedPodFails) {
@@ -872,14 +909,136 @@ TEST_F(SchedulerTest, ConcurrentBindsToOneNodeAreSerialisedByTheLock) {
   EXPECT_EQ(res[0].name, win);
 }
 
-TEST_F(SchedulerTest, BindOfAPodWithoutManagedDevicesSkipsTheLock) {
+// Issue #21: /bind bound any pod to any node (a default-scheduler pod in kube-system asking for
+// no GPU went to a node that does not exist). Each of these is refused with no API write.
+TEST_F(SchedulerTest, BindRefusesPodsAndNodesThatAreNotOurs) {
   AddNode("n1", {{"GPU-a"}});
   env_.CreatePod("plain", R"({"cpu":"1"})");
+  env_.CreatePod("other", Limits(1000), "{}", "default-scheduler");
+  env_.CreatePod("p1", Limits(1000));
   Scheduler& s = Make();
-  EXPECT_EQ(s.Bind(BindFor("plain", "n1")).error, "");
-  EXPECT_EQ(Pod("plain").node_name, "n1");
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  env_.faults()->Clear();
+  struct Case {
+    BindArgs args;
+    std::string error, outcome;
+  };
+  const Case cases[] = {
+      {BindFor("plain", "n1"), "pod default/plain asks for no device this scheduler manages",
+       "not_ours"},
+      {BindFor("other", "n1"),
+       R"(pod default/other names scheduler "default-scheduler", not "hami-scheduler")",
+       "not_ours"},
+      {BindFor("p1", "ghost"), "node ghost is not registered", "node_unregistered"},
+      {BindArgs{"", "default", "u", "n1"}, "not valid Kubernetes names", "error"},
+      {BindArgs{"p1", "default", "u", ""}, "not valid Kubernetes names", "error"},
+  };
+  for (const Case& c : cases) {
+    std::string outcome;
+    BindResult b = s.Bind(c.args, &outcome);
+    EXPECT_THAT(b.error, HasSubstr(c.error)) << c.args.pod_name << "@" << c.args.node;
+    EXPECT_EQ(outcome, c.outcome) << c.args.pod_name << "@" << c.args.node;
+  }
+  for (const kube::Request& r : env_.faults()->requests()) {
+    if (r.path == "/api/v1/namespaces/default/events") {
+      continue;  // BindingFailed
+    }
+    EXPECT_EQ(r.method, "GET") << r.method << " " << r.path;
+    EXPECT_NE(r.path, "/api/v1/namespaces/default/pods") << "an empty name became a LIST";
+  }
+  EXPECT_EQ(Pod("plain").node_name, "");
+  EXPECT_EQ(Pod("other").node_name, "");
+  EXPECT_EQ(Pod("p1").node_name, "");
   EXPECT_EQ(Lock("n1"), "<none>");
-  EXPECT_THAT(env_.faults()->Matching("PATCH", "/api/v1/nodes/"), IsEmpty());
+  ASSERT_EQ(ledger_.Reservations().size(), 1u);  // p1's filter decision is untouched
+  EXPECT_EQ(s.stats().bind_outcomes.at("not_ours"), 2u);
+  // The real bind of p1 still goes through.
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+}
+
+// Issue #21: a /filter naming a running pod (with any uid) rewrote that pod's annotations by
+// name; the ledger then saw it bound to a node its annotations no longer named, freed its GPU,
+// and the next pod was placed on the same GPU.
+TEST_F(SchedulerTest, AFilterNamingARunningPodChangesNothing) {
+  AddNode("n1", {{"GPU-a", 1, 8000}});
+  AddNode("n2", {{"GPU-b", 1, 8000}});
+  env_.CreatePod("running", Limits(8000));
+  env_.CreatePod("next", Limits(8000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("running", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_EQ(s.Bind(BindFor("running", "n1")).error, "");
+  absl::StatusOr<ledger::PodAllocation> observed = cluster::ProjectPod(*vendor_, Pod("running"));
+  ASSERT_TRUE(observed.ok());
+  ASSERT_TRUE(ledger_.Apply(*observed).ok());
+  const kube::Pod before = Pod("running");
+  const size_t patches = PodPatches("running").size();
+
+  // The forger's copy: unbound, asking for a little memory, with the real uid or another.
+  kube::Pod forged = before;
+  forged.node_name.clear();
+  for (const std::string& uid : {before.meta.uid, std::string("forged-uid")}) {
+    forged.meta.uid = uid;
+    FilterArgs args;
+    args.pod = forged;
+    args.node_names = std::vector<std::string>{"n2"};
+    std::string outcome;
+    FilterResult r = s.Filter(args, &outcome);
+    EXPECT_EQ(outcome, "error") << uid;
+    EXPECT_THAT(r.error, uid == before.meta.uid ? HasSubstr("is already bound to node n1")
+                                                : HasSubstr("has uid " + before.meta.uid))
+        << uid;
+  }
+  // A request that says the pod is bound is refused without a look at the API server.
+  forged.meta.uid = before.meta.uid;
+  forged.node_name = "n1";
+  FilterArgs bound_args;
+  bound_args.pod = forged;
+  bound_args.node_names = std::vector<std::string>{"n2"};
+  EXPECT_THAT(s.Filter(bound_args).error, HasSubstr("already bound"));
+
+  EXPECT_EQ(PodPatches("running").size(), patches);
+  EXPECT_EQ(Pod("running"), before);
+  // GPU-a is still held: the next pod goes to n2, not onto the running pod's memory.
+  EXPECT_THAT(*s.Filter(Args("next", {"n1", "n2"})).node_names, ElementsAre("n2"));
+}
+
+// The second layer: a cache that still holds a deleted pod's copy lets the check pass, but the
+// patch names the uid, so the pod that now has that name is not written.
+TEST_F(SchedulerTest, TheFilterPatchNamesThePodsUid) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  kube::Pod ghost = Pod("p1");
+  ghost.meta.uid = "uid-of-a-deleted-pod";
+  Scheduler& s =
+      Make([&](std::string_view, std::string_view) -> std::optional<kube::Pod> { return ghost; });
+  FilterArgs args;
+  args.pod = ghost;
+  args.node_names = std::vector<std::string>{"n1"};
+  FilterResult r = s.Filter(args);
+  EXPECT_THAT(r.error, HasSubstr("metadata.uid"));
+  ASSERT_EQ(PodPatches("p1").size(), 1u);
+  EXPECT_THAT(PodPatches("p1")[0].body, HasSubstr(R"("uid":"uid-of-a-deleted-pod")"));
+  EXPECT_FALSE(Pod("p1").meta.annotations.Contains(device::kVgpuNodeAnnotation));
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+}
+
+TEST_F(SchedulerTest, FilterRefusesPodsBeingDeletedOrFinished) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler& s = Make();
+  FilterArgs args = Args("p1", {"n1"});
+  args.pod.meta.deleting = true;
+  EXPECT_THAT(s.Filter(args).error, HasSubstr("pod default/p1 is being deleted"));
+  args = Args("p1", {"n1"});
+  args.pod.phase = kube::PodPhase::kFailed;
+  EXPECT_THAT(s.Filter(args).error, HasSubstr("pod default/p1 has finished (phase Failed)"));
+  EXPECT_THAT(PodPatches("p1"), IsEmpty());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  // The API server's copy counts too: the pod is deleted while the request says it is pending.
+  args = Args("p1", {"n1"});
+  env_.Delete("pods", "default", "p1");
+  EXPECT_THAT(s.Filter(args).error, HasSubstr("not found"));
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
 }
 
 TEST_F(SchedulerTest, LockConflictDuringBindIsRetried) {
@@ -922,6 +1081,7 @@ TEST_F(SchedulerTest, WriteBehindBindWaitsForThePatchAndUsesThePodItReturned) {
   EXPECT_THAT(*r.node_names, ElementsAre("n1"));
   const BindArgs bind = BindFor("p1", "n1");
   const size_t gets = env_.faults()->Matching("GET", std::string(kPodPath) + "p1").size();
+  lookups = 0;  // the filter's check that the pod is pending used it
   BindResult b = s.Bind(bind);
   EXPECT_EQ(b.error, "");
   // The patched pod came from the patch's reply: neither the lookup nor a GET was needed.

@@ -142,14 +142,17 @@ class ApisimEnv {
                        R"("annotations":{}}}}})",
                        name, annotations_json));
   }
-  // A pod in `default` with one container `limits_json` (e.g. {"nvidia.com/gpu":"1"}).
+  // A pod in `default` with one container `limits_json` (e.g. {"nvidia.com/gpu":"1"}), for
+  // scheduler `scheduler_name` (the Scheduler's default name unless given).
   void CreatePod(const std::string& name, const std::string& limits_json,
-                 const std::string& annotations_json = "{}") {
+                 const std::string& annotations_json = "{}",
+                 const std::string& scheduler_name = "hami-scheduler") {
     Create("pods", "default",
            fmt::format(R"({{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{}",)"
-                       R"("namespace":"default","annotations":{}}},"spec":{{"containers":)"
+                       R"("namespace":"default","annotations":{}}},"spec":{{)"
+                       R"("schedulerName":"{}","containers":)"
                        R"([{{"name":"main","image":"x","resources":{{"limits":{}}}}}]}}}})",
-                       name, annotations_json, limits_json));
+                       name, annotations_json, scheduler_name, limits_json));
   }
 
  private:

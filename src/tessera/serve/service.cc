@@ -69,8 +69,9 @@ metrics::BindOutcome BindOutcomeOf(std::string_view outcome, const extender::Bin
   if (result.error.empty()) {
     return metrics::BindOutcome::kBound;
   }
-  if (outcome == "pod_not_found" || outcome == "no_allocation" || outcome == "lock_held" ||
-      outcome == "devices_not_free" || outcome == "binding_rejected") {
+  if (outcome == "pod_not_found" || outcome == "not_ours" || outcome == "node_unregistered" ||
+      outcome == "no_allocation" || outcome == "lock_held" || outcome == "devices_not_free" ||
+      outcome == "binding_rejected") {
     return metrics::BindOutcome::kRejected;
   }
   return metrics::BindOutcome::kError;
