@@ -33,6 +33,9 @@ std::string Devices(const std::optional<ledger::PodAllocation>& record) {
   if (!record) {
     return "none";
   }
+  if (record->unreadable) {
+    return "allocation unreadable";
+  }
   std::string out;
   for (const auto& container : record->devices) {
     for (const device::ContainerDevice& d : container) {
@@ -79,10 +82,8 @@ AuditReport Auditor::Run(absl::Time now) {
   absl::flat_hash_map<std::string, std::string> listed_rv;
   for (const auto& pod : pods) {
     listed_rv[pod->meta.uid] = pod->meta.resource_version;
-    absl::StatusOr<ledger::PodAllocation> a = cluster::ProjectPod(*vendor_, *pod);
-    if (a.ok()) {
-      records.push_back(*std::move(a));
-    }
+    // The feed's projection, failing closed: an unreadable allocation blocks its node.
+    records.push_back(cluster::ProjectPodForLedger(*vendor_, *pod));
   }
   std::unique_ptr<ledger::Ledger> fresh =
       ledger::Ledger::Recompute(nodes, records, ledger_->Reservations());

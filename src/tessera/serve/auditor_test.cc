@@ -3,6 +3,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -155,6 +157,25 @@ TEST_F(AuditorTest, ALostRegistrationIsRestored) {
   AuditReport r = auditor_.Run(clock_.Now());
   EXPECT_EQ(r.corrections["node"], 1);
   EXPECT_EQ(UsedMem(), 1000);
+}
+
+std::string BlockedBy(const ledger::Ledger& ledger) {
+  std::vector<std::string_view> names = {"a"};
+  return (*ledger.Snapshot(names)[0]).blocked_by;
+}
+
+TEST_F(AuditorTest, AMissedPodWithAnUnreadableAllocationIsRepairedAndBlocksItsNode) {
+  kube::Pod pod = AllocatedPod("p", "a", "GPU-1,NVIDIA,lots,10:;");
+  store_[pod.meta.uid] = std::make_shared<const kube::Pod>(pod);  // the handler never ran
+  AuditReport r = auditor_.Run(clock_.Now());
+  EXPECT_EQ(r.corrections["missing_record"], 1);
+  EXPECT_EQ(BlockedBy(ledger_), "ml/p");
+  ASSERT_EQ(r.problems.unreadable.size(), 1u);
+  EXPECT_EQ(r.problems.unreadable[0].name, "p");
+  EXPECT_EQ(r.problems.unreadable[0].node, "a");
+  // Consistent from now on: the audit's recomputation blocks the node too.
+  EXPECT_THAT(auditor_.Run(clock_.Now()).corrections, IsEmpty());
+  EXPECT_EQ(BlockedBy(ledger_), "ml/p");
 }
 
 }  // namespace

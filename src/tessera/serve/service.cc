@@ -24,6 +24,7 @@
 #include "tessera/kube/transport.h"
 #include "tessera/ledger/ledger.h"
 #include "tessera/metrics/registry.h"
+#include "tessera/schedule/fit.h"
 #include "tessera/serve/auditor.h"
 #include "tessera/serve/pod_feed.h"
 #include "tessera/serve/resyncer.h"
@@ -49,7 +50,8 @@ std::string CommonFailureReason(const std::map<std::string, std::string>& failed
           part.substr(0, space).find('/') != absl::string_view::npos) {
         part = part.substr(space + 1);
       }
-      ++counts[std::string(part)];
+      // No pod names in labels.
+      ++counts[std::string(schedule::ReasonLabel(std::string_view(part.data(), part.size())))];
     }
   }
   std::string best;
@@ -598,9 +600,14 @@ nlohmann::json ProblemsJson(const ledger::Problems& problems) {
                             {"node", u.node},
                             {"reserved", u.reserved}});
   }
+  nlohmann::json unreadable = nlohmann::json::array();
+  for (const ledger::Unreadable& u : problems.unreadable) {
+    unreadable.push_back({{"namespace", u.ns}, {"name", u.name}, {"uid", u.uid}, {"node", u.node}});
+  }
   return {{"conflicts", std::move(conflicts)},
           {"orphans", std::move(orphans)},
-          {"unregistered", std::move(unregistered)}};
+          {"unregistered", std::move(unregistered)},
+          {"unreadable", std::move(unreadable)}};
 }
 
 nlohmann::json ResyncJson(const ResyncReport& r, absl::Duration period) {
@@ -631,7 +638,8 @@ nlohmann::json AuditJson(const AuditReport& r) {
           {"details", r.details},
           {"conflicts", r.problems.conflicts.size()},
           {"orphans", r.problems.orphans.size()},
-          {"unregistered", r.problems.unregistered.size()}};
+          {"unregistered", r.problems.unregistered.size()},
+          {"unreadable", r.problems.unreadable.size()}};
 }
 
 }  // namespace
