@@ -324,7 +324,8 @@ absl::Status Service::Impl::Init() {
   auditor_ = std::make_unique<Auditor>(
       vendor_.get(), &ledger_, feed_.get(), [this] { return pods_->store().List(); },
       [this](std::string_view uid) { return pods_->store().GetByUid(uid); },
-      [this] { return registry_->Registrations(); });
+      [this] { return registry_->Registrations(); },
+      AuditorOptions{.scheduler_name = options_.scheduler_name});
 
   resyncer_ = std::make_unique<Resyncer>(client_.get(), pods_.get(), nodes_.get(),
                                          // Each replica its own jitter, so that replicas started
@@ -486,6 +487,13 @@ void Service::Impl::Housekeeping() {
           metrics_->RecordAuditCorrections(cause, n);
           total += n;
         }
+        const ledger::Problems& p = report.problems;
+        metrics_->SetLedgerProblems("conflict", static_cast<int64_t>(p.conflicts.size()));
+        metrics_->SetLedgerProblems("orphan", static_cast<int64_t>(p.orphans.size()));
+        metrics_->SetLedgerProblems("unregistered", static_cast<int64_t>(p.unregistered.size()));
+        metrics_->SetLedgerProblems("unreadable", static_cast<int64_t>(p.unreadable.size()));
+        metrics_->SetLedgerProblems("foreign_allocation",
+                                    static_cast<int64_t>(report.foreign.size()));
         NoteRepairCounts("audit", report.corrections);
         for (const std::string& line : report.details) {
           NoteRepair("audit", line);
@@ -610,6 +618,18 @@ nlohmann::json ProblemsJson(const ledger::Problems& problems) {
           {"unreadable", std::move(unreadable)}};
 }
 
+nlohmann::json ForeignJson(const std::vector<ForeignAllocation>& foreign) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ForeignAllocation& f : foreign) {
+    out.push_back({{"namespace", f.ns},
+                   {"name", f.name},
+                   {"uid", f.uid},
+                   {"scheduler", f.scheduler},
+                   {"node", f.node}});
+  }
+  return out;
+}
+
 nlohmann::json ResyncJson(const ResyncReport& r, absl::Duration period) {
   if (r.at == absl::InfinitePast()) {
     return nullptr;  // not run yet
@@ -639,7 +659,8 @@ nlohmann::json AuditJson(const AuditReport& r) {
           {"conflicts", r.problems.conflicts.size()},
           {"orphans", r.problems.orphans.size()},
           {"unregistered", r.problems.unregistered.size()},
-          {"unreadable", r.problems.unreadable.size()}};
+          {"unreadable", r.problems.unreadable.size()},
+          {"foreign_allocations", ForeignJson(r.foreign)}};
 }
 
 }  // namespace
