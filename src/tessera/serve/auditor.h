@@ -19,7 +19,9 @@
 // whose spec.schedulerName is set and is not ours. They are counted by the ledger like any other
 // (the device plugin honours them), so nothing new lands on top of them; the report names them
 // so that an operator can find allocations Tessera never wrote (HAMi #3041). Each is logged once,
-// when the audit first sees it.
+// when the audit first sees it. "default-scheduler" is another scheduler too: the webhook
+// rewrites it to ours for every GPU pod it admits, so a bound pod still naming it was placed
+// without Tessera.
 //
 //   Auditor auditor(&vendor, &ledger, &feed, pods_source, pod_by_uid, registrations);
 //   AuditReport report = auditor.Run(clock->Now());
