@@ -97,37 +97,38 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
     if (!input.pod.meta.uid.empty() && pod.meta.uid == input.pod.meta.uid) {
       continue;  // the pod being placed releases whatever it held (a re-filter)
     }
-    absl::StatusOr<ledger::PodAllocation> alloc = ProjectPod(vendor, pod);
-    if (!alloc.ok()) {
-      result.warnings.push_back(std::string(alloc.status().message()));
+    absl::Status decoded;
+    const ledger::PodAllocation alloc = ProjectPodForLedger(vendor, pod, &decoded);
+    if (!decoded.ok()) {
+      // Applied all the same: while the pod runs, it blocks its node (holder rule 6).
+      result.warnings.push_back(std::string(decoded.message()));
+    }
+    if (alloc.node.empty()) {
       continue;
     }
-    if (alloc->node.empty()) {
-      continue;
-    }
-    if (absl::Status s = ledger.Apply(*alloc); !s.ok()) {
+    if (absl::Status s = ledger.Apply(alloc); !s.ok()) {
       result.warnings.push_back(fmt::format("pod {}: {}", pod.Key(), std::string(s.message())));
       continue;
     }
-    const bool in_flight = alloc->bound_node.empty() && !alloc->terminal && !alloc->bind_failed;
+    const bool in_flight =
+        alloc.bound_node.empty() && !alloc.terminal && !alloc.bind_failed && !alloc.unreadable;
     if (!in_flight) {
       continue;
     }
     std::optional<absl::Time> filtered = FilterTime(pod);
     if (filtered && *filtered + input.reservation_ttl > input.now) {
-      absl::Status s =
-          ledger.Reserve(alloc->uid, alloc->ns, alloc->name, alloc->node, alloc->devices,
-                         *filtered + input.reservation_ttl, alloc->init_count);
+      absl::Status s = ledger.Reserve(alloc.uid, alloc.ns, alloc.name, alloc.node, alloc.devices,
+                                      *filtered + input.reservation_ttl, alloc.init_count);
       if (s.ok()) {
         result.warnings.push_back(
             fmt::format("pod {} is filtered to {} but not bound yet: its devices count as reserved",
-                        pod.Key(), alloc->node));
+                        pod.Key(), alloc.node));
       }
     } else {
       result.warnings.push_back(
           fmt::format("pod {} is annotated for {} but unbound for longer than the reservation "
                       "TTL: it holds nothing",
-                      pod.Key(), alloc->node));
+                      pod.Key(), alloc.node));
     }
   }
   const ledger::Problems problems = ledger.FindProblems();
@@ -141,6 +142,12 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
         fmt::format("pod {}/{} names device {} that node {} does not "
                     "register: that device entry holds nothing",
                     o.ns, o.name, o.uuid, o.node));
+  }
+  for (const ledger::Unreadable& u : problems.unreadable) {
+    result.warnings.push_back(
+        fmt::format("pod {}/{} runs on node {} with an allocation Tessera cannot read: it keeps "
+                    "node {} unavailable until it is fixed, finishes or is deleted",
+                    u.ns, u.name, u.node, u.node));
   }
 
   std::vector<std::string_view> names;

@@ -69,7 +69,8 @@ struct ExplainResult {
 // Explains the placement of `input.pod`. Errors (InvalidArgument, naming the pod, container
 // and field) when the pod's requests or constraint annotations are malformed. Malformed node
 // registrations and pod allocations of the cluster are not errors: they become warnings, as
-// they would in a running scheduler (the node counts as unregistered; the pod holds nothing).
+// they would in a running scheduler (the node counts as unregistered; a running pod whose
+// allocation does not decode holds no device but blocks its node, with a warning that names it).
 absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const ExplainInput& input);
 
 // The human-readable report.

@@ -223,6 +223,25 @@ TEST_F(ExplainTest, BrokenClusterObjectsBecomeWarnings) {
   EXPECT_THAT(r.warnings, ::testing::Contains(HasSubstr("pod ml/garbled")));
 }
 
+TEST_F(ExplainTest, ARunningPodWithAnUnreadableAllocationBlocksItsNode) {
+  // HAMi #2958: which GPU of "big" the pod uses is unknown, so none is offered.
+  input_.pods.push_back(AllocatedPod("garbled", "big", "GPU-A,NVIDIA,lots,10:;"));
+  ExplainResult r = Run();
+  ASSERT_TRUE(r.node.has_value());
+  EXPECT_EQ(*r.node, "small");
+  EXPECT_FALSE(NodeOf(r, "big").fit);
+  EXPECT_THAT(NodeOf(r, "big").reasons,
+              ElementsAre("node has an allocation Tessera cannot read (pod ml/garbled)"));
+  EXPECT_THAT(r.warnings, ::testing::Contains(HasSubstr("pod ml/garbled")));
+  EXPECT_THAT(r.warnings,
+              ::testing::Contains(HasSubstr("keeps node big unavailable until it is fixed")));
+  EXPECT_THAT(RenderExplainText(r), HasSubstr("cannot read (pod ml/garbled)"));
+  // Once it has finished, the node is offered again.
+  input_.pods.back().phase = kube::PodPhase::kSucceeded;
+  r = Run();
+  EXPECT_TRUE(NodeOf(r, "big").fit);
+}
+
 TEST_F(ExplainTest, JsonFollowsTheDocumentedSchema) {
   ExplainResult r = Run();
   nlohmann::json doc = nlohmann::json::parse(RenderExplainJson(r));

@@ -15,7 +15,12 @@
 //       usage_after on the snapshot Decide saw (and FitPod chose the same devices), and every
 //       other node's usage is unchanged; a confirmation or an unchanged re-apply changes no
 //       usage either;
-//   (3) the incremental ledger equals Ledger::Recompute of the same inputs (Diff empty).
+//   (3) the incremental ledger equals Ledger::Recompute of the same inputs (Diff empty);
+//   (4) fail closed (ledger holder rule 6): bound pods are sometimes "broken" (their allocation
+//       becomes unreadable) and later fixed. A node with a broken pod is blocked in the
+//       snapshots of both ledgers, naming the broken pod with the smallest uid, and Decide
+//       refuses it with NodeBlockedReason; since nothing is placed there meanwhile, fixing the
+//       pod (its devices count again) can never over-commit (1).
 //
 // Reproduce a failure with TESSERA_FIT_LEDGER_SEED=<seed printed in the failure> (runs that
 // sequence first); TESSERA_FIT_LEDGER_SEQUENCES overrides the number of sequences.
@@ -142,6 +147,7 @@ struct Inputs {
   std::vector<std::shared_ptr<const NodeDevices>> nodes;
   std::map<std::string, ledger::PodAllocation> records;
   std::map<std::string, ledger::Reservation> reservations;
+  std::map<std::string, ledger::PodAllocation> readable;  // broken records as they were
 };
 
 std::string UsageString(const DeviceUsage& u) {
@@ -173,6 +179,27 @@ std::string CheckLedger(const ledger::Ledger& ledger, const Inputs& in) {
   const ledger::LedgerDiff diff = Diff(ledger, *fresh);
   if (!diff.Empty()) {
     return "incremental vs recompute:\n" + diff.ToString();
+  }
+  // (4) blocked nodes.
+  std::map<std::string, std::string> blocked;  // node -> "ns/name" of the smallest broken uid
+  for (const auto& [uid, r] : in.records) {    // uid order
+    if (r.unreadable && r.bound_node == r.node && !blocked.contains(r.node)) {
+      blocked[r.node] = r.ns + "/" + r.name;
+    }
+  }
+  std::vector<std::string_view> names;
+  for (const auto& n : in.nodes) {
+    names.push_back(n->node);
+  }
+  const auto snap = ledger.Snapshot(names);
+  const auto fresh_snap = fresh->Snapshot(names);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto b = blocked.find(std::string(names[i]));
+    const std::string want = b == blocked.end() ? "" : b->second;
+    if (snap[i]->blocked_by != want || fresh_snap[i]->blocked_by != want) {
+      return fmt::format("blocked_by of {}: ledger '{}', recomputed '{}', want '{}'", names[i],
+                         snap[i]->blocked_by, fresh_snap[i]->blocked_by, want);
+    }
   }
   return "";
 }
@@ -257,6 +284,14 @@ std::string RunSequence(uint64_t seed, Counts* counts) {
       const schedule::Decision decision =
           schedule::Decide(candidates, req, constraints, node_policy, gpu_policy);
       what = "place " + RequestString(req);
+      for (size_t i = 0; i < names.size(); ++i) {
+        // A pod asking for no device passes every node (it takes no GPU).
+        if (!before[i]->blocked_by.empty() && !decision.no_request &&
+            (decision.nodes[i].fit ||
+             decision.nodes[i].reason != schedule::NodeBlockedReason(before[i]->blocked_by))) {
+          return log + what + ": blocked node " + names[i] + " not refused as blocked";
+        }
+      }
       if (!decision.winner.has_value()) {
         log += "  " + what + " -> no node\n";
         if (std::string err = CheckLedger(ledger, in); !err.empty()) {
@@ -346,6 +381,24 @@ std::string RunSequence(uint64_t seed, Counts* counts) {
           return log + what + ": Apply: " + s.ToString();
         }
         unchanged = true;
+      } else if (op < 92 && res == in.reservations.end()) {
+        // The bound pod's allocation becomes unreadable, or readable again (with the devices
+        // it had): the node is blocked, or counts the devices again.
+        ledger::PodAllocation& p = in.records.at(uid);
+        if (p.unreadable) {
+          what = "fix " + uid;
+          p = in.readable.at(uid);
+          in.readable.erase(uid);
+        } else {
+          what = "break " + uid;
+          in.readable[uid] = p;
+          p.unreadable = true;
+          p.devices.clear();  // ProjectPodForLedger's record has none
+          p.init_count = 0;
+        }
+        if (absl::Status s = ledger.Apply(p); !s.ok()) {
+          return log + what + ": Apply: " + s.ToString();
+        }
       } else {
         what = "remove " + uid;
         if (!ledger.Remove(uid)) {
@@ -353,6 +406,7 @@ std::string RunSequence(uint64_t seed, Counts* counts) {
         }
         in.records.erase(uid);
         in.reservations.erase(uid);
+        in.readable.erase(uid);
         live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
       }
       log += "  " + what + "\n";

@@ -48,4 +48,36 @@ absl::StatusOr<ledger::PodAllocation> ProjectPod(const device::Vendor& vendor,
   return out;
 }
 
+ledger::PodAllocation ProjectPodForLedger(const device::Vendor& vendor, const kube::Pod& pod,
+                                          absl::Status* error) {
+  absl::StatusOr<ledger::PodAllocation> alloc = ProjectPod(vendor, pod);
+  absl::Status status = alloc.status();
+  if (alloc.ok() && alloc->node.empty() && !pod.node_name.empty() &&
+      pod.meta.annotations.Find(device::kDevicesAllocatedAnnotation) != nullptr) {
+    // No hami.io/vgpu-node, so ProjectPod did not look at the devices.
+    absl::StatusOr<device::PodDevices> devices = vendor.DecodeAllocation(pod);
+    if (!devices.ok() && !absl::IsNotFound(devices.status())) {
+      status = devices.status();
+    }
+  }
+  if (error != nullptr) {
+    *error = status;
+  }
+  if (status.ok()) {
+    return *std::move(alloc);
+  }
+  ledger::PodAllocation out;
+  out.uid = pod.meta.uid;
+  out.ns = pod.meta.ns;
+  out.name = pod.meta.name;
+  out.bound_node = pod.node_name;
+  out.terminal = pod.Terminal();
+  out.bind_failed =
+      pod.meta.annotations.Get(device::kBindPhaseAnnotation) == device::kBindPhaseFailed;
+  out.node = !pod.node_name.empty() ? pod.node_name
+                                    : pod.meta.annotations.Get(device::kVgpuNodeAnnotation);
+  out.unreadable = true;
+  return out;
+}
+
 }  // namespace tessera::cluster

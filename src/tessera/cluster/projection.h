@@ -34,4 +34,16 @@ absl::StatusOr<std::shared_ptr<const device::NodeDevices>> ProjectNode(const dev
 absl::StatusOr<ledger::PodAllocation> ProjectPod(const device::Vendor& vendor,
                                                  const kube::Pod& pod);
 
+// The record the ledger keeps for `pod`, failing closed (ledger holder rule 6, HAMi #2958): the
+// ProjectPod record when the allocation decodes, else an `unreadable` record so that a running
+// pod whose devices cannot be named keeps its node unavailable. The unreadable record has no
+// devices; its node is spec.nodeName when the pod is bound (the node whose devices it runs
+// on, even when hami.io/vgpu-node names another), else hami.io/vgpu-node. A bound pod without
+// hami.io/vgpu-node whose hami.io/vgpu-devices-allocated is present and does not decode is
+// unreadable too (with a readable one it carries no allocation, as in ProjectPod). `error`,
+// when not null, receives the decode error (OkStatus when readable). The pod feed, the audit
+// and `tessera explain` all use this, so the block is the same in all three.
+ledger::PodAllocation ProjectPodForLedger(const device::Vendor& vendor, const kube::Pod& pod,
+                                          absl::Status* error = nullptr);
+
 }  // namespace tessera::cluster

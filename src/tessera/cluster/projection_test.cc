@@ -97,5 +97,57 @@ TEST_F(ProjectionTest, PodStates) {
   EXPECT_NE(std::string(s.message()).find("pod ml/r"), std::string::npos) << s;
 }
 
+TEST_F(ProjectionTest, ForLedgerIsProjectPodWhenTheAllocationDecodes) {
+  kube::Pod bound = AllocatedPod("p", "a", "GPU-1,NVIDIA,1000,10:;");
+  absl::Status error = absl::UnknownError("unset");
+  EXPECT_EQ(ProjectPodForLedger(*vendor_, bound, &error), *ProjectPod(*vendor_, bound));
+  EXPECT_TRUE(error.ok());
+  kube::Pod plain = AllocatedPod("q", "a", "");
+  EXPECT_EQ(ProjectPodForLedger(*vendor_, plain, &error), *ProjectPod(*vendor_, plain));
+  EXPECT_TRUE(error.ok());
+  // No hami.io/vgpu-node but a readable allocation: no allocation, as in ProjectPod.
+  bound.meta.annotations.Erase("hami.io/vgpu-node");
+  EXPECT_EQ(ProjectPodForLedger(*vendor_, bound), *ProjectPod(*vendor_, bound));
+}
+
+TEST_F(ProjectionTest, ForLedgerFailsClosedOnAnAllocationThatDoesNotDecode) {
+  kube::Pod broken = AllocatedPod("r", "a", "GPU-1,NVIDIA;");
+  broken.meta.annotations.Set("hami.io/vgpu-node", "elsewhere");
+  absl::Status error;
+  ledger::PodAllocation p = ProjectPodForLedger(*vendor_, broken, &error);
+  EXPECT_TRUE(absl::IsInvalidArgument(error));
+  EXPECT_NE(std::string(error.message()).find("pod ml/r"), std::string::npos) << error;
+  EXPECT_TRUE(p.unreadable);
+  EXPECT_EQ(p.uid, "uid-r");
+  EXPECT_EQ(p.ns, "ml");
+  EXPECT_EQ(p.name, "r");
+  EXPECT_EQ(p.node, "a");  // where it runs, not the annotation
+  EXPECT_EQ(p.bound_node, "a");
+  EXPECT_TRUE(p.devices.empty());
+  EXPECT_FALSE(p.terminal);
+
+  // Unbound: the annotated node (it blocks nothing until bound).
+  broken.node_name.clear();
+  p = ProjectPodForLedger(*vendor_, broken, &error);
+  EXPECT_TRUE(p.unreadable);
+  EXPECT_EQ(p.node, "elsewhere");
+  EXPECT_TRUE(p.bound_node.empty());
+
+  // Bound without hami.io/vgpu-node: spec.nodeName.
+  broken.node_name = "a";
+  broken.meta.annotations.Erase("hami.io/vgpu-node");
+  p = ProjectPodForLedger(*vendor_, broken, &error);
+  EXPECT_FALSE(error.ok());
+  EXPECT_TRUE(p.unreadable);
+  EXPECT_EQ(p.node, "a");
+
+  // Terminal and bind-failed are kept (the ledger stores neither).
+  broken.phase = kube::PodPhase::kFailed;
+  broken.meta.annotations.Set("hami.io/bind-phase", "failed");
+  p = ProjectPodForLedger(*vendor_, broken);
+  EXPECT_TRUE(p.terminal);
+  EXPECT_TRUE(p.bind_failed);
+}
+
 }  // namespace
 }  // namespace tessera::cluster

@@ -86,6 +86,10 @@ using UsageList = absl::InlinedVector<DeviceUsage, 8>;
 struct NodeSnapshot {
   std::shared_ptr<const NodeDevices> devices;
   UsageList usage;
+  // Non-empty: "namespace/name" of a running pod bound here whose allocation annotation does
+  // not decode (the one with the smallest uid when there are several). Which devices it uses is
+  // unknown, so no new pod may be placed on the node (fail closed; docs/self-healing.md).
+  std::string blocked_by = {};
 };
 
 // One device handed to one container: one "UUID,Type,MiB,cores:" item of

@@ -256,6 +256,42 @@ TEST_F(SchedulerTest, NoFitReturnsFailedNodesWithHamiReasons) {
   EXPECT_EQ(st.filter_node_reasons.at("node unregistered"), 1u);
 }
 
+// HAMi #2958: a running pod whose allocation does not decode blocks its node; the filter's
+// FailedNodes and its FilteringFailed event name the pod.
+TEST_F(SchedulerTest, ANodeBlockedByAnUnreadableAllocationIsRefusedWithThePodNamed) {
+  AddNode("n1", {{"GPU-a"}});
+  ledger::PodAllocation broken;
+  broken.uid = "uid-broken";
+  broken.ns = "ml";
+  broken.name = "broken";
+  broken.node = "n1";
+  broken.bound_node = "n1";
+  broken.unreadable = true;
+  ASSERT_TRUE(ledger_.Apply(broken).ok());
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler& s = Make();
+  FilterResult r = s.Filter(Args("p1", {"n1"}));
+  EXPECT_EQ(r.error, "");
+  ASSERT_TRUE(r.node_names.has_value());
+  EXPECT_THAT(*r.node_names, IsEmpty());
+  EXPECT_EQ(r.failed_nodes,
+            (std::map<std::string, std::string>{
+                {"n1", "node has an allocation Tessera cannot read (pod ml/broken)"}}));
+  std::vector<std::string> messages;
+  for (const SeenEvent& e : Events()) {
+    EXPECT_EQ(e.reason, "FilteringFailed");
+    messages.push_back(e.message);
+  }
+  EXPECT_THAT(messages, ElementsAre("1 nodes node has an allocation Tessera cannot read (pod "
+                                    "ml/broken)(n1)"));
+  // Fixed (the record holds nothing unusual now): the node is offered again.
+  broken.unreadable = false;
+  ASSERT_TRUE(ledger_.Apply(broken).ok());
+  r = s.Filter(Args("p1", {"n1"}));
+  ASSERT_TRUE(r.node_names.has_value());
+  EXPECT_THAT(*r.node_names, ElementsAre("n1"));
+}
+
 // HAMi lists every fitting (or failing) node in the event; with hundreds of candidates that is
 // kilobytes per pod. The list is cut to keep the message within the events.k8s.io note limit,
 // and what was cut is counted.

@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include <nlohmann/json.hpp>
 
+#include "tessera/device/annotations.h"
 #include "tessera/device/quantity.h"
 #include "tessera/device/request.h"
 #include "tessera/json/text.h"
@@ -22,6 +23,14 @@ using nlohmann::json;
 
 constexpr int kMaxDepth = 512;
 constexpr std::string_view kDefaultScheduler = "default-scheduler";
+
+// The pod annotations only the scheduler writes (HAMi PR #3042 with the NVIDIA backend), in the
+// order they are checked: a pod created with any of them would be read as an allocation.
+constexpr std::string_view kSchedulerOwnedAnnotations[] = {
+    device::kVgpuNodeAnnotation,         device::kBindTimeAnnotation,
+    device::kBindPhaseAnnotation,        device::kDevicesToAllocateAnnotation,
+    device::kDevicesAllocatedAnnotation,
+};
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -293,6 +302,18 @@ AdmissionResponse ReviewPod(const AdmissionRequest& request, const WebhookOption
   const json* containers = spec != nullptr ? MemberAt(*spec, "containers") : nullptr;
   if (containers == nullptr || !containers->is_array() || containers->empty()) {
     return Denied("pod has no containers");
+  }
+  if (const json* meta = MemberAt(pod, "metadata")) {
+    if (const json* annotations = MemberAt(*meta, "annotations");
+        annotations != nullptr && annotations->is_object()) {
+      for (std::string_view key : kSchedulerOwnedAnnotations) {
+        if (annotations->contains(key)) {
+          return Denied(fmt::format(
+              "annotation {} is written by the scheduler and cannot be set when creating a pod",
+              key));
+        }
+      }
+    }
   }
   const std::string scheduler = StringAt(*spec, "schedulerName");
   if (!scheduler.empty() && scheduler != options.scheduler_name &&

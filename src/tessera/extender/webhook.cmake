@@ -2,7 +2,7 @@
 #AdmissionReview with a JSON Patch out.
 tessera_cc_library(
     NAME extender_webhook HDRS webhook.h SRCS webhook.cc DEPS
-        tessera::device_request tessera::device_config tessera::quantity tessera::kube_objects tessera::json
+        tessera::device_request tessera::device_codec tessera::device_config tessera::quantity tessera::kube_objects tessera::json
             nlohmann_json::nlohmann_json fmt::fmt absl::status absl::statusor absl::strings)
 
     tessera_cc_test(NAME extender_webhook_test SRCS webhook_test.cc DEPS tessera::extender_webhook

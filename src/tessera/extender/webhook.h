@@ -23,6 +23,13 @@
 //
 // Decision (HAMi HEAD's Handle and NVIDIA MutateAdmission, §7.3), for a Pod CREATE:
 //   1. No app containers → denied "pod has no containers".
+//   1a. metadata.annotations has a scheduler-owned key (present with any value, even empty) →
+//      denied "annotation <key> is written by the scheduler and cannot be set when creating a
+//      pod" (HAMi PR #3042). The keys, in the order checked: hami.io/vgpu-node,
+//      hami.io/bind-time, hami.io/bind-phase, hami.io/vgpu-devices-to-allocate,
+//      hami.io/vgpu-devices-allocated. This runs before step 2, so it applies to pods naming any
+//      scheduler and to pods that ask for no device: such annotations would otherwise be read
+//      as an allocation nobody made.
 //   2. spec.schedulerName set, not ours and not "default-scheduler" (or "default-scheduler" with
 //      force_overwrite_default_scheduler false) → allowed, unchanged, with the message
 //      "pod already has different scheduler assigned".

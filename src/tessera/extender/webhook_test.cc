@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
@@ -316,6 +318,67 @@ TEST(WebhookTest, OtherOperationsAndResourcesAreAllowedUnchanged) {
   doc["request"]["subResource"] = "ephemeralcontainers";
   o = Review(doc.dump());
   EXPECT_TRUE(o.patch.is_null());
+}
+
+// ---- scheduler-owned annotations (HAMi PR #3042) ---------------------------------------------
+
+// `file` with metadata.annotations set to `annotations`.
+std::string WithAnnotations(const std::string& file, const json& annotations) {
+  json doc = json::parse(ReadTestdata(file));
+  doc["request"]["object"]["metadata"]["annotations"] = annotations;
+  return doc.dump();
+}
+
+TEST(WebhookTest, EachSchedulerOwnedAnnotationDeniesACreate) {
+  for (const char* key : {"hami.io/vgpu-node", "hami.io/bind-time", "hami.io/bind-phase",
+                          "hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-allocated"}) {
+    SCOPED_TRACE(key);
+    // Present with any value, even empty.
+    Outcome o = Review(WithAnnotations("gpu-only.json", {{key, ""}}));
+    EXPECT_FALSE(o.response["allowed"]);
+    EXPECT_EQ(o.response["status"]["code"], 403);
+    EXPECT_EQ(o.response["status"]["reason"], "Forbidden");
+    EXPECT_EQ(o.response["status"]["message"],
+              std::string("annotation ") + key +
+                  " is written by the scheduler and cannot be set when creating a pod");
+    EXPECT_TRUE(o.patch.is_null());
+  }
+}
+
+TEST(WebhookTest, SchedulerOwnedAnnotationIsDeniedWhateverTheSchedulerOrRequest) {
+  // Another scheduler's pod (left alone otherwise), a pod asking for no GPU, and a webhook
+  // without --scheduler-name: all denied, since the annotations would be read as an allocation.
+  const json forged = {{"hami.io/vgpu-node", "gpu-node-1"},
+                       {"hami.io/vgpu-devices-allocated", "GPU-1,NVIDIA,20000,100:;"}};
+  WebhookOptions no_name;
+  no_name.scheduler_name = "";
+  for (const auto& [file, options] : std::vector<std::pair<std::string, WebhookOptions>>{
+           {"other-scheduler.json", {}}, {"no-gpu.json", {}}, {"gpu-only.json", no_name}}) {
+    SCOPED_TRACE(file);
+    Outcome o = Review(WithAnnotations(file, forged), options);
+    EXPECT_FALSE(o.response["allowed"]);
+    // The fixed keys are checked in order: hami.io/vgpu-node first.
+    EXPECT_EQ(o.response["status"]["message"],
+              "annotation hami.io/vgpu-node is written by the scheduler and cannot be set when "
+              "creating a pod");
+  }
+}
+
+TEST(WebhookTest, OtherHamiAnnotationsAreAllowedOnCreate) {
+  // Not scheduler-owned: the filter time, MIG allocations, user hints.
+  Outcome o = Review(WithAnnotations("gpu-only.json", {{"hami.io/vgpu-time", "1757923200"},
+                                                       {"hami.io/vgpu-mig-allocations", ""},
+                                                       {"nvidia.com/use-gputype", "A100"}}));
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_EQ(o.pod["spec"]["schedulerName"], "hami-scheduler");
+}
+
+TEST(WebhookTest, UpdatesCarryingSchedulerOwnedAnnotationsAreNotJudged) {
+  // The scheduler itself writes these keys with PATCH; UPDATE is not this check's business.
+  json doc = json::parse(WithAnnotations("gpu-only.json", {{"hami.io/bind-phase", "success"}}));
+  doc["request"]["operation"] = "UPDATE";
+  Outcome o = Review(doc.dump());
+  EXPECT_TRUE(o.response["allowed"]);
 }
 
 // ---- malformed reviews -------------------------------------------------------------------------

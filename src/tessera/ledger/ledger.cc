@@ -254,7 +254,7 @@ void Ledger::FreePod(uint32_t id) {
   p.text.reset();
   p.uid_len = p.ns_len = p.name_len = p.bound_len = 0;
   p.node = kNone;
-  p.has_record = p.bound = p.bind_failed = false;
+  p.has_record = p.bound = p.bind_failed = p.unreadable = false;
   p.held = Source::kNothing;
   p.init_count = 0;
   p.entries.clear();
@@ -332,6 +332,10 @@ void Ledger::Account(uint32_t id) {
     init_count = p.res->init_count;
   } else if (p.record_holds()) {
     p.held = Source::kRecord;
+    if (p.unreadable) {
+      nodes_[p.node].blockers.push_back(id);  // holds no device, blocks the node (rule 6)
+      return;
+    }
     src = &p.entries;
     node = p.node;
     init_count = p.init_count;
@@ -366,6 +370,16 @@ void Ledger::Unaccount(uint32_t id) {
     return;
   }
   const bool reserved = p.held == Source::kReservation;
+  if (!reserved && p.unreadable) {
+    std::vector<uint32_t>& b = nodes_[p.node].blockers;
+    auto it = std::find(b.begin(), b.end(), id);
+    if (it != b.end()) {
+      *it = b.back();
+      b.pop_back();
+    }
+    p.held = Source::kNothing;
+    return;
+  }
   Entries& src = reserved ? p.res->entries : p.entries;
   NodeSlot& slot = nodes_[reserved ? p.res->node : p.node];
   AddUsage(src, reserved ? p.res->init_count : p.init_count, &slot, -1);
@@ -402,13 +416,17 @@ void Ledger::Settle(uint32_t id, bool account, uint32_t old_a, uint32_t old_b) {
 
 bool Ledger::SameRecord(const Pod& p, const PodAllocation& pod) const {
   if (!p.has_record || p.bound != !pod.bound_node.empty() || p.bind_failed != pod.bind_failed ||
-      nodes_[p.node].name != pod.node || p.ns() != pod.ns || p.name() != pod.name) {
+      p.unreadable != pod.unreadable || nodes_[p.node].name != pod.node || p.ns() != pod.ns ||
+      p.name() != pod.name) {
     return false;
   }
   const std::string_view elsewhere =
       p.bound && pod.bound_node != pod.node ? std::string_view(pod.bound_node) : "";
   if (p.bound_elsewhere() != elsewhere) {
     return false;
+  }
+  if (pod.unreadable) {
+    return true;  // devices and init_count are not kept
   }
   size_t k = 0;
   for (size_t c = 0; c < pod.devices.size(); ++c) {
@@ -528,7 +546,7 @@ absl::Status Ledger::ApplyLocked(const PodAllocation& pod, bool account) {
     return absl::OkStatus();  // most watch deliveries: nothing the ledger keeps has changed
   }
   Entries entries;
-  if (stored) {
+  if (stored && !pod.unreadable) {
     if (absl::Status s = BuildEntries(pod.devices, &entries); !s.ok()) {
       return s;
     }
@@ -554,6 +572,7 @@ absl::Status Ledger::ApplyLocked(const PodAllocation& pod, bool account) {
     p.node = NodeSlotFor(pod.node);
     p.bound = !pod.bound_node.empty();
     p.bind_failed = pod.bind_failed;
+    p.unreadable = pod.unreadable;
     p.init_count = NormalInitCount(pod.init_count, entries);
     p.entries = std::move(entries);
   } else {
@@ -561,6 +580,7 @@ absl::Status Ledger::ApplyLocked(const PodAllocation& pod, bool account) {
     p.node = kNone;
     p.bound = false;
     p.bind_failed = false;
+    p.unreadable = false;
     p.init_count = 0;
   }
   if (old_node == kNone && stored) {
@@ -596,6 +616,7 @@ bool Ledger::Remove(std::string_view uid) {
     --records_;
   }
   p.has_record = false;
+  p.unreadable = false;
   p.init_count = 0;
   Settle(id, /*account=*/true, old_node, old_res_node);
   return true;
@@ -697,6 +718,19 @@ std::vector<Reservation> Ledger::ExpireReservations(
   return out;
 }
 
+std::string Ledger::BlockedByLocked(const NodeSlot& slot) const {
+  const Pod* first = nullptr;
+  for (uint32_t id : slot.blockers) {
+    if (first == nullptr || pods_[id].uid() < first->uid()) {
+      first = &pods_[id];
+    }
+  }
+  if (first == nullptr) {
+    return "";
+  }
+  return fmt::format("{}/{}", first->ns(), first->name());
+}
+
 // ---- reads --------------------------------------------------------------------------------
 
 std::vector<std::optional<device::NodeSnapshot>> Ledger::Snapshot(
@@ -732,6 +766,9 @@ std::vector<std::optional<device::NodeSnapshot>> Ledger::Snapshot(
     }
     out[i].emplace(device::NodeSnapshot{slot->devices,
                                         device::UsageList(slot->usage.begin(), slot->usage.end())});
+    if (!slot->blockers.empty()) {
+      out[i]->blocked_by = BlockedByLocked(*slot);
+    }
   }
   return out;
 }
@@ -821,6 +858,11 @@ Problems Ledger::FindProblems() const {
       continue;
     }
     const bool reserved = p.held == Source::kReservation;
+    if (!reserved && p.unreadable) {
+      out.unreadable.push_back(Unreadable{std::string(p.uid()), std::string(p.ns()),
+                                          std::string(p.name()), nodes_[p.node].name});
+      continue;
+    }
     const uint32_t node = reserved ? p.res->node : p.node;
     const Entries& src = reserved ? p.res->entries : p.entries;
     if (nodes_[node].devices == nullptr) {
@@ -843,6 +885,8 @@ Problems Ledger::FindProblems() const {
   });
   std::sort(out.unregistered.begin(), out.unregistered.end(),
             [](const Unregistered& x, const Unregistered& y) { return x.uid < y.uid; });
+  std::sort(out.unreadable.begin(), out.unreadable.end(),
+            [](const Unreadable& x, const Unreadable& y) { return x.uid < y.uid; });
   return out;
 }
 
@@ -863,6 +907,7 @@ std::vector<PodAllocation> Ledger::Records() const {
       a.bound_node = p.bound_len > 0 ? std::string(p.bound_elsewhere()) : a.node;
     }
     a.bind_failed = p.bind_failed;
+    a.unreadable = p.unreadable;
     a.devices = ExportDevices(p.entries);
     a.init_count = p.init_count;
     out.push_back(std::move(a));
@@ -892,6 +937,7 @@ void Ledger::RebuildUsageLocked() {
     for (auto& h : slot.holders) {
       h.clear();
     }
+    slot.blockers.clear();
   }
   for (uint32_t id = 0; id < pods_.size(); ++id) {
     if (pods_[id].text != nullptr) {
@@ -974,8 +1020,8 @@ LedgerDiff Ledger::DiffLocked(const Ledger& a, const Ledger& b) {
       } else {
         const std::string& nb = b.nodes_[pb->node].name;
         if (na != nb || pa.bound != pb->bound || pa.bind_failed != pb->bind_failed ||
-            pa.bound_elsewhere() != pb->bound_elsewhere() || pa.ns() != pb->ns() ||
-            pa.name() != pb->name() || pa.init_count != pb->init_count ||
+            pa.unreadable != pb->unreadable || pa.bound_elsewhere() != pb->bound_elsewhere() ||
+            pa.ns() != pb->ns() || pa.name() != pb->name() || pa.init_count != pb->init_count ||
             !same_entries(pa.entries, pb->entries)) {
           out.records.push_back(diff(DiffKind::kChanged, false, pa, na, nb));
         }

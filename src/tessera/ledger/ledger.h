@@ -43,12 +43,18 @@
 //      additive rule: every entry adds one slot, its MiB and its cores. Entries are collapsed by
 //      the device they match (so "GPU-x" and "GPU-x[1-2]" of one pod collapse together). Holders
 //      still list one entry per container.
+//   6. Fail closed on an allocation that cannot be read (HAMi #2958): a stored record marked
+//      `unreadable` holds no device, but while it would hold (rule 2: bound to its node, not
+//      bind-failed) it *blocks* that node: Snapshot reports the node's blocked_by ("ns/name",
+//      the smallest blocking uid) and the fit refuses the whole node. The block ends when the
+//      record is replaced by a readable one, becomes terminal, unbound or bind-failed, or is
+//      removed. FindProblems lists each blocking record.
 //
-// Stored form: per record the UID, namespace, name, annotated node, bound-ness, bind-failed flag,
-// init container count and per container device (container index, UUID, MiB, cores). Device
-// types and trailing empty containers are not kept (they do not affect accounting); Records()
-// and Reservations() return devices as PodDevices with containers up to the last one that has a
-// device, and init_count clamped to that number of containers (which classifies every stored
+// Stored form: per record the UID, namespace, name, annotated node, bound-ness, bind-failed and
+// unreadable flags, init container count and per container device (container index, UUID, MiB,
+// cores). Device types and trailing empty containers are not kept (they do not affect accounting);
+// Records() and Reservations() return devices as PodDevices with containers up to the last one that
+// has a device, and init_count clamped to that number of containers (which classifies every stored
 // entry exactly as the original count did).
 //
 // Thread safety: a Ledger is internally synchronised; every method may be called from any
@@ -88,6 +94,9 @@ struct PodAllocation {
   bool bind_failed = false;    // hami.io/bind-phase=failed
   device::PodDevices devices;  // hami.io/vgpu-devices-allocated, decoded
   int32_t init_count = 0;      // devices[0, init_count) belong to init containers (>= 0)
+  // hami.io/vgpu-devices-allocated is present but does not decode: which devices the pod uses
+  // is unknown. `devices` and `init_count` are ignored (stored empty and 0). Holder rule 6.
+  bool unreadable = false;
 
   friend bool operator==(const PodAllocation&, const PodAllocation&) = default;
 };
@@ -156,16 +165,24 @@ struct Unregistered {
   bool reserved = false;
 };
 
+// A record whose allocation does not decode and that blocks its node (holder rule 6).
+struct Unreadable {
+  std::string uid, ns, name;
+  std::string node;
+};
+
 struct Problems {
   std::vector<Conflict> conflicts;         // sorted by uid
   std::vector<Orphan> orphans;             // sorted by (uid, container, uuid)
   std::vector<Unregistered> unregistered;  // sorted by uid
+  std::vector<Unreadable> unreadable;      // sorted by uid
 };
 
 enum class DiffKind {
   kStale,    // in a, not in b
   kMissing,  // in b, not in a
-  kChanged,  // in both, different node, bound state, flags, init count or devices
+  kChanged,  // in both, different node, bound state, flags (unreadable included), init count
+             // or devices
 };
 
 // A difference in one record (reservation == false) or one reservation (reservation == true).
@@ -252,13 +269,15 @@ class Ledger {
   // Whether pod `uid` has a live reservation. O(1).
   bool HasReservation(std::string_view uid) const;
 
-  // For each name, the node's devices and usage, or nullopt if it is not registered. All nodes
-  // are read under one lock, so the result is one consistent instant. O(sum of their devices).
+  // For each name, the node's devices and usage (and blocked_by, holder rule 6), or nullopt if
+  // it is not registered. All nodes are read under one lock, so the result is one consistent
+  // instant. O(sum of their devices).
   std::vector<std::optional<device::NodeSnapshot>> Snapshot(
       const std::vector<std::string_view>& node_names) const;
   // Every registered node with per-device usage and holders. O(nodes + records).
   FullSnapshot Full() const;
-  // Conflicts, orphans and holders on unregistered nodes. O(records + reservations).
+  // Conflicts, orphans, holders on unregistered nodes and blocking unreadable records.
+  // O(records + reservations).
   Problems FindProblems() const;
   // The stored observed records (normalised as stored), sorted by uid. O(records).
   std::vector<PodAllocation> Records() const;
@@ -309,6 +328,7 @@ class Ledger {
     bool has_record : 1 = false;
     bool bound : 1 = false;
     bool bind_failed : 1 = false;
+    bool unreadable : 1 = false;  // the record's allocation does not decode (rule 6)
     Source held = Source::kNothing;
     uint16_t init_count = 0;  // the record's, normalised like Res::init_count
     Entries entries;          // the record's
@@ -332,6 +352,7 @@ class Ledger {
     std::vector<device::DeviceUsage> usage;
     std::vector<std::vector<uint32_t>> holders;  // pod ids, one per held entry
     absl::flat_hash_set<uint32_t> members;       // pods with record or reservation here
+    std::vector<uint32_t> blockers;              // unreadable holding records (rule 6)
   };
 
   // Per-device scratch for collapsing one pod's entries (Account/Unaccount).
@@ -391,6 +412,8 @@ class Ledger {
   device::PodDevices ExportDevices(const Entries& entries) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Reservation ExportReservation(const Pod& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   NodeView ViewLocked(const NodeSlot& slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "ns/name" of the blocker of `slot` with the smallest uid; empty when none.
+  std::string BlockedByLocked(const NodeSlot& slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   static LedgerDiff DiffLocked(const Ledger& a, const Ledger& b)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(a.mu_, b.mu_);

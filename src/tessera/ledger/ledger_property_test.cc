@@ -4,7 +4,9 @@
 //   (2) an independent, naive model of the holder rule written here (usage and holders, with
 //       HAMi v2.10's init-container collapse computed per pod and device from plain maps), and
 //   (3) itself: every device's usage is the collapse of its holders' entries (init entries
-//       contribute their peak and one slot, app entries their sum and count, per pod).
+//       contribute their peak and one slot, app entries their sum and count, per pod), and
+//   (4) the model's blocked nodes (unreadable allocations, holder rule 6), in Snapshot of both
+//       the incremental and the recomputed ledger.
 //
 // Reproduce a failure with TESSERA_LEDGER_SEED=<seed printed in the failure> (runs that one
 // sequence first); TESSERA_LEDGER_SEQUENCES overrides the number of sequences.
@@ -14,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -104,8 +107,8 @@ struct Model {
       records.erase(p.uid);
     } else {
       PodAllocation stored = p;
-      stored.devices = Normalize(p.devices);
-      stored.init_count = NormalizeInit(p.init_count, stored.devices);
+      stored.devices = p.unreadable ? PodDevices{} : Normalize(p.devices);
+      stored.init_count = p.unreadable ? 0 : NormalizeInit(p.init_count, stored.devices);
       records[p.uid] = stored;
     }
     if (!p.bound_node.empty()) {
@@ -129,6 +132,7 @@ struct Model {
   struct Expected {
     std::map<Key, DeviceUsage> usage;
     std::map<Key, std::vector<std::string>> holders;
+    std::map<std::string, std::string> blocked;  // node → "ns/name" of the smallest blocking uid
   };
   Expected Compute() const {
     Expected e;
@@ -140,6 +144,13 @@ struct Model {
     std::map<std::string, Source> source;
     for (const auto& [uid, r] : records) {
       if (r.bound_node == r.node && !r.bind_failed) {
+        if (r.unreadable) {
+          // Rule 6: no device, the node is blocked (unless a reservation holds instead).
+          if (!reservations.contains(uid) && !e.blocked.contains(r.node)) {
+            e.blocked[r.node] = r.ns + "/" + r.name;  // records are in uid order
+          }
+          continue;
+        }
         source[uid] = {&r.node, &r.devices, r.init_count};
       }
     }
@@ -283,6 +294,23 @@ std::string Check(const Ledger& ledger, const Model& model) {
   if (full.records != records.size() || full.reservations != reservations.size()) {
     return "record or reservation counts differ";
   }
+  // (4) blocked nodes (rule 6) equal the model's, incrementally and recomputed.
+  std::vector<std::string_view> names;
+  for (const auto& [name, n] : model.nodes) {
+    names.push_back(name);
+  }
+  const auto snap = ledger.Snapshot(names);
+  const auto fresh_snap = fresh->Snapshot(names);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto b = expected.blocked.find(std::string(names[i]));
+    const std::string want = b == expected.blocked.end() ? "" : b->second;
+    if (!snap[i] || snap[i]->blocked_by != want || !fresh_snap[i] ||
+        fresh_snap[i]->blocked_by != want) {
+      return "blocked_by of " + std::string(names[i]) + ": ledger " +
+             (snap[i] ? snap[i]->blocked_by : "(none)") + ", recomputed " +
+             (fresh_snap[i] ? fresh_snap[i]->blocked_by : "(none)") + ", model " + want;
+    }
+  }
   for (const NodeView& view : full.nodes) {
     const std::string& name = view.devices->node;
     for (size_t i = 0; i < view.usage.size(); ++i) {
@@ -360,9 +388,11 @@ std::string RunSequence(uint64_t seed, int steps) {
       p.bind_failed = g.Chance(6);
       p.devices = g.Devices(p.node.empty() ? g.NodeName() : p.node);
       p.init_count = g.InitCount();
+      p.unreadable = g.Chance(12);
       what = "Apply " + p.uid + " node=" + p.node + " init=" + std::to_string(p.init_count) +
-             " bound=" + p.bound_node + (p.terminal ? " terminal" : "") +
-             (p.deleted ? " deleted" : "") + (p.bind_failed ? " bind_failed" : "");
+             " bound=" + p.bound_node + (p.unreadable ? " unreadable" : "") +
+             (p.terminal ? " terminal" : "") + (p.deleted ? " deleted" : "") +
+             (p.bind_failed ? " bind_failed" : "");
       if (!ledger.Apply(p).ok()) {
         return log + what + ": Apply failed";
       }
@@ -375,7 +405,7 @@ std::string RunSequence(uint64_t seed, int steps) {
       auto it = model.records.begin();
       std::advance(it, g.Int(0, static_cast<int>(model.records.size()) - 1));
       PodAllocation p = it->second;
-      const int change = g.Int(0, 5);
+      const int change = g.Int(0, 6);
       if (change == 1) {
         p.bind_failed = !p.bind_failed;
       } else if (change == 2 && !p.devices.empty() && !p.devices.back().empty()) {
@@ -386,6 +416,11 @@ std::string RunSequence(uint64_t seed, int steps) {
         p.bound_node = p.bound_node.empty() ? p.node : "";
       } else if (change == 5) {
         p.init_count = g.InitCount();  // often the same classification, sometimes not
+      } else if (change == 6) {
+        p.unreadable = !p.unreadable;  // broken, or fixed (with its old devices) again
+        if (!p.unreadable) {
+          p.devices = g.Devices(p.node);
+        }
       }
       what = "Reapply " + p.uid + " change=" + std::to_string(change);
       if (!ledger.Apply(p).ok()) {

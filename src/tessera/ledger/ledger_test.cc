@@ -568,6 +568,96 @@ TEST_F(LedgerTest, SnapshotReportsUnregisteredAsNullopt) {
   EXPECT_THAT(snap[2]->usage, SizeIs(2));
 }
 
+PodAllocation Unreadable(const std::string& uid, const std::string& node) {
+  PodAllocation p = Bound(uid, node, {});
+  p.unreadable = true;
+  return p;
+}
+
+std::string BlockedBy(const Ledger& l, const std::string& node) {
+  auto snap = l.Snapshot({node});
+  EXPECT_TRUE(snap[0].has_value()) << node;
+  return snap[0].has_value() ? snap[0]->blocked_by : "";
+}
+
+TEST_F(LedgerTest, UnreadableBoundRecordBlocksItsNodeAndHoldsNoDevice) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 3000, 30)}})).ok());
+  PodAllocation broken = Unreadable("u1", "n1");
+  broken.devices = {{Dev("GPU-b", 1000, 10)}};  // ignored: not stored
+  ASSERT_TRUE(ledger_.Apply(broken).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{}));
+  EXPECT_EQ(BlockedBy(ledger_, "n1"), "default/pod-u1");
+  EXPECT_EQ(BlockedBy(ledger_, "n2"), "");
+  ASSERT_THAT(ledger_.Records(), SizeIs(1));
+  EXPECT_TRUE(ledger_.Records()[0].unreadable);
+  EXPECT_THAT(ledger_.Records()[0].devices, IsEmpty());
+  const Problems problems = ledger_.FindProblems();
+  ASSERT_THAT(problems.unreadable, SizeIs(1));
+  EXPECT_EQ(problems.unreadable[0].uid, "u1");
+  EXPECT_EQ(problems.unreadable[0].node, "n1");
+  EXPECT_THAT(problems.unregistered, IsEmpty());
+
+  // Fixed: the block goes, the devices hold again.
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 3000, 30)}})).ok());
+  EXPECT_EQ(BlockedBy(ledger_, "n1"), "");
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 3000, 30}));
+  EXPECT_THAT(ledger_.FindProblems().unreadable, IsEmpty());
+}
+
+TEST_F(LedgerTest, UnreadableBlockEndsWhenTerminalUnboundBindFailedOrRemoved) {
+  auto blocked = [&](const PodAllocation& p) {
+    EXPECT_TRUE(ledger_.Apply(Unreadable("u1", "n1")).ok());
+    EXPECT_EQ(BlockedBy(ledger_, "n1"), "default/pod-u1");
+    EXPECT_TRUE(ledger_.Apply(p).ok());
+    return BlockedBy(ledger_, "n1");
+  };
+  PodAllocation terminal = Unreadable("u1", "n1");
+  terminal.terminal = true;
+  EXPECT_EQ(blocked(terminal), "");
+  PodAllocation unbound = Unreadable("u1", "n1");
+  unbound.bound_node.clear();
+  EXPECT_EQ(blocked(unbound), "");
+  PodAllocation failed = Unreadable("u1", "n1");
+  failed.bind_failed = true;
+  EXPECT_EQ(blocked(failed), "");
+  PodAllocation deleted = Unreadable("u1", "n1");
+  deleted.deleted = true;
+  EXPECT_EQ(blocked(deleted), "");
+  ASSERT_TRUE(ledger_.Apply(Unreadable("u1", "n1")).ok());
+  EXPECT_TRUE(ledger_.Remove("u1"));
+  EXPECT_EQ(BlockedBy(ledger_, "n1"), "");
+}
+
+TEST_F(LedgerTest, SeveralBlockersNameTheSmallestUidAndSurviveReRegistration) {
+  ASSERT_TRUE(ledger_.Apply(Unreadable("u2", "n1")).ok());
+  ASSERT_TRUE(ledger_.Apply(Unreadable("u1", "n1")).ok());
+  EXPECT_EQ(BlockedBy(ledger_, "n1"), "default/pod-u1");
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n1", {"GPU-a"})).ok());  // different devices
+  EXPECT_EQ(BlockedBy(ledger_, "n1"), "default/pod-u1");
+  ASSERT_TRUE(ledger_.RemoveNode("n1"));
+  EXPECT_THAT(ledger_.FindProblems().unreadable, SizeIs(2));  // held, on an unregistered node
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n1", {"GPU-a", "GPU-b"})).ok());
+  EXPECT_TRUE(ledger_.Remove("u1"));
+  EXPECT_EQ(BlockedBy(ledger_, "n1"), "default/pod-u2");
+  EXPECT_TRUE(ledger_.Remove("u2"));
+  EXPECT_EQ(BlockedBy(ledger_, "n1"), "");
+}
+
+TEST_F(LedgerTest, UnreadableIsComparedByDiffAndRebuiltByRecompute) {
+  ASSERT_TRUE(ledger_.Apply(Unreadable("u1", "n1")).ok());
+  auto nodes = std::vector<std::shared_ptr<const NodeDevices>>{MakeNode("n1", {"GPU-a", "GPU-b"}),
+                                                               MakeNode("n2", {"GPU-c"})};
+  auto same = Ledger::Recompute(nodes, {Unreadable("u1", "n1")}, {});
+  EXPECT_TRUE(Diff(ledger_, *same).Empty()) << Diff(ledger_, *same).ToString();
+  EXPECT_EQ(BlockedBy(*same, "n1"), "default/pod-u1");
+  auto readable = Ledger::Recompute(nodes, {Bound("u1", "n1", {})}, {});
+  const LedgerDiff diff = Diff(ledger_, *readable);
+  ASSERT_THAT(diff.records, SizeIs(1));
+  EXPECT_EQ(diff.records[0].kind, DiffKind::kChanged);
+  EXPECT_EQ(BlockedBy(*readable, "n1"), "");
+}
+
 TEST_F(LedgerTest, RecomputeEqualsIncremental) {
   ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
   ASSERT_TRUE(ledger_.Apply(Bound("u2", "n2", {{Dev("GPU-c", 1000, 10)}})).ok());

@@ -497,6 +497,9 @@ TEST(Registry, HistogramsAndCountersObserveCorrectly) {
   registry.RecordBind(BindOutcome::kRejected, absl::Milliseconds(40));
   registry.RecordReservationsExpired(2);
   registry.RecordAuditCorrections("stale", 3);
+  registry.SetLedgerProblems("unreadable", 5);
+  registry.SetLedgerProblems("unreadable", 2);  // a gauge: the last audit's count
+  registry.SetLedgerProblems("foreign_allocation", 0);
   registry.RecordResyncCorrections("missing", 1);
   registry.RecordResyncCorrections("missing", 0);  // no-op
   registry.SetLeader(true);
@@ -528,6 +531,8 @@ TEST(Registry, HistogramsAndCountersObserveCorrectly) {
            "tessera_reservations_in_flight 7\n",
            "tessera_reservations_expired_total 2\n",
            "tessera_ledger_audit_corrections_total{cause=\"stale\"} 3\n",
+           "tessera_ledger_problems{kind=\"unreadable\"} 2\n",
+           "tessera_ledger_problems{kind=\"foreign_allocation\"} 0\n",
            "tessera_resync_corrections_total{kind=\"missing\"} 1\n",
            "tessera_leader 1\n",
            "tessera_informer_synced{resource=\"nodes\"} 0\n",

@@ -126,6 +126,10 @@ struct Registry::Impl {
                               .Help("Ledger entries the audit found wrong and repaired, by "
                                     "cause.")
                               .Register(*registry)),
+        ledger_problems(prometheus::BuildGauge()
+                            .Name("tessera_ledger_problems")
+                            .Help("Ledger problems the last audit found, by kind.")
+                            .Register(*registry)),
         resync_corrections(prometheus::BuildCounter()
                                .Name("tessera_resync_corrections_total")
                                .Help("Store entries a resync found wrong and repaired, by kind.")
@@ -159,6 +163,7 @@ struct Registry::Impl {
   prometheus::Gauge& reservations_in_flight;
   prometheus::Counter& reservations_expired;
   prometheus::Family<prometheus::Counter>& audit_corrections;
+  prometheus::Family<prometheus::Gauge>& ledger_problems;
   prometheus::Family<prometheus::Counter>& resync_corrections;
   prometheus::Gauge& leader;
   prometheus::Family<prometheus::Gauge>& build_info;
@@ -218,6 +223,10 @@ void Registry::RecordAuditCorrections(std::string_view cause, int64_t n) {
   if (n > 0) {
     impl_->audit_corrections.Add({{"cause", std::string(cause)}}).Increment(static_cast<double>(n));
   }
+}
+
+void Registry::SetLedgerProblems(std::string_view kind, int64_t n) {
+  impl_->ledger_problems.Add({{"kind", std::string(kind)}}).Set(static_cast<double>(n));
 }
 
 void Registry::RecordResyncCorrections(std::string_view kind, int64_t n) {

@@ -23,6 +23,10 @@
 //                                              snapshot given to Render
 //   tessera_reservations_expired_total         counter
 //   tessera_ledger_audit_corrections_total{cause}   counter
+//   tessera_ledger_problems{kind}              gauge       as of the last audit: conflict, orphan,
+//                                              unregistered, unreadable (pods whose allocation
+//                                              does not decode, each blocking its node),
+//                                              foreign_allocation
 //   tessera_resync_corrections_total{kind}     counter
 //   tessera_leader                             gauge       1 while this replica leads (runs the
 //                                              background writers; serve/leader.h), else 0
@@ -105,6 +109,8 @@ class Registry {
 
   void RecordReservationsExpired(int64_t n);
   void RecordAuditCorrections(std::string_view cause, int64_t n);
+  // The number of ledger problems of `kind` the last audit found (a gauge).
+  void SetLedgerProblems(std::string_view kind, int64_t n);
   void RecordResyncCorrections(std::string_view kind, int64_t n);
   void SetLeader(bool leader);
 

@@ -4,6 +4,8 @@
 #include <bit>
 #include <charconv>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <utility>
 
 namespace tessera::schedule {
@@ -829,9 +831,25 @@ device::PodDevices Fitter::BuildPodDevices(const NodeSnapshot& node) const {
   return out;
 }
 
+std::string NodeBlockedReason(std::string_view blocked_by) {
+  std::string out(kNodeBlockedReasonPrefix);
+  out += " (pod ";
+  out.append(blocked_by);
+  out += ')';
+  return out;
+}
+
+std::string_view ReasonLabel(std::string_view reason) {
+  return reason.starts_with(kNodeBlockedReasonPrefix) ? kNodeBlockedReasonPrefix : reason;
+}
+
 FitResult FitPod(const NodeSnapshot& node, const device::PodRequest& request,
                  const device::PodConstraints& constraints, const GpuPolicy& policy) {
   FitResult result;
+  if (!node.blocked_by.empty()) {
+    result.reason = NodeBlockedReason(node.blocked_by);
+    return result;
+  }
   Fitter fitter;
   fitter.Prepare(request, constraints, policy);
   result.fit = fitter.Fit(node);

@@ -154,8 +154,18 @@ struct FitResult {
   std::string reason;  // the parts joined with ", ", e.g. "1/2 CardInsufficientMemory"
 };
 
+// The reason a node whose snapshot is blocked (NodeSnapshot::blocked_by, "ns/name") fails:
+// "<kNodeBlockedReasonPrefix> (pod <ns/name>)".
+inline constexpr std::string_view kNodeBlockedReasonPrefix =
+    "node has an allocation Tessera cannot read";
+std::string NodeBlockedReason(std::string_view blocked_by);
+// One reason as a metric label value (a small fixed vocabulary): a blocked node's reason without
+// the pod name (kNodeBlockedReasonPrefix); any other reason unchanged.
+std::string_view ReasonLabel(std::string_view reason);
+
 // Fits `request` on `node` with the constraints and the effective GPU policy (the caller
-// resolves the pod-annotation override). Allocates; for the hot path use a Fitter.
+// resolves the pod-annotation override). A blocked node fails before any device is looked at,
+// with failed_container -1 and NodeBlockedReason. Allocates; for the hot path use a Fitter.
 FitResult FitPod(const device::NodeSnapshot& node, const device::PodRequest& request,
                  const device::PodConstraints& constraints, const device::GpuPolicy& policy);
 

@@ -105,6 +105,10 @@ Decision Decide(const std::vector<Candidate>& candidates, const device::PodReque
       out.reason = kNodeUnregistered;
       continue;
     }
+    if (!snapshot->blocked_by.empty()) {
+      out.reason = NodeBlockedReason(snapshot->blocked_by);  // holder rule 6: not scored
+      continue;
+    }
     const bool fit = fitter.Fit(*snapshot, /*want_usage_after=*/false);
     out.score = fitter.node_score();  // == ComputeNodeScore(*snapshot), from the same pass
     if (!fit) {

@@ -167,6 +167,26 @@ TEST(DecideTest, NoFittingNode) {
   }
 }
 
+TEST(DecideTest, BlockedNodeIsRefusedWithTheBlockingPod) {
+  auto cluster = FilterCluster();
+  // node2 (score 8) would win under binpack; blocked, node1 wins.
+  cluster[1].snapshot->blocked_by = "ml/broken";
+  Decision d = Decide(cluster, OneGpu(1000, 0), {}, NodePolicy::kBinpack, kSpread);
+  EXPECT_FALSE(d.nodes[1].fit);
+  EXPECT_EQ(d.nodes[1].reason, "node has an allocation Tessera cannot read (pod ml/broken)");
+  EXPECT_TRUE(d.nodes[1].reasons.empty());
+  EXPECT_EQ(d.nodes[1].failed_container, -1);
+  ASSERT_TRUE(d.winner.has_value());
+  EXPECT_EQ(*d.winner, 0u);
+  // FitPod says the same.
+  schedule::FitResult fit = FitPod(*cluster[1].snapshot, OneGpu(1000, 0), {}, kSpread);
+  EXPECT_FALSE(fit.fit);
+  EXPECT_EQ(fit.reason, d.nodes[1].reason);
+  // As a metric label the pod name is dropped.
+  EXPECT_EQ(ReasonLabel(fit.reason), "node has an allocation Tessera cannot read");
+  EXPECT_EQ(ReasonLabel("CardInsufficientMemory"), "CardInsufficientMemory");
+}
+
 TEST(DecideTest, MalformedSnapshotIsUsageUnavailable) {
   auto cluster = FilterCluster();
   cluster[1].snapshot->usage.clear();

@@ -1,5 +1,6 @@
 #include "tessera/serve/auditor.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -33,6 +34,9 @@ std::string Devices(const std::optional<ledger::PodAllocation>& record) {
   if (!record) {
     return "none";
   }
+  if (record->unreadable) {
+    return "allocation unreadable";
+  }
   std::string out;
   for (const auto& container : record->devices) {
     for (const device::ContainerDevice& d : container) {
@@ -57,13 +61,15 @@ absl::flat_hash_map<std::string, ledger::PodAllocation> RecordsOf(
 }  // namespace
 
 Auditor::Auditor(const device::Vendor* vendor, ledger::Ledger* ledger, PodFeed* feed,
-                 PodSource pods, PodByUid pod_by_uid, NodeSource registrations)
+                 PodSource pods, PodByUid pod_by_uid, NodeSource registrations,
+                 AuditorOptions options)
     : vendor_(vendor),
       ledger_(ledger),
       feed_(feed),
       pods_(std::move(pods)),
       pod_by_uid_(std::move(pod_by_uid)),
-      registrations_(std::move(registrations)) {}
+      registrations_(std::move(registrations)),
+      options_(std::move(options)) {}
 
 AuditReport Auditor::Run(absl::Time now) {
   const absl::Time start = absl::Now();
@@ -79,10 +85,15 @@ AuditReport Auditor::Run(absl::Time now) {
   absl::flat_hash_map<std::string, std::string> listed_rv;
   for (const auto& pod : pods) {
     listed_rv[pod->meta.uid] = pod->meta.resource_version;
-    absl::StatusOr<ledger::PodAllocation> a = cluster::ProjectPod(*vendor_, *pod);
-    if (a.ok()) {
-      records.push_back(*std::move(a));
+    // The feed's projection, failing closed: an unreadable allocation blocks its node.
+    ledger::PodAllocation record = cluster::ProjectPodForLedger(*vendor_, *pod);
+    if (!options_.scheduler_name.empty() && !pod->scheduler_name.empty() &&
+        pod->scheduler_name != options_.scheduler_name && !pod->node_name.empty() &&
+        !pod->Terminal() && (!record.node.empty() || record.unreadable)) {
+      report.foreign.push_back(ForeignAllocation{pod->meta.uid, pod->meta.ns, pod->meta.name,
+                                                 pod->scheduler_name, pod->node_name});
     }
+    records.push_back(std::move(record));
   }
   std::unique_ptr<ledger::Ledger> fresh =
       ledger::Ledger::Recompute(nodes, records, ledger_->Reservations());
@@ -182,8 +193,21 @@ AuditReport Auditor::Run(absl::Time now) {
     }
   }
   report.problems = ledger_->FindProblems();
+  std::sort(report.foreign.begin(), report.foreign.end(),
+            [](const ForeignAllocation& x, const ForeignAllocation& y) { return x.uid < y.uid; });
   report.took = absl::Now() - start;
   MutexLock lock(&mu_);
+  absl::flat_hash_set<std::string> seen;
+  for (const ForeignAllocation& f : report.foreign) {
+    if (!foreign_seen_.contains(f.uid)) {
+      TESSERA_LOG(kWarning,
+                  "pod {}/{} on node {} carries a GPU allocation but names scheduler {}: counted, "
+                  "but not written by this scheduler",
+                  f.ns, f.name, f.node, f.scheduler);
+    }
+    seen.insert(f.uid);
+  }
+  foreign_seen_ = std::move(seen);
   last_ = report;
   return report;
 }

@@ -13,6 +13,16 @@
 // The report line gives node and devices of the record before and after the repair. A node
 // whose registration differs from the registry's is re-registered.
 //
+// Besides the ledger's problems (conflicts, orphans, unregistered holders, unreadable
+// allocations that block their node), the audit lists *foreign allocations*: bound, non-terminal
+// pods that carry an allocation (hami.io/vgpu-node, or an allocation that does not decode) but
+// whose spec.schedulerName is set and is not ours. They are counted by the ledger like any other
+// (the device plugin honours them), so nothing new lands on top of them; the report names them
+// so that an operator can find allocations Tessera never wrote (HAMi #3041). Each is logged once,
+// when the audit first sees it. "default-scheduler" is another scheduler too: the webhook
+// rewrites it to ours for every GPU pod it admits, so a bound pod still naming it was placed
+// without Tessera.
+//
 //   Auditor auditor(&vendor, &ledger, &feed, pods_source, pod_by_uid, registrations);
 //   AuditReport report = auditor.Run(clock->Now());
 //
@@ -31,6 +41,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 
 #include "tessera/base/mutex.h"
@@ -41,6 +52,18 @@
 #include "tessera/serve/pod_feed.h"
 
 namespace tessera::serve {
+
+// A bound pod with an allocation that names another scheduler.
+struct ForeignAllocation {
+  std::string uid, ns, name;
+  std::string scheduler;  // spec.schedulerName
+  std::string node;       // spec.nodeName
+};
+
+struct AuditorOptions {
+  // Our spec.schedulerName (--scheduler-name). Empty: no pod is foreign.
+  std::string scheduler_name;
+};
 
 struct AuditReport {
   absl::Time at = absl::InfinitePast();  // when it ran (InfinitePast: never)
@@ -54,7 +77,8 @@ struct AuditReport {
   std::map<std::string, int64_t> corrections;
   // One line per correction (at most 100): the cause, the pod or node, the devices involved.
   std::vector<std::string> details;
-  ledger::Problems problems;  // conflicts, orphans, holders on unregistered nodes
+  ledger::Problems problems;  // conflicts, orphans, unregistered holders, unreadable blockers
+  std::vector<ForeignAllocation> foreign;  // sorted by uid
 };
 
 class Auditor {
@@ -65,7 +89,7 @@ class Auditor {
 
   // Every pointer and function must outlive the auditor.
   Auditor(const device::Vendor* vendor, ledger::Ledger* ledger, PodFeed* feed, PodSource pods,
-          PodByUid pod_by_uid, NodeSource registrations);
+          PodByUid pod_by_uid, NodeSource registrations, AuditorOptions options = {});
 
   AuditReport Run(absl::Time now);
   AuditReport last() const;
@@ -77,9 +101,11 @@ class Auditor {
   PodSource pods_;
   PodByUid pod_by_uid_;
   NodeSource registrations_;
+  const AuditorOptions options_;
 
   mutable Mutex mu_;
   AuditReport last_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> foreign_seen_ ABSL_GUARDED_BY(mu_);  // uids already logged
 };
 
 }  // namespace tessera::serve

@@ -3,6 +3,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -62,7 +64,8 @@ class AuditorTest : public ::testing::Test {
         auto it = store_.find(std::string(uid));
         return it == store_.end() ? nullptr : it->second;
       },
-      [this] { return std::vector<std::shared_ptr<const device::NodeDevices>>{node_}; }};
+      [this] { return std::vector<std::shared_ptr<const device::NodeDevices>>{node_}; },
+      AuditorOptions{.scheduler_name = "hami-scheduler"}};
 };
 
 TEST_F(AuditorTest, AConsistentLedgerNeedsNoCorrection) {
@@ -155,6 +158,93 @@ TEST_F(AuditorTest, ALostRegistrationIsRestored) {
   AuditReport r = auditor_.Run(clock_.Now());
   EXPECT_EQ(r.corrections["node"], 1);
   EXPECT_EQ(UsedMem(), 1000);
+}
+
+std::string BlockedBy(const ledger::Ledger& ledger) {
+  std::vector<std::string_view> names = {"a"};
+  return (*ledger.Snapshot(names)[0]).blocked_by;
+}
+
+TEST_F(AuditorTest, AMissedPodWithAnUnreadableAllocationIsRepairedAndBlocksItsNode) {
+  kube::Pod pod = AllocatedPod("p", "a", "GPU-1,NVIDIA,lots,10:;");
+  store_[pod.meta.uid] = std::make_shared<const kube::Pod>(pod);  // the handler never ran
+  AuditReport r = auditor_.Run(clock_.Now());
+  EXPECT_EQ(r.corrections["missing_record"], 1);
+  EXPECT_EQ(BlockedBy(ledger_), "ml/p");
+  ASSERT_EQ(r.problems.unreadable.size(), 1u);
+  EXPECT_EQ(r.problems.unreadable[0].name, "p");
+  EXPECT_EQ(r.problems.unreadable[0].node, "a");
+  // Consistent from now on: the audit's recomputation blocks the node too.
+  EXPECT_THAT(auditor_.Run(clock_.Now()).corrections, IsEmpty());
+  EXPECT_EQ(BlockedBy(ledger_), "ml/p");
+}
+
+TEST_F(AuditorTest, AnAllocationNamingAnotherSchedulerIsCountedAndReported) {
+  kube::Pod ours = AllocatedPod("ours", "a", "GPU-1,NVIDIA,1000,10:;");
+  ours.scheduler_name = "hami-scheduler";
+  Add(ours);
+  kube::Pod foreign = AllocatedPod("forged", "a", "GPU-1,NVIDIA,2000,10:;");
+  foreign.scheduler_name = "default-scheduler";
+  Add(foreign);
+  // Counted: nothing new lands on top of it.
+  EXPECT_EQ(UsedMem(), 3000);
+  // Not bound, or finished: nothing to report.
+  kube::Pod pending = AllocatedPod("pending", "a", "GPU-1,NVIDIA,500,10:;");
+  pending.scheduler_name = "volcano";
+  pending.node_name.clear();
+  Add(pending);
+  kube::Pod done = AllocatedPod("done", "a", "GPU-1,NVIDIA,500,10:;");
+  done.scheduler_name = "volcano";
+  done.phase = kube::PodPhase::kSucceeded;
+  Add(done);
+  // No allocation: not reported.
+  kube::Pod plain = AllocatedPod("plain", "a", "");
+  plain.scheduler_name = "volcano";
+  Add(plain);
+  // An unreadable allocation is an allocation too.
+  kube::Pod garbled = AllocatedPod("garbled", "a", "GPU-1,NVIDIA,lots,10:;");
+  garbled.scheduler_name = "volcano";
+  Add(garbled);
+
+  AuditReport r = auditor_.Run(clock_.Now());
+  EXPECT_THAT(r.corrections, IsEmpty());
+  ASSERT_EQ(r.foreign.size(), 2u);
+  EXPECT_EQ(r.foreign[0].name, "forged");
+  EXPECT_EQ(r.foreign[0].ns, "ml");
+  EXPECT_EQ(r.foreign[0].uid, "uid-forged");
+  EXPECT_EQ(r.foreign[0].scheduler, "default-scheduler");
+  EXPECT_EQ(r.foreign[0].node, "a");
+  EXPECT_EQ(r.foreign[1].name, "garbled");
+  EXPECT_EQ(auditor_.last().foreign.size(), 2u);
+
+  // Gone: no longer reported.
+  store_.erase(foreign.meta.uid);
+  feed_.OnDelete(foreign, false);
+  store_.erase(garbled.meta.uid);
+  feed_.OnDelete(garbled, false);
+  EXPECT_THAT(auditor_.Run(clock_.Now()).foreign, IsEmpty());
+}
+
+TEST_F(AuditorTest, WithoutASchedulerNameNothingIsForeign) {
+  Auditor auditor(
+      vendor_.get(), &ledger_, &feed_,
+      [this] {
+        std::vector<std::shared_ptr<const kube::Pod>> out;
+        for (const auto& [uid, pod] : store_) {
+          out.push_back(pod);
+        }
+        return out;
+      },
+      [this](std::string_view uid) -> std::shared_ptr<const kube::Pod> {
+        auto it = store_.find(std::string(uid));
+        return it == store_.end() ? nullptr : it->second;
+      },
+      [this] { return std::vector<std::shared_ptr<const device::NodeDevices>>{node_}; },
+      AuditorOptions{.scheduler_name = ""});
+  kube::Pod foreign = AllocatedPod("forged", "a", "GPU-1,NVIDIA,2000,10:;");
+  foreign.scheduler_name = "default-scheduler";
+  Add(foreign);
+  EXPECT_THAT(auditor.Run(clock_.Now()).foreign, IsEmpty());
 }
 
 }  // namespace

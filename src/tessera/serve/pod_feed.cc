@@ -69,18 +69,18 @@ void PodFeed::OnDelete(const kube::Pod& last, bool final_state_unknown) {
 }
 
 void PodFeed::Observe(const kube::Pod& pod, bool in_initial_list) {
-  absl::StatusOr<ledger::PodAllocation> alloc = cluster::ProjectPod(*vendor_, pod);
-  if (!alloc.ok()) {
-    // An allocation that does not decode holds nothing.
-    ledger_->Remove(pod.meta.uid);
+  absl::Status decoded;
+  const ledger::PodAllocation alloc = cluster::ProjectPodForLedger(*vendor_, pod, &decoded);
+  if (!decoded.ok()) {
+    // Applied below as an unreadable record: it holds no device but blocks its node while the
+    // pod runs there (holder rule 6).
     {
       MutexLock lock(&mu_);
       ++stats_.projection_errors;
     }
-    NoteError(std::string(alloc.status().message()));
-    return;
+    NoteError(std::string(decoded.message()));
   }
-  absl::Status applied = ledger_->Apply(*alloc);
+  absl::Status applied = ledger_->Apply(alloc);
   {
     MutexLock lock(&mu_);
     ++stats_.applied;
@@ -89,8 +89,9 @@ void PodFeed::Observe(const kube::Pod& pod, bool in_initial_list) {
     NoteError("pod " + pod.Key() + ": " + std::string(applied.message()));
     return;
   }
-  if (!in_initial_list || options_.reservation_ttl <= absl::ZeroDuration() || alloc->node.empty() ||
-      !alloc->bound_node.empty() || alloc->terminal || alloc->bind_failed || pod.Deleting()) {
+  if (!in_initial_list || options_.reservation_ttl <= absl::ZeroDuration() || alloc.unreadable ||
+      alloc.node.empty() || !alloc.bound_node.empty() || alloc.terminal || alloc.bind_failed ||
+      pod.Deleting()) {
     return;
   }
   const std::string* vgpu_time = pod.meta.annotations.Find(device::kVgpuTimeAnnotation);
@@ -102,14 +103,14 @@ void PodFeed::Observe(const kube::Pod& pod, bool in_initial_list) {
   if (expires <= clock_->Now()) {
     return;
   }
-  absl::Status reserved = ledger_->Reserve(alloc->uid, alloc->ns, alloc->name, alloc->node,
-                                           alloc->devices, expires, alloc->init_count);
+  absl::Status reserved = ledger_->Reserve(alloc.uid, alloc.ns, alloc.name, alloc.node,
+                                           alloc.devices, expires, alloc.init_count);
   if (!reserved.ok()) {
     NoteError("re-reserving pod " + pod.Key() + ": " + std::string(reserved.message()));
     return;
   }
   TESSERA_LOG(kInfo, "pod {} is in flight to node {}: holding its devices until {}", pod.Key(),
-              alloc->node, absl::FormatTime(expires));
+              alloc.node, absl::FormatTime(expires));
   MutexLock lock(&mu_);
   ++stats_.rereserved;
 }

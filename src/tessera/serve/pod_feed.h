@@ -14,8 +14,11 @@
 //     old uid before applying the new one.
 //   * Deletions and tombstones are Ledger::Remove(uid): the final object's annotations do not
 //     matter (a delete whose last state carries no HAMi annotations still frees the devices).
-//   * A pod whose allocation annotation does not decode holds nothing (its record is removed)
-//     and is counted and logged once per resourceVersion.
+//   * The projection is cluster::ProjectPodForLedger, which fails closed: a pod whose
+//     allocation annotation does not decode is applied as an `unreadable` record, which holds no
+//     device but, while the pod is bound and running, keeps its whole node unavailable (ledger
+//     holder rule 6), until it is fixed, terminal or deleted. It is counted
+//     (projection_errors) and logged when the error text changes.
 //   * Re-reservation after a restart: in the informer's FIRST list only, a pod that carries an
 //     allocation, is not bound, terminal, deleting or bind-failed, and whose hami.io/vgpu-time
 //     is younger than the reservation TTL is a filter decision still in flight (kube-scheduler

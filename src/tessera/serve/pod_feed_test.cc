@@ -2,12 +2,15 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "gtest/gtest.h"
 
 #include "tessera/cluster/projection.h"
 #include "tessera/cluster/test_objects.h"
 #include "tessera/device/vendor.h"
+#include "tessera/schedule/fit.h"
 
 namespace tessera::serve {
 namespace {
@@ -80,7 +83,21 @@ TEST_F(PodFeedTest, RecreatedUnderTheSameNameReplacesTheOldUid) {
   EXPECT_EQ(ledger_.Records()[0].uid, "uid-p-2");
 }
 
-TEST_F(PodFeedTest, UndecodableAllocationHoldsNothingAndIsCounted) {
+// Fits a 1-GPU, 1000 MiB pod on node a as the ledger now sees it.
+schedule::FitResult FitOneGpu(const ledger::Ledger& ledger) {
+  std::vector<std::string_view> names = {"a"};
+  auto snap = ledger.Snapshot(names);
+  device::ContainerRequest r;
+  r.nums = 1;
+  r.memreq = 1000;
+  device::PodRequest request;
+  request.containers = {r};
+  return schedule::FitPod(*snap[0], request, {}, {});
+}
+
+TEST_F(PodFeedTest, UndecodableAllocationOfARunningPodBlocksItsNode) {
+  // HAMi #2958: a running pod whose allocation does not decode must not have its GPU offered
+  // again; which device it uses is unknown, so the whole node is refused until it is fixed.
   kube::Pod pod = AllocatedPod("p", "a", "GPU-1,NVIDIA,1000,10:;");
   feed_.OnAdd(pod);
   kube::Pod broken = pod;
@@ -88,7 +105,47 @@ TEST_F(PodFeedTest, UndecodableAllocationHoldsNothingAndIsCounted) {
   feed_.OnUpdate(pod, broken);
   EXPECT_EQ(UsedMem(), 0);
   EXPECT_EQ(feed_.stats().projection_errors, 1);
-  EXPECT_NE(feed_.stats().last_error.find("p"), std::string::npos);
+  EXPECT_NE(feed_.stats().last_error.find("ml/p"), std::string::npos);
+  schedule::FitResult fit = FitOneGpu(ledger_);
+  EXPECT_FALSE(fit.fit);
+  EXPECT_EQ(fit.reason, "node has an allocation Tessera cannot read (pod ml/p)");
+
+  // Fixed: the block goes and the allocation holds again.
+  feed_.OnUpdate(broken, pod);
+  EXPECT_TRUE(FitOneGpu(ledger_).fit);
+  EXPECT_EQ(UsedMem(), 1000);
+  // Broken again, then terminal: the block goes.
+  feed_.OnUpdate(pod, broken);
+  EXPECT_FALSE(FitOneGpu(ledger_).fit);
+  kube::Pod done = broken;
+  done.phase = kube::PodPhase::kFailed;
+  feed_.OnUpdate(broken, done);
+  EXPECT_TRUE(FitOneGpu(ledger_).fit);
+  // Broken and running again, then deleted: the block goes.
+  feed_.OnUpdate(done, broken);
+  EXPECT_FALSE(FitOneGpu(ledger_).fit);
+  feed_.OnDelete(broken, /*final_state_unknown=*/false);
+  EXPECT_TRUE(FitOneGpu(ledger_).fit);
+}
+
+TEST_F(PodFeedTest, UndecodableAllocationOfAnUnboundPodBlocksNothing) {
+  kube::Pod pod = AllocatedPod("p", "a", "GPU-1,NVIDIA,lots,10:;");
+  pod.node_name.clear();
+  pod.phase = kube::PodPhase::kPending;
+  feed_.OnAdd(pod);
+  EXPECT_TRUE(FitOneGpu(ledger_).fit);
+  EXPECT_EQ(feed_.stats().projection_errors, 1);
+}
+
+TEST_F(PodFeedTest, UndecodableAllocationWithoutVgpuNodeBlocksTheBoundNode) {
+  // The devices cannot be named and hami.io/vgpu-node is absent: spec.nodeName says where the
+  // pod runs.
+  kube::Pod pod = AllocatedPod("p", "a", "GPU-1,NVIDIA,lots,10:;");
+  pod.meta.annotations.Erase("hami.io/vgpu-node");
+  feed_.OnAdd(pod);
+  schedule::FitResult fit = FitOneGpu(ledger_);
+  EXPECT_FALSE(fit.fit);
+  EXPECT_EQ(fit.reason, "node has an allocation Tessera cannot read (pod ml/p)");
 }
 
 kube::Pod InFlight(absl::Time filtered_at) {

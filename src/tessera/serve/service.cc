@@ -24,6 +24,7 @@
 #include "tessera/kube/transport.h"
 #include "tessera/ledger/ledger.h"
 #include "tessera/metrics/registry.h"
+#include "tessera/schedule/fit.h"
 #include "tessera/serve/auditor.h"
 #include "tessera/serve/pod_feed.h"
 #include "tessera/serve/resyncer.h"
@@ -49,7 +50,8 @@ std::string CommonFailureReason(const std::map<std::string, std::string>& failed
           part.substr(0, space).find('/') != absl::string_view::npos) {
         part = part.substr(space + 1);
       }
-      ++counts[std::string(part)];
+      // No pod names in labels.
+      ++counts[std::string(schedule::ReasonLabel(std::string_view(part.data(), part.size())))];
     }
   }
   std::string best;
@@ -323,7 +325,8 @@ absl::Status Service::Impl::Init() {
   auditor_ = std::make_unique<Auditor>(
       vendor_.get(), &ledger_, feed_.get(), [this] { return pods_->store().List(); },
       [this](std::string_view uid) { return pods_->store().GetByUid(uid); },
-      [this] { return registry_->Registrations(); });
+      [this] { return registry_->Registrations(); },
+      AuditorOptions{.scheduler_name = options_.scheduler_name});
 
   resyncer_ = std::make_unique<Resyncer>(client_.get(), pods_.get(), nodes_.get(),
                                          // Each replica its own jitter, so that replicas started
@@ -485,6 +488,13 @@ void Service::Impl::Housekeeping() {
           metrics_->RecordAuditCorrections(cause, n);
           total += n;
         }
+        const ledger::Problems& p = report.problems;
+        metrics_->SetLedgerProblems("conflict", static_cast<int64_t>(p.conflicts.size()));
+        metrics_->SetLedgerProblems("orphan", static_cast<int64_t>(p.orphans.size()));
+        metrics_->SetLedgerProblems("unregistered", static_cast<int64_t>(p.unregistered.size()));
+        metrics_->SetLedgerProblems("unreadable", static_cast<int64_t>(p.unreadable.size()));
+        metrics_->SetLedgerProblems("foreign_allocation",
+                                    static_cast<int64_t>(report.foreign.size()));
         NoteRepairCounts("audit", report.corrections);
         for (const std::string& line : report.details) {
           NoteRepair("audit", line);
@@ -599,9 +609,26 @@ nlohmann::json ProblemsJson(const ledger::Problems& problems) {
                             {"node", u.node},
                             {"reserved", u.reserved}});
   }
+  nlohmann::json unreadable = nlohmann::json::array();
+  for (const ledger::Unreadable& u : problems.unreadable) {
+    unreadable.push_back({{"namespace", u.ns}, {"name", u.name}, {"uid", u.uid}, {"node", u.node}});
+  }
   return {{"conflicts", std::move(conflicts)},
           {"orphans", std::move(orphans)},
-          {"unregistered", std::move(unregistered)}};
+          {"unregistered", std::move(unregistered)},
+          {"unreadable", std::move(unreadable)}};
+}
+
+nlohmann::json ForeignJson(const std::vector<ForeignAllocation>& foreign) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ForeignAllocation& f : foreign) {
+    out.push_back({{"namespace", f.ns},
+                   {"name", f.name},
+                   {"uid", f.uid},
+                   {"scheduler", f.scheduler},
+                   {"node", f.node}});
+  }
+  return out;
 }
 
 nlohmann::json ResyncJson(const ResyncReport& r, absl::Duration period) {
@@ -632,7 +659,9 @@ nlohmann::json AuditJson(const AuditReport& r) {
           {"details", r.details},
           {"conflicts", r.problems.conflicts.size()},
           {"orphans", r.problems.orphans.size()},
-          {"unregistered", r.problems.unregistered.size()}};
+          {"unregistered", r.problems.unregistered.size()},
+          {"unreadable", r.problems.unreadable.size()},
+          {"foreign_allocations", ForeignJson(r.foreign)}};
 }
 
 }  // namespace

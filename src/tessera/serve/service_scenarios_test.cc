@@ -26,6 +26,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "tessera/apisim/patch.h"
 #include "tessera/apisim/server.h"
 #include "tessera/apisim/tls.h"
 #include "tessera/kube/decode.h"
@@ -487,6 +488,57 @@ TEST_F(ServeScenarioTest, FilterAndBindEventsReachTheApiServer) {
   EXPECT_EQ(m.Get("tessera_bind_total", {"outcome=\"bound\""}), 1);
   EXPECT_EQ(AllocatedMiB(m, "GPU-a-0"), 4000);
   EXPECT_EQ(m.Get("hami_gpu_memory_limit_bytes", {"device_uuid=\"GPU-a-0\""}) / 1048576.0, 16000);
+}
+
+// Issue #21: a running pod whose allocation does not decode keeps its node unavailable (with
+// the pod named in FailedNodes), until it is fixed; a bound pod whose allocation names another
+// scheduler is counted and reported. The audit's gauge counts both.
+TEST_F(ServeScenarioTest, UnreadableAndForeignAllocationsAreHeldAndReported) {
+  AddNode(NodeJson("a", 1, 16000));
+  nlohmann::json broken = PodObject("broken", 4000);
+  broken["spec"]["schedulerName"] = "volcano";
+  broken["spec"]["nodeName"] = "a";
+  broken["metadata"]["annotations"] = {
+      {"hami.io/vgpu-node", "a"}, {"hami.io/vgpu-devices-allocated", "GPU-a-0,NVIDIA,lots,10:;"}};
+  broken["status"] = {{"phase", "Running"}};
+  AddPod(broken);
+  StartService([](ServeOptions& o) { o.audit_period = absl::Milliseconds(100); });
+
+  nlohmann::json reply = Filter(AddPod(PodObject("new", 1000)), {"a"});
+  EXPECT_THAT(reply["NodeNames"], IsEmpty()) << reply.dump();
+  EXPECT_EQ(reply["FailedNodes"]["a"],
+            "node has an allocation Tessera cannot read (pod default/broken)")
+      << reply.dump();
+  ASSERT_TRUE(Eventually([&] {
+    Scrape m = Metrics();
+    return m.Get("tessera_ledger_problems", {"kind=\"unreadable\""}) == 1 &&
+           m.Get("tessera_ledger_problems", {"kind=\"foreign_allocation\""}) == 1;
+  }));
+  auto res = client_->Get("/debug/audit");
+  ASSERT_TRUE(res && res->status == 200);
+  const nlohmann::json audit = nlohmann::json::parse(res->body);
+  EXPECT_EQ(audit["audit"]["foreign_allocations"][0]["name"], "broken") << audit.dump();
+  EXPECT_EQ(audit["audit"]["foreign_allocations"][0]["scheduler"], "volcano");
+  EXPECT_EQ(audit["problems"]["unreadable"][0]["name"], "broken") << audit.dump();
+  // The metric's reason label does not carry the pod name.
+  EXPECT_EQ(Metrics().Get("tessera_filter_decisions_total",
+                          {"outcome=\"unschedulable\"",
+                           "reason=\"node has an allocation Tessera cannot read\""}),
+            1);
+
+  // Fixed: counted (a foreign allocation still holds its 4000 MiB), the node offered again.
+  ASSERT_TRUE(sim_->store()
+                  .Patch(Res("pods"), "default", "broken", "", apisim::PatchType::kMerge,
+                         R"({"metadata":{"annotations":{"hami.io/vgpu-devices-allocated":)"
+                         R"("GPU-a-0,NVIDIA,4000,10:;"}}})")
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return AllocatedMiB(Metrics(), "GPU-a-0") == 4000; }));
+  EXPECT_EQ(FilterNew("new2", 1000, {"a"}), "a");
+  ASSERT_TRUE(Eventually([&] {
+    Scrape m = Metrics();
+    return m.Get("tessera_ledger_problems", {"kind=\"unreadable\""}) == 0 &&
+           m.Get("tessera_ledger_problems", {"kind=\"foreign_allocation\""}) == 1;
+  }));
 }
 
 // A two-container pod (1 GPU with 30 % of its cores, then 2 GPUs) on a 4-GPU node: every HAMi
