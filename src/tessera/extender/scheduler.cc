@@ -293,7 +293,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
       }
       ++not_fit;
       for (std::string& key : ReasonKeys(r)) {
-        ++stats_.filter_node_reasons[key];
+        ++stats_.filter_node_reasons[std::string(schedule::ReasonLabel(key))];
         by_reason[std::move(key)].push_back(candidates[i].name);
       }
     }
@@ -679,7 +679,7 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
   }
   // Only Tessera's pods, on nodes it knows, are bound here (kube-scheduler binds the rest: the
   // scheduler configuration's managedResources send only pods asking for a managed device).
-  if (pod->scheduler_name != options_.scheduler_name) {
+  if (!options_.scheduler_name.empty() && pod->scheduler_name != options_.scheduler_name) {
     return refuse(
         *pod, "not_ours",
         absl::FailedPreconditionError(fmt::format(

@@ -50,10 +50,10 @@
 //   1. The pod comes from the lookup (the informer store), or from GET when the lookup misses or
 //      its copy predates the filter's annotations. Refused, changing nothing (no API write, no
 //      reservation released): names that are not Kubernetes names; a pod naming another
-//      scheduler (spec.schedulerName != scheduler_name); a pod asking for no managed device
-//      (HAMi binds those itself; kube-scheduler binds them when managedResources is set, as
-//      the shipped configuration does); a pod already bound or being deleted; a node without a
-//      device registration in the ledger.
+//      scheduler (spec.schedulerName != scheduler_name, when scheduler_name is set); a pod
+//      asking for no managed device (HAMi binds those itself; kube-scheduler binds them when
+//      managedResources is set, as the shipped configuration does); a pod already bound or
+//      being deleted; a node without a device registration in the ledger.
 //   2. The node lock (node_lock.h) with --node-lock-timeout; its owner counts as gone when
 //      neither the lookup nor a GET finds it.
 //   3. Re-check, under the filter mutex: the pod's reservation is replaced by one for the

@@ -284,6 +284,10 @@ TEST_F(SchedulerTest, ANodeBlockedByAnUnreadableAllocationIsRefusedWithThePodNam
   }
   EXPECT_THAT(messages, ElementsAre("1 nodes node has an allocation Tessera cannot read (pod "
                                     "ml/broken)(n1)"));
+  // The statistics key (a metric label) does not grow with every blocking pod.
+  EXPECT_THAT(s.stats().filter_node_reasons,
+              ElementsAre(std::pair<const std::string, uint64_t>(
+                  "node has an allocation Tessera cannot read", 1u)));
   // Fixed (the record holds nothing unusual now): the node is offered again.
   broken.unreadable = false;
   ASSERT_TRUE(ledger_.Apply(broken).ok());
@@ -990,6 +994,18 @@ TEST_F(SchedulerTest, BindRefusesPodsAndNodesThatAreNotOurs) {
   EXPECT_EQ(s.stats().bind_outcomes.at("not_ours"), 2u);
   // The real bind of p1 still goes through.
   EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+}
+
+// With no scheduler name (HAMi's webhook then leaves spec.schedulerName alone) any scheduler's
+// pod that this extender filtered is bound.
+TEST_F(SchedulerTest, WithoutASchedulerNameAnySchedulersPodIsBound) {
+  options_.scheduler_name = "";
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000), "{}", "default-scheduler");
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  EXPECT_EQ(Pod("p1").node_name, "n1");
 }
 
 // Issue #21: a /filter naming a running pod (with any uid) rewrote that pod's annotations by
