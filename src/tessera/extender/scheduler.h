@@ -45,8 +45,10 @@
 //   1. The pod comes from the lookup (the informer store), or from GET when the lookup misses or
 //      its copy predates the filter's annotations. A pod asking for no managed device is bound
 //      directly (no lock, no annotations), as HAMi does.
-//   2. The node lock (node_lock.h) with --node-lock-timeout; its owner counts as gone when
-//      neither the lookup nor a GET finds it.
+//   2. The node lock (node_lock.h) with --node-lock-timeout. The holder's state (gone,
+//      terminal, bound to which node, bind-phase) comes from the lookup, and from a GET when the
+//      lookup misses or a takeover rests on it. A lock another pod holds is waited for, up to
+//      node_lock_retry_timeout (HAMi --node-lock-retry-timeout), before the bind fails.
 //   3. Re-check, under the filter mutex: the pod's reservation is replaced by one for the
 //      devices of its hami.io/vgpu-devices-allocated annotation (fresh TTL), and every device it
 //      names must still be within its capacity (slots, memory, cores) with everything else the
@@ -58,9 +60,11 @@
 //      hami.io/bind-phase=allocating and hami.io/bind-time=<unix seconds>, which the API server
 //      merges into the pod in the same write (HAMi patches them first, then binds: one write
 //      more, and an "allocating" pod left behind when the binding fails).
-//   Any failure releases the lock (if we took it) and the reservation, records BindingFailed and
-//   returns the error; success records BindingSucceed and keeps the reservation, which the
-//   ledger ends when it observes the pod bound (and the device plugin removes the lock).
+//   Any failure releases the lock if this bind took it (not when it found the lock already the
+//   pod's: an earlier bind of the same pod holds it for the device plugin) and the reservation,
+//   records BindingFailed and returns the error; success records BindingSucceed and keeps the
+//   reservation, which the ledger ends when it observes the pod bound (and the device plugin
+//   removes the lock).
 //
 // Reservations and bind. From the re-check (step 3) until the informer observes the pod bound,
 // the pod's reservation is what holds its devices, so it must not expire in between: a bind
@@ -141,6 +145,10 @@ struct Stats {
   // Lock acquisitions by NodeLockOutcomeName, and 409s retried while locking.
   std::map<std::string, uint64_t> lock_outcomes;
   uint64_t lock_conflicts_retried = 0;
+  // Binds that met a held lock and waited for it (node_lock_retry_timeout): "acquired" or
+  // "timed_out"; and how long the acquired ones waited.
+  std::map<std::string, uint64_t> lock_waits;
+  LatencyStats lock_wait_latency;
   LatencyStats filter_latency;
   LatencyStats patch_latency;   // the filter's annotation patch (behind the reply or not)
   uint64_t patch_failures = 0;  // whole Filter calls (API patch included)
@@ -166,10 +174,14 @@ class Scheduler {
     device::NodePolicy node_policy = device::NodePolicy::kBinpack;
     device::GpuPolicy gpu_policy;  // spread
     absl::Duration node_lock_timeout = absl::Minutes(5);
+    // How long a bind that meets a lock held by another pod keeps trying it before it fails
+    // (HAMi --node-lock-retry-timeout); zero: it fails at once.
+    absl::Duration node_lock_retry_timeout = absl::ZeroDuration();
     absl::Duration reservation_ttl = absl::Minutes(5);
     // Required; must outlive the Scheduler.
     const device::Vendor* vendor = nullptr;
-    // Retry of the lock patch on 409 (its timeout is node_lock_timeout).
+    // Retry of the lock patch on 409 (its timeout and wait are node_lock_timeout and
+    // node_lock_retry_timeout).
     NodeLockOptions lock;
     // Events queued beyond this are dropped (counted).
     size_t event_queue_limit = 1000;
@@ -244,7 +256,8 @@ class Scheduler {
   // capacity; on failure nothing stays reserved.
   absl::Status Recheck(const kube::Pod& pod, std::string_view node,
                        const device::PodDevices& devices, int32_t init_count);
-  absl::StatusOr<bool> OwnerExists(std::string_view ns, std::string_view name);
+  // The state of the pod a node lock names: from the lookup unless `fresh`, else a GET.
+  absl::StatusOr<NodeLockHolder> LockHolder(std::string_view ns, std::string_view name, bool fresh);
   absl::StatusOr<kube::Pod> FindPod(std::string_view ns, std::string_view name);
   void Record(const kube::Pod& pod, std::string reason, std::string message, bool warning);
   void EventLoop();
