@@ -299,4 +299,20 @@ absl::Status ReleaseNodeLock(kube::ApiClient* client, std::string_view node, std
                   std::string(last.message())));
 }
 
+absl::Duration NodeLockTimeoutFromEnv(const char* env, absl::Duration fallback,
+                                      std::string* warning) {
+  warning->clear();
+  if (env == nullptr || *env == '\0') {
+    return fallback;
+  }
+  absl::Duration d;
+  if (!absl::ParseDuration(env, &d) || d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
+    *warning = fmt::format(
+        "HAMI_NODELOCK_EXPIRE=\"{}\" is not a positive duration such as 5m or 90s; using {}", env,
+        absl::FormatDuration(fallback));
+    return fallback;
+  }
+  return d;
+}
+
 }  // namespace tessera::extender

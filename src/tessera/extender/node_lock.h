@@ -176,4 +176,12 @@ absl::StatusOr<NodeLockResult> AcquireNodeLockWaiting(kube::ApiClient* client,
 absl::Status ReleaseNodeLock(kube::ApiClient* client, std::string_view node, std::string_view ns,
                              std::string_view name, const NodeLockOptions& options);
 
+// The lock timeout given by HAMi's environment variable HAMI_NODELOCK_EXPIRE (its chart sets it
+// from scheduler.nodeLockExpire), for `tessera serve` without --node-lock-timeout: `env` (null or
+// empty: unset) as a Go duration such as "5m", "90s" or "1h30m". Unset gives `fallback`; a value
+// that is not a positive finite duration gives `fallback` too and says why in `*warning` (HAMi
+// logs and keeps 5m likewise); `warning` is cleared otherwise.
+absl::Duration NodeLockTimeoutFromEnv(const char* env, absl::Duration fallback,
+                                      std::string* warning);
+
 }  // namespace tessera::extender

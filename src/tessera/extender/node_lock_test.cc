@@ -508,5 +508,23 @@ TEST_F(NodeLockWaitTest, NoWaitFailsAtOnceAndOtherErrorsEndTheWait) {
   EXPECT_TRUE(sleeps_.empty());
 }
 
+TEST(NodeLockTimeoutFromEnvTest, GoDurationsOrTheFallbackWithAWarning) {
+  std::string warning = "stale";
+  EXPECT_EQ(NodeLockTimeoutFromEnv(nullptr, absl::Minutes(5), &warning), absl::Minutes(5));
+  EXPECT_EQ(warning, "");
+  EXPECT_EQ(NodeLockTimeoutFromEnv("", absl::Minutes(5), &warning), absl::Minutes(5));
+  EXPECT_EQ(warning, "");
+  EXPECT_EQ(NodeLockTimeoutFromEnv("90s", absl::Minutes(5), &warning), absl::Seconds(90));
+  EXPECT_EQ(NodeLockTimeoutFromEnv("1h30m", absl::Minutes(5), &warning), absl::Minutes(90));
+  EXPECT_EQ(NodeLockTimeoutFromEnv("2.5m", absl::Minutes(5), &warning), absl::Seconds(150));
+  EXPECT_EQ(warning, "");
+  for (const char* bad : {"5 minutes", "300", "0s", "-1m", "inf"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_EQ(NodeLockTimeoutFromEnv(bad, absl::Minutes(5), &warning), absl::Minutes(5));
+    EXPECT_THAT(warning, HasSubstr("HAMI_NODELOCK_EXPIRE"));
+    EXPECT_THAT(warning, HasSubstr("using 5m"));
+  }
+}
+
 }  // namespace
 }  // namespace tessera::extender

@@ -180,6 +180,9 @@ absl::Status Service::Impl::Init() {
   if (options_.node_lock_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--node-lock-timeout must be positive");
   }
+  if (options_.node_lock_retry_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--node-lock-retry-timeout must not be negative");
+  }
   TESSERA_RETURN_IF_ERROR(Elector::Validate(options_.leader));
 
   absl::StatusOr<kube::RestConfig> rest = kube::LoadRestConfig(options_.kube);
@@ -296,6 +299,7 @@ absl::Status Service::Impl::Init() {
   scheduler_options.node_policy = options_.node_policy;
   scheduler_options.gpu_policy = options_.gpu_policy;
   scheduler_options.node_lock_timeout = options_.node_lock_timeout;
+  scheduler_options.node_lock_retry_timeout = options_.node_lock_retry_timeout;
   scheduler_options.reservation_ttl = options_.reservation_ttl;
   scheduler_options.vendor = vendor_.get();
   // The node informer's copy saves the GET of an unlocked node in bind.
