@@ -29,6 +29,18 @@ void Sleep(const NodeLockOptions& options, absl::Duration d) {
 
 bool IsConflict(const absl::Status& status) { return absl::IsAborted(status); }
 
+// The lock value on the cached copy of `node` ("" when it shows none), or nullopt without one.
+std::optional<std::string> CachedLock(const NodeLockOptions& options, std::string_view node) {
+  if (!options.cached) {
+    return std::nullopt;
+  }
+  std::optional<kube::Node> copy = options.cached(node);
+  if (!copy) {
+    return std::nullopt;
+  }
+  return std::string(copy->meta.annotations.Get(device::kNodeLockAnnotation));
+}
+
 bool RestsOnHolder(NodeLockOutcome outcome) {
   return outcome == NodeLockOutcome::kTookOverExpired ||
          outcome == NodeLockOutcome::kTookOverOrphan ||
@@ -254,7 +266,22 @@ absl::StatusOr<NodeLockResult> AcquireNodeLockWaiting(kube::ApiClient* client,
                    absl::FormatDuration(options.wait), std::string(r.status().message()));
     }
     ++refusals;
-    Sleep(options, std::min(backoff.Next(), left));
+    const absl::Duration pause = std::min(backoff.Next(), left);
+    const std::optional<std::string> seen = CachedLock(options, node);
+    if (!seen || options.wait_watch <= absl::ZeroDuration()) {
+      Sleep(options, pause);
+      continue;
+    }
+    // Watch the local copy instead of sleeping blind: the lock is usually released well
+    // within a pause, and a try costs API calls.
+    for (absl::Duration slept; slept < pause;) {
+      const absl::Duration step = std::min(options.wait_watch, pause - slept);
+      Sleep(options, step);
+      slept += step;
+      if (CachedLock(options, node) != seen) {
+        break;
+      }
+    }
   }
 }
 

@@ -85,6 +85,10 @@ struct NodeLockOptions {
   // The pauses between those tries. HAMi polls every 100 ms; this starts there and backs off,
   // since every try is a GET of the node (and maybe of the holder pod).
   Backoff::Options wait_backoff = {absl::Milliseconds(100), absl::Seconds(1), 1.5, 0.2};
+  // During a pause, the `cached` copy of the node is looked at every this often (no API call);
+  // when its lock value changes (the device plugin released it), the pause ends and the lock is
+  // tried at once. Zero, or no `cached`: the pauses run their full length.
+  absl::Duration wait_watch = absl::Milliseconds(10);
   // Sleeps between attempts; null: absl::SleepFor. Tests inject a recorder (or advance a fake
   // clock).
   std::function<void(absl::Duration)> sleep;
@@ -163,8 +167,9 @@ absl::StatusOr<NodeLockResult> AcquireNodeLock(kube::ApiClient* client, std::str
                                                const HolderLookup& holder);
 
 // AcquireNodeLock at clock->Now(), tried again while it is refused (kAborted) until
-// `options.wait` has passed on `clock`, with `options.sleep` between tries. The final refusal is
-// kAborted with the last try's message and how long it waited. Other errors end the wait.
+// `options.wait` has passed on `clock`, with `options.sleep` between tries (cut short when the
+// cached copy's lock changes, see `wait_watch`). The final refusal is kAborted with the last
+// try's message and how long it waited. Other errors end the wait.
 absl::StatusOr<NodeLockResult> AcquireNodeLockWaiting(kube::ApiClient* client,
                                                       std::string_view node, std::string_view ns,
                                                       std::string_view name, const Clock& clock,

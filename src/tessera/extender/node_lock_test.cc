@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "tessera/base/clock.h"
+#include "tessera/base/mutex.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
 #include "tessera/extender/scheduler_testutil.h"
@@ -493,6 +494,43 @@ TEST_F(NodeLockWaitTest, TheWaitIsBoundedAndTheRefusalSaysWhoAndHowLong) {
   EXPECT_EQ(Slept(), absl::Seconds(28));  // the last pause is cut to the deadline
   EXPECT_LE(sleeps_.size(), 50u);
   EXPECT_EQ(Lock(), "2026-01-01T00:00:00Z,default,holder");
+}
+
+TEST_F(NodeLockWaitTest, AReleaseSeenInTheCachedCopyEndsThePauseEarly) {
+  NodeWithLock("2026-01-01T00:00:00Z,default,holder");
+  std::optional<kube::Node> copy = *env_.client()->GetNode("n1");  // the informer's, locked
+  Mutex mu;
+  options_.cached = [&](std::string_view) {
+    MutexLock l(&mu);
+    return copy;
+  };
+  int looks = 0;
+  options_.sleep = [&](absl::Duration d) {
+    sleeps_.push_back(d);
+    clock_.Advance(d);
+    if (++looks == 3) {  // 30 ms into the first 100 ms pause the plugin releases the lock
+      ASSERT_TRUE(ReleaseNodeLock(env_.client(), "n1", "default", "holder", options_).ok());
+      MutexLock l(&mu);
+      copy = *env_.client()->GetNode("n1");
+    }
+  };
+  absl::StatusOr<NodeLockResult> r = AcquireWaiting("p1");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->refusals, 1);
+  EXPECT_EQ(Slept(), absl::Milliseconds(30));
+  EXPECT_THAT(sleeps_, ::testing::Each(absl::Milliseconds(10)));
+  EXPECT_EQ(Lock(), FormatNodeLockAt(clock_.Now(), "p1"));
+  // Without a change in the copy, a pause runs its full length in such steps, and the wait is
+  // still bounded: p2 waits for p1's lock, which nobody releases.
+  sleeps_.clear();
+  const size_t gets = env_.faults()->Matching("GET", "/api/v1/nodes/n1").size();
+  r = AcquireWaiting("p2");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kAborted) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("gave up after waiting 28s"));
+  EXPECT_EQ(Slept(), absl::Seconds(28));
+  EXPECT_THAT(sleeps_, ::testing::Each(::testing::Le(absl::Milliseconds(10))));
+  // The tries (one GET each) follow the backoff, not the 10 ms looks.
+  EXPECT_LE(env_.faults()->Matching("GET", "/api/v1/nodes/n1").size() - gets, 50u);
 }
 
 TEST_F(NodeLockWaitTest, NoWaitFailsAtOnceAndOtherErrorsEndTheWait) {
