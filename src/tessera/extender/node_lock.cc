@@ -129,7 +129,7 @@ NodeLockDecision DecideNodeLock(std::string_view node, const std::string* curren
   if (!expired) {
     return refuse(absl::AbortedError(held));
   }
-  if (h.node_name == node && h.bind_phase == device::kBindPhaseAllocating) {
+  if (h.node_name == node && !h.running && h.bind_phase == device::kBindPhaseAllocating) {
     return refuse(absl::AbortedError(fmt::format(
         "node {}: the lock of {}/{} (since {}) is older than the timeout {}, but {}/{} is still "
         "waiting for the device plugin's Allocate ({}={}), so it keeps the lock",

@@ -18,7 +18,7 @@
 //   * another pod's, and that pod is gone, Succeeded or Failed, or bound to another node
 //                                            → taken over at once, whatever its age;
 //   * another pod's, older than `timeout`    → taken over, unless its holder is bound to THIS
-//                                              node with hami.io/bind-phase=allocating: it is
+//                                              node, Pending, with bind-phase=allocating: it is
 //                                              still waiting for the device plugin's Allocate,
 //                                              which finds the pod through the lock (HAMi PR
 //                                              #3097: handing it over gave two pods each other's
@@ -103,6 +103,7 @@ struct NodeLockOptions {
 struct NodeLockHolder {
   bool gone = false;       // the API server has no such pod
   bool terminal = false;   // status.phase Succeeded or Failed
+  bool running = false;    // status.phase Running: its containers started, so it is past Allocate
   std::string node_name;   // spec.nodeName; empty while unbound
   std::string bind_phase;  // hami.io/bind-phase ("allocating", "success", "failed" or empty)
   bool fresh = false;      // read from the API server for this question, not from a cache

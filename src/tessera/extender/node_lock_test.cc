@@ -313,6 +313,8 @@ TEST(DecideNodeLockTest, Table) {
   const NodeLockHolder allocating = Holder("n1", "allocating");
   const NodeLockHolder allocated = Holder("n1", "success");
   const NodeLockHolder failed_alloc = Holder("n1", "failed");
+  NodeLockHolder running_allocating = Holder("n1", "allocating");
+  running_allocating.running = true;
   const std::vector<DecideCase> cases = {
       {"free", std::nullopt, std::nullopt, false, A::kWrite, O::kAcquired},
       {"ours, young", "2025-12-31T23:58:00Z,default,me", std::nullopt, false, A::kKeep,
@@ -348,6 +350,10 @@ TEST(DecideNodeLockTest, Table) {
        O::kTookOverExpired},
       {"expired, holder still allocating here (PR #3097)", old, allocating, false, A::kRefuse,
        O::kAcquired, "default/h is still waiting for the device plugin's Allocate"},
+      {"expired, holder Running though still marked allocating", old, running_allocating, false,
+       A::kWrite, O::kTookOverExpired},
+      {"young, holder Running", young, running_allocating, false, A::kRefuse, O::kAcquired,
+       "locked by default/h"},
   };
   for (const DecideCase& c : cases) {
     SCOPED_TRACE(c.what);

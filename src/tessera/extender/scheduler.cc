@@ -525,6 +525,7 @@ absl::StatusOr<NodeLockHolder> Scheduler::LockHolder(std::string_view ns, std::s
   auto state = [](const kube::Pod& pod, bool from_api) {
     NodeLockHolder h;
     h.terminal = pod.Terminal();
+    h.running = pod.phase == kube::PodPhase::kRunning;
     h.node_name = pod.node_name;
     h.bind_phase = std::string(pod.meta.annotations.Get(device::kBindPhaseAnnotation));
     h.fresh = from_api;
@@ -664,13 +665,16 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
 
   NodeLockOptions lock_options = options_.lock;
   lock_options.timeout = options_.node_lock_timeout;
-  lock_options.wait = options_.node_lock_retry_timeout;
+  // Only max_lock_waiters binds at once may wait for a held lock (each holds an HTTP worker).
+  const bool may_wait = lock_waiters_.fetch_add(1) < options_.max_lock_waiters;
+  lock_options.wait = may_wait ? options_.node_lock_retry_timeout : absl::ZeroDuration();
   const absl::Time t_lock = absl::Now();
   absl::StatusOr<NodeLockResult> lock =
       AcquireNodeLockWaiting(client_, node, pod.meta.ns, pod.meta.name, *clock_, lock_options,
                              [this](std::string_view ns, std::string_view name, bool fresh) {
                                return LockHolder(ns, name, fresh);
                              });
+  lock_waiters_.fetch_sub(1);
   if (!lock.ok()) {
     *outcome = absl::IsAborted(lock.status()) ? "lock_held" : "lock_error";
     if (absl::IsAborted(lock.status()) && lock_options.wait > absl::ZeroDuration()) {

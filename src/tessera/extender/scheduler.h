@@ -89,6 +89,7 @@
 // Events are written by one background thread (drained by the destructor or FlushEvents).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -177,6 +178,10 @@ class Scheduler {
     // How long a bind that meets a lock held by another pod keeps trying it before it fails
     // (HAMi --node-lock-retry-timeout); zero: it fails at once.
     absl::Duration node_lock_retry_timeout = absl::ZeroDuration();
+    // At most this many binds take a node lock at once with that wait; one beyond them fails at
+    // once if it meets a held lock. A waiting bind holds an HTTP worker (and its connection),
+    // so this keeps workers free for /filter.
+    int max_lock_waiters = 8;
     absl::Duration reservation_ttl = absl::Minutes(5);
     // Required; must outlive the Scheduler.
     const device::Vendor* vendor = nullptr;
@@ -287,6 +292,9 @@ class Scheduler {
   // ExpireReservations keeps their reservations (see "Reservations and bind" above).
   absl::flat_hash_map<std::string, absl::Time> binding_ ABSL_GUARDED_BY(decide_mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(decide_mu_) = 0;
+
+  // Binds in the lock step with a wait allowed (see max_lock_waiters).
+  std::atomic<int> lock_waiters_{0};
 
   mutable Mutex stats_mu_;
   Stats stats_ ABSL_GUARDED_BY(stats_mu_);

@@ -759,6 +759,42 @@ TEST_F(SchedulerTest, ABindThatMeetsAHeldLockWaitsForItsRelease) {
   EXPECT_EQ(s.stats().bind_outcomes.at("lock_held"), 1u);
 }
 
+TEST_F(SchedulerTest, OnlyMaxLockWaitersBindsWaitAtOnce) {
+  AddNode("n1", {{"GPU-a"}});
+  AddNode("n2", {{"GPU-b"}});
+  env_.CreatePod("holder", Limits(1000));
+  env_.CreatePod("p1", Limits(1000));
+  env_.CreatePod("p2", Limits(1000));
+  SetLock("n1", "2026-01-01T00:00:00Z,default,holder");
+  SetLock("n2", "2026-01-01T00:00:00Z,default,holder");
+  options_.node_lock_retry_timeout = absl::Seconds(28);
+  options_.max_lock_waiters = 1;
+  Scheduler* s = nullptr;
+  BindResult second;
+  int pauses = 0;
+  // While p1 waits for n1 (its first pause), p2's bind meets n2's lock: it may not wait.
+  options_.lock.sleep = [&](absl::Duration d) {
+    clock_.Advance(d);
+    if (++pauses == 1) {
+      second = s->Bind(BindFor("p2", "n2"));
+      kube::MetadataPatch release;
+      release.annotations.emplace_back(std::string(device::kNodeLockAnnotation), std::nullopt);
+      ASSERT_TRUE(env_.client()->PatchNodeMetadata("n1", release).ok());
+    }
+  };
+  s = &Make();
+  ASSERT_THAT(*s->Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_THAT(*s->Filter(Args("p2", {"n2"})).node_names, ElementsAre("n2"));
+  EXPECT_EQ(s->Bind(BindFor("p1", "n1")).error, "");
+  EXPECT_EQ(pauses, 1);  // p2 did not pause
+  EXPECT_THAT(second.error, HasSubstr("locked by default/holder"));
+  EXPECT_THAT(second.error, ::testing::Not(HasSubstr("waiting")));
+  // With the waiter gone, the next bind waits again.
+  ASSERT_THAT(*s->Filter(Args("p2", {"n2"})).node_names, ElementsAre("n2"));
+  EXPECT_THAT(s->Bind(BindFor("p2", "n2")).error, HasSubstr("gave up after waiting 28s"));
+  EXPECT_GT(pauses, 1);
+}
+
 TEST_F(SchedulerTest, BindOfADeletedPodFails) {
   AddNode("n1", {{"GPU-a"}});
   env_.CreatePod("p1", Limits(1000));

@@ -1,5 +1,6 @@
 #include "tessera/serve/service.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <optional>
@@ -300,6 +301,8 @@ absl::Status Service::Impl::Init() {
   scheduler_options.gpu_policy = options_.gpu_policy;
   scheduler_options.node_lock_timeout = options_.node_lock_timeout;
   scheduler_options.node_lock_retry_timeout = options_.node_lock_retry_timeout;
+  // A bind waiting for a lock holds an HTTP worker: leave half of them to /filter.
+  scheduler_options.max_lock_waiters = std::max(1, static_cast<int>(options_.http_threads / 2));
   scheduler_options.reservation_ttl = options_.reservation_ttl;
   scheduler_options.vendor = vendor_.get();
   // The node informer's copy saves the GET of an unlocked node in bind.
