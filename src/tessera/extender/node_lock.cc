@@ -261,6 +261,11 @@ absl::StatusOr<NodeLockResult> AcquireNodeLockWaiting(kube::ApiClient* client,
                                             std::string(r.status().message()),
                                             absl::FormatDuration(waited), refusals + 1));
     }
+    if (options.stopping && options.stopping()) {
+      return absl::AbortedError(fmt::format("{}; stopped waiting after {}: shutting down",
+                                            std::string(r.status().message()),
+                                            absl::FormatDuration(waited)));
+    }
     if (refusals == 0) {
       TESSERA_VLOG(1, "node {}: {}/{} waits up to {} for the lock: {}", node, ns, name,
                    absl::FormatDuration(options.wait), std::string(r.status().message()));
@@ -278,7 +283,7 @@ absl::StatusOr<NodeLockResult> AcquireNodeLockWaiting(kube::ApiClient* client,
       const absl::Duration step = std::min(options.wait_watch, pause - slept);
       Sleep(options, step);
       slept += step;
-      if (CachedLock(options, node) != seen) {
+      if (CachedLock(options, node) != seen || (options.stopping && options.stopping())) {
         break;
       }
     }

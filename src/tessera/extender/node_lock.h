@@ -90,8 +90,11 @@ struct NodeLockOptions {
   // tried at once. Zero, or no `cached`: the pauses run their full length.
   absl::Duration wait_watch = absl::Milliseconds(10);
   // Sleeps between attempts; null: absl::SleepFor. Tests inject a recorder (or advance a fake
-  // clock).
+  // clock); a service injects a sleep that its shutdown cuts short.
   std::function<void(absl::Duration)> sleep;
+  // AcquireNodeLockWaiting stops waiting (its refusal says so) once this returns true, e.g. when
+  // the service shuts down. Null: never.
+  std::function<bool()> stopping;
   // A local copy of the node (the informer's), or nullopt. When the copy shows NO lock, the
   // first attempt patches against its resourceVersion instead of a fresh GET: a stale copy
   // only costs a 409 and a normal GET-based retry. A copy that shows any lock is never

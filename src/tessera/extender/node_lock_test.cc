@@ -539,6 +539,24 @@ TEST_F(NodeLockWaitTest, AReleaseSeenInTheCachedCopyEndsThePauseEarly) {
   EXPECT_LE(env_.faults()->Matching("GET", "/api/v1/nodes/n1").size() - gets, 50u);
 }
 
+TEST_F(NodeLockWaitTest, AShutdownEndsTheWait) {
+  NodeWithLock("2026-01-01T00:00:00Z,default,holder");
+  bool stopping = false;
+  options_.stopping = [&] { return stopping; };
+  release_after_ = -1;
+  options_.sleep = [&](absl::Duration d) {
+    sleeps_.push_back(d);
+    clock_.Advance(d);
+    stopping = sleeps_.size() == 2;  // the service stops during the second pause
+  };
+  absl::StatusOr<NodeLockResult> r = AcquireWaiting("p1");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kAborted) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("locked by default/holder"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("shutting down"));
+  EXPECT_EQ(sleeps_.size(), 2u);
+  EXPECT_LT(Slept(), absl::Seconds(1));
+}
+
 TEST_F(NodeLockWaitTest, NoWaitFailsAtOnceAndOtherErrorsEndTheWait) {
   NodeWithLock("2026-01-01T00:00:00Z,default,holder");
   options_.wait = absl::ZeroDuration();

@@ -301,6 +301,18 @@ absl::Status Service::Impl::Init() {
   scheduler_options.gpu_policy = options_.gpu_policy;
   scheduler_options.node_lock_timeout = options_.node_lock_timeout;
   scheduler_options.node_lock_retry_timeout = options_.node_lock_retry_timeout;
+  // Pauses between lock tries (409 backoff, the wait for a held lock) end at Stop, and a
+  // waiting bind then gives up, so Stop does not wait out --node-lock-retry-timeout.
+  scheduler_options.lock.sleep = [this](absl::Duration d) {
+    MutexLock lock(&mu_);
+    if (!stopping_) {
+      cv_.WaitFor(&mu_, absl::ToChronoNanoseconds(d));
+    }
+  };
+  scheduler_options.lock.stopping = [this] {
+    MutexLock lock(&mu_);
+    return stopping_;
+  };
   // A bind waiting for a lock holds an HTTP worker: leave half of them to /filter.
   scheduler_options.max_lock_waiters = std::max(1, static_cast<int>(options_.http_threads / 2));
   scheduler_options.reservation_ttl = options_.reservation_ttl;
