@@ -38,9 +38,11 @@
 // returned as they are.
 //
 // AcquireNodeLockWaiting does the same, but keeps trying a lock it was refused (kAborted) for up
-// to `options.wait` (HAMi's --node-lock-retry-timeout), polling with `options.wait_backoff`, so
-// a bind that meets a held lock waits for the device plugin to release it instead of failing
-// and being requeued with backoff by kube-scheduler.
+// to `options.wait` (HAMi's --node-lock-retry-timeout), trying with `options.wait_backoff`
+// between tries and, in between, looking at the `cached` copy every `wait_watch` to try at once
+// when its lock changes. So a bind that meets a held lock waits for the device plugin to release
+// it instead of failing and being requeued with backoff by kube-scheduler. `stopping` ends the
+// wait early (shutdown).
 //
 // Release removes the annotation (merge patch, value null, with the resourceVersion
 // precondition and the same 409 retry) only when the lock names ns/name. A lock held by anyone
