@@ -13,6 +13,7 @@
 
 #include "tessera/base/logging.h"
 #include "tessera/device/codec.h"
+#include "tessera/extender/node_lock.h"
 #include "tessera/serve/service.h"
 
 namespace tessera::cmd {
@@ -30,6 +31,7 @@ struct ServeFlags {
   std::string device_config_file;
   std::string node_label_selector;
   std::string node_lock_timeout = "5m";
+  std::string node_lock_retry_timeout = "28s";
   std::string reservation_ttl = "5m";
   std::string audit_period = "30s";
   std::string resync_period = "5m";
@@ -51,6 +53,7 @@ struct ServeFlags {
   CLI::Option* leader_elect_flag = nullptr;
   CLI::Option* leader_elect_mode_flag = nullptr;
   CLI::Option* leader_elect_name_flag = nullptr;
+  CLI::Option* node_lock_timeout_flag = nullptr;
 };
 
 int Usage(const std::string& message) {
@@ -147,10 +150,33 @@ int RunServe(const ServeFlags& f) {
   o.device_config_file = f.device_config_file;
   o.node_label_selector = f.node_label_selector;
   std::string error;
-  if (!ParsePositiveDuration("--node-lock-timeout", f.node_lock_timeout, &o.node_lock_timeout,
-                             &error) ||
-      !ParsePositiveDuration("--reservation-ttl", f.reservation_ttl, &o.reservation_ttl, &error)) {
+  if (!ParsePositiveDuration("--reservation-ttl", f.reservation_ttl, &o.reservation_ttl, &error)) {
     return Usage(error);
+  }
+  // HAMi's chart sets HAMI_NODELOCK_EXPIRE (scheduler.nodeLockExpire) and never passes the flag;
+  // HAMi v2.10 reads the variable but then overwrites it with the flag's default. Here the flag
+  // wins only when given.
+  if (f.node_lock_timeout_flag->count() > 0) {
+    if (!ParsePositiveDuration("--node-lock-timeout", f.node_lock_timeout, &o.node_lock_timeout,
+                               &error)) {
+      return Usage(error);
+    }
+  } else {
+    std::string warning;
+    o.node_lock_timeout = extender::NodeLockTimeoutFromEnv(std::getenv("HAMI_NODELOCK_EXPIRE"),
+                                                           absl::Minutes(5), &warning);
+    if (!warning.empty()) {
+      TESSERA_LOG(kWarning, "serve: {}", warning);
+    }
+  }
+  if (f.node_lock_retry_timeout == "0") {
+    o.node_lock_retry_timeout = absl::ZeroDuration();
+  } else if (!absl::ParseDuration(f.node_lock_retry_timeout, &o.node_lock_retry_timeout) ||
+             o.node_lock_retry_timeout < absl::ZeroDuration() ||
+             o.node_lock_retry_timeout == absl::InfiniteDuration()) {
+    return Usage(fmt::format(
+        "--node-lock-retry-timeout: want a duration such as 28s, or 0 to fail at once, got \"{}\"",
+        f.node_lock_retry_timeout));
   }
   if (f.audit_period != "0" &&
       !ParsePositiveDuration("--audit-period", f.audit_period, &o.audit_period, &error)) {
@@ -249,8 +275,16 @@ void AddServeCommand(CLI::App& app, Runner* run) {
                   "HAMi's defaults (nvidia.com/gpu, gpumem, gpucores, ...)");
   sub->add_option("--node-label-selector", flags->node_label_selector,
                   "Only nodes with all these labels take GPU pods: key=value[,key=value]");
-  sub->add_option("--node-lock-timeout", flags->node_lock_timeout,
-                  "A node lock (hami.io/mutex.lock) older than this is taken over")
+  flags->node_lock_timeout_flag =
+      sub->add_option("--node-lock-timeout", flags->node_lock_timeout,
+                      "A node lock (hami.io/mutex.lock) older than this is taken over, unless "
+                      "its pod still waits for the device plugin's Allocate. Not given: "
+                      "$HAMI_NODELOCK_EXPIRE (HAMi's chart sets it), else 5m")
+          ->capture_default_str();
+  sub->add_option("--node-lock-retry-timeout", flags->node_lock_retry_timeout,
+                  "A bind that finds the node locked by another pod's bind waits up to this "
+                  "long for the lock (polling from 100 ms, backing off to 1 s) before it fails; "
+                  "0 fails at once. Keep it below kube-scheduler's extender httpTimeout (30s)")
       ->capture_default_str();
   sub->add_option("--reservation-ttl", flags->reservation_ttl,
                   "How long a filter decision holds its devices while waiting for bind")

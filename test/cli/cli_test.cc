@@ -487,6 +487,7 @@ TEST(CliTest, ServeExplainsItsFlagsAndRefusesBadOnesWithExitTwo) {
                            "--device-config-file",
                            "--node-label-selector",
                            "--node-lock-timeout",
+                           "--node-lock-retry-timeout",
                            "--kube-qps",
                            "--kube-burst",
                            "--legacy-metrics",
@@ -524,6 +525,16 @@ TEST(CliTest, ServeExplainsItsFlagsAndRefusesBadOnesWithExitTwo) {
   Result ttl = RunTessera("serve --reservation-ttl soon");
   EXPECT_EQ(ttl.exit_code, 2);
   EXPECT_THAT(ttl.output, HasSubstr("--reservation-ttl"));
+  Result retry = RunTessera("serve --node-lock-retry-timeout=-1s");
+  EXPECT_EQ(retry.exit_code, 2);
+  EXPECT_THAT(retry.output, HasSubstr("--node-lock-retry-timeout"));
+  // HAMi's chart sets HAMI_NODELOCK_EXPIRE; a value that is no duration is logged, not fatal
+  // (the run then stops at the missing kubeconfig).
+  Result env = RunShell(std::string("HAMI_NODELOCK_EXPIRE=soon '") + TESSERA_BINARY_PATH +
+                        "' serve --kubeconfig /nonexistent/kubeconfig");
+  EXPECT_EQ(env.exit_code, 2);
+  EXPECT_THAT(env.output, HasSubstr("HAMI_NODELOCK_EXPIRE=\"soon\" is not a positive duration"));
+  EXPECT_THAT(env.output, HasSubstr("/nonexistent/kubeconfig"));
   Result resync = RunTessera("serve --resync-period often");
   EXPECT_EQ(resync.exit_code, 2);
   EXPECT_THAT(resync.output, HasSubstr("--resync-period"));

@@ -1,5 +1,6 @@
 #include "tessera/extender/node_lock.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,48 +29,30 @@ void Sleep(const NodeLockOptions& options, absl::Duration d) {
 
 bool IsConflict(const absl::Status& status) { return absl::IsAborted(status); }
 
-// What to do with the lock found on the node.
-struct Plan {
-  bool write = false;  // false: nothing to write (re-entrant)
-  NodeLockOutcome outcome = NodeLockOutcome::kAcquired;
-};
-
-absl::StatusOr<Plan> PlanAcquire(std::string_view node, const std::string* current,
-                                 std::string_view ns, std::string_view name, absl::Time now,
-                                 const NodeLockOptions& options, const OwnerExists& owner_exists) {
-  if (current == nullptr) {
-    return Plan{true, NodeLockOutcome::kAcquired};
+// The lock value on the cached copy of `node` ("" when it shows none), or nullopt without one.
+std::optional<std::string> CachedLock(const NodeLockOptions& options, std::string_view node) {
+  if (!options.cached) {
+    return std::nullopt;
   }
-  absl::StatusOr<device::NodeLock> lock = device::ParseNodeLock(*current);
-  if (!lock.ok()) {
-    return absl::FailedPreconditionError(
-        fmt::format("node {} has an unparsable {} annotation \"{}\" ({}); remove it by hand", node,
-                    device::kNodeLockAnnotation, *current, std::string(lock.status().message())));
+  std::optional<kube::Node> copy = options.cached(node);
+  if (!copy) {
+    return std::nullopt;
   }
-  const bool expired = now - lock->time > options.timeout;
-  if (device::NodeLockOwnedBy(*lock, ns, name)) {
-    return expired ? Plan{true, NodeLockOutcome::kTookOverExpired}
-                   : Plan{false, NodeLockOutcome::kReentered};
-  }
-  if (expired) {
-    return Plan{true, NodeLockOutcome::kTookOverExpired};
-  }
-  if (!lock->legacy && owner_exists) {
-    absl::StatusOr<bool> exists = owner_exists(lock->ns, lock->name);
-    if (exists.ok() && !*exists) {
-      return Plan{true, NodeLockOutcome::kTookOverOrphan};
-    }
-    if (!exists.ok()) {
-      TESSERA_LOG(kWarning, "node {}: cannot tell whether lock owner {}/{} exists: {}", node,
-                  lock->ns, lock->name, std::string(exists.status().message()));
-    }
-  }
-  const std::string owner =
-      lock->legacy ? std::string("a legacy lock") : fmt::format("{}/{}", lock->ns, lock->name);
-  return absl::AbortedError(fmt::format("node {} is locked by {} since {} (timeout {})", node,
-                                        owner, TimeText(lock->time),
-                                        absl::FormatDuration(options.timeout)));
+  return std::string(copy->meta.annotations.Get(device::kNodeLockAnnotation));
 }
+
+bool RestsOnHolder(NodeLockOutcome outcome) {
+  return outcome == NodeLockOutcome::kTookOverExpired ||
+         outcome == NodeLockOutcome::kTookOverOrphan ||
+         outcome == NodeLockOutcome::kTookOverTerminal ||
+         outcome == NodeLockOutcome::kTookOverElsewhere;
+}
+
+// DecideNodeLock with the holder looked up when the decision needs it, and a takeover that
+// rests on a cached holder state confirmed with a fresh one.
+NodeLockDecision Decide(std::string_view node, const std::string* current, std::string_view ns,
+                        std::string_view name, absl::Time now, const NodeLockOptions& options,
+                        const HolderLookup& holder);
 
 }  // namespace
 
@@ -79,18 +62,120 @@ std::string_view NodeLockOutcomeName(NodeLockOutcome outcome) {
       return "acquired";
     case NodeLockOutcome::kReentered:
       return "reentered";
+    case NodeLockOutcome::kRenewed:
+      return "renewed";
     case NodeLockOutcome::kTookOverExpired:
       return "took_over_expired";
     case NodeLockOutcome::kTookOverOrphan:
       return "took_over_orphan";
+    case NodeLockOutcome::kTookOverTerminal:
+      return "took_over_terminal";
+    case NodeLockOutcome::kTookOverElsewhere:
+      return "took_over_elsewhere";
   }
   return "acquired";
 }
 
+NodeLockDecision DecideNodeLock(std::string_view node, const std::string* current,
+                                std::string_view ns, std::string_view name, absl::Time now,
+                                absl::Duration timeout,
+                                const absl::StatusOr<NodeLockHolder>* holder) {
+  using Action = NodeLockDecision::Action;
+  auto write = [](NodeLockOutcome outcome) {
+    return NodeLockDecision{Action::kWrite, outcome, absl::OkStatus()};
+  };
+  auto refuse = [](absl::Status why) {
+    return NodeLockDecision{Action::kRefuse, NodeLockOutcome::kAcquired, std::move(why)};
+  };
+  if (current == nullptr) {
+    return write(NodeLockOutcome::kAcquired);
+  }
+  absl::StatusOr<device::NodeLock> lock = device::ParseNodeLock(*current);
+  if (!lock.ok()) {
+    return refuse(absl::FailedPreconditionError(
+        fmt::format("node {} has an unparsable {} annotation \"{}\" ({}); remove it by hand", node,
+                    device::kNodeLockAnnotation, *current, std::string(lock.status().message()))));
+  }
+  const bool expired = now - lock->time > timeout;
+  if (device::NodeLockOwnedBy(*lock, ns, name)) {
+    return expired ? write(NodeLockOutcome::kRenewed)
+                   : NodeLockDecision{Action::kKeep, NodeLockOutcome::kReentered, absl::OkStatus()};
+  }
+  const std::string held = fmt::format(
+      "node {} is locked by {} since {} (timeout {})", node,
+      lock->legacy ? std::string("a legacy lock") : fmt::format("{}/{}", lock->ns, lock->name),
+      TimeText(lock->time), absl::FormatDuration(timeout));
+  if (lock->legacy) {
+    return expired ? write(NodeLockOutcome::kTookOverExpired) : refuse(absl::AbortedError(held));
+  }
+  if (holder == nullptr) {
+    return NodeLockDecision{Action::kAskHolder, NodeLockOutcome::kAcquired, absl::OkStatus()};
+  }
+  if (!holder->ok()) {
+    return refuse(absl::AbortedError(fmt::format("{}; cannot tell whether {}/{} still needs it: {}",
+                                                 held, lock->ns, lock->name,
+                                                 std::string(holder->status().message()))));
+  }
+  const NodeLockHolder& h = **holder;
+  if (h.gone) {
+    return write(NodeLockOutcome::kTookOverOrphan);
+  }
+  if (h.terminal) {
+    return write(NodeLockOutcome::kTookOverTerminal);
+  }
+  if (!h.node_name.empty() && h.node_name != node) {
+    return write(NodeLockOutcome::kTookOverElsewhere);
+  }
+  if (!expired) {
+    return refuse(absl::AbortedError(held));
+  }
+  if (h.node_name == node && !h.running && h.bind_phase == device::kBindPhaseAllocating) {
+    return refuse(absl::AbortedError(fmt::format(
+        "node {}: the lock of {}/{} (since {}) is older than the timeout {}, but {}/{} is still "
+        "waiting for the device plugin's Allocate ({}={}), so it keeps the lock",
+        node, lock->ns, lock->name, TimeText(lock->time), absl::FormatDuration(timeout), lock->ns,
+        lock->name, device::kBindPhaseAnnotation, h.bind_phase)));
+  }
+  return write(NodeLockOutcome::kTookOverExpired);
+}
+
+namespace {
+
+NodeLockDecision Decide(std::string_view node, const std::string* current, std::string_view ns,
+                        std::string_view name, absl::Time now, const NodeLockOptions& options,
+                        const HolderLookup& holder) {
+  NodeLockDecision d = DecideNodeLock(node, current, ns, name, now, options.timeout, nullptr);
+  if (d.action != NodeLockDecision::Action::kAskHolder) {
+    return d;
+  }
+  absl::StatusOr<device::NodeLock> lock = device::ParseNodeLock(*current);  // parsed above
+  if (!holder) {
+    // Nobody to ask: the holder counts as present and unbound (young: held; expired: free).
+    NodeLockHolder present;
+    present.fresh = true;
+    const absl::StatusOr<NodeLockHolder> unknown = present;
+    return DecideNodeLock(node, current, ns, name, now, options.timeout, &unknown);
+  }
+  absl::StatusOr<NodeLockHolder> h = holder(lock->ns, lock->name, /*fresh=*/false);
+  d = DecideNodeLock(node, current, ns, name, now, options.timeout, &h);
+  if (d.action == NodeLockDecision::Action::kWrite && RestsOnHolder(d.outcome) && h.ok() &&
+      !h->fresh) {
+    h = holder(lock->ns, lock->name, /*fresh=*/true);
+    d = DecideNodeLock(node, current, ns, name, now, options.timeout, &h);
+  }
+  if (!h.ok()) {
+    TESSERA_LOG(kWarning, "node {}: cannot tell whether lock holder {}/{} still needs it: {}", node,
+                lock->ns, lock->name, std::string(h.status().message()));
+  }
+  return d;
+}
+
+}  // namespace
+
 absl::StatusOr<NodeLockResult> AcquireNodeLock(kube::ApiClient* client, std::string_view node,
                                                std::string_view ns, std::string_view name,
                                                absl::Time now, const NodeLockOptions& options,
-                                               const OwnerExists& owner_exists) {
+                                               const HolderLookup& holder) {
   Backoff backoff(options.backoff);
   NodeLockResult result;
   const int attempts = options.max_attempts < 1 ? 1 : options.max_attempts;
@@ -118,12 +203,14 @@ absl::StatusOr<NodeLockResult> AcquireNodeLock(kube::ApiClient* client, std::str
     }
     const std::string* current = got->meta.annotations.Find(device::kNodeLockAnnotation);
     result.previous = current != nullptr ? *current : std::string();
-    absl::StatusOr<Plan> plan = PlanAcquire(node, current, ns, name, now, options, owner_exists);
-    if (!plan.ok()) {
-      return plan.status();
+    NodeLockDecision d = Decide(node, current, ns, name, now, options, holder);
+    if (d.action == NodeLockDecision::Action::kRefuse) {
+      return d.refusal;
     }
-    result.outcome = plan->outcome;
-    if (!plan->write) {
+    result.outcome = d.outcome;
+    result.took =
+        d.outcome != NodeLockOutcome::kReentered && d.outcome != NodeLockOutcome::kRenewed;
+    if (d.action == NodeLockDecision::Action::kKeep) {
       result.value = result.previous;
       return result;
     }
@@ -143,6 +230,64 @@ absl::StatusOr<NodeLockResult> AcquireNodeLock(kube::ApiClient* client, std::str
   }
   return absl::AbortedError(fmt::format("node {}: lock not taken after {} conflicting attempts: {}",
                                         node, attempts, std::string(last.message())));
+}
+
+absl::StatusOr<NodeLockResult> AcquireNodeLockWaiting(kube::ApiClient* client,
+                                                      std::string_view node, std::string_view ns,
+                                                      std::string_view name, const Clock& clock,
+                                                      const NodeLockOptions& options,
+                                                      const HolderLookup& holder) {
+  const absl::Time start = clock.Now();
+  Backoff backoff(options.wait_backoff);
+  int refusals = 0;
+  for (;;) {
+    absl::StatusOr<NodeLockResult> r =
+        AcquireNodeLock(client, node, ns, name, clock.Now(), options, holder);
+    const absl::Duration waited = clock.Now() - start;
+    if (r.ok()) {
+      r->refusals = refusals;
+      r->waited = waited;
+      return r;
+    }
+    if (!absl::IsAborted(r.status())) {
+      return r.status();
+    }
+    const absl::Duration left = options.wait - waited;
+    if (left <= absl::ZeroDuration()) {
+      if (refusals == 0) {
+        return r.status();  // no waiting configured
+      }
+      return absl::AbortedError(fmt::format("{}; gave up after waiting {} ({} tries)",
+                                            std::string(r.status().message()),
+                                            absl::FormatDuration(waited), refusals + 1));
+    }
+    if (options.stopping && options.stopping()) {
+      return absl::AbortedError(fmt::format("{}; stopped waiting after {}: shutting down",
+                                            std::string(r.status().message()),
+                                            absl::FormatDuration(waited)));
+    }
+    if (refusals == 0) {
+      TESSERA_VLOG(1, "node {}: {}/{} waits up to {} for the lock: {}", node, ns, name,
+                   absl::FormatDuration(options.wait), std::string(r.status().message()));
+    }
+    ++refusals;
+    const absl::Duration pause = std::min(backoff.Next(), left);
+    const std::optional<std::string> seen = CachedLock(options, node);
+    if (!seen || options.wait_watch <= absl::ZeroDuration()) {
+      Sleep(options, pause);
+      continue;
+    }
+    // Watch the local copy instead of sleeping blind: the lock is usually released well
+    // within a pause, and a try costs API calls.
+    for (absl::Duration slept; slept < pause;) {
+      const absl::Duration step = std::min(options.wait_watch, pause - slept);
+      Sleep(options, step);
+      slept += step;
+      if (CachedLock(options, node) != seen || (options.stopping && options.stopping())) {
+        break;
+      }
+    }
+  }
 }
 
 absl::Status ReleaseNodeLock(kube::ApiClient* client, std::string_view node, std::string_view ns,
@@ -184,6 +329,22 @@ absl::Status ReleaseNodeLock(kube::ApiClient* client, std::string_view node, std
   return absl::AbortedError(
       fmt::format("node {}: lock not released after {} conflicting attempts: {}", node, attempts,
                   std::string(last.message())));
+}
+
+absl::Duration NodeLockTimeoutFromEnv(const char* env, absl::Duration fallback,
+                                      std::string* warning) {
+  warning->clear();
+  if (env == nullptr || *env == '\0') {
+    return fallback;
+  }
+  absl::Duration d;
+  if (!absl::ParseDuration(env, &d) || d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
+    *warning = fmt::format(
+        "HAMI_NODELOCK_EXPIRE=\"{}\" is not a positive duration such as 5m or 90s; using {}", env,
+        absl::FormatDuration(fallback));
+    return fallback;
+  }
+  return d;
 }
 
 }  // namespace tessera::extender

@@ -5,32 +5,53 @@
 // the one pod per node that is between bind and the device plugin's Allocate. The scheduler
 // takes it in bind; the device plugin removes it after Allocate; a failed bind removes it again.
 //
-//   absl::StatusOr<NodeLockResult> lock = AcquireNodeLock(client, "gpu-1", "ml", "train-0",
-//                                                         clock->Now(), options, owner_exists);
+//   absl::StatusOr<NodeLockResult> lock = AcquireNodeLockWaiting(client, "gpu-1", "ml", "train-0",
+//                                                                *clock, options, holder);
 //   ...
-//   ReleaseNodeLock(client, "gpu-1", "ml", "train-0", options);  // only on failure
+//   if (lock->took) ReleaseNodeLock(client, "gpu-1", "ml", "train-0", options);  // on failure
 //
-// Acquire (HAMi HEAD semantics), from a fresh GET of the node:
+// Acquire, from a fresh GET of the node (the rules are DecideNodeLock's, below):
 //   * no lock                                → write ours;
-//   * ours (same ns/name)                    → re-entrant: acquired without a write
-//                                              (rewritten with a fresh time once it has expired);
-//   * older than `timeout` (legacy included) → taken over (one patch replaces it);
-//   * its owner pod no longer exists         → taken over (owner_exists answered false);
-//   * otherwise                              → kAborted "node <n> is locked by <ns>/<name> since
-//                                              <t>" and nothing is written. An owner_exists error
-//                                              counts as "exists" (we never steal on doubt).
+//   * ours (same ns/name)                    → re-entrant: acquired without a write (rewritten
+//                                              with a fresh time once it has expired: renewed);
+//   * a legacy bare-time lock                → taken over once older than `timeout`;
+//   * another pod's, and that pod is gone, Succeeded or Failed, or bound to another node
+//                                            → taken over at once, whatever its age;
+//   * another pod's, older than `timeout`    → taken over, unless its holder is bound to THIS
+//                                              node, Pending, with bind-phase=allocating: it is
+//                                              still waiting for the device plugin's Allocate,
+//                                              which finds the pod through the lock (HAMi PR
+//                                              #3097: handing it over gave two pods each other's
+//                                              memory limits). Such a holder keeps the lock
+//                                              until it leaves that state or is deleted;
+//   * otherwise                              → kAborted naming the holder, and nothing is
+//                                              written. A holder lookup error is kAborted too
+//                                              (we never steal on doubt);
 //   * a value that does not parse            → kFailedPrecondition naming the annotation (HAMi
 //                                              also refuses; an operator must remove it).
+// The holder's state comes from `holder`, which may answer from a cache; every takeover that
+// rests on the holder's state is confirmed with a fresh read (`fresh` = true) first, since a
+// stale copy could show a holder as unbound that is in fact allocating.
 // Every write is a JSON merge patch carrying the GET's resourceVersion as a precondition, so two
 // schedulers cannot both win; a 409 Conflict re-reads the node and tries again, at most
 // `max_attempts` times with backoff between attempts (then kAborted). Other API errors are
 // returned as they are.
 //
+// AcquireNodeLockWaiting does the same, but keeps trying a lock it was refused (kAborted) for up
+// to `options.wait` (HAMi's --node-lock-retry-timeout), trying with `options.wait_backoff`
+// between tries and, in between, looking at the `cached` copy every `wait_watch` to try at once
+// when its lock changes. So a bind that meets a held lock waits for the device plugin to release
+// it instead of failing and being requeued with backoff by kube-scheduler. `stopping` ends the
+// wait early (shutdown).
+//
 // Release removes the annotation (merge patch, value null, with the resourceVersion
 // precondition and the same 409 retry) only when the lock names ns/name. A lock held by anyone
 // else — a legacy bare-time lock included, which Tessera never writes — is left alone and the
 // call succeeds. (HAMi HEAD lets anyone remove a legacy lock; Tessera does not, since at the
-// time of a release such a lock can only belong to another scheduler's bind.)
+// time of a release such a lock can only belong to another scheduler's bind.) A caller that
+// failed after acquiring must release only when NodeLockResult::took says this call took the
+// lock: a re-entrant acquire found the lock held by an earlier bind of the same pod, which the
+// device plugin still needs.
 //
 // Expiry compares the time written in the annotation with `now` (wall clock), as HAMi does;
 // a lock written "in the future" by a skewed clock is simply young.
@@ -48,6 +69,7 @@
 #include "absl/time/time.h"
 
 #include "tessera/base/backoff.h"
+#include "tessera/base/clock.h"
 #include "tessera/kube/client.h"
 
 namespace tessera::extender {
@@ -59,8 +81,22 @@ struct NodeLockOptions {
   int max_attempts = 5;
   // Delay between attempts (HAMi: 100 ms, ×2, jitter 0.5).
   Backoff::Options backoff = {absl::Milliseconds(100), absl::Seconds(2), 2.0, 0.5};
-  // Sleeps between attempts; null: absl::SleepFor. Tests inject a recorder.
+  // AcquireNodeLockWaiting: how long a refused lock is tried again (HAMi
+  // --node-lock-retry-timeout); zero or less: not at all.
+  absl::Duration wait = absl::ZeroDuration();
+  // The pauses between those tries. HAMi polls every 100 ms; this starts there and backs off,
+  // since every try is a GET of the node (and maybe of the holder pod).
+  Backoff::Options wait_backoff = {absl::Milliseconds(100), absl::Seconds(1), 1.5, 0.2};
+  // During a pause, the `cached` copy of the node is looked at every this often (no API call);
+  // when its lock value changes (the device plugin released it), the pause ends and the lock is
+  // tried at once. Zero, or no `cached`: the pauses run their full length.
+  absl::Duration wait_watch = absl::Milliseconds(10);
+  // Sleeps between attempts; null: absl::SleepFor. Tests inject a recorder (or advance a fake
+  // clock); a service injects a sleep that its shutdown cuts short.
   std::function<void(absl::Duration)> sleep;
+  // AcquireNodeLockWaiting stops waiting (its refusal says so) once this returns true, e.g. when
+  // the service shuts down. Null: never.
+  std::function<bool()> stopping;
   // A local copy of the node (the informer's), or nullopt. When the copy shows NO lock, the
   // first attempt patches against its resourceVersion instead of a fresh GET: a stale copy
   // only costs a 409 and a normal GET-based retry. A copy that shows any lock is never
@@ -68,36 +104,95 @@ struct NodeLockOptions {
   std::function<std::optional<kube::Node>(std::string_view node)> cached;
 };
 
-// Whether the pod ns/name exists (true), is gone (false), or cannot be told (an error).
-using OwnerExists = std::function<absl::StatusOr<bool>(std::string_view ns, std::string_view name)>;
+// What is known about the pod a lock names.
+struct NodeLockHolder {
+  bool gone = false;       // the API server has no such pod
+  bool terminal = false;   // status.phase Succeeded or Failed
+  bool running = false;    // status.phase Running: its containers started, so it is past Allocate
+  std::string node_name;   // spec.nodeName; empty while unbound
+  std::string bind_phase;  // hami.io/bind-phase ("allocating", "success", "failed" or empty)
+  bool fresh = false;      // read from the API server for this question, not from a cache
+};
+
+// Looks up the pod ns/name. With `fresh` the answer must come from the API server; otherwise a
+// cache may answer. An error means the state cannot be told.
+using HolderLookup = std::function<absl::StatusOr<NodeLockHolder>(
+    std::string_view ns, std::string_view name, bool fresh)>;
 
 enum class NodeLockOutcome {
-  kAcquired,         // there was no lock
-  kReentered,        // the lock was already ours (nothing written unless it had expired)
-  kTookOverExpired,  // an expired lock (ours, another pod's or a legacy one) was replaced
-  kTookOverOrphan,   // a young lock whose owner pod no longer exists was replaced
+  kAcquired,           // there was no lock
+  kReentered,          // the lock was already ours and young: nothing written
+  kRenewed,            // the lock was already ours but expired: rewritten with a fresh time
+  kTookOverExpired,    // an expired lock (legacy, or a holder not waiting for Allocate)
+  kTookOverOrphan,     // the holder pod no longer exists
+  kTookOverTerminal,   // the holder pod is Succeeded or Failed
+  kTookOverElsewhere,  // the holder pod is bound to another node
 };
+
+// "acquired", "reentered", "renewed", "took_over_expired", "took_over_orphan",
+// "took_over_terminal", "took_over_elsewhere".
+std::string_view NodeLockOutcomeName(NodeLockOutcome outcome);
+
+// The decision about the lock value `current` (null: no lock) found on `node`, for pod ns/name
+// at `now` (the rules of the file comment). Pure: `holder` is the holder's state when the caller
+// has looked it up, else null; the decision then asks for it (kAskHolder) when it matters.
+struct NodeLockDecision {
+  enum class Action {
+    kWrite,      // write our lock; `outcome` says why
+    kKeep,       // the lock is ours already; nothing to write (`outcome` kReentered)
+    kAskHolder,  // the holder's state decides: call again with it
+    kRefuse,     // `refusal`: kAborted (held) or kFailedPrecondition (unparsable)
+  };
+  Action action = Action::kRefuse;
+  NodeLockOutcome outcome = NodeLockOutcome::kAcquired;
+  absl::Status refusal;
+};
+NodeLockDecision DecideNodeLock(std::string_view node, const std::string* current,
+                                std::string_view ns, std::string_view name, absl::Time now,
+                                absl::Duration timeout,
+                                const absl::StatusOr<NodeLockHolder>* holder);
 
 struct NodeLockResult {
   NodeLockOutcome outcome = NodeLockOutcome::kAcquired;
-  std::string value;     // the lock value now on the node
-  std::string previous;  // the value found (empty when there was none)
-  int conflicts = 0;     // 409s retried
+  // Whether this call took the lock from nobody or from another holder. False when the pod
+  // held it already (kReentered, kRenewed): then it belongs to an earlier bind of the same
+  // pod, and a failure of this bind must not release it.
+  bool took = true;
+  std::string value;      // the lock value now on the node
+  std::string previous;   // the value found (empty when there was none)
+  int conflicts = 0;      // 409s retried
+  int refusals = 0;       // AcquireNodeLockWaiting: tries refused before this one succeeded
+  absl::Duration waited;  // AcquireNodeLockWaiting: time spent waiting for the lock
 };
 
-// "acquired", "reentered", "took_over_expired", "took_over_orphan".
-std::string_view NodeLockOutcomeName(NodeLockOutcome outcome);
-
-// Takes the lock of `node` for pod ns/name at `now` (see the file comment). `owner_exists` may
-// be null: then a young lock is never taken over for a missing owner.
+// Takes the lock of `node` for pod ns/name at `now` (see the file comment). `holder` may be
+// null: then a young lock of another pod is never taken over, and an expired one always is.
 absl::StatusOr<NodeLockResult> AcquireNodeLock(kube::ApiClient* client, std::string_view node,
                                                std::string_view ns, std::string_view name,
                                                absl::Time now, const NodeLockOptions& options,
-                                               const OwnerExists& owner_exists);
+                                               const HolderLookup& holder);
+
+// AcquireNodeLock at clock->Now(), tried again while it is refused (kAborted) until
+// `options.wait` has passed on `clock`, with `options.sleep` between tries (cut short when the
+// cached copy's lock changes, see `wait_watch`). The final refusal is kAborted with the last
+// try's message and how long it waited. Other errors end the wait.
+absl::StatusOr<NodeLockResult> AcquireNodeLockWaiting(kube::ApiClient* client,
+                                                      std::string_view node, std::string_view ns,
+                                                      std::string_view name, const Clock& clock,
+                                                      const NodeLockOptions& options,
+                                                      const HolderLookup& holder);
 
 // Removes the lock of `node` if pod ns/name holds it. OK when it was removed, absent or held by
 // someone else; the error of the GET or PATCH otherwise (a vanished node is OK: NotFound).
 absl::Status ReleaseNodeLock(kube::ApiClient* client, std::string_view node, std::string_view ns,
                              std::string_view name, const NodeLockOptions& options);
+
+// The lock timeout given by HAMi's environment variable HAMI_NODELOCK_EXPIRE (its chart sets it
+// from scheduler.nodeLockExpire), for `tessera serve` without --node-lock-timeout: `env` (null or
+// empty: unset) as a Go duration such as "5m", "90s" or "1h30m". Unset gives `fallback`; a value
+// that is not a positive finite duration gives `fallback` too and says why in `*warning` (HAMi
+// logs and keeps 5m likewise); `warning` is cleared otherwise.
+absl::Duration NodeLockTimeoutFromEnv(const char* env, absl::Duration fallback,
+                                      std::string* warning);
 
 }  // namespace tessera::extender

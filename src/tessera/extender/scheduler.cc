@@ -571,16 +571,31 @@ absl::StatusOr<kube::Pod> Scheduler::FindPod(std::string_view ns, std::string_vi
   return client_->GetPod(ns, name);
 }
 
-absl::StatusOr<bool> Scheduler::OwnerExists(std::string_view ns, std::string_view name) {
-  if (lookup_ && lookup_(ns, name)) {
-    return true;
+absl::StatusOr<NodeLockHolder> Scheduler::LockHolder(std::string_view ns, std::string_view name,
+                                                     bool fresh) {
+  auto state = [](const kube::Pod& pod, bool from_api) {
+    NodeLockHolder h;
+    h.terminal = pod.Terminal();
+    h.running = pod.phase == kube::PodPhase::kRunning;
+    h.node_name = pod.node_name;
+    h.bind_phase = std::string(pod.meta.annotations.Get(device::kBindPhaseAnnotation));
+    h.fresh = from_api;
+    return h;
+  };
+  if (!fresh && lookup_) {
+    if (std::optional<kube::Pod> pod = lookup_(ns, name)) {
+      return state(*pod, false);
+    }
   }
   absl::StatusOr<kube::Pod> pod = client_->GetPod(ns, name);
   if (pod.ok()) {
-    return true;
+    return state(*pod, true);
   }
   if (absl::IsNotFound(pod.status())) {
-    return false;
+    NodeLockHolder gone;
+    gone.gone = true;
+    gone.fresh = true;
+    return gone;
   }
   return pod.status();
 }
@@ -636,6 +651,25 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
     }
     return result;
   }
+
+  const std::string key = args.pod_namespace + "/" + args.pod_name;
+  {
+    MutexLock l(&decide_mu_);
+    if (!binds_in_flight_.insert(key).second) {
+      return refuse(
+          subject, "in_progress",
+          absl::AbortedError(fmt::format(
+              "a bind of pod {} is already in progress; this duplicate changes nothing", key)));
+    }
+  }
+  struct InFlight {
+    Scheduler* self;
+    const std::string& key;
+    ~InFlight() {
+      MutexLock l(&self->decide_mu_);
+      self->binds_in_flight_.erase(key);
+    }
+  } in_flight{this, key};
 
   // The filter's patch, written behind its reply: it must have landed, and the pod it
   // returned is the freshest copy there is (no GET needed).
@@ -755,25 +789,43 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
 
   NodeLockOptions lock_options = options_.lock;
   lock_options.timeout = options_.node_lock_timeout;
+  // Only max_lock_waiters binds at once may wait for a held lock (each holds an HTTP worker).
+  const bool may_wait = lock_waiters_.fetch_add(1) < options_.max_lock_waiters;
+  lock_options.wait = may_wait ? options_.node_lock_retry_timeout : absl::ZeroDuration();
   const absl::Time t_lock = absl::Now();
-  absl::StatusOr<NodeLockResult> lock = AcquireNodeLock(
-      client_, node, pod.meta.ns, pod.meta.name, clock_->Now(), lock_options,
-      [this](std::string_view ns, std::string_view name) { return OwnerExists(ns, name); });
+  absl::StatusOr<NodeLockResult> lock =
+      AcquireNodeLockWaiting(client_, node, pod.meta.ns, pod.meta.name, *clock_, lock_options,
+                             [this](std::string_view ns, std::string_view name, bool fresh) {
+                               return LockHolder(ns, name, fresh);
+                             });
+  lock_waiters_.fetch_sub(1);
   if (!lock.ok()) {
     *outcome = absl::IsAborted(lock.status()) ? "lock_held" : "lock_error";
+    if (absl::IsAborted(lock.status()) && lock_options.wait > absl::ZeroDuration()) {
+      MutexLock l(&stats_mu_);
+      ++stats_.lock_waits["timed_out"];
+    }
     return lock.status();
   }
   {
     MutexLock l(&stats_mu_);
     ++stats_.lock_outcomes[std::string(NodeLockOutcomeName(lock->outcome))];
     stats_.lock_conflicts_retried += static_cast<uint64_t>(lock->conflicts);
+    if (lock->refusals > 0) {
+      ++stats_.lock_waits["acquired"];
+      stats_.lock_wait_latency.Observe(lock->waited);
+    }
   }
-  if (lock->outcome == NodeLockOutcome::kTookOverExpired ||
-      lock->outcome == NodeLockOutcome::kTookOverOrphan) {
+  if (lock->outcome != NodeLockOutcome::kAcquired && lock->took) {
     TESSERA_LOG(kInfo, "node {}: lock \"{}\" taken over for {} ({})", node, lock->previous,
                 pod.Key(), NodeLockOutcomeName(lock->outcome));
   }
+  // A failure releases the lock only if this bind took it: a lock that was already the pod's
+  // belongs to an earlier bind of it (kube-scheduler retried), which the device plugin needs.
   auto unlock = [&] {
+    if (!lock->took) {
+      return;
+    }
     absl::Status released =
         ReleaseNodeLock(client_, node, pod.meta.ns, pod.meta.name, lock_options);
     if (!released.ok()) {

@@ -14,7 +14,7 @@ tessera_cc_library(
   SRCS scheduler.cc
   DEPS tessera::extender_node_lock tessera::cluster tessera::ledger tessera::schedule
        tessera::device_vendor tessera::kube_client tessera::kube_objects tessera::base
-       absl::flat_hash_map absl::status absl::strings absl::time fmt::fmt Threads::Threads)
+       absl::flat_hash_map absl::flat_hash_set absl::status absl::strings absl::time fmt::fmt Threads::Threads)
 
 tessera_cc_test(NAME extender_node_lock_test SRCS node_lock_test.cc
   DEPS tessera::extender_node_lock tessera::apisim tessera::kube_client LABELS concurrency)

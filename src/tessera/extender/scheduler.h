@@ -47,6 +47,8 @@
 //   with zero usage.
 //
 // Bind (§4.8), for a pod whose reservation or annotations name the bind node:
+//   0. One bind per pod at a time: a bind of a pod (namespace/name) that another bind call is
+//      handling is refused at once ("in_progress"), changing nothing.
 //   1. The pod comes from the lookup (the informer store), or from GET when the lookup misses or
 //      its copy predates the filter's annotations. Refused, changing nothing (no API write, no
 //      reservation released): names that are not Kubernetes names; a pod naming another
@@ -54,8 +56,10 @@
 //      asking for no managed device (HAMi binds those itself; kube-scheduler binds them when
 //      managedResources is set, as the shipped configuration does); a pod already bound or
 //      being deleted; a node without a device registration in the ledger.
-//   2. The node lock (node_lock.h) with --node-lock-timeout; its owner counts as gone when
-//      neither the lookup nor a GET finds it.
+//   2. The node lock (node_lock.h) with --node-lock-timeout. The holder's state (gone,
+//      terminal, bound to which node, bind-phase) comes from the lookup, and from a GET when the
+//      lookup misses or a takeover rests on it. A lock another pod holds is waited for, up to
+//      node_lock_retry_timeout (HAMi --node-lock-retry-timeout), before the bind fails.
 //   3. Re-check, under the filter mutex: the pod's reservation is replaced by one for the
 //      devices of its hami.io/vgpu-devices-allocated annotation (fresh TTL), and every device it
 //      names must still be within its capacity (slots, memory, cores) with everything else the
@@ -67,11 +71,13 @@
 //      hami.io/bind-phase=allocating and hami.io/bind-time=<unix seconds>, which the API server
 //      merges into the pod in the same write (HAMi patches them first, then binds: one write
 //      more, and an "allocating" pod left behind when the binding fails).
-//   Any failure after step 1 releases the lock (if we took it) and the reservation — except a
-//   binding refused because the pod is bound already (a duplicate bind): its devices are in
-//   use, so the reservation stays until the pod is observed bound — records BindingFailed and
-//   returns the error; success records BindingSucceed and keeps the reservation, which the
-//   ledger ends when it observes the pod bound (and the device plugin removes the lock).
+//   Any failure after step 1 releases the lock if this bind took it (not when it found the lock
+//   already the pod's: an earlier bind of the same pod holds it for the device plugin) and the
+//   reservation — except a binding refused because the pod is bound already (a duplicate
+//   bind): its devices are in use, so the reservation stays until the pod is observed bound —
+//   records BindingFailed and returns the error; success records BindingSucceed and keeps the
+//   reservation, which the ledger ends when it observes the pod bound (and the device plugin
+//   removes the lock).
 //
 // Reservations and bind. From the re-check (step 3) until the informer observes the pod bound,
 // the pod's reservation is what holds its devices, so it must not expire in between: a bind
@@ -96,6 +102,7 @@
 // Events are written by one background thread (drained by the destructor or FlushEvents).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -108,6 +115,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
@@ -146,12 +154,17 @@ struct Stats {
   std::map<std::string, uint64_t> filter_outcomes;
   // Per failed candidate node: its reason names ("CardInsufficientMemory", "node unregistered").
   std::map<std::string, uint64_t> filter_node_reasons;
-  // Bind outcomes: "bound", "pod_not_found", "not_ours", "node_unregistered", "no_allocation",
+  // Bind outcomes: "bound", "in_progress", "pod_not_found", "not_ours", "node_unregistered",
+  // "no_allocation",
   // "lock_held", "lock_error", "devices_not_free", "patch_failed", "binding_rejected", "error".
   std::map<std::string, uint64_t> bind_outcomes;
   // Lock acquisitions by NodeLockOutcomeName, and 409s retried while locking.
   std::map<std::string, uint64_t> lock_outcomes;
   uint64_t lock_conflicts_retried = 0;
+  // Binds that met a held lock and waited for it (node_lock_retry_timeout): "acquired" or
+  // "timed_out"; and how long the acquired ones waited.
+  std::map<std::string, uint64_t> lock_waits;
+  LatencyStats lock_wait_latency;
   LatencyStats filter_latency;
   LatencyStats patch_latency;   // the filter's annotation patch (behind the reply or not)
   uint64_t patch_failures = 0;  // whole Filter calls (API patch included)
@@ -177,10 +190,18 @@ class Scheduler {
     device::NodePolicy node_policy = device::NodePolicy::kBinpack;
     device::GpuPolicy gpu_policy;  // spread
     absl::Duration node_lock_timeout = absl::Minutes(5);
+    // How long a bind that meets a lock held by another pod keeps trying it before it fails
+    // (HAMi --node-lock-retry-timeout); zero: it fails at once.
+    absl::Duration node_lock_retry_timeout = absl::ZeroDuration();
+    // At most this many binds take a node lock at once with that wait; one beyond them fails at
+    // once if it meets a held lock. A waiting bind holds an HTTP worker (and its connection),
+    // so this keeps workers free for /filter.
+    int max_lock_waiters = 8;
     absl::Duration reservation_ttl = absl::Minutes(5);
     // Required; must outlive the Scheduler.
     const device::Vendor* vendor = nullptr;
-    // Retry of the lock patch on 409 (its timeout is node_lock_timeout).
+    // Retry of the lock patch on 409 (its timeout and wait are node_lock_timeout and
+    // node_lock_retry_timeout).
     NodeLockOptions lock;
     // Events queued beyond this are dropped (counted).
     size_t event_queue_limit = 1000;
@@ -260,7 +281,8 @@ class Scheduler {
   // capacity; on failure nothing stays reserved.
   absl::Status Recheck(const kube::Pod& pod, std::string_view node,
                        const device::PodDevices& devices, int32_t init_count);
-  absl::StatusOr<bool> OwnerExists(std::string_view ns, std::string_view name);
+  // The state of the pod a node lock names: from the lookup unless `fresh`, else a GET.
+  absl::StatusOr<NodeLockHolder> LockHolder(std::string_view ns, std::string_view name, bool fresh);
   // Filter step 1b: OK when `claimed` and the stored pod of its name are the same pending pod.
   absl::Status CheckPending(const kube::Pod& claimed);
   absl::StatusOr<kube::Pod> FindPod(std::string_view ns, std::string_view name);
@@ -291,7 +313,13 @@ class Scheduler {
   // Binding was accepted at the time given and the informer has not yet observed the pod bound.
   // ExpireReservations keeps their reservations (see "Reservations and bind" above).
   absl::flat_hash_map<std::string, absl::Time> binding_ ABSL_GUARDED_BY(decide_mu_);
+  // "ns/name" of every pod a Bind call is handling: a second bind of the same pod meanwhile is
+  // refused at once, so that its failure can never release what the first one holds.
+  absl::flat_hash_set<std::string> binds_in_flight_ ABSL_GUARDED_BY(decide_mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(decide_mu_) = 0;
+
+  // Binds in the lock step with a wait allowed (see max_lock_waiters).
+  std::atomic<int> lock_waiters_{0};
 
   mutable Mutex stats_mu_;
   Stats stats_ ABSL_GUARDED_BY(stats_mu_);

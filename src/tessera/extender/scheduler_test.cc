@@ -736,6 +736,187 @@ TEST_F(SchedulerTest, ABindingRefusedBecauseThePodIsBoundKeepsItsDevicesHeld) {
   EXPECT_THAT(s.ExpireReservations(clock_.Now()), IsEmpty());
 }
 
+TEST_F(SchedulerTest, ADuplicateBindThatFailsLeavesTheFirstBindsLock) {
+  // kube-scheduler sends /bind again (its first call timed out, say) while the first bind's
+  // lock still waits for the device plugin. The second finds the lock already the pod's, so it
+  // did not take it and must not remove it when its own Binding is refused.
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  // The informer has the filter's annotations but not yet the binding, so the duplicate gets
+  // as far as the lock and the Binding.
+  kube::Pod cached;
+  Scheduler& s = Make([&](std::string_view, std::string_view name) -> std::optional<kube::Pod> {
+    if (name == "p1" && !cached.meta.uid.empty()) {
+      return cached;
+    }
+    return std::nullopt;
+  });
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  cached = Pod("p1");
+  const BindArgs args = BindFor("p1", "n1");
+  ASSERT_EQ(s.Bind(args).error, "");
+  ASSERT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
+  clock_.Advance(absl::Seconds(2));
+  BindResult again = s.Bind(args);
+  EXPECT_THAT(again.error, HasSubstr("already assigned"));
+  EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
+  EXPECT_EQ(s.stats().lock_outcomes.at("reentered"), 1u);
+  // Nor does it drop the reservation that holds the pod's devices until it is observed bound.
+  EXPECT_EQ(ledger_.Reservations().size(), 1u);
+}
+
+// A duplicate that arrives while the first bind of the pod is still in progress is refused at
+// once: it cannot take part in the first one's lock, re-check or binding, nor undo them.
+TEST_F(SchedulerTest, ABindOfAPodWhoseBindIsInProgressIsRefusedAtOnce) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  Scheduler* s = nullptr;
+  BindResult nested;
+  std::string nested_outcome;
+  const BindArgs args{"p1", "default", "", "n1"};
+  bool once = false;
+  s = &Make([&](std::string_view, std::string_view name) -> std::optional<kube::Pod> {
+    if (name == "p1" && !once && s != nullptr && !ledger_.Reservations().empty()) {
+      once = true;  // inside the first Bind: the duplicate arrives now
+      nested = s->Bind(args, &nested_outcome);
+    }
+    return std::nullopt;
+  });
+  ASSERT_THAT(*s->Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_FALSE(once);
+  std::string outcome;
+  EXPECT_EQ(s->Bind(args, &outcome).error, "");
+  EXPECT_EQ(outcome, "bound");
+  ASSERT_TRUE(once);
+  EXPECT_EQ(nested_outcome, "in_progress");
+  EXPECT_THAT(nested.error, HasSubstr("a bind of pod default/p1 is already in progress"));
+  EXPECT_EQ(Pod("p1").node_name, "n1");
+  EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
+  EXPECT_EQ(ledger_.Reservations().size(), 1u);
+  // The duplicate posted no binding of its own.
+  EXPECT_EQ(env_.faults()->Matching("POST", std::string(kPodPath) + "p1/binding").size(), 1u);
+  // Afterwards the pod can be bound again (the guard is gone): it is refused as bound.
+  EXPECT_THAT(s->Bind(args).error, HasSubstr("already assigned"));
+}
+
+TEST_F(SchedulerTest, AnExpiredLockIsNotHandedOverWhileItsHolderWaitsForAllocate) {
+  // HAMi PR #3097: the device plugin finds the pod it allocates through the lock; handing an
+  // expired lock to the next pod while the holder still waits for Allocate gave two pods each
+  // other's memory limits.
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("holder", Limits(1000));
+  env_.CreatePod("p1", Limits(1000));
+  ASSERT_TRUE(env_.client()
+                  ->BindPod("default", "holder", Pod("holder").meta.uid, "n1",
+                            {{std::string(device::kBindPhaseAnnotation), "allocating"}})
+                  .ok());
+  SetLock("n1", "2025-12-31T23:54:00Z,default,holder");  // 6 min old
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  BindResult b = s.Bind(BindFor("p1", "n1"));
+  EXPECT_THAT(b.error, HasSubstr("default/holder is still waiting for the device plugin's "
+                                 "Allocate"));
+  EXPECT_EQ(Lock("n1"), "2025-12-31T23:54:00Z,default,holder");
+  EXPECT_EQ(Pod("p1").node_name, "");
+  EXPECT_EQ(s.stats().bind_outcomes.at("lock_held"), 1u);
+  // Once the plugin is done (bind-phase success), the expired lock is free.
+  kube::MetadataPatch done;
+  done.annotations.emplace_back(std::string(device::kBindPhaseAnnotation), "success");
+  ASSERT_TRUE(env_.client()->PatchPodMetadata("default", "holder", done).ok());
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
+}
+
+TEST_F(SchedulerTest, ALockHeldByAFinishedPodIsFreeAtOnce) {
+  // HAMi PR #3047: a Succeeded or Failed holder will never be allocated; its young lock is free.
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("holder", Limits(1000));
+  env_.CreatePod("p1", Limits(1000));
+  ASSERT_TRUE(env_.store()
+                  .Patch(*apisim::FindResource("", "v1", "pods"), "default", "holder", "status",
+                         apisim::PatchType::kMerge, R"({"status":{"phase":"Succeeded"}})")
+                  .ok());
+  SetLock("n1", "2025-12-31T23:59:00Z,default,holder");  // 1 min old
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
+}
+
+TEST_F(SchedulerTest, ABindThatMeetsAHeldLockWaitsForItsRelease) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("holder", Limits(1000));
+  env_.CreatePod("p1", Limits(1000));
+  SetLock("n1", "2026-01-01T00:00:00Z,default,holder");
+  options_.node_lock_retry_timeout = absl::Seconds(28);
+  int pauses = 0;
+  options_.lock.sleep = [&](absl::Duration d) {
+    clock_.Advance(d);
+    if (++pauses == 3) {  // the holder's device plugin is done
+      kube::MetadataPatch release;
+      release.annotations.emplace_back(std::string(device::kNodeLockAnnotation), std::nullopt);
+      ASSERT_TRUE(env_.client()->PatchNodeMetadata("n1", release).ok());
+    }
+  };
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  const absl::Time start = clock_.Now();
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  EXPECT_EQ(Pod("p1").node_name, "n1");
+  EXPECT_EQ(Lock("n1"), device::FormatNodeLock(clock_.Now(), "default", "p1"));
+  Stats st = s.stats();
+  EXPECT_EQ(st.lock_waits.at("acquired"), 1u);
+  EXPECT_EQ(st.lock_wait_latency.count, 1u);
+  EXPECT_NEAR(st.lock_wait_latency.sum_seconds, absl::ToDoubleSeconds(clock_.Now() - start), 1e-9);
+  // A holder that never lets go: the bind gives up after the retry timeout and says so.
+  env_.CreatePod("p2", Limits(1000));
+  AddNode("n2", {{"GPU-b"}});
+  SetLock("n2", device::FormatNodeLock(clock_.Now(), "default", "holder"));
+  ASSERT_THAT(*s.Filter(Args("p2", {"n2"})).node_names, ElementsAre("n2"));
+  BindResult b = s.Bind(BindFor("p2", "n2"));
+  EXPECT_THAT(b.error, HasSubstr("locked by default/holder"));
+  EXPECT_THAT(b.error, HasSubstr("gave up after waiting 28s"));
+  EXPECT_EQ(s.stats().lock_waits.at("timed_out"), 1u);
+  EXPECT_EQ(s.stats().bind_outcomes.at("lock_held"), 1u);
+}
+
+TEST_F(SchedulerTest, OnlyMaxLockWaitersBindsWaitAtOnce) {
+  AddNode("n1", {{"GPU-a"}});
+  AddNode("n2", {{"GPU-b"}});
+  env_.CreatePod("holder", Limits(1000));
+  env_.CreatePod("p1", Limits(1000));
+  env_.CreatePod("p2", Limits(1000));
+  SetLock("n1", "2026-01-01T00:00:00Z,default,holder");
+  SetLock("n2", "2026-01-01T00:00:00Z,default,holder");
+  options_.node_lock_retry_timeout = absl::Seconds(28);
+  options_.max_lock_waiters = 1;
+  Scheduler* s = nullptr;
+  BindResult second;
+  int pauses = 0;
+  // While p1 waits for n1 (its first pause), p2's bind meets n2's lock: it may not wait.
+  options_.lock.sleep = [&](absl::Duration d) {
+    clock_.Advance(d);
+    if (++pauses == 1) {
+      second = s->Bind(BindFor("p2", "n2"));
+      kube::MetadataPatch release;
+      release.annotations.emplace_back(std::string(device::kNodeLockAnnotation), std::nullopt);
+      ASSERT_TRUE(env_.client()->PatchNodeMetadata("n1", release).ok());
+    }
+  };
+  s = &Make();
+  ASSERT_THAT(*s->Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_THAT(*s->Filter(Args("p2", {"n2"})).node_names, ElementsAre("n2"));
+  EXPECT_EQ(s->Bind(BindFor("p1", "n1")).error, "");
+  EXPECT_EQ(pauses, 1);  // p2 did not pause
+  EXPECT_THAT(second.error, HasSubstr("locked by default/holder"));
+  EXPECT_THAT(second.error, ::testing::Not(HasSubstr("waiting")));
+  // With the waiter gone, the next bind waits again.
+  ASSERT_THAT(*s->Filter(Args("p2", {"n2"})).node_names, ElementsAre("n2"));
+  EXPECT_THAT(s->Bind(BindFor("p2", "n2")).error, HasSubstr("gave up after waiting 28s"));
+  EXPECT_GT(pauses, 1);
+}
+
 TEST_F(SchedulerTest, BindOfADeletedPodFails) {
   AddNode("n1", {{"GPU-a"}});
   env_.CreatePod("p1", Limits(1000));

@@ -1,5 +1,6 @@
 #include "tessera/serve/service.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <optional>
@@ -71,9 +72,9 @@ metrics::BindOutcome BindOutcomeOf(std::string_view outcome, const extender::Bin
   if (result.error.empty()) {
     return metrics::BindOutcome::kBound;
   }
-  if (outcome == "pod_not_found" || outcome == "not_ours" || outcome == "node_unregistered" ||
-      outcome == "no_allocation" || outcome == "lock_held" || outcome == "devices_not_free" ||
-      outcome == "binding_rejected") {
+  if (outcome == "pod_not_found" || outcome == "in_progress" || outcome == "not_ours" ||
+      outcome == "node_unregistered" || outcome == "no_allocation" || outcome == "lock_held" ||
+      outcome == "devices_not_free" || outcome == "binding_rejected") {
     return metrics::BindOutcome::kRejected;
   }
   return metrics::BindOutcome::kError;
@@ -182,6 +183,9 @@ absl::Status Service::Impl::Init() {
   }
   if (options_.node_lock_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--node-lock-timeout must be positive");
+  }
+  if (options_.node_lock_retry_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--node-lock-retry-timeout must not be negative");
   }
   TESSERA_RETURN_IF_ERROR(Elector::Validate(options_.leader));
 
@@ -299,6 +303,21 @@ absl::Status Service::Impl::Init() {
   scheduler_options.node_policy = options_.node_policy;
   scheduler_options.gpu_policy = options_.gpu_policy;
   scheduler_options.node_lock_timeout = options_.node_lock_timeout;
+  scheduler_options.node_lock_retry_timeout = options_.node_lock_retry_timeout;
+  // Pauses between lock tries (409 backoff, the wait for a held lock) end at Stop, and a
+  // waiting bind then gives up, so Stop does not wait out --node-lock-retry-timeout.
+  scheduler_options.lock.sleep = [this](absl::Duration d) {
+    MutexLock lock(&mu_);
+    if (!stopping_) {
+      cv_.WaitFor(&mu_, absl::ToChronoNanoseconds(d));
+    }
+  };
+  scheduler_options.lock.stopping = [this] {
+    MutexLock lock(&mu_);
+    return stopping_;
+  };
+  // A bind waiting for a lock holds an HTTP worker: leave half of them to /filter.
+  scheduler_options.max_lock_waiters = std::max(1, static_cast<int>(options_.http_threads / 2));
   scheduler_options.reservation_ttl = options_.reservation_ttl;
   scheduler_options.vendor = vendor_.get();
   // The node informer's copy saves the GET of an unlocked node in bind.

@@ -72,6 +72,9 @@ struct ServeOptions {
   // --node-label-selector, "k=v[,k=v]".
   std::string node_label_selector;
   absl::Duration node_lock_timeout = absl::Minutes(5);
+  // How long a bind waits for a node lock another pod holds (--node-lock-retry-timeout); 0: no
+  // wait.
+  absl::Duration node_lock_retry_timeout = absl::Seconds(28);
   absl::Duration reservation_ttl = absl::Minutes(5);
   // --legacy-metrics: also the v2.5-era metric names.
   bool legacy_metrics = false;

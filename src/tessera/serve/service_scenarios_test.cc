@@ -309,7 +309,8 @@ TEST_F(ServeScenarioTest, ExpiredAndOrphanedLocksAreTakenOverAndALiveOneIsNot) {
   // Node b: a fresh lock of a pod that no longer exists.
   AddNode(NodeJson("b", 1, 16000, Rfc3339(now - absl::Seconds(5)) + ",default,ghost"));
   AddNode(NodeJson("c", 1, 16000, young));
-  StartService();
+  // The bind to c waits for the holder this long (for real) before it is refused.
+  StartService([](ServeOptions& o) { o.node_lock_retry_timeout = absl::Milliseconds(300); });
 
   ASSERT_EQ(FilterNew("p1", 1000, {"a"}), "a");
   EXPECT_EQ(Bind("p1", GetPod("p1").meta.uid, "a"), "");
@@ -324,7 +325,11 @@ TEST_F(ServeScenarioTest, ExpiredAndOrphanedLocksAreTakenOverAndALiveOneIsNot) {
   ASSERT_EQ(FilterNew("p3", 3000, {"c"}), "c");
   EXPECT_THAT(Reserved(), ::testing::Contains("p3"));
   EXPECT_EQ(AllocatedMiB(Metrics(), "GPU-c-0"), 3000);  // the reservation counts until the bind
-  EXPECT_THAT(Bind("p3", GetPod("p3").meta.uid, "c"), HasSubstr("default/holder"));
+  const absl::Time before_p3 = absl::Now();
+  const std::string refused = Bind("p3", GetPod("p3").meta.uid, "c");
+  EXPECT_THAT(refused, HasSubstr("locked by default/holder"));
+  EXPECT_THAT(refused, HasSubstr("gave up after waiting"));
+  EXPECT_GE(absl::Now() - before_p3, absl::Milliseconds(300));
   EXPECT_EQ(Lock("c"), young);
   EXPECT_TRUE(GetPod("p3").node_name.empty());
   EXPECT_THAT(Reserved(), ::testing::Not(::testing::Contains("p3")));

@@ -742,7 +742,8 @@ TEST_F(ServeTest, MalformedAndOversizedRequestsAreRefusedAndChangeNothing) {
 
 TEST_F(ServeTest, TwoPodsRacingForOneNodeLockBindOneAtATime) {
   AddNode(NodeJson("a", JsonRegister("a", 2, 16000)));
-  StartService();
+  // The loser waits this long for the winner's lock, which no device plugin releases here.
+  StartService([](ServeOptions& o) { o.node_lock_retry_timeout = absl::Milliseconds(200); });
   ASSERT_EQ(FilterTo("one", {{.gpus = 1, .mem = 1000}}, {"a"}), "a");
   ASSERT_EQ(FilterTo("two", {{.gpus = 1, .mem = 1000}}, {"a"}), "a");
   const kube::Pod one = GetPod("one");
