@@ -296,6 +296,10 @@ class HttpServer::Impl {
     }
     http::ServerOptions server_options;
     server_options.threads = options_.threads;
+    server_options.max_threads = std::max(options_.threads, options_.max_connections);
+    server_options.max_connections = options_.max_connections;
+    server_options.header_timeout = options_.header_timeout;
+    server_options.tls_handshake_timeout = options_.tls_handshake_timeout;
     server_options.thread_name = "extender-http";
     server_options.max_body_bytes = kMaxRequestBytes;
     server_options.read_timeout = options_.read_timeout;
@@ -401,14 +405,6 @@ class HttpServer::Impl {
         }
         return;
       }
-      if (p == "/debug/ledger") {
-        SendJson(res, backend_->DebugLedgerJson());
-        return;
-      }
-      if (p == "/debug/audit") {
-        SendJson(res, backend_->DebugAuditJson());
-        return;
-      }
     }
     MethodOrNotFound(p, res);
   }
@@ -416,7 +412,7 @@ class HttpServer::Impl {
   void MethodOrNotFound(const std::string& p, http::Response* res) const {
     if (p == "/filter" || p == "/bind" || (p == "/webhook" && options_.webhook)) {
       res->headers.push_back({"Allow", "POST"});
-    } else if (p == "/healthz" || p == "/readyz" || p == "/debug/ledger" || p == "/debug/audit") {
+    } else if (p == "/healthz" || p == "/readyz") {
       res->headers.push_back({"Allow", "GET, HEAD"});
     } else {
       SendText(res, 404, StatusText(404));
@@ -460,7 +456,8 @@ class HttpServer::Impl {
   // ---- the metrics listener ---------------------------------------------------------------
 
   void HandleMetrics(http::Request& req, http::Response* res) {
-    if (req.path != "/metrics") {
+    const std::string& p = req.path;
+    if (p != "/metrics" && p != "/healthz" && p != "/debug/ledger" && p != "/debug/audit") {
       SendText(res, 404, StatusText(404));
       return;
     }
@@ -469,10 +466,18 @@ class HttpServer::Impl {
       SendText(res, 405, StatusText(405));
       return;
     }
-    res->status = 200;
-    res->content_type = kMetricsType;
-    res->body = options_.metrics ? options_.metrics() : std::string();
-    http::GzipIfAccepted(req, res, kGzipMetricsFrom);
+    if (p == "/healthz") {
+      SendText(res, 200, "ok");
+    } else if (p == "/debug/ledger") {
+      SendJson(res, backend_->DebugLedgerJson());
+    } else if (p == "/debug/audit") {
+      SendJson(res, backend_->DebugAuditJson());
+    } else {
+      res->status = 200;
+      res->content_type = kMetricsType;
+      res->body = options_.metrics ? options_.metrics() : std::string();
+      http::GzipIfAccepted(req, res, kGzipMetricsFrom);
+    }
   }
 
   Backend* const backend_;

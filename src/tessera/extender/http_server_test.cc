@@ -1,6 +1,7 @@
 #include "tessera/extender/http_server.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -10,10 +11,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -53,6 +56,10 @@ class FakeBackend : public Backend {
     return result;
   }
   BindResult Bind(const BindArgs& args) override {
+    if (hold_binds_ != nullptr) {
+      ++held_binds_;
+      hold_binds_->WaitForNotificationWithTimeout(absl::Seconds(30));
+    }
     MutexLock l(&mu_);
     last_bind_ = args.pod_namespace + "/" + args.pod_name + "@" + args.node + "#" + args.pod_uid;
     return BindResult{args.node == "bad" ? "node bad is gone" : ""};
@@ -68,6 +75,10 @@ class FakeBackend : public Backend {
   std::string DebugLedgerJson() override { return R"({"devices":[]})"; }
 
   void SetReady(bool ready) { ready_.store(ready); }
+  // Binds wait for `hold` (at most 30 s), as they would for a slow API server; set before
+  // the server starts.
+  void HoldBinds(absl::Notification* hold) { hold_binds_ = hold; }
+  int held_binds() const { return held_binds_.load(); }
   void SetDescribe(bool describe) { describe_.store(describe); }
   int filters() {
     MutexLock l(&mu_);
@@ -85,6 +96,8 @@ class FakeBackend : public Backend {
  private:
   std::atomic<bool> ready_{false};
   std::atomic<bool> describe_{false};
+  absl::Notification* hold_binds_ = nullptr;
+  std::atomic<int> held_binds_{0};
   Mutex mu_;
   int filters_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_pod_ ABSL_GUARDED_BY(mu_);
@@ -315,22 +328,38 @@ TEST_F(HttpServerTest, HealthReadyAndLedger) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, "ok\nrole: leader\n");
+}
 
-  r = c.Get("/debug/ledger");
+// /debug/* is for operators: the metrics listener serves it, the extender port (reachable by
+// kube-scheduler and the API server) does not.
+TEST_F(HttpServerTest, DebugRoutesAreOnTheMetricsListenerOnly) {
+  HttpServerOptions options = LocalOptions();
+  options.metrics_bind_address = "127.0.0.1:0";
+  StartServer(options);
+  httplib::Client c = Client();
+  for (const char* path : {"/debug/ledger", "/debug/audit"}) {
+    httplib::Result r = c.Get(path);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 404) << path;
+  }
+  httplib::Client m("127.0.0.1", server_->metrics_port());
+  httplib::Result r = m.Get("/debug/ledger");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
   EXPECT_EQ(r->body, R"({"devices":[]})");
-
-  r = c.Get("/debug/audit");
+  r = m.Get("/debug/audit");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
   EXPECT_EQ(r->body, R"({"audit":null,"resync":null})"
                      "\n");
-  r = c.Post("/debug/audit", "", "application/json");
+  r = m.Post("/debug/audit", "", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 405);
+  r = m.Get("/healthz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
 }
 
 // Two requests on one connection get two answers on it (httplib does not pipeline, and neither
@@ -545,6 +574,115 @@ TEST_F(HttpServerTest, StopWithIdleKeepAliveConnection) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   r = c.Get("/healthz");
   EXPECT_FALSE(r);
+}
+
+// A connection to 127.0.0.1:`port` (-1 on failure).
+int ConnectTo(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Seconds a request on a fresh connection takes to be answered with `status`; 99 when it is
+// not answered so within 10 s.
+double SecondsToAnswer(int port, const std::string& request, int status) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string reply = RawExchange(port, request);
+  if (!reply.starts_with("HTTP/1.1 " + std::to_string(status) + " ")) {
+    return 99;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The issue's hostile clients at once: idle and trickling connections on both listeners and
+// binds waiting for a slow API server; health, filter and metrics still answer at once.
+TEST_F(HttpServerTest, HostileClientsDoNotDelayHealthFilterOrMetrics) {
+  absl::Notification release;
+  backend_.HoldBinds(&release);
+  HttpServerOptions options = LocalOptions();
+  options.metrics_bind_address = "127.0.0.1:0";
+  options.keep_alive_timeout = absl::Seconds(60);
+  options.metrics = [] { return std::string("up 1\n"); };
+  StartServer(options);
+  std::vector<int> fds;
+  for (int i = 0; i < 1000; ++i) {
+    const int fd = ConnectTo(i % 4 == 3 ? server_->metrics_port() : server_->port());
+    ASSERT_GE(fd, 0) << i;
+    fds.push_back(fd);
+    if (i % 2 == 0) {
+      send(fd, "GET /healthz HTTP/1.1\r\nX-", 26, MSG_NOSIGNAL);  // a head never finished
+    }
+  }
+  const std::string bind =
+      "POST /bind HTTP/1.1\r\nContent-Length: 26\r\n\r\n{\"PodName\":\"p\",\"Node\":\"n\"}";
+  std::vector<std::thread> binds;
+  for (int i = 0; i < 20; ++i) {
+    binds.emplace_back([&] { RawExchange(server_->port(), bind); });
+  }
+  for (int i = 0; i < 500 && backend_.held_binds() < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(backend_.held_binds(), 20);
+  const std::string filter_body =
+      std::string(R"({"Pod":)") + kPod + R"(,"Nodes":null,"NodeNames":["a"]})";
+  // Generous limits for a loaded test machine; the 100 ms target is measured by test/hostile.
+  EXPECT_LT(SecondsToAnswer(server_->port(), "GET /healthz HTTP/1.1\r\n\r\n", 200), 2.0);
+  EXPECT_LT(SecondsToAnswer(server_->port(),
+                            "POST /filter HTTP/1.1\r\nContent-Length: " +
+                                std::to_string(filter_body.size()) + "\r\n\r\n" + filter_body,
+                            200),
+            2.0);
+  EXPECT_LT(SecondsToAnswer(server_->metrics_port(), "GET /metrics HTTP/1.1\r\n\r\n", 200), 2.0);
+  release.Notify();
+  for (std::thread& t : binds) {
+    t.join();
+  }
+  for (int fd : fds) {
+    close(fd);
+  }
+}
+
+TEST(HttpServerTls, IdleTlsConnectionsDoNotDelayHealth) {
+  absl::StatusOr<apisim::PemPair> pair = apisim::GenerateSelfSignedCert();
+  ASSERT_TRUE(pair.ok());
+  const std::string dir = ::testing::TempDir();
+  const std::string cert = dir + "/idle_tls.crt";
+  const std::string key = dir + "/idle_tls.key";
+  std::ofstream(cert) << pair->cert_pem;
+  std::ofstream(key) << pair->key_pem;
+  FakeBackend backend;
+  HttpServerOptions options = LocalOptions();
+  options.cert_file = cert;
+  options.key_file = key;
+  options.keep_alive_timeout = absl::Seconds(60);
+  HttpServer server(&backend, options);
+  ASSERT_TRUE(server.Start().ok());
+  // Connections that never start the handshake.
+  std::vector<int> fds;
+  for (int i = 0; i < 500; ++i) {
+    const int fd = ConnectTo(server.port());
+    ASSERT_GE(fd, 0) << i;
+    fds.push_back(fd);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  httplib::SSLClient c("127.0.0.1", server.port());
+  c.enable_server_certificate_verification(false);
+  c.set_connection_timeout(10);
+  c.set_read_timeout(10);
+  httplib::Result r = c.Get("/healthz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  for (int fd : fds) {
+    close(fd);
+  }
 }
 
 TEST(ParseListenAddress, GoForms) {

@@ -351,6 +351,7 @@ absl::Status Service::Impl::Init() {
   http_options.metrics_bind_address = options_.metrics_bind_address;
   http_options.metrics = [this] { return MetricsText(); };
   http_options.threads = options_.http_threads;
+  http_options.max_connections = options_.max_connections;
   extender::WebhookOptions webhook{
       .scheduler_name = options_.scheduler_name,
       .force_overwrite_default_scheduler = options_.force_overwrite_default_scheduler,

@@ -234,7 +234,8 @@ class ServeScenarioTest : public ::testing::Test {
   }
   // The names of the pods holding a reservation, from /debug/ledger.
   std::vector<std::string> Reserved() {
-    auto res = client_->Get("/debug/ledger");
+    httplib::Client metrics("127.0.0.1", service_->metrics_port());  // /debug is served there
+    auto res = metrics.Get("/debug/ledger");
     EXPECT_TRUE(res && res->status == 200);
     std::vector<std::string> names;
     if (res) {
