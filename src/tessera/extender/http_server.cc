@@ -17,6 +17,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "tessera/base/allocator.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/mutex.h"
 #include "tessera/base/status_macros.h"
@@ -301,6 +302,8 @@ class HttpServer::Impl {
     server_options.header_timeout = options_.header_timeout;
     server_options.tls_handshake_timeout = options_.tls_handshake_timeout;
     server_options.thread_name = "extender-http";
+    // A large /filter decodes into tens of MB; give them back (docs/serve.md "Limits").
+    server_options.after_large_request = [] { ReleaseFreeMemory(); };
     server_options.max_body_bytes = kMaxRequestBytes;
     server_options.read_timeout = options_.read_timeout;
     server_options.write_timeout = options_.write_timeout;

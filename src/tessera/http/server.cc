@@ -832,6 +832,7 @@ class Connection {
     }
 
     const bool head_only = request_.method == "HEAD";
+    bool large = request_.body.size() >= options_.large_request_bytes;
     try {
       handler_(request_, &response_);
     } catch (...) {
@@ -845,7 +846,17 @@ class Connection {
     if (close_after || WantsClose() || stopping_.load(std::memory_order_relaxed)) {
       response_.close = true;
     }
-    return Reply(start, head_only) && !response_.close;
+    large = large || response_.body.size() >= options_.large_request_bytes;
+    const bool keep = Reply(start, head_only) && !response_.close;
+    if (large) {
+      std::string().swap(request_.body);
+      std::string().swap(response_.body);
+      std::string().swap(out_);
+      if (options_.after_large_request) {
+        options_.after_large_request();
+      }
+    }
+    return keep;
   }
 
   Stream& stream_;

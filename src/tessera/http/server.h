@@ -145,6 +145,12 @@ struct ServerOptions {
   // Fills the body of a reply the server makes by itself (400, 413, 431, 501, 505; `response`
   // arrives with status set). nullptr: the reason phrase as text/plain.
   std::function<void(Response* response)> error_body;
+  // After a request whose body or reply has at least large_request_bytes, the connection frees
+  // its request and reply buffers (else each keeps the largest it has seen) and then calls
+  // after_large_request (nullptr: nothing), e.g. to hand the allocator's free memory back to
+  // the system (ReleaseFreeMemory, base/allocator.h).
+  size_t large_request_bytes = 256 << 10;
+  std::function<void()> after_large_request;
   // Called after each reply is written (or failed to write): the request (method and path
   // empty when its request line was unreadable or too long), the reply, and the time since the
   // request's first byte was read. nullptr: nothing.

@@ -892,6 +892,20 @@ TEST(ServeConnection, ReportsWhenItWaitsForARequest) {
   EXPECT_GT(idle_since.load(), 0);    // and idle again when it ended waiting for the next
 }
 
+TEST(ServeConnection, CallsAfterLargeRequestOnlyAfterALargeBodyOrReply) {
+  ServerOptions options;
+  options.large_request_bytes = 1000;
+  int calls = 0;
+  options.after_large_request = [&] { ++calls; };
+  const std::string big(1000, 'x');
+  const Served s = Serve({Data("POST /a HTTP/1.1\r\nContent-Length: 1000\r\n\r\n" + big),
+                          Data("GET /small HTTP/1.1\r\n\r\n"),
+                          Data("POST /b HTTP/1.1\r\nContent-Length: 999\r\n\r\n" + big.substr(1))},
+                         Echo, options);
+  EXPECT_EQ(s.writes.size(), 3u);
+  EXPECT_EQ(calls, 2);  // /a's body and /b's 1,002-byte reply ("/b:" + 999)
+}
+
 TEST(ServeConnection, ReadTimeoutWithinTheHeadEndsTheConnection) {
   const Served s = Serve(
       {Data("GET /a HTTP/1.1\r\nHo"), TimedOut(), TimedOut(), TimedOut(), Data("st: a\r\n\r\n")},
