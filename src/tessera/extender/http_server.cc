@@ -223,6 +223,11 @@ void SendJson(http::Response* res, std::string body) {
 // Metrics scrapes are compressed (when the scraper accepts gzip, as Prometheus does) from this
 // size on.
 constexpr size_t kGzipMetricsFrom = 1024;
+// A /filter or /bind body at least this large is decoded and answered by at most
+// kLargeAtOnce threads at a time: each takes tens of MB while it runs (a 60,000-name /filter
+// about 50 MB), and kube-scheduler sends one filter at a time anyway.
+constexpr size_t kLargeBodyBytes = 256 << 10;
+constexpr int kLargeAtOnce = 2;
 
 }  // namespace
 
@@ -424,11 +429,38 @@ class HttpServer::Impl {
     SendText(res, 405, StatusText(405));
   }
 
+  // Holds one of the kLargeAtOnce slots for a large body while it lives.
+  class LargeSlot {
+   public:
+    LargeSlot(Impl* impl, size_t bytes) : impl_(bytes >= kLargeBodyBytes ? impl : nullptr) {
+      if (impl_ != nullptr) {
+        MutexLock l(&impl_->large_mu_);
+        while (impl_->large_running_ >= kLargeAtOnce) {
+          impl_->large_cv_.Wait(&impl_->large_mu_);
+        }
+        ++impl_->large_running_;
+      }
+    }
+    ~LargeSlot() {
+      if (impl_ != nullptr) {
+        MutexLock l(&impl_->large_mu_);
+        --impl_->large_running_;
+        impl_->large_cv_.Signal();
+      }
+    }
+    LargeSlot(const LargeSlot&) = delete;
+    LargeSlot& operator=(const LargeSlot&) = delete;
+
+   private:
+    Impl* const impl_;
+  };
+
   void Filter(const std::string& body, http::Response* res) {
     if (body.empty()) {
       SendText(res, 400, "Please send a request body");
       return;
     }
+    LargeSlot slot(this, body.size());
     absl::StatusOr<FilterArgs> args = DecodeFilterArgs(body);
     if (!args.ok()) {
       if (args.status().message() == kMissingPodMessage) {
@@ -448,6 +480,7 @@ class HttpServer::Impl {
       SendText(res, 400, "Please send a request body");
       return;
     }
+    LargeSlot slot(this, body.size());
     absl::StatusOr<BindArgs> args = DecodeBindArgs(body);
     if (!args.ok()) {
       SendText(res, 400, std::string(args.status().message()));
@@ -485,6 +518,9 @@ class HttpServer::Impl {
 
   Backend* const backend_;
   HttpServerOptions options_;
+  Mutex large_mu_;
+  CondVar large_cv_;
+  int large_running_ ABSL_GUARDED_BY(large_mu_) = 0;
   bool started_ = false;
   bool tls_ = false;
   std::unique_ptr<CertWatcher> certs_;

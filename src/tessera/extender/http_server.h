@@ -27,6 +27,10 @@
 // header_timeout and a TLS handshake within tls_handshake_timeout; at max_connections the
 // connection idle longest is shed, and when none is idle a new one gets 503.
 //
+// Memory: a /filter or /bind body of 256 KiB or more is decoded and answered by at most two
+// threads at once (others wait), and after a request or reply of that size the allocator's free
+// memory goes back to the system (base/allocator.h ReleaseFreeMemory).
+//
 // Errors: an empty body → 400 "Please send a request body"; a body the decoder rejects → 400 with
 // the decoder's message (text/plain); a filter request without a pod → 200 with
 // {"Error":"extender args missing pod"} as HAMi answers; a body over kMaxRequestBytes → 413
