@@ -1349,7 +1349,7 @@ class Server::Impl {
           --open;
         }
         if (cap > 0 && open >= cap) {
-          ++refused_connections_;
+          TESSERA_VLOG(1, "http: {} connections open and none idle; refusing one with 503", open);
           send(fd, kOverCapacity.data(), kOverCapacity.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
           close(fd);
         } else {
@@ -1389,7 +1389,7 @@ class Server::Impl {
     shutdown(oldest->fd, SHUT_RDWR);
     ++shed_pending_;
     oldest->shed = true;
-    ++shed_connections_;
+    TESSERA_VLOG(2, "http: closed an idle connection to make room for a new one");
     return true;
   }
 
@@ -1550,8 +1550,6 @@ class Server::Impl {
   std::vector<std::list<std::thread>::iterator> retired_ ABSL_GUARDED_BY(mu_);
   size_t idle_ ABSL_GUARDED_BY(mu_) = 0;          // workers waiting for a connection
   size_t shed_pending_ ABSL_GUARDED_BY(mu_) = 0;  // shed, not yet closed by their worker
-  uint64_t shed_connections_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t refused_connections_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> stopping_{false};
   Mutex mu_;
   CondVar cv_;
