@@ -308,7 +308,12 @@ class HttpServer::Impl {
     server_options.tls_handshake_timeout = options_.tls_handshake_timeout;
     server_options.thread_name = "extender-http";
     // A large /filter decodes into tens of MB; give them back (docs/serve.md "Limits").
-    server_options.after_large_request = [] { ReleaseFreeMemory(); };
+    server_options.after_large_request = [this] {
+      ReleaseFreeMemory();
+      if (options_.after_large_request) {
+        options_.after_large_request();
+      }
+    };
     server_options.max_body_bytes = kMaxRequestBytes;
     server_options.read_timeout = options_.read_timeout;
     server_options.write_timeout = options_.write_timeout;

@@ -131,6 +131,10 @@ struct HttpServerOptions {
   // The overall deadlines of a request head and of a TLS handshake.
   absl::Duration header_timeout = absl::Seconds(10);
   absl::Duration tls_handshake_timeout = absl::Seconds(10);
+  // Called (concurrently) after a request or reply of 256 KiB or more, once the server has
+  // returned the allocator's free memory; nullptr: nothing. The service trims again a second
+  // later, for what its background threads free after the reply.
+  std::function<void()> after_large_request;
   absl::Duration read_timeout = absl::Seconds(30);
   absl::Duration write_timeout = absl::Seconds(30);
   // How long an idle keep-alive connection is kept.
