@@ -1341,21 +1341,25 @@ TEST(Server, AddsWorkersUpToMaxThreadsForWaitingConnections) {
 }
 
 // Seconds until the server closes `fd` (a read returns 0 or fails), at most `limit`; sends
-// `trickle` one byte every 200 ms meanwhile (as long as it lasts).
+// `trickle` one byte every 200 ms meanwhile (as long as it lasts). What the server sends is
+// read and dropped.
 double SecondsUntilClosed(int fd, double limit, std::string_view trickle = {}) {
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  double next_byte = 0;
   while (elapsed() < limit) {
-    if (!trickle.empty()) {
+    if (!trickle.empty() && elapsed() >= next_byte) {
       send(fd, trickle.data(), 1, MSG_NOSIGNAL);
       trickle.remove_prefix(1);
+      next_byte += 0.2;
     }
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 200) > 0) {
-      char c;
-      if (recv(fd, &c, 1, MSG_DONTWAIT) <= 0) {
+    if (poll(&p, 1, 50) > 0) {
+      char sink[4096];
+      const ssize_t n = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         return elapsed();
       }
     }
@@ -1912,6 +1916,39 @@ TEST(Server, TlsHandshakeHasADeadline) {
   hello += std::string(40, '\x01');
   EXPECT_LT(SecondsUntilClosed(trickling, 8, hello), 4.0);
   close(trickling);
+}
+
+// A TLS record trickled in byte by byte: a blocking SSL_read would wait for the whole record,
+// with every byte restarting the socket's receive timeout; the head deadline still holds.
+TEST(Server, TrickledTlsRecordIsClosedAtTheHeadDeadline) {
+  std::unique_ptr<SSL_CTX, SslCtxFree> server_ctx = ServerContext();
+  ASSERT_NE(server_ctx, nullptr);
+  ServerOptions options = SocketOptions();
+  options.tls = server_ctx.get();
+  options.header_timeout = absl::Seconds(1);
+  Server server(Echo, options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  std::unique_ptr<SSL_CTX, SslCtxFree> client_ctx(SSL_CTX_new(TLS_client_method()));
+  ASSERT_NE(client_ctx, nullptr);
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  std::unique_ptr<SSL, SslFree> ssl(SSL_new(client_ctx.get()));
+  ASSERT_NE(ssl, nullptr);
+  ASSERT_EQ(SSL_set_fd(ssl.get(), fd), 1);
+  ASSERT_EQ(SSL_connect(ssl.get()), 1);
+  // Encrypt a whole head into memory, then send its record a byte every 200 ms.
+  BIO* records = BIO_new(BIO_s_mem());
+  ASSERT_NE(records, nullptr);
+  SSL_set0_wbio(ssl.get(), records);  // the SSL owns it now
+  const std::string head = "GET /slow HTTP/1.1\r\n\r\n";
+  ASSERT_EQ(SSL_write(ssl.get(), head.data(), static_cast<int>(head.size())),
+            static_cast<int>(head.size()));
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(records, &data);
+  ASSERT_GT(size, 20);
+  const std::string bytes(data, static_cast<size_t>(size));
+  EXPECT_LT(SecondsUntilClosed(fd, 8, bytes), 4.0);
+  close(fd);
 }
 
 std::string Gunzip(const std::string& packed) {
