@@ -35,6 +35,9 @@
 //   431  a request head over max_header_bytes
 //   501  a Transfer-Encoding other than chunked
 //   505  an HTTP version other than 1.0 and 1.1
+// and, to a new connection over max_connections with no idle connection to shed, a fixed 503
+// (Retry-After: 1) written without waiting. A request head past header_timeout, a TLS handshake
+// past tls_handshake_timeout and a connection shed for a new one are closed without a reply.
 // HEAD requests reach the handler as "HEAD"; the reply's body is not sent (its Content-Length
 // is). A connection is closed after a reply when the handler sets Response::close, the client
 // asked for it (Connection: close, or HTTP/1.0 without keep-alive), or the server is stopping.
