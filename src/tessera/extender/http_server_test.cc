@@ -638,6 +638,39 @@ TEST_F(HttpServerTest, HostileClientsDoNotDelayHealthFilterOrMetrics) {
   for (int i = 0; i < 20; ++i) {
     binds.emplace_back([&] { RawExchange(server_->port(), bind); });
   }
+  // Sixteen clients ask for a multi-MB reply (a /filter of 60,000 names fails 59,999 of them)
+  // and never read it: each holds its thread in a write for up to the write timeout.
+  std::string names;
+  for (int i = 0; i < 60000; ++i) {
+    names += (i == 0 ? "\"node-" : ",\"node-") + std::to_string(i) + "\"";
+  }
+  const std::string big_body =
+      std::string(R"({"Pod":)") + kPod + R"(,"Nodes":null,"NodeNames":[)" + names + "]}";
+  const std::string big_filter =
+      "POST /filter HTTP/1.1\r\nContent-Length: " + std::to_string(big_body.size()) + "\r\n\r\n" +
+      big_body;
+  std::vector<std::thread> senders;
+  for (int i = 0; i < 16; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    const int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    fds.push_back(fd);
+    senders.emplace_back([fd, &big_filter] {
+      send(fd, big_filter.data(), big_filter.size(), MSG_NOSIGNAL);  // and never read
+    });
+  }
+  for (std::thread& t : senders) {
+    t.join();
+  }
+  for (int i = 0; i < 1000 && backend_.filters() < 16; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(backend_.filters(), 16);
   for (int i = 0; i < 500 && backend_.held_binds() < 20; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
