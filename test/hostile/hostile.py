@@ -178,7 +178,7 @@ class Hostiles:
         except OSError:
             return True
 
-    def start(self, every):
+    def start(self, every, replace=True):
         def run():
             next_byte = time.monotonic() + every
             while not self.stop.wait(0.5):
@@ -186,7 +186,7 @@ class Hostiles:
                 if trickle_now:
                     next_byte += every
                 for c in self.conns:
-                    if self._closed(c[0]):
+                    if replace and self._closed(c[0]):
                         c[0].close()
                         try:
                             c[0] = self._open(c[1], c[2])
@@ -203,8 +203,12 @@ class Hostiles:
         self.thread.start()
 
     def still_open(self):
-        """How many hostile connections the server has not closed."""
-        return sum(1 for c in self.conns if not self._closed(c[0]))
+        """How many hostile connections the server has not closed, by port."""
+        out = {}
+        for c in self.conns:
+            if not self._closed(c[0]):
+                out[str(c[1])] = out.get(str(c[1]), 0) + 1
+        return out
 
     def close(self):
         self.stop.set()
@@ -266,6 +270,8 @@ def main():
     parser.add_argument("--duration", type=float, default=30.0,
                         help="at most this long under hostile load")
     parser.add_argument("--limit-ms", type=float, default=100.0)
+    parser.add_argument("--no-replace", action="store_true",
+                        help="do not replace the connections the server closes")
     args = parser.parse_args()
     args.idle = min(args.idle, 5000)
     args.slowloris = min(args.slowloris, 2000)
@@ -297,7 +303,7 @@ def main():
         if "tls" in ports:
             targets["healthz_tls"] = (ports["tls"][0], request_bytes("GET", "/healthz"),
                                       client_tls)
-        report = {"idle": args.idle, "slowloris": args.slowloris,
+        report = {"idle": args.idle, "slowloris": args.slowloris, "replace": not args.no_replace,
                   "non_readers": args.non_readers, "samples": args.samples,
                   "limit_ms": args.limit_ms}
         report["baseline"] = measure(targets, min(args.samples, 50))
@@ -316,7 +322,7 @@ def main():
         big = request_bytes("POST", "/filter", filter_body(args.non_reader_names))
         for _ in range(args.non_readers):
             hostiles.connect(http, big)  # and never read the reply
-        hostiles.start(args.trickle)
+        hostiles.start(args.trickle, replace=not args.no_replace)
         report["hostile_connections_opened"] = len(hostiles.conns)
         report["opening_s"] = round(time.monotonic() - started, 2)
 
@@ -332,6 +338,7 @@ def main():
         report["under_load"] = {name: percentiles(v) for name, v in under.items()}
         report["under_load_s"] = round(time.monotonic() - started, 2)
         report["rss_kib_under_load"] = rss_kib(serve_pid)
+        report["ports"] = {name: list(p) for name, p in ports.items()}
         report["hostile_still_open"] = hostiles.still_open()
         report["hostile_reopened"] = hostiles.reopened
         hostiles.close()

@@ -771,9 +771,17 @@ class Connection {
         }
         limit = first && head_limited ? options_.header_timeout : options_.keep_alive_timeout;
       }
-      if ((!idle || first) && head_limited && Now() >= head_deadline) {
-        TESSERA_VLOG(2, "http: a request head passed its deadline; closing the connection");
-        return false;
+      if ((!idle || first) && head_limited) {
+        const auto now = Now();
+        if (now >= head_deadline) {
+          TESSERA_VLOG(2, "http: a request head passed its deadline; closing the connection");
+          return false;
+        }
+        // Wait no longer than the deadline (More counts whole ticks, so it ends within one).
+        const absl::Duration left = absl::FromChrono(head_deadline - now);
+        if (limit <= absl::ZeroDuration() || left < limit) {
+          limit = left;
+        }
       }
       const Fill f = More(limit);
       if (f != Fill::kOk) {

@@ -868,6 +868,20 @@ TEST(ServeConnection, TricklingKeepAliveHeadEndsAtItsOwnDeadline) {
   EXPECT_EQ(s.writes.size(), 1u);
 }
 
+TEST(ServeConnection, HeadThatStopsHalfwayEndsAtTheHeadDeadline) {
+  // Not a byte more after the first: the read timeout (30 s) must not outlast the deadline.
+  ServerOptions options = ShortTimeouts();
+  options.read_timeout = absl::Seconds(30);
+  options.header_timeout = absl::Seconds(3);
+  std::vector<Step> script = {Data("GET /a HTTP/1.1\r\nX: ")};
+  for (int i = 0; i < 40; ++i) {
+    script.push_back(TimedOut());
+  }
+  const Served s = ServeOnReadClock(std::move(script), options);
+  EXPECT_THAT(s.requests, IsEmpty());
+  EXPECT_LE(s.log.size(), 5u);
+}
+
 TEST(ServeConnection, HeadWithinTheDeadlineIsServed) {
   ServerOptions options = ShortTimeouts();
   options.header_timeout = absl::Seconds(30);
@@ -1565,26 +1579,37 @@ TEST(Server, StopClosesQueuedConnectionsWithoutServingThem) {
   ServerOptions options = SocketOptions();
   options.threads = 1;
   std::atomic<int> handled{0};
+  absl::Notification release;
   Server server(
       [&](Request& req, Response* res) {
         ++handled;
+        if (req.path == "/held") {
+          release.WaitForNotificationWithTimeout(absl::Seconds(10));
+        }
         Echo(req, res);
       },
       options);
   ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   const int held = Connect(server.port());
   ASSERT_GE(held, 0);
-  std::string buffered;
   ASSERT_TRUE(SendAll(held, "GET /held HTTP/1.1\r\n\r\n"));
-  ASSERT_EQ(ReadReply(held, &buffered), Ok("/held:"));
-  // The only worker holds `held`, so `waiting` waits.
+  for (int i = 0; i < 500 && handled.load() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // The only worker is busy with `held` (not idle, so not shed), so `waiting` waits.
   const int waiting = Connect(server.port());
   ASSERT_GE(waiting, 0);
   ASSERT_TRUE(SendAll(waiting, "GET /waiting HTTP/1.1\r\n\r\n"));
   const auto start = std::chrono::steady_clock::now();
-  server.Stop();
+  std::thread stop([&] { server.Stop(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // Stop has begun
+  release.Notify();
+  stop.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
-  EXPECT_EQ(ReadAll(held), "");
+  // The request being handled is answered, and its connection closed.
+  EXPECT_EQ(ReadAll(held),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 6\r\n"
+            "Connection: close\r\n\r\n/held:");
   // Closed (an orderly close or a reset), not answered and not left open.
   const std::string rest = ReadAll(waiting);
   EXPECT_TRUE(rest.empty() || rest == "<error>") << rest;
