@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "fmt/core.h"
@@ -1376,29 +1377,45 @@ class Server::Impl {
   }
 
   // Closes (shuts down, for its worker to close) the connection that has waited longest for a
-  // request; false when none is idle.
+  // request; false when none is idle. A connection whose next bytes have arrived but not yet
+  // been read (its worker has not woken, or has not started) is not idle.
   bool ShedOneIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Active* oldest = nullptr;
-    int64_t oldest_since = 0;
-    for (auto& [fd, conn] : active_) {
-      const int64_t since = conn->idle_since.load(std::memory_order_relaxed);
-      if (since > 0 && (oldest == nullptr || since < oldest_since)) {
-        oldest = conn;
-        oldest_since = since;
+    absl::flat_hash_set<const Active*> busy;
+    while (true) {
+      Active* oldest = nullptr;
+      int64_t oldest_since = 0;
+      for (auto& [fd, conn] : active_) {
+        const int64_t since = conn->idle_since.load(std::memory_order_relaxed);
+        if (since > 0 && (oldest == nullptr || since < oldest_since) && !busy.contains(conn)) {
+          oldest = conn;
+          oldest_since = since;
+        }
       }
+      if (oldest == nullptr) {
+        return false;
+      }
+      int pending = 0;
+      if (ioctl(oldest->fd, FIONREAD, &pending) == 0 && pending > 0) {
+        busy.insert(oldest);
+        continue;
+      }
+      int64_t expected = oldest_since;
+      if (!oldest->idle_since.compare_exchange_strong(expected, -1)) {
+        busy.insert(oldest);  // it has just begun a request
+        continue;
+      }
+      Shed(oldest);
+      return true;
     }
-    if (oldest == nullptr) {
-      return false;
-    }
-    int64_t expected = oldest_since;
-    if (!oldest->idle_since.compare_exchange_strong(expected, -1)) {
-      return ShedOneIdle();  // it has just begun a request; try another
-    }
-    shutdown(oldest->fd, SHUT_RDWR);
+  }
+
+  // Only the read side: its worker's next read ends the connection, and a request it read
+  // just before (the moment between its read and marking itself busy) is still answered.
+  void Shed(Active* oldest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    shutdown(oldest->fd, SHUT_RD);
     ++shed_pending_;
     oldest->shed = true;
     TESSERA_VLOG(2, "http: closed an idle connection to make room for a new one");
-    return true;
   }
 
   void AddWorker() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
