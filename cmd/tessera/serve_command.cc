@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "tessera/base/limits.h"
 #include "tessera/base/logging.h"
 #include "tessera/device/codec.h"
 #include "tessera/extender/node_lock.h"
@@ -24,6 +25,7 @@ struct ServeFlags {
   std::string cert_file;
   std::string key_file;
   std::string metrics_bind_address = ":9395";
+  size_t max_connections = 4096;
   std::string scheduler_name = "hami-scheduler";
   bool force_overwrite_default_scheduler = true;
   std::string node_scheduler_policy = "binpack";
@@ -135,6 +137,10 @@ int RunServe(const ServeFlags& f) {
     return Usage("--cert_file and --key_file go together: give both for TLS, or neither");
   }
   o.metrics_bind_address = f.metrics_bind_address;
+  if (f.max_connections < 16) {
+    return Usage("--max-connections must be at least 16");
+  }
+  o.max_connections = f.max_connections;
   o.scheduler_name = f.scheduler_name;
   o.force_overwrite_default_scheduler = f.force_overwrite_default_scheduler;
   absl::StatusOr<device::NodePolicy> node_policy = device::ParseNodePolicy(f.node_scheduler_policy);
@@ -209,6 +215,16 @@ int RunServe(const ServeFlags& f) {
     o.role_labels.ns = ns;
   }
 
+  // One descriptor per connection: make room for --max-connections (docs/serve.md "Limits").
+  if (absl::StatusOr<uint64_t> files = RaiseOpenFileLimit(); !files.ok()) {
+    TESSERA_LOG(kWarning, "{}; keeping the open-file limit", std::string(files.status().message()));
+  } else if (*files < 2 * o.max_connections + 256) {
+    TESSERA_LOG(kWarning,
+                "the open-file limit {} is below twice --max-connections ({}) plus 256: "
+                "connections may be refused before the cap",
+                *files, o.max_connections);
+  }
+
   // Block the stop signals before any thread starts, then wait for them here.
   sigset_t stop;
   sigemptyset(&stop);
@@ -243,16 +259,22 @@ void AddServeCommand(CLI::App& app, Runner* run) {
       "reads the annotations it writes, Prometheus scrapes /metrics. Flag names follow HAMi's "
       "scheduler, so a deployment can switch images.");
   sub->add_option("--http_bind", flags->http_bind,
-                  "Address of the extender routes (/filter /bind /webhook /healthz /readyz "
-                  "/debug/ledger), host:port; port 0 picks a free one")
+                  "Address of the extender routes (/filter /bind /webhook /healthz /readyz), "
+                  "host:port; port 0 picks a free one")
       ->capture_default_str();
   sub->add_option("--cert_file", flags->cert_file,
                   "TLS certificate (PEM, leaf first) for the extender; reloaded when the file "
                   "changes. With --key_file; neither = plain HTTP");
   sub->add_option("--key_file", flags->key_file, "TLS private key (PEM) matching --cert_file");
   sub->add_option("--metrics-bind-address", flags->metrics_bind_address,
-                  "Address of the Prometheus /metrics listener (\":9395\" = every interface); "
+                  "Address of the Prometheus /metrics listener, which also serves the operator "
+                  "routes /debug/ledger and /debug/audit (\":9395\" = every interface); "
                   "empty disables it")
+      ->capture_default_str();
+  sub->add_option("--max-connections", flags->max_connections,
+                  "Open connections each listener keeps (one thread each); at the cap the one "
+                  "idle longest is closed for a new one, and with none idle the new one gets 503. "
+                  "The open-file limit is raised to its hard limit at start")
       ->capture_default_str();
   sub->add_option("--scheduler-name", flags->scheduler_name,
                   "The scheduler profile name: the source of the events Tessera records and the "

@@ -4,6 +4,10 @@
 
 #include <unistd.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace tessera {
 
 bool ShouldRetuneAllocator(const char* current) {
@@ -12,6 +16,12 @@ bool ShouldRetuneAllocator(const char* current) {
 #else
   (void)current;
   return false;
+#endif
+}
+
+void ReleaseFreeMemory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
 #endif
 }
 

@@ -18,16 +18,34 @@
 // again with the same arguments (the PID stays the same; child processes inherit the setting).
 // When GLIBC_TUNABLES is present — even empty — the operator chose, and it is left alone; so
 // `GLIBC_TUNABLES= tessera serve` runs with glibc's defaults. Where the binary cannot be
-// executed again (no /proc), it runs on untuned. Nothing else is changed: a higher trim
-// threshold and a fixed mmap threshold were measured too and added nothing.
+// executed again (no /proc), it runs on untuned. A higher trim threshold and a fixed mmap
+// threshold were measured too and added nothing.
+//
+// The number of arenas is bounded to 2 (glibc's default is 8 per core): every thread that
+// allocates while the others hold their arenas gets one of its own, and huge requests left
+// memory in such arenas that even malloc_trim did not return: after eight sequential
+// 60,000-name /filters `tessera serve` kept 142 MB with ReleaseFreeMemory after each, 18 MB
+// with 2 arenas; after a hundred, sixteen at once, 91 MB and 21 MB (peaks 236 and 156 MB;
+// before issue 21's changes 677 MB, peak 858 MB). glibc 2.36 as Debian patches it applies
+// arena_max but leaves it out of the GLIBC_TUNABLES that /proc/<pid>/environ shows. `tessera bench
+// serve`'s resident memory went 281-296
+// -> 179-188 MiB, its pairs per second and CPU per pair unchanged within the noise
+// (docs/benchmarks.md, "Hostile clients and huge requests").
+//
+// ReleaseFreeMemory() returns the allocator's free memory to the system (glibc's malloc_trim:
+// every arena, the pages inside them too). glibc otherwise keeps what a thread freed in that
+// thread's arena for its next allocations: a 60,000-name /filter left ~50 MB behind per serving
+// thread (issue 21). It walks every arena under its lock, so call it after large requests only.
 //
 // Thread safety: call TuneAllocator() once, from main(), before any other thread starts.
+// ReleaseFreeMemory() is thread-safe.
 #pragma once
 
 namespace tessera {
 
 // What TuneAllocator sets GLIBC_TUNABLES to.
-inline constexpr char kAllocatorTunables[] = "glibc.malloc.tcache_count=256";
+inline constexpr char kAllocatorTunables[] =
+    "glibc.malloc.tcache_count=256:glibc.malloc.arena_max=2";
 
 // Whether a process whose GLIBC_TUNABLES is `current` (nullptr: unset) should be executed again
 // with kAllocatorTunables: only when it is unset and the C library is glibc.
@@ -35,5 +53,8 @@ bool ShouldRetuneAllocator(const char* current);
 
 // See the file comment. Returns only when the process was not executed again.
 void TuneAllocator(char** argv);
+
+// See the file comment. Does nothing where the C library is not glibc.
+void ReleaseFreeMemory();
 
 }  // namespace tessera

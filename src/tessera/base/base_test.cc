@@ -1,12 +1,15 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 #include "tessera/base/allocator.h"
 #include "tessera/base/backoff.h"
 #include "tessera/base/clock.h"
+#include "tessera/base/limits.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
 
@@ -74,6 +77,23 @@ TEST(LoggingTest, KlogLayoutAndVerbosity) {
               ::testing::MatchesRegex("W[0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6} +[0-9]+ "
                                       "base_test\\.cc:[0-9]+\\] node gpu-1 has 3 free"));
   EXPECT_THAT(lines[1], ::testing::EndsWith("] shown"));
+}
+
+TEST(RaiseOpenFileLimitTest, RaisesTheSoftLimitToTheHardLimit) {
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  if (limit.rlim_max <= 256) {
+    GTEST_SKIP() << "hard limit " << limit.rlim_max << " leaves nothing to raise";
+  }
+  rlimit lowered = limit;
+  lowered.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  absl::StatusOr<uint64_t> now = RaiseOpenFileLimit();
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(*now, limit.rlim_max);
+  rlimit after{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &after), 0);
+  EXPECT_EQ(after.rlim_cur, limit.rlim_max);
 }
 
 TEST(FakeClockTest, MovesOnlyWhenTold) {

@@ -17,6 +17,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "tessera/base/allocator.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/mutex.h"
 #include "tessera/base/status_macros.h"
@@ -222,6 +223,11 @@ void SendJson(http::Response* res, std::string body) {
 // Metrics scrapes are compressed (when the scraper accepts gzip, as Prometheus does) from this
 // size on.
 constexpr size_t kGzipMetricsFrom = 1024;
+// A /filter or /bind body at least this large is decoded and answered by at most
+// kLargeAtOnce threads at a time: each takes tens of MB while it runs (a 60,000-name /filter
+// about 50 MB), and kube-scheduler sends one filter at a time anyway.
+constexpr size_t kLargeBodyBytes = 256 << 10;
+constexpr int kLargeAtOnce = 2;
 
 }  // namespace
 
@@ -296,7 +302,18 @@ class HttpServer::Impl {
     }
     http::ServerOptions server_options;
     server_options.threads = options_.threads;
+    server_options.max_threads = std::max(options_.threads, options_.max_connections);
+    server_options.max_connections = options_.max_connections;
+    server_options.header_timeout = options_.header_timeout;
+    server_options.tls_handshake_timeout = options_.tls_handshake_timeout;
     server_options.thread_name = "extender-http";
+    // A large /filter decodes into tens of MB; give them back (docs/serve.md "Limits").
+    server_options.after_large_request = [this] {
+      ReleaseFreeMemory();
+      if (options_.after_large_request) {
+        options_.after_large_request();
+      }
+    };
     server_options.max_body_bytes = kMaxRequestBytes;
     server_options.read_timeout = options_.read_timeout;
     server_options.write_timeout = options_.write_timeout;
@@ -401,14 +418,6 @@ class HttpServer::Impl {
         }
         return;
       }
-      if (p == "/debug/ledger") {
-        SendJson(res, backend_->DebugLedgerJson());
-        return;
-      }
-      if (p == "/debug/audit") {
-        SendJson(res, backend_->DebugAuditJson());
-        return;
-      }
     }
     MethodOrNotFound(p, res);
   }
@@ -416,7 +425,7 @@ class HttpServer::Impl {
   void MethodOrNotFound(const std::string& p, http::Response* res) const {
     if (p == "/filter" || p == "/bind" || (p == "/webhook" && options_.webhook)) {
       res->headers.push_back({"Allow", "POST"});
-    } else if (p == "/healthz" || p == "/readyz" || p == "/debug/ledger" || p == "/debug/audit") {
+    } else if (p == "/healthz" || p == "/readyz") {
       res->headers.push_back({"Allow", "GET, HEAD"});
     } else {
       SendText(res, 404, StatusText(404));
@@ -425,11 +434,38 @@ class HttpServer::Impl {
     SendText(res, 405, StatusText(405));
   }
 
+  // Holds one of the kLargeAtOnce slots for a large body while it lives.
+  class LargeSlot {
+   public:
+    LargeSlot(Impl* impl, size_t bytes) : impl_(bytes >= kLargeBodyBytes ? impl : nullptr) {
+      if (impl_ != nullptr) {
+        MutexLock l(&impl_->large_mu_);
+        while (impl_->large_running_ >= kLargeAtOnce) {
+          impl_->large_cv_.Wait(&impl_->large_mu_);
+        }
+        ++impl_->large_running_;
+      }
+    }
+    ~LargeSlot() {
+      if (impl_ != nullptr) {
+        MutexLock l(&impl_->large_mu_);
+        --impl_->large_running_;
+        impl_->large_cv_.Signal();
+      }
+    }
+    LargeSlot(const LargeSlot&) = delete;
+    LargeSlot& operator=(const LargeSlot&) = delete;
+
+   private:
+    Impl* const impl_;
+  };
+
   void Filter(const std::string& body, http::Response* res) {
     if (body.empty()) {
       SendText(res, 400, "Please send a request body");
       return;
     }
+    LargeSlot slot(this, body.size());
     absl::StatusOr<FilterArgs> args = DecodeFilterArgs(body);
     if (!args.ok()) {
       if (args.status().message() == kMissingPodMessage) {
@@ -449,6 +485,7 @@ class HttpServer::Impl {
       SendText(res, 400, "Please send a request body");
       return;
     }
+    LargeSlot slot(this, body.size());
     absl::StatusOr<BindArgs> args = DecodeBindArgs(body);
     if (!args.ok()) {
       SendText(res, 400, std::string(args.status().message()));
@@ -460,7 +497,8 @@ class HttpServer::Impl {
   // ---- the metrics listener ---------------------------------------------------------------
 
   void HandleMetrics(http::Request& req, http::Response* res) {
-    if (req.path != "/metrics") {
+    const std::string& p = req.path;
+    if (p != "/metrics" && p != "/healthz" && p != "/debug/ledger" && p != "/debug/audit") {
       SendText(res, 404, StatusText(404));
       return;
     }
@@ -469,14 +507,25 @@ class HttpServer::Impl {
       SendText(res, 405, StatusText(405));
       return;
     }
-    res->status = 200;
-    res->content_type = kMetricsType;
-    res->body = options_.metrics ? options_.metrics() : std::string();
-    http::GzipIfAccepted(req, res, kGzipMetricsFrom);
+    if (p == "/healthz") {
+      SendText(res, 200, "ok");
+    } else if (p == "/debug/ledger") {
+      SendJson(res, backend_->DebugLedgerJson());
+    } else if (p == "/debug/audit") {
+      SendJson(res, backend_->DebugAuditJson());
+    } else {
+      res->status = 200;
+      res->content_type = kMetricsType;
+      res->body = options_.metrics ? options_.metrics() : std::string();
+      http::GzipIfAccepted(req, res, kGzipMetricsFrom);
+    }
   }
 
   Backend* const backend_;
   HttpServerOptions options_;
+  Mutex large_mu_;
+  CondVar large_cv_;
+  int large_running_ ABSL_GUARDED_BY(large_mu_) = 0;
   bool started_ = false;
   bool tls_ = false;
   std::unique_ptr<CertWatcher> certs_;

@@ -10,12 +10,26 @@
 //     GET  /healthz       200 "ok"
 //     GET  /readyz        200 when Backend::Ready, else 503; the body is what Ready wrote to
 //                         *why ("ok" when it wrote nothing on success, "not ready" on failure)
-//     GET  /debug/ledger  200 Backend::DebugLedgerJson() (application/json)
 //     POST /webhook       HttpServerOptions::webhook (the admission webhook, webhook.h); 404
 //                         when it is not set
-//     GET  /debug/audit   200 Backend::DebugAuditJson() (application/json)
-//   metrics listener (--metrics-bind-address, HAMi's default ":9395")
+//   metrics listener (--metrics-bind-address, HAMi's default ":9395"; plain HTTP)
 //     GET  /metrics       200 metrics() as text/plain; version=0.0.4; charset=utf-8
+//     GET  /healthz       200 "ok"
+//     GET  /debug/ledger  200 Backend::DebugLedgerJson() (application/json)
+//     GET  /debug/audit   200 Backend::DebugAuditJson() (application/json)
+// The /debug routes are on the metrics listener only (the extender port is reachable by
+// kube-scheduler and the API server, the metrics port by operators and Prometheus:
+// docs/deploy.md); on the main listener they are 404.
+//
+// Hostile or slow clients (docs/serve.md "Limits"): every open connection has its own worker
+// (the pool grows to max_connections), so a request is never queued behind idle, trickling or
+// non-reading connections or behind slow binds; a request head must arrive within
+// header_timeout and a TLS handshake within tls_handshake_timeout; at max_connections the
+// connection idle longest is shed, and when none is idle a new one gets 503.
+//
+// Memory: a /filter or /bind body of 256 KiB or more is decoded and answered by at most two
+// threads at once (others wait), and after a request or reply of that size the allocator's free
+// memory goes back to the system (base/allocator.h ReleaseFreeMemory).
 //
 // Errors: an empty body → 400 "Please send a request body"; a body the decoder rejects → 400 with
 // the decoder's message (text/plain); a filter request without a pod → 200 with
@@ -109,9 +123,18 @@ struct HttpServerOptions {
   // every body); returns the HTTP status and the application/json body. nullptr: 404.
   std::function<std::pair<int, std::string>(std::string_view content_type, std::string_view body)>
       webhook;
-  // Worker threads of the main listener. Each open keep-alive connection holds one while it is
-  // open, so this bounds the number of concurrent connections served (others wait).
+  // Worker threads of the main listener kept while idle (the metrics listener keeps 2). Each
+  // open connection holds one while it is open; both pools grow up to max_connections.
   size_t threads = 16;
+  // The cap on open connections of each listener (see http::ServerOptions::max_connections).
+  size_t max_connections = 4096;
+  // The overall deadlines of a request head and of a TLS handshake.
+  absl::Duration header_timeout = absl::Seconds(10);
+  absl::Duration tls_handshake_timeout = absl::Seconds(10);
+  // Called (concurrently) after a request or reply of 256 KiB or more, once the server has
+  // returned the allocator's free memory; nullptr: nothing. The service trims again a second
+  // later, for what its background threads free after the reply.
+  std::function<void()> after_large_request;
   absl::Duration read_timeout = absl::Seconds(30);
   absl::Duration write_timeout = absl::Seconds(30);
   // How long an idle keep-alive connection is kept.

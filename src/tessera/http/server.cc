@@ -8,11 +8,14 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <list>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -21,6 +24,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -408,13 +412,18 @@ class ChunkWriter : public StreamWriter {
 class Connection {
  public:
   Connection(Stream& stream, const Handler& handler, const ServerOptions& options,
-             absl::Duration tick, const std::atomic<bool>& stopping)
+             absl::Duration tick, const std::atomic<bool>& stopping,
+             std::atomic<int64_t>* idle_since, const SteadyNow& now)
       : stream_(stream),
         handler_(handler),
         options_(options),
         tick_(tick),
         stopping_(stopping),
-        buf_(std::max(kReadChunk, options.max_header_bytes + kReadChunk / 2)) {}
+        idle_since_(idle_since),
+        now_(now),
+        // Not zeroed: an idle connection's buffer costs memory only for the pages reads touch.
+        buf_(std::max(kReadChunk, options.max_header_bytes + kReadChunk / 2)),
+        start_(Now()) {}
 
   bool Serve() {
     while (true) {
@@ -720,7 +729,7 @@ class Connection {
       }
     }
     if (options_.on_response) {
-      options_.on_response(request_, r, absl::FromChrono(std::chrono::steady_clock::now() - start));
+      options_.on_response(request_, r, absl::FromChrono(Now() - start));
     }
     return ok;
   }
@@ -728,8 +737,16 @@ class Connection {
   // Serves one request; false when the connection is to be closed.
   bool ServeOne() {
     ResetRequest();
-    // The head: wait for it (idle: the keep-alive timeout; once it has begun, the read timeout).
-    auto start = std::chrono::steady_clock::now();
+    // The head: wait for it (idle: the keep-alive timeout, or for a connection's first request
+    // the header timeout; once it has begun, the read timeout), and all of it arrives by the
+    // head deadline.
+    auto start = Now();
+    const bool first = first_;
+    first_ = false;
+    const bool head_limited = options_.header_timeout > absl::ZeroDuration();
+    const auto header_timeout = absl::ToChronoNanoseconds(options_.header_timeout);
+    auto head_deadline = first && head_limited ? start_ + header_timeout
+                                               : std::chrono::steady_clock::time_point::max();
     size_t head_end = std::string_view::npos;
     while (true) {
       // Empty lines before a request line are ignored (RFC 9112 §2.2).
@@ -745,12 +762,40 @@ class Connection {
         return false;
       }
       const bool idle = pos_ == end_;
-      const Fill f = More(idle ? options_.keep_alive_timeout : options_.read_timeout);
+      absl::Duration limit = options_.read_timeout;
+      if (idle) {
+        if (idle_since_ != nullptr && idle_since_->load(std::memory_order_relaxed) <= 0) {
+          idle_since_->store(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(Now().time_since_epoch())
+                  .count(),
+              std::memory_order_relaxed);
+        }
+        limit = first && head_limited ? options_.header_timeout : options_.keep_alive_timeout;
+      }
+      if ((!idle || first) && head_limited) {
+        const auto now = Now();
+        if (now >= head_deadline) {
+          TESSERA_VLOG(2, "http: a request head passed its deadline; closing the connection");
+          return false;
+        }
+        // Wait no longer than the deadline (More counts whole ticks, so it ends within one).
+        const absl::Duration left = absl::FromChrono(head_deadline - now);
+        if (limit <= absl::ZeroDuration() || left < limit) {
+          limit = left;
+        }
+      }
+      const Fill f = More(limit);
       if (f != Fill::kOk) {
         return false;  // closed, failed or timed out: nothing to answer
       }
       if (idle) {
-        start = std::chrono::steady_clock::now();
+        if (idle_since_ != nullptr) {
+          idle_since_->store(0, std::memory_order_relaxed);
+        }
+        start = Now();
+        if (!first && head_limited) {
+          head_deadline = start + header_timeout;
+        }
       }
     }
     if (head_end > options_.max_header_bytes) {
@@ -796,6 +841,7 @@ class Connection {
     }
 
     const bool head_only = request_.method == "HEAD";
+    bool large = request_.body.size() >= options_.large_request_bytes;
     try {
       handler_(request_, &response_);
     } catch (...) {
@@ -809,7 +855,17 @@ class Connection {
     if (close_after || WantsClose() || stopping_.load(std::memory_order_relaxed)) {
       response_.close = true;
     }
-    return Reply(start, head_only) && !response_.close;
+    large = large || response_.body.size() >= options_.large_request_bytes;
+    const bool keep = Reply(start, head_only) && !response_.close;
+    if (large) {
+      std::string().swap(request_.body);
+      std::string().swap(response_.body);
+      std::string().swap(out_);
+      if (options_.after_large_request) {
+        options_.after_large_request();
+      }
+    }
+    return keep;
   }
 
   Stream& stream_;
@@ -817,7 +873,35 @@ class Connection {
   const ServerOptions& options_;
   const absl::Duration tick_;
   const std::atomic<bool>& stopping_;
-  std::vector<char> buf_;
+  // A growable byte buffer whose new bytes are left uninitialized.
+  class Buffer {
+   public:
+    explicit Buffer(size_t n) : data_(new char[n]), size_(n) {}
+    char* data() { return data_.get(); }
+    const char* data() const { return data_.get(); }
+    size_t size() const { return size_; }
+    char& operator[](size_t i) { return data_[i]; }
+    void resize(size_t n) {
+      std::unique_ptr<char[]> bigger(new char[n]);
+      std::memcpy(bigger.get(), data_.get(), std::min(n, size_));
+      data_ = std::move(bigger);
+      size_ = n;
+    }
+
+   private:
+    std::unique_ptr<char[]> data_;
+    size_t size_;
+  };
+
+  std::chrono::steady_clock::time_point Now() const {
+    return now_ ? now_() : std::chrono::steady_clock::now();
+  }
+
+  std::atomic<int64_t>* const idle_since_;
+  const SteadyNow& now_;
+  Buffer buf_;
+  const std::chrono::steady_clock::time_point start_;  // of the connection
+  bool first_ = true;                                  // no request has been read yet
   size_t pos_ = 0;  // buffered bytes not yet consumed: [pos_, end_)
   size_t end_ = 0;
   Request request_;
@@ -902,8 +986,9 @@ int ParseRequestHead(std::string_view head, Request* request) {
 }
 
 bool ServeConnection(Stream& stream, const Handler& handler, const ServerOptions& options,
-                     absl::Duration tick, const std::atomic<bool>& stopping) {
-  return Connection(stream, handler, options, tick, stopping).Serve();
+                     absl::Duration tick, const std::atomic<bool>& stopping,
+                     std::atomic<int64_t>* idle_since, const SteadyNow& now) {
+  return Connection(stream, handler, options, tick, stopping, idle_since, now).Serve();
 }
 
 }  // namespace internal
@@ -971,28 +1056,66 @@ class SocketStream : public Stream {
   const int fd_;
 };
 
+// Waits until `fd` is readable (POLLIN) or writable (POLLOUT) or `deadline` passes; false on
+// timeout or error.
+bool WaitFor(int fd, short events, std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return false;
+    }
+    pollfd p{fd, events, 0};
+    const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
+    if (r > 0) {
+      return true;
+    }
+    if (r < 0 && errno != EINTR) {
+      return false;
+    }
+  }
+}
+
+std::chrono::steady_clock::time_point DeadlineAfter(absl::Duration d) {
+  return d <= absl::ZeroDuration()
+             ? std::chrono::steady_clock::time_point::max()
+             : std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(d);
+}
+
+// TLS over a non-blocking socket: a read returns kTimedOut after one tick without a whole
+// record (so a record trickled in byte by byte cannot hold it longer); a write waits at most
+// the write timeout for buffer space.
 class TlsStream : public Stream {
  public:
-  explicit TlsStream(SSL* ssl) : ssl_(ssl) {}
+  TlsStream(SSL* ssl, absl::Duration tick, absl::Duration write_timeout)
+      : ssl_(ssl), tick_(tick), write_timeout_(write_timeout) {}
 
   bool PeerGone() override { return SocketPeerGone(SSL_get_fd(ssl_)); }
 
   long Read(char* buf, size_t n) override {
-    const int r = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(n, 1 << 30)));
-    if (r > 0) {
-      return r;
+    std::chrono::steady_clock::time_point deadline{};
+    bool have_deadline = false;
+    while (true) {
+      const int r = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+      if (r > 0) {
+        return r;
+      }
+      const int err = SSL_get_error(ssl_, r);
+      ERR_clear_error();
+      if (err == SSL_ERROR_ZERO_RETURN) {
+        return kClosed;
+      }
+      if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) {
+        return kFailed;
+      }
+      if (!have_deadline) {
+        deadline = DeadlineAfter(tick_);
+        have_deadline = true;
+      }
+      if (!WaitFor(SSL_get_fd(ssl_), err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
+        return kTimedOut;
+      }
     }
-    const int err = SSL_get_error(ssl_, r);
-    const int saved_errno = errno;
-    ERR_clear_error();
-    if (err == SSL_ERROR_ZERO_RETURN) {
-      return kClosed;
-    }
-    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE ||
-        (err == SSL_ERROR_SYSCALL && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK))) {
-      return kTimedOut;
-    }
-    return kFailed;
   }
 
   bool Write(std::string_view a, std::string_view b) override { return WriteOne(a) && WriteOne(b); }
@@ -1002,16 +1125,44 @@ class TlsStream : public Stream {
     if (data.empty()) {
       return true;
     }
-    const int r = SSL_write(ssl_, data.data(), static_cast<int>(data.size()));
-    if (r <= 0) {
+    const auto deadline = DeadlineAfter(write_timeout_);
+    while (true) {
+      const int r = SSL_write(ssl_, data.data(), static_cast<int>(data.size()));
+      if (r > 0) {
+        return static_cast<size_t>(r) == data.size();
+      }
+      const int err = SSL_get_error(ssl_, r);
       ERR_clear_error();
-      return false;
+      if ((err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) ||
+          !WaitFor(SSL_get_fd(ssl_), err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
+        return false;
+      }
     }
-    return static_cast<size_t>(r) == data.size();
   }
 
   SSL* const ssl_;
+  const absl::Duration tick_;
+  const absl::Duration write_timeout_;
 };
+
+void SetNonBlocking(int fd, bool on) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) {
+    fcntl(fd, F_SETFL, on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK));
+  }
+}
+
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// What the server answers, without waiting, to a connection over the cap.
+constexpr std::string_view kOverCapacity =
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    "Content-Length: 29\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+    "too many connections; retry\r\n";
 
 timeval SocketTimeout(absl::Duration d) {
   if (d <= absl::ZeroDuration()) {
@@ -1029,9 +1180,15 @@ class Server::Impl {
       : handler_(std::move(handler)), options_(std::move(options)) {
     options_.threads = std::max<size_t>(1, options_.threads);
     options_.max_threads = std::max(options_.threads, options_.max_threads);
-    const absl::Duration r = options_.read_timeout;
-    const absl::Duration k = options_.keep_alive_timeout;
-    tick_ = r <= absl::ZeroDuration() ? k : (k <= absl::ZeroDuration() ? r : std::min(r, k));
+    // The read tick: the shortest timeout, at most a second (so that deadlines hold to within
+    // a second; an idle connection's worker then wakes once a second).
+    tick_ = absl::Seconds(1);
+    for (absl::Duration d :
+         {options_.read_timeout, options_.keep_alive_timeout, options_.header_timeout}) {
+      if (d > absl::ZeroDuration()) {
+        tick_ = std::min(tick_, d);
+      }
+    }
   }
 
   ~Impl() { Stop(); }
@@ -1061,7 +1218,7 @@ class Server::Impl {
     {
       MutexLock l(&mu_);
       for (size_t i = 0; i < options_.threads; ++i) {
-        workers_.emplace_back([this] { Work(); });
+        AddWorker();
       }
     }
     acceptor_ = std::thread([this] { Accept(); });
@@ -1075,7 +1232,7 @@ class Server::Impl {
         return;
       }
       stopping_.store(true);
-      for (int fd : active_) {
+      for (auto& [fd, conn] : active_) {
         shutdown(fd, SHUT_RD);  // wakes a worker waiting for a request; replies still go out
       }
       cv_.SignalAll();
@@ -1086,17 +1243,18 @@ class Server::Impl {
     if (acceptor_.joinable()) {
       acceptor_.join();
     }
-    std::vector<std::thread> workers;
+    std::list<std::thread> workers;
     {
       MutexLock l(&mu_);  // only the acceptor adds workers, and it has ended
       workers.swap(workers_);
+      retired_.clear();
     }
     for (std::thread& t : workers) {
       t.join();
     }
     MutexLock l(&mu_);
-    for (int fd : queue_) {
-      close(fd);
+    for (const Queued& q : queue_) {
+      close(q.fd);
     }
     queue_.clear();
     if (listen_fd_ >= 0) {
@@ -1108,6 +1266,19 @@ class Server::Impl {
   int port() const { return port_; }
 
  private:
+  // An open connection being served.
+  struct Active {
+    int fd = -1;
+    // Steady-clock nanoseconds since it began waiting for a request; 0 while serving one;
+    // -1 once shed.
+    std::atomic<int64_t> idle_since{0};
+    bool shed = false;  // guarded by mu_
+  };
+  struct Queued {
+    int fd;
+    int64_t accepted;  // steady-clock nanoseconds
+  };
+
   // Binds and listens on host:port; 0 on success, else an errno (> 0) or a getaddrinfo error
   // (< 0).
   int Bind(const std::string& host, int port) {
@@ -1171,21 +1342,100 @@ class Server::Impl {
       const timeval snd = SocketTimeout(options_.write_timeout);
       setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rcv, sizeof(rcv));
       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof(snd));
-      MutexLock l(&mu_);
-      if (stopping_.load()) {
-        close(fd);
-        return;
+      std::vector<std::thread> done;
+      {
+        MutexLock l(&mu_);
+        if (stopping_.load()) {
+          close(fd);
+          return;
+        }
+        done = TakeRetired();
+        const size_t capacity = options_.max_threads;
+        const size_t cap = options_.max_connections;
+        size_t open = queue_.size() + active_.size() - shed_pending_;
+        // Shed idle connections while the new one would find no worker or pass the cap.
+        while ((open >= capacity || (cap > 0 && open >= cap)) && ShedOneIdle()) {
+          --open;
+        }
+        if (cap > 0 && open >= cap) {
+          TESSERA_VLOG(1, "http: {} connections open and none idle; refusing one with 503", open);
+          send(fd, kOverCapacity.data(), kOverCapacity.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+          close(fd);
+        } else {
+          queue_.push_back(Queued{fd, SteadyNanos()});
+          if (queue_.size() > idle_ && workers_.size() < options_.max_threads) {
+            AddWorker();  // every waiting connection needs a worker
+          } else {
+            cv_.Signal();
+          }
+        }
       }
-      queue_.push_back(fd);
-      if (queue_.size() > idle_ && workers_.size() < options_.max_threads) {
-        workers_.emplace_back([this] { Work(); });  // every waiting connection needs a worker
-      } else {
-        cv_.Signal();
+      for (std::thread& t : done) {
+        t.join();
       }
     }
   }
 
-  void Work() {
+  // Closes (shuts down, for its worker to close) the connection that has waited longest for a
+  // request; false when none is idle. A connection whose next bytes have arrived but not yet
+  // been read (its worker has not woken, or has not started) is not idle.
+  bool ShedOneIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::flat_hash_set<const Active*> busy;
+    while (true) {
+      Active* oldest = nullptr;
+      int64_t oldest_since = 0;
+      for (auto& [fd, conn] : active_) {
+        const int64_t since = conn->idle_since.load(std::memory_order_relaxed);
+        if (since > 0 && (oldest == nullptr || since < oldest_since) && !busy.contains(conn)) {
+          oldest = conn;
+          oldest_since = since;
+        }
+      }
+      if (oldest == nullptr) {
+        return false;
+      }
+      int pending = 0;
+      if (ioctl(oldest->fd, FIONREAD, &pending) == 0 && pending > 0) {
+        busy.insert(oldest);
+        continue;
+      }
+      int64_t expected = oldest_since;
+      if (!oldest->idle_since.compare_exchange_strong(expected, -1)) {
+        busy.insert(oldest);  // it has just begun a request
+        continue;
+      }
+      Shed(oldest);
+      return true;
+    }
+  }
+
+  // Only the read side: its worker's next read ends the connection, and a request it read
+  // just before (the moment between its read and marking itself busy) is still answered.
+  void Shed(Active* oldest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    shutdown(oldest->fd, SHUT_RD);
+    ++shed_pending_;
+    oldest->shed = true;
+    TESSERA_VLOG(2, "http: closed an idle connection to make room for a new one");
+  }
+
+  void AddWorker() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    workers_.emplace_back();
+    auto it = std::prev(workers_.end());
+    *it = std::thread([this, it] { Work(it); });
+  }
+
+  // Threads of retired workers, to be joined without the lock.
+  std::vector<std::thread> TakeRetired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<std::thread> done;
+    for (auto it : retired_) {
+      done.push_back(std::move(*it));
+      workers_.erase(it);
+    }
+    retired_.clear();
+    return done;
+  }
+
+  void Work(std::list<std::thread>::iterator self) {
     pthread_setname_np(pthread_self(), options_.thread_name.substr(0, 15).c_str());
     // A write to a connection the peer has reset raises SIGPIPE in the writing thread; blocked
     // here, the write fails with EPIPE instead (OpenSSL writes without MSG_NOSIGNAL).
@@ -1193,28 +1443,43 @@ class Server::Impl {
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    const auto idle_limit = absl::ToChronoNanoseconds(options_.idle_worker_timeout);
     while (true) {
-      int fd = -1;
+      Active conn;
       {
         MutexLock l(&mu_);
         ++idle_;
+        auto idle_until = std::chrono::steady_clock::now() + idle_limit;
         while (queue_.empty() && !stopping_.load()) {
-          cv_.Wait(&mu_);
+          if (workers_.size() - retired_.size() <= options_.threads ||
+              options_.idle_worker_timeout <= absl::ZeroDuration()) {
+            cv_.Wait(&mu_);
+            idle_until = std::chrono::steady_clock::now() + idle_limit;
+          } else if (!cv_.WaitFor(&mu_, idle_until - std::chrono::steady_clock::now()) &&
+                     queue_.empty() && std::chrono::steady_clock::now() >= idle_until) {
+            --idle_;
+            retired_.push_back(self);  // the acceptor or Stop joins this thread
+            return;
+          }
         }
         --idle_;
         if (stopping_.load()) {
           return;
         }
-        fd = queue_.front();
+        conn.fd = queue_.front().fd;
+        conn.idle_since.store(queue_.front().accepted, std::memory_order_relaxed);
         queue_.pop_front();
-        active_.insert(fd);
+        active_.emplace(conn.fd, &conn);
       }
-      Drain(fd, Serve(fd));
+      Drain(conn.fd, Serve(conn));
       {
         MutexLock l(&mu_);
-        active_.erase(fd);
+        active_.erase(conn.fd);
+        if (conn.shed) {
+          --shed_pending_;
+        }
       }
-      close(fd);
+      close(conn.fd);
       // Drop a SIGPIPE left pending by a failed write, so it never reaches another handler.
       const timespec zero{0, 0};
       while (sigtimedwait(&pipe, nullptr, &zero) == SIGPIPE) {
@@ -1249,10 +1514,12 @@ class Server::Impl {
   }
 
   // Serves the connection; true when it ended with a refusal (see Drain).
-  bool Serve(int fd) {
+  bool Serve(Active& conn) {
+    const int fd = conn.fd;
     if (options_.tls == nullptr) {
       SocketStream stream(fd);
-      return internal::ServeConnection(stream, handler_, options_, tick_, stopping_);
+      return internal::ServeConnection(stream, handler_, options_, tick_, stopping_,
+                                       &conn.idle_since);
     }
     SSL* ssl = SSL_new(options_.tls);
     if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
@@ -1260,31 +1527,39 @@ class Server::Impl {
       SSL_free(ssl);
       return false;
     }
-    absl::Duration waited;
+    SetNonBlocking(fd, true);
+    // The handshake has an overall deadline from the connection's start.
+    auto deadline = std::chrono::steady_clock::time_point::max();
+    if (options_.tls_handshake_timeout > absl::ZeroDuration()) {
+      deadline =
+          std::chrono::steady_clock::time_point(std::chrono::nanoseconds(conn.idle_since.load())) +
+          absl::ToChronoNanoseconds(options_.tls_handshake_timeout);
+    }
     while (true) {
       const int r = SSL_accept(ssl);
       if (r == 1) {
         break;
       }
       const int err = SSL_get_error(ssl, r);
-      const int saved_errno = errno;
       ERR_clear_error();
-      const bool timed_out =
-          err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE ||
-          (err == SSL_ERROR_SYSCALL && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK));
-      waited += tick_;
-      if (!timed_out || stopping_.load() || tick_ <= absl::ZeroDuration() ||
-          (options_.read_timeout > absl::ZeroDuration() && waited >= options_.read_timeout)) {
-        TESSERA_VLOG(2, "http: TLS handshake failed");
+      if ((err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) || stopping_.load() ||
+          !WaitFor(fd, err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
+        TESSERA_VLOG(2, "http: TLS handshake failed or passed its deadline");
         SSL_free(ssl);
+        SetNonBlocking(fd, false);
         return false;
       }
     }
-    TlsStream stream(ssl);
-    const bool refused = internal::ServeConnection(stream, handler_, options_, tick_, stopping_);
+    bool refused = false;
+    {
+      TlsStream stream(ssl, tick_, options_.write_timeout);
+      refused =
+          internal::ServeConnection(stream, handler_, options_, tick_, stopping_, &conn.idle_since);
+    }
     SSL_shutdown(ssl);  // close_notify; the peer's answer is not awaited
     ERR_clear_error();
     SSL_free(ssl);
+    SetNonBlocking(fd, false);  // Drain reads with a receive timeout
     return refused;
   }
 
@@ -1295,13 +1570,16 @@ class Server::Impl {
   int listen_fd_ = -1;
   int port_ = 0;
   std::thread acceptor_;
-  std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);
-  size_t idle_ ABSL_GUARDED_BY(mu_) = 0;  // workers waiting for a connection
+  std::list<std::thread> workers_ ABSL_GUARDED_BY(mu_);
+  // Workers that ended (idle too long), to be joined and erased from workers_.
+  std::vector<std::list<std::thread>::iterator> retired_ ABSL_GUARDED_BY(mu_);
+  size_t idle_ ABSL_GUARDED_BY(mu_) = 0;          // workers waiting for a connection
+  size_t shed_pending_ ABSL_GUARDED_BY(mu_) = 0;  // shed, not yet closed by their worker
   std::atomic<bool> stopping_{false};
   Mutex mu_;
   CondVar cv_;
-  std::deque<int> queue_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<int> active_ ABSL_GUARDED_BY(mu_);
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, Active*> active_ ABSL_GUARDED_BY(mu_);
 };
 
 Server::Server(Handler handler, ServerOptions options)

@@ -1,7 +1,9 @@
 // File: tessera/http/server.h
 //
-// A small HTTP/1.1 server (RFC 9112) for request/response APIs: a listener, a fixed pool of
-// worker threads (one per open connection, as cpp-httplib and Go's net/http serve), keep-alive
+// A small HTTP/1.1 server (RFC 9112) for request/response APIs: a listener, a pool of worker
+// threads (one per open connection, as cpp-httplib and Go's net/http serve; it may grow and
+// shrink, see ServerOptions), overall deadlines for a request head and a TLS handshake, a
+// connection cap that sheds idle connections first, keep-alive
 // and pipelined requests, Content-Length and chunked request bodies, Expect: 100-continue, and
 // optional TLS over an OpenSSL SSL_CTX the caller configures.
 //
@@ -10,7 +12,9 @@
 // loopback, on a virtual machine where a system call costs ~1 µs, that was a fifth of the
 // extender's CPU per filter+bind pair (docs/benchmarks.md). Here a request costs one blocking
 // read of up to 64 KiB (more only for larger bodies) and one write for the whole reply; timeouts
-// are socket options (SO_RCVTIMEO, SO_SNDTIMEO), set once per connection.
+// are socket options (SO_RCVTIMEO, SO_SNDTIMEO), set once per connection. A TLS connection's
+// socket is non-blocking and waited on with poll, so that a record trickled in byte by byte
+// cannot hold a read past its deadline.
 //
 //   http::ServerOptions options;
 //   options.thread_name = "my-http";
@@ -31,6 +35,9 @@
 //   431  a request head over max_header_bytes
 //   501  a Transfer-Encoding other than chunked
 //   505  an HTTP version other than 1.0 and 1.1
+// and, to a new connection over max_connections with no idle connection to shed, a fixed 503
+// (Retry-After: 1) written without waiting. A request head past header_timeout, a TLS handshake
+// past tls_handshake_timeout and a connection shed for a new one are closed without a reply.
 // HEAD requests reach the handler as "HEAD"; the reply's body is not sent (its Content-Length
 // is). A connection is closed after a reply when the handler sets Response::close, the client
 // asked for it (Connection: close, or HTTP/1.0 without keep-alive), or the server is stopping.
@@ -105,12 +112,21 @@ struct Response {
 using Handler = std::function<void(Request& request, Response* response)>;
 
 struct ServerOptions {
-  // Worker threads. Each open connection holds one while it is open, so this bounds the number
-  // of connections served at once; further connections wait for a free worker.
+  // Worker threads started by Start and kept while idle. Each open connection holds one worker
+  // while it is open (waiting for its next request included).
   size_t threads = 16;
   // When larger than `threads`: a worker is added whenever a connection waits and no worker is
-  // free, up to this many (for long streams, which hold their worker). Workers are not retired.
+  // free, up to this many; a worker beyond `threads` that has been idle for
+  // idle_worker_timeout ends. Otherwise the pool stays at `threads`, and further connections
+  // wait in a queue for a free worker.
   size_t max_threads = 0;
+  absl::Duration idle_worker_timeout = absl::Seconds(30);
+  // The cap on open connections (served or queued); 0: no cap. A connection that arrives when
+  // every worker is taken (at max(threads, max_threads)) or the cap is reached first sheds
+  // idle connections: the one that has waited longest for a request (a keep-alive connection
+  // between requests, or a new one that has not sent a byte) is closed. When none is idle and
+  // the cap is reached, the new connection is answered 503 and closed.
+  size_t max_connections = 0;
   // The name of the worker threads (`top -H`, perf); at most 15 characters.
   std::string thread_name = "http";
   size_t max_body_bytes = 1 << 20;
@@ -120,11 +136,24 @@ struct ServerOptions {
   absl::Duration write_timeout = absl::Seconds(30);
   // How long an idle connection waits for its next request.
   absl::Duration keep_alive_timeout = absl::Seconds(60);
+  // The overall deadline of a request head: from its first byte (for a connection's first
+  // request: from the connection's start) to its end, however the bytes trickle in; the
+  // connection is then closed without a reply. Enforced to within one read tick
+  // (min(read_timeout, keep_alive_timeout, header_timeout, 1 s)). Zero: none.
+  absl::Duration header_timeout = absl::Seconds(10);
+  // The overall deadline of a TLS handshake, from the connection's start. Zero: none.
+  absl::Duration tls_handshake_timeout = absl::Seconds(10);
   // Serve HTTPS with this context (the caller keeps it alive until after Stop); nullptr: HTTP.
   SSL_CTX* tls = nullptr;
   // Fills the body of a reply the server makes by itself (400, 413, 431, 501, 505; `response`
   // arrives with status set). nullptr: the reason phrase as text/plain.
   std::function<void(Response* response)> error_body;
+  // After a request whose body or reply has at least large_request_bytes, the connection frees
+  // its request and reply buffers (else each keeps the largest it has seen) and then calls
+  // after_large_request (nullptr: nothing), e.g. to hand the allocator's free memory back to
+  // the system (ReleaseFreeMemory, base/allocator.h).
+  size_t large_request_bytes = 256 << 10;
+  std::function<void()> after_large_request;
   // Called after each reply is written (or failed to write): the request (method and path
   // empty when its request line was unreadable or too long), the reply, and the time since the
   // request's first byte was read. nullptr: nothing.

@@ -8,7 +8,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string_view>
 
 #include "absl/time/time.h"
@@ -34,11 +37,17 @@ class Stream {
 };
 
 // Serves requests read from `stream` until the peer closes, a read or write fails or times out,
-// a reply closes the connection, or `stopping` is true after a reply. Each kTimedOut from Read
-// counts as `tick` of waiting (zero: Read never times out). Returns true when it ended by
-// refusing a request (400, 413, 431, 501, 505): the client may still be sending it.
+// a request head passes options.header_timeout, a reply closes the connection, or `stopping` is
+// true after a reply. Each kTimedOut from Read counts as `tick` of waiting (zero: Read never
+// times out). `idle_since` (may be null) is set to now() in nanoseconds whenever the connection
+// waits for a request with nothing buffered and to 0 when bytes of a request arrive; the caller
+// sets its initial value (the connection's start). `now` (null: steady_clock::now) measures the
+// head deadline, from the call for the first request. Returns true when it ended by refusing a
+// request (400, 413, 431, 501, 505): the client may still be sending it.
+using SteadyNow = std::function<std::chrono::steady_clock::time_point()>;
 bool ServeConnection(Stream& stream, const Handler& handler, const ServerOptions& options,
-                     absl::Duration tick, const std::atomic<bool>& stopping);
+                     absl::Duration tick, const std::atomic<bool>& stopping,
+                     std::atomic<int64_t>* idle_since = nullptr, const SteadyNow& now = nullptr);
 
 // Parses a request head (request line and header lines up to, not including, the empty line;
 // lines end in CRLF or LF) into `request`'s method, target, path, query, minor_version and

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -804,11 +806,118 @@ TEST(ServeConnection, IdleConnectionSurvivesLessThanTheKeepAliveTimeout) {
   EXPECT_EQ(s.writes.size(), 3u);
 }
 
-TEST(ServeConnection, ConnectionWithoutAnyRequestEndsAfterTheKeepAliveTimeout) {
-  const Served s =
-      Serve({}, Echo, ShortTimeouts(), /*stopping=*/false, internal::Stream::kTimedOut);
+TEST(ServeConnection, ConnectionWithoutAnyRequestEndsAfterTheHeaderTimeout) {
+  // A connection's first request is waited for header_timeout, not the keep-alive timeout.
+  ServerOptions options = ShortTimeouts();
+  options.header_timeout = absl::Seconds(2);
+  const Served s = Serve({}, Echo, options, /*stopping=*/false, internal::Stream::kTimedOut);
   EXPECT_THAT(s.writes, IsEmpty());
-  EXPECT_THAT(s.log, ElementsAre("end", "end", "end"));
+  EXPECT_THAT(s.log, ElementsAre("end", "end"));
+}
+
+// Runs ServeConnection over `script` on a clock that advances one second per read.
+Served ServeOnReadClock(std::vector<Step> script, const ServerOptions& options) {
+  Served served;
+  FakeStream stream(std::move(script), internal::Stream::kClosed);
+  const std::atomic<bool> stop{false};
+  const auto base = std::chrono::steady_clock::time_point(std::chrono::hours(1));
+  const internal::SteadyNow now = [&] {
+    return base + std::chrono::seconds(static_cast<int64_t>(stream.log.size()));
+  };
+  const Handler recording = [&](Request& request, Response* response) {
+    served.requests.push_back(request);
+    Echo(request, response);
+  };
+  std::atomic<int64_t> idle_since{1};
+  served.refused = internal::ServeConnection(stream, recording, options, absl::Seconds(1), stop,
+                                             &idle_since, now);
+  served.writes = stream.writes;
+  served.log = stream.log;
+  return served;
+}
+
+// The head "GET /<path> HTTP/1.1\r\n\r\n" one byte per read.
+std::vector<Step> Trickled(const std::string& path) {
+  std::vector<Step> steps;
+  for (char c : "GET /" + path + " HTTP/1.1\r\n\r\n") {
+    steps.push_back(Data(std::string(1, c)));
+  }
+  return steps;
+}
+
+TEST(ServeConnection, TricklingFirstHeadEndsAtTheHeadDeadline) {
+  // Every read brings a byte, so no read times out; the head deadline still ends it.
+  ServerOptions options = ShortTimeouts();
+  options.header_timeout = absl::Seconds(5);
+  const Served s = ServeOnReadClock(Trickled("a"), options);
+  EXPECT_THAT(s.requests, IsEmpty());
+  EXPECT_THAT(s.writes, IsEmpty());
+  EXPECT_LE(s.log.size(), 7u);
+}
+
+TEST(ServeConnection, TricklingKeepAliveHeadEndsAtItsOwnDeadline) {
+  ServerOptions options = ShortTimeouts();
+  options.header_timeout = absl::Seconds(5);
+  std::vector<Step> script = {Data("GET /a HTTP/1.1\r\n\r\n"), TimedOut(), TimedOut()};
+  for (Step& step : Trickled("b")) {
+    script.push_back(std::move(step));
+  }
+  const Served s = ServeOnReadClock(std::move(script), options);
+  ASSERT_EQ(s.requests.size(), 1u);  // the first, not the trickled one
+  EXPECT_EQ(s.requests[0].path, "/a");
+  EXPECT_EQ(s.writes.size(), 1u);
+}
+
+TEST(ServeConnection, HeadThatStopsHalfwayEndsAtTheHeadDeadline) {
+  // Not a byte more after the first: the read timeout (30 s) must not outlast the deadline.
+  ServerOptions options = ShortTimeouts();
+  options.read_timeout = absl::Seconds(30);
+  options.header_timeout = absl::Seconds(3);
+  std::vector<Step> script = {Data("GET /a HTTP/1.1\r\nX: ")};
+  for (int i = 0; i < 40; ++i) {
+    script.push_back(TimedOut());
+  }
+  const Served s = ServeOnReadClock(std::move(script), options);
+  EXPECT_THAT(s.requests, IsEmpty());
+  EXPECT_LE(s.log.size(), 5u);
+}
+
+TEST(ServeConnection, HeadWithinTheDeadlineIsServed) {
+  ServerOptions options = ShortTimeouts();
+  options.header_timeout = absl::Seconds(30);
+  const Served s = ServeOnReadClock(Trickled("a"), options);
+  ASSERT_EQ(s.requests.size(), 1u);
+  EXPECT_EQ(s.requests[0].path, "/a");
+}
+
+TEST(ServeConnection, ReportsWhenItWaitsForARequest) {
+  std::atomic<int64_t> idle_since{0};
+  std::vector<int64_t> seen;
+  FakeStream stream({Data("GET /a HTTP/1.1\r\n\r\n")}, internal::Stream::kClosed);
+  const std::atomic<bool> stop{false};
+  internal::ServeConnection(
+      stream,
+      [&](Request& req, Response* res) {
+        seen.push_back(idle_since.load());
+        Echo(req, res);
+      },
+      ShortTimeouts(), absl::Seconds(1), stop, &idle_since, nullptr);
+  EXPECT_THAT(seen, ElementsAre(0));  // busy while the request is served
+  EXPECT_GT(idle_since.load(), 0);    // and idle again when it ended waiting for the next
+}
+
+TEST(ServeConnection, CallsAfterLargeRequestOnlyAfterALargeBodyOrReply) {
+  ServerOptions options;
+  options.large_request_bytes = 1000;
+  int calls = 0;
+  options.after_large_request = [&] { ++calls; };
+  const std::string big(1000, 'x');
+  const Served s = Serve({Data("POST /a HTTP/1.1\r\nContent-Length: 1000\r\n\r\n" + big),
+                          Data("GET /small HTTP/1.1\r\n\r\n"),
+                          Data("POST /b HTTP/1.1\r\nContent-Length: 999\r\n\r\n" + big.substr(1))},
+                         Echo, options);
+  EXPECT_EQ(s.writes.size(), 3u);
+  EXPECT_EQ(calls, 2);  // /a's body and /b's 1,002-byte reply ("/b:" + 999)
 }
 
 TEST(ServeConnection, ReadTimeoutWithinTheHeadEndsTheConnection) {
@@ -1245,6 +1354,202 @@ TEST(Server, AddsWorkersUpToMaxThreadsForWaitingConnections) {
   close(fds[2]);
 }
 
+// Seconds until the server closes `fd` (a read returns 0 or fails), at most `limit`; sends
+// `trickle` one byte every 200 ms meanwhile (as long as it lasts). What the server sends is
+// read and dropped.
+double SecondsUntilClosed(int fd, double limit, std::string_view trickle = {}) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double next_byte = 0;
+  while (elapsed() < limit) {
+    if (!trickle.empty() && elapsed() >= next_byte) {
+      send(fd, trickle.data(), 1, MSG_NOSIGNAL);
+      trickle.remove_prefix(1);
+      next_byte += 0.2;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) > 0) {
+      char sink[4096];
+      const ssize_t n = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        return elapsed();
+      }
+    }
+  }
+  return limit;
+}
+
+TEST(Server, SlowlorisIsClosedAtTheHeadDeadline) {
+  ServerOptions options = SocketOptions();
+  options.header_timeout = absl::Seconds(1);
+  Server server(Echo, options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  // One byte every 200 ms: each read makes progress, so a per-read timeout never fires.
+  const std::string head = "GET /slow HTTP/1.1\r\nX-Padding: " + std::string(40, 'x') + "\r\n\r\n";
+  EXPECT_LT(SecondsUntilClosed(fd, 6, head), 4.0);
+  close(fd);
+}
+
+TEST(Server, ConnectionThatNeverSendsIsClosedAtTheHeadDeadline) {
+  ServerOptions options = SocketOptions();
+  options.header_timeout = absl::Seconds(1);
+  Server server(Echo, options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  EXPECT_LT(SecondsUntilClosed(fd, 6), 4.0);
+  close(fd);
+}
+
+TEST(Server, ShedsTheLongestIdleConnectionWhenNoWorkerIsFree) {
+  ServerOptions options = SocketOptions();
+  options.threads = 2;
+  Server server(Echo, options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  // Two keep-alive connections, idle after one request each, hold both workers.
+  std::vector<int> fds;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    std::string buffered;
+    ASSERT_TRUE(SendAll(fd, "GET /" + std::to_string(i) + " HTTP/1.1\r\n\r\n"));
+    ASSERT_EQ(ReadReply(fd, &buffered), Ok("/" + std::to_string(i) + ":"));
+  }
+  // A third is served at once: the connection idle longest (the first) is closed for it.
+  const int third = Connect(server.port());
+  ASSERT_GE(third, 0);
+  ASSERT_TRUE(SendAll(third, "GET /third HTTP/1.1\r\n\r\n"));
+  std::string buffered;
+  EXPECT_EQ(ReadReply(third, &buffered), Ok("/third:"));
+  EXPECT_EQ(ReadAll(fds[0]), "");
+  // The second is still served.
+  ASSERT_TRUE(SendAll(fds[1], "GET /again HTTP/1.1\r\n\r\n"));
+  buffered.clear();
+  EXPECT_EQ(ReadReply(fds[1], &buffered), Ok("/again:"));
+  for (int fd : {third, fds[0], fds[1]}) {
+    close(fd);
+  }
+}
+
+TEST(Server, OverTheConnectionCapWithNothingIdleAnswers503) {
+  ServerOptions options = SocketOptions();
+  options.threads = 2;
+  options.max_threads = 8;
+  options.max_connections = 2;
+  absl::Notification release;
+  std::atomic<int> blocked{0};
+  Server server(
+      [&](Request& req, Response* res) {
+        ++blocked;
+        release.WaitForNotificationWithTimeout(absl::Seconds(10));
+        Echo(req, res);
+      },
+      options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  std::vector<int> fds;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    ASSERT_TRUE(SendAll(fd, "GET /busy HTTP/1.1\r\n\r\n"));
+  }
+  for (int i = 0; i < 500 && blocked.load() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(blocked.load(), 2);
+  const int third = Connect(server.port());
+  ASSERT_GE(third, 0);
+  EXPECT_THAT(ReadAll(third), StartsWith("HTTP/1.1 503 Service Unavailable\r\n"));
+  close(third);
+  release.Notify();
+  for (int fd : fds) {
+    std::string buffered;
+    EXPECT_EQ(ReadReply(fd, &buffered), Ok("/busy:"));
+    close(fd);
+  }
+}
+
+// The threads of this process.
+size_t ThreadCount() {
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+TEST(Server, IdleWorkersBeyondThreadsEnd) {
+  ServerOptions options = SocketOptions();
+  options.threads = 1;
+  options.max_threads = 16;
+  options.idle_worker_timeout = absl::Milliseconds(200);
+  Server server(Echo, options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  const size_t before = ThreadCount();
+  std::vector<int> fds;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    std::string buffered;
+    ASSERT_TRUE(SendAll(fd, "GET /x HTTP/1.1\r\n\r\n"));
+    ASSERT_EQ(ReadReply(fd, &buffered), Ok("/x:"));
+  }
+  EXPECT_GE(ThreadCount(), before + 7);
+  for (int fd : fds) {
+    close(fd);
+  }
+  size_t after = ThreadCount();
+  for (int i = 0; i < 50 && after > before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    after = ThreadCount();
+  }
+  EXPECT_LE(after, before);
+  // And the pool grows again.
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  std::string buffered;
+  ASSERT_TRUE(SendAll(fd, "GET /y HTTP/1.1\r\n\r\n"));
+  EXPECT_EQ(ReadReply(fd, &buffered), Ok("/y:"));
+  close(fd);
+}
+
+TEST(Server, ThousandIdleAndTricklingConnectionsDoNotDelayARequest) {
+  ServerOptions options = SocketOptions();
+  options.threads = 4;
+  options.max_threads = 4096;
+  options.max_connections = 4096;
+  Server server(Echo, options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  std::vector<int> fds;
+  for (int i = 0; i < 1000; ++i) {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0) << i;
+    fds.push_back(fd);
+    if (i % 10 == 0) {
+      ASSERT_TRUE(SendAll(fd, "GET /trickle HTTP/1.1\r\nX: "));  // a head never finished
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, "GET /healthz HTTP/1.1\r\n\r\n"));
+  std::string buffered;
+  EXPECT_EQ(ReadReply(fd, &buffered), Ok("/healthz:"));
+  // Generous for a loaded test machine; the 100 ms target is measured by test/hostile.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  close(fd);
+  for (int f : fds) {
+    close(f);
+  }
+}
+
 TEST(Server, StopClosesIdleConnectionsPromptly) {
   std::atomic<int> handled{0};
   Server server(
@@ -1274,26 +1579,37 @@ TEST(Server, StopClosesQueuedConnectionsWithoutServingThem) {
   ServerOptions options = SocketOptions();
   options.threads = 1;
   std::atomic<int> handled{0};
+  absl::Notification release;
   Server server(
       [&](Request& req, Response* res) {
         ++handled;
+        if (req.path == "/held") {
+          release.WaitForNotificationWithTimeout(absl::Seconds(10));
+        }
         Echo(req, res);
       },
       options);
   ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
   const int held = Connect(server.port());
   ASSERT_GE(held, 0);
-  std::string buffered;
   ASSERT_TRUE(SendAll(held, "GET /held HTTP/1.1\r\n\r\n"));
-  ASSERT_EQ(ReadReply(held, &buffered), Ok("/held:"));
-  // The only worker holds `held`, so `waiting` waits.
+  for (int i = 0; i < 500 && handled.load() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // The only worker is busy with `held` (not idle, so not shed), so `waiting` waits.
   const int waiting = Connect(server.port());
   ASSERT_GE(waiting, 0);
   ASSERT_TRUE(SendAll(waiting, "GET /waiting HTTP/1.1\r\n\r\n"));
   const auto start = std::chrono::steady_clock::now();
-  server.Stop();
+  std::thread stop([&] { server.Stop(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // Stop has begun
+  release.Notify();
+  stop.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
-  EXPECT_EQ(ReadAll(held), "");
+  // The request being handled is answered, and its connection closed.
+  EXPECT_EQ(ReadAll(held),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 6\r\n"
+            "Connection: close\r\n\r\n/held:");
   // Closed (an orderly close or a reset), not answered and not left open.
   const std::string rest = ReadAll(waiting);
   EXPECT_TRUE(rest.empty() || rest == "<error>") << rest;
@@ -1605,6 +1921,61 @@ TEST(Server, PlainHttpToAnHttpsServerIsNotServed) {
 }
 
 // What inflating a gzip member gives; "<bad gzip>" when zlib refuses it.
+TEST(Server, TlsHandshakeHasADeadline) {
+  std::unique_ptr<SSL_CTX, SslCtxFree> server_ctx = ServerContext();
+  ASSERT_NE(server_ctx, nullptr);
+  ServerOptions options = SocketOptions();
+  options.tls = server_ctx.get();
+  options.tls_handshake_timeout = absl::Seconds(1);
+  Server server(Echo, options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  // One that never starts the handshake, and one that trickles a ClientHello's first bytes
+  // (a TLS record header, then a byte every 200 ms).
+  const int silent = Connect(server.port());
+  ASSERT_GE(silent, 0);
+  EXPECT_LT(SecondsUntilClosed(silent, 6), 4.0);
+  close(silent);
+  const int trickling = Connect(server.port());
+  ASSERT_GE(trickling, 0);
+  std::string hello("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11);
+  hello += std::string(40, '\x01');
+  EXPECT_LT(SecondsUntilClosed(trickling, 8, hello), 4.0);
+  close(trickling);
+}
+
+// A TLS record trickled in byte by byte: a blocking SSL_read would wait for the whole record,
+// with every byte restarting the socket's receive timeout; the head deadline still holds.
+TEST(Server, TrickledTlsRecordIsClosedAtTheHeadDeadline) {
+  std::unique_ptr<SSL_CTX, SslCtxFree> server_ctx = ServerContext();
+  ASSERT_NE(server_ctx, nullptr);
+  ServerOptions options = SocketOptions();
+  options.tls = server_ctx.get();
+  options.header_timeout = absl::Seconds(1);
+  Server server(Echo, options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  std::unique_ptr<SSL_CTX, SslCtxFree> client_ctx(SSL_CTX_new(TLS_client_method()));
+  ASSERT_NE(client_ctx, nullptr);
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  std::unique_ptr<SSL, SslFree> ssl(SSL_new(client_ctx.get()));
+  ASSERT_NE(ssl, nullptr);
+  ASSERT_EQ(SSL_set_fd(ssl.get(), fd), 1);
+  ASSERT_EQ(SSL_connect(ssl.get()), 1);
+  // Encrypt a whole head into memory, then send its record a byte every 200 ms.
+  BIO* records = BIO_new(BIO_s_mem());
+  ASSERT_NE(records, nullptr);
+  SSL_set0_wbio(ssl.get(), records);  // the SSL owns it now
+  const std::string head = "GET /slow HTTP/1.1\r\n\r\n";
+  ASSERT_EQ(SSL_write(ssl.get(), head.data(), static_cast<int>(head.size())),
+            static_cast<int>(head.size()));
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(records, &data);
+  ASSERT_GT(size, 20);
+  const std::string bytes(data, static_cast<size_t>(size));
+  EXPECT_LT(SecondsUntilClosed(fd, 8, bytes), 4.0);
+  close(fd);
+}
+
 std::string Gunzip(const std::string& packed) {
   z_stream z{};
   if (inflateInit2(&z, 15 + 16) != Z_OK) {

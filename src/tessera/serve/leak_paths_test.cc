@@ -320,7 +320,8 @@ class LeakPathsTest : public ::testing::Test {
     return out;
   }
   Json Audit() {
-    auto res = client_->Get("/debug/audit");
+    httplib::Client metrics("127.0.0.1", service_->metrics_port());  // /debug is served there
+    auto res = metrics.Get("/debug/audit");
     EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
     return res && res->status == 200 ? Json::parse(res->body) : Json();
   }

@@ -1,6 +1,7 @@
 #include "tessera/serve/service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <map>
 #include <optional>
@@ -13,6 +14,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "tessera/base/allocator.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
 #include "tessera/device/device_config.h"
@@ -133,7 +135,8 @@ class Service::Impl : public extender::Backend {
   std::unique_ptr<extender::HandshakeWriter> writer_;
   std::unique_ptr<Elector> elector_;
   std::unique_ptr<RoleLabeler> role_labels_;
-  uint64_t leader_generation_ = 0;  // housekeeping thread only
+  uint64_t leader_generation_ = 0;       // housekeeping thread only
+  std::atomic<bool> trim_again_{false};  // a large request was served since the last trim
   std::unique_ptr<kube::Informer<kube::Pod>> pods_;
   std::unique_ptr<kube::Informer<kube::Node>> nodes_;
   std::unique_ptr<extender::Scheduler> scheduler_;
@@ -374,6 +377,10 @@ absl::Status Service::Impl::Init() {
   http_options.metrics_bind_address = options_.metrics_bind_address;
   http_options.metrics = [this] { return MetricsText(); };
   http_options.threads = options_.http_threads;
+  http_options.max_connections = options_.max_connections;
+  // What the writer and event threads free after a large request's reply stays in their
+  // arenas until the next trim: housekeeping trims once more (base/allocator.h).
+  http_options.after_large_request = [this] { trim_again_.store(true); };
   extender::WebhookOptions webhook{
       .scheduler_name = options_.scheduler_name,
       .force_overwrite_default_scheduler = options_.force_overwrite_default_scheduler,
@@ -458,6 +465,9 @@ void Service::Impl::Housekeeping() {
         return;
       }
       patches.swap(patches_);
+    }
+    if (trim_again_.exchange(false)) {
+      ReleaseFreeMemory();
     }
     const absl::Time now = clock()->Now();
     const bool leader = elector_->IsLeader();

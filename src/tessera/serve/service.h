@@ -105,8 +105,10 @@ struct ServeOptions {
   absl::Duration housekeeping_period = absl::Seconds(1);
   // Informer watch timeouts (randomised between this and twice it, as client-go does).
   absl::Duration min_watch_timeout = absl::Minutes(5);
-  // Server worker threads (each open kube-scheduler connection holds one).
+  // Server worker threads kept while idle (each open connection holds one; the pool grows).
   size_t http_threads = 16;
+  // The cap on open connections of each listener (--max-connections).
+  size_t max_connections = 4096;
   Clock* clock = Clock::Real();
 };
 

@@ -235,7 +235,8 @@ class ServeScenarioTest : public ::testing::Test {
   }
   // The names of the pods holding a reservation, from /debug/ledger.
   std::vector<std::string> Reserved() {
-    auto res = client_->Get("/debug/ledger");
+    httplib::Client metrics("127.0.0.1", service_->metrics_port());  // /debug is served there
+    auto res = metrics.Get("/debug/ledger");
     EXPECT_TRUE(res && res->status == 200);
     std::vector<std::string> names;
     if (res) {
@@ -519,7 +520,8 @@ TEST_F(ServeScenarioTest, UnreadableAndForeignAllocationsAreHeldAndReported) {
     return m.Get("tessera_ledger_problems", {"kind=\"unreadable\""}) == 1 &&
            m.Get("tessera_ledger_problems", {"kind=\"foreign_allocation\""}) == 1;
   }));
-  auto res = client_->Get("/debug/audit");
+  httplib::Client metrics("127.0.0.1", service_->metrics_port());  // /debug is served there
+  auto res = metrics.Get("/debug/audit");
   ASSERT_TRUE(res && res->status == 200);
   const nlohmann::json audit = nlohmann::json::parse(res->body);
   EXPECT_EQ(audit["audit"]["foreign_allocations"][0]["name"], "broken") << audit.dump();

@@ -395,8 +395,9 @@ TEST_F(ServeTest, FilterWritesHamiAnnotationsAndBindBindsAndTheMetricsFollow) {
             4000.0 * 1048576);
   EXPECT_EQ(Metric("hami_vgpu_memory_allocated_bytes", {"pod=\"train\""}), 4000.0 * 1048576);
 
-  // /debug/ledger says which pod is on the GPU.
-  auto debug = client_->Get("/debug/ledger");
+  // /debug/ledger (on the metrics listener) says which pod is on the GPU.
+  httplib::Client metrics("127.0.0.1", service_->metrics_port());
+  auto debug = metrics.Get("/debug/ledger");
   ASSERT_TRUE(debug);
   EXPECT_EQ(debug->status, 200);
   EXPECT_THAT(debug->body, HasSubstr("\"train\""));

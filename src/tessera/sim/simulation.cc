@@ -1223,7 +1223,7 @@ absl::StatusOr<RunResult> Simulation::Run() {
     r.path = "/debug/ledger";
     kube::DoOptions once;
     once.retry.max_attempts = 1;
-    absl::StatusOr<kube::Response> ledger = kube::Do(*ext_t_, r, std::move(once));
+    absl::StatusOr<kube::Response> ledger = kube::Do(*met_t_, r, std::move(once));  // /debug
     if (ledger.ok()) (void)WriteFile(dir_ + "/ledger-at-end.json", ledger->body);
     // Close the kept-alive connections first: an HTTP server waits for its idle keep-alive
     // connections when it shuts down.

@@ -22,7 +22,7 @@ start() {
   if [ "$MODE" = https ]; then args+=(--tls-self-signed --token conformance-t0ken); fi
   "$BIN" "${args[@]}" >"$tmp/out" 2>"$tmp/err" &
   pid=$!
-  for _ in $(seq 100); do [ -s "$tmp/out" ] && break; sleep 0.1; done
+  for _ in $(seq 300); do [ -s "$tmp/out" ] && break; sleep 0.1; done  # 30 s: a loaded CI machine
   local first
   first=$(head -1 "$tmp/out")
   local scheme=http
