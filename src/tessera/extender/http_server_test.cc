@@ -644,8 +644,9 @@ TEST_F(HttpServerTest, HostileClientsDoNotDelayHealthFilterOrMetrics) {
     }
   }
   const std::string bind_body = R"({"PodName":"p","PodNamespace":"ns","Node":"n"})";
-  const std::string bind = "POST /bind HTTP/1.1\r\nContent-Length: " +
-                           std::to_string(bind_body.size()) + "\r\n\r\n" + bind_body;
+  const std::string bind =
+      "POST /bind HTTP/1.1\r\nContent-Length: " + std::to_string(bind_body.size()) + "\r\n\r\n" +
+      bind_body;
   std::vector<std::thread> binds;
   for (int i = 0; i < 20; ++i) {
     binds.emplace_back([&] { RawExchange(server_->port(), bind); });
