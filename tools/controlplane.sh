@@ -202,6 +202,7 @@ cmd_up() {
   done
   # From here on, a failure stops whatever was started.
   trap 'rc=$?; if [[ $rc != 0 ]]; then log "cleaning up after the failure"; cmd_down "$DIR" || true; fi' EXIT
+  trap 'exit 130' INT TERM
 
   step "choosing free ports on 127.0.0.1"
   ETCD_PORT="$(free_port)"; ETCD_PEER_PORT="$(free_port)"; APISERVER_PORT="$(free_port)"
