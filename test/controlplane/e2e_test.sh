@@ -20,7 +20,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --tessera) TESSERA_ARGS=(--tessera "${2:?}"); shift 2 ;;
     --keep) KEEP=1; shift ;;   # keep the directory (logs) even when the test passes
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "e2e_test.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -28,6 +28,7 @@ done
 for t in kubectl openssl python3 curl go setsid; do
   command -v "$t" >/dev/null || { echo "e2e_test.sh: SKIP: $t is not on PATH" >&2; exit 77; }
 done
+python3 -c 'import yaml' 2>/dev/null || { echo "e2e_test.sh: SKIP: python3 has no yaml module (apt-get install python3-yaml)" >&2; exit 77; }
 
 T0=$(date +%s.%N)
 PHASE_START=$T0
