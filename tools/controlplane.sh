@@ -18,11 +18,11 @@ cache_key() {
 }
 
 cmd_build() {
-  command -v go >/dev/null || die "go is not on PATH; install Go ($(sed -n 's/^go //p' "$MODULE/go.mod") or newer)"
   local dir="$CACHE_ROOT/$(cache_key)"
   if [[ -x "$dir/etcd" && -x "$dir/kube-apiserver" && -x "$dir/kube-scheduler" ]]; then
     echo "$dir"; return 0
   fi
+  command -v go >/dev/null || die "go is not on PATH; install Go ($(sed -n 's/^go //p' "$MODULE/go.mod") or newer)"
   mkdir -p "$CACHE_ROOT"
   local tmp; tmp="$(mktemp -d "$CACHE_ROOT/.build.XXXXXX")"
   log "building etcd, kube-apiserver, kube-scheduler ($K8S_VERSION) into $dir (first build takes minutes)"
@@ -200,6 +200,9 @@ cmd_up() {
   for p in "${PROCS[@]}"; do
     alive "$p" && die "$p is already running from $DIR (pid $(cat "$DIR/$p.pid")): run tools/controlplane.sh down $DIR first"
   done
+  # A DIR from an earlier run starts from scratch (etcd's member would remember old ports).
+  rm -rf "$DIR/etcd-data" "$DIR/apiserver-certs" "$DIR/scheduler-certs"
+  rm -f "$DIR"/*.log "$DIR"/*.pid
   # From here on, a failure stops whatever was started.
   trap 'rc=$?; if [[ $rc != 0 ]]; then log "cleaning up after the failure"; cmd_down "$DIR" || true; fi' EXIT
   trap 'exit 130' INT TERM
