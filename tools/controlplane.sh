@@ -206,6 +206,9 @@ cmd_up() {
   # From here on, a failure stops whatever was started.
   trap 'rc=$?; if [[ $rc != 0 ]]; then log "cleaning up after the failure"; cmd_down "$DIR" || true; fi' EXIT
   trap 'exit 130' INT TERM
+  # Any other failing command names the step too.
+  set -E
+  trap 'fail "a command failed at tools/controlplane.sh line $LINENO: $BASH_COMMAND"' ERR
 
   step "choosing free ports on 127.0.0.1"
   ETCD_PORT="$(free_port)"; ETCD_PEER_PORT="$(free_port)"; APISERVER_PORT="$(free_port)"
