@@ -54,6 +54,8 @@ check() { # check DESCRIPTION CONDITION-COMMAND...
   if "$@"; then echo "e2e: ok: $what"; else fail "$what"; fi
 }
 
+contains() { [[ "$1" == *"$2"* ]]; }
+
 DIR=""
 teardown() {
   local rc=$?
@@ -193,6 +195,20 @@ check "hami.io/vgpu-devices-to-allocate equals vgpu-devices-allocated" test "$to
 check "hami.io/bind-phase = allocating" test "$phase" = allocating
 check "the pod's PodScheduled condition is True" \
   test "$(jp fits '{.status.conditions[?(@.type=="PodScheduled")].status}')" = True
+bind_event="$(k -n e2e get events --field-selector involvedObject.name=fits,reason=BindingSucceed \
+  -o jsonpath='{range .items[*]}{.source.component}|{.message}{"\n"}{end}')"
+check "Tessera recorded BindingSucceed for the pod on $node (\"$bind_event\")" \
+  contains "$bind_event" "hami-scheduler|Successfully binding node [$node] to e2e/fits"
+device="${allocated%%,*}"
+# Tessera's /metrics (HAMi's names) books the 1000 MiB on that device, and frees it when the pod
+# is deleted (force: no kubelet runs to finish a graceful deletion).
+metric_is() { # metric_is DEVICE BYTES
+  curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/metrics" \
+    | grep -E "^hami_gpu_memory_allocated_bytes\{.*device_uuid=\"$1\".*\} $2\$"
+}
+check "hami_gpu_memory_allocated_bytes of $device is 1000 MiB" wait_until 30 "the metric at 1000 MiB" metric_is "$device" 1048576000
+k -n e2e delete pod fits --grace-period=0 --force >/dev/null 2>&1
+check "and 0 once the pod is deleted" wait_until 30 "the metric back at 0" metric_is "$device" 0
 phase_done "bind through Tessera"
 
 # --- a GPU pod that fits nowhere --------------------------------------------------------------
@@ -204,7 +220,6 @@ failed_event() {
 wait_until 60 "kube-scheduler's FailedScheduling event for too-big" bash -c "[[ -n \"\$(kubectl --request-timeout=5s -n e2e get events --field-selector involvedObject.name=too-big,reason=FailedScheduling -o name)\" ]]" || true
 ev="$(failed_event || true)"
 echo "e2e: FailedScheduling of too-big: $ev"
-contains() { [[ "$1" == *"$2"* ]]; }
 # Tessera's FailedNodes reason for a node whose 2 GPUs both lack the memory, as kube-scheduler
 # aggregates it: "0/2 nodes are available: 2 2/2 CardInsufficientMemory."
 check "the FailedScheduling event carries Tessera's reason for both nodes" \
