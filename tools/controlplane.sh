@@ -51,7 +51,15 @@ free_port() {
 start() {
   local name="$1"; shift
   setsid "$@" </dev/null >"$DIR/$name.log" 2>&1 &
-  echo $! >"$DIR/$name.pid"
+  local pid=$! i
+  echo "$pid" >"$DIR/$name.pid"
+  # Until the forked shell has exec'd the program, its command line is still this script's and
+  # alive() would not recognise it: wait for the exec (or the exit) before going on.
+  for ((i = 0; i < 100; i++)); do
+    alive "$name" && return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.05
+  done
 }
 
 # alive NAME: the process recorded in DIR/NAME.pid is running and is still ours.
