@@ -6,7 +6,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODULE="$ROOT/test/controlplane"
 CACHE_ROOT="${TESSERA_CONTROLPLANE_CACHE:-$HOME/.cache/tessera/controlplane}"
-K8S_VERSION=v1.37.2
+# The Kubernetes release test/controlplane pins (stamped into the binaries' --version).
+K8S_VERSION="$(sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\).*|\1|p' "$MODULE/go.mod" | head -n 1)"
 
 die() { echo "controlplane.sh: error: $*" >&2; exit 1; }
 log() { echo "controlplane.sh: $*" >&2; }
@@ -18,6 +19,7 @@ cache_key() {
 }
 
 cmd_build() {
+  [[ -n "$K8S_VERSION" ]] || die "no k8s.io/kubernetes requirement in $MODULE/go.mod"
   local dir="$CACHE_ROOT/$(cache_key)"
   if [[ -x "$dir/etcd" && -x "$dir/kube-apiserver" && -x "$dir/kube-scheduler" ]]; then
     echo "$dir"; return 0
@@ -32,7 +34,9 @@ cmd_build() {
         -o "$tmp/" ./cmd/...); then
     rm -rf "$tmp"; die "go build in $MODULE failed (see the output above)"
   fi
-  rm -rf "$dir"; mv "$tmp" "$dir"
+  rm -rf "$dir"
+  # A build running in parallel may have got there first; its binaries are the same.
+  mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
   echo "$dir"
 }
 
