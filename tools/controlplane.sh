@@ -54,7 +54,9 @@ free_port() {
 # start NAME CMD...: runs CMD in its own session, detached from our stdio, log to DIR/NAME.log.
 start() {
   local name="$1"; shift
-  setsid "$@" </dev/null >"$DIR/$name.log" 2>&1 &
+  # The command line, for `restart` (shell-quoted).
+  printf '%q ' "$@" >"$DIR/$name.cmd"
+  setsid "$@" </dev/null >>"$DIR/$name.log" 2>&1 &
   local pid=$! i
   echo "$pid" >"$DIR/$name.pid"
   # Until the forked shell has exec'd the program, its command line is still this script's and
@@ -81,11 +83,13 @@ alive() {
   [[ "$state" != Z ]]
 }
 
-stop_one() {
-  local name="$1" pid i
+stop_one() { # stop_one NAME [SIGNAL]: SIGNAL (default TERM), then KILL after STOP_TIMEOUT
+  local name="$1" sig="${2:-TERM}" pid i
   if alive "$name"; then
     pid="$(cat "$DIR/$name.pid")"
-    kill -TERM "$pid" 2>/dev/null || true
+    local ports
+    ports="$(ss -ltnpH 2>/dev/null | grep "pid=$pid," | awk '{n = split($4, a, ":"); print a[n]}' || true)"
+    kill -"$sig" "$pid" 2>/dev/null || true
     for ((i = 0; i < STOP_TIMEOUT * 10; i++)); do
       alive "$name" || break
       sleep 0.1
@@ -96,6 +100,15 @@ stop_one() {
       for ((i = 0; i < 50; i++)); do alive "$name" || break; sleep 0.1; done
     fi
     alive "$name" && { log "$name (pid $pid) survived SIGKILL"; return 1; }
+    # The kernel closes a dead process's listening sockets a little after it turns zombie:
+    # wait (bounded) until its ports are free, so that a restart can bind them again.
+    local port
+    for port in $ports; do
+      for ((i = 0; i < 100; i++)); do
+        [[ -z "$(ss -ltnH "sport = :$port" 2>/dev/null)" ]] && break
+        sleep 0.1
+      done
+    done
   fi
   rm -f "$DIR/$name.pid"
 }
@@ -110,6 +123,24 @@ cmd_down() {
   done
   [[ $rc == 0 ]] && log "stopped the control plane in $DIR"
   return $rc
+}
+
+# restart [--kill] DIR NAME: stop one process of a running control plane and start it again with the same
+# command line (its log continues), e.g. kube-apiserver to sever every watch at once.
+cmd_restart() {
+  local sig=TERM
+  if [[ "${1:-}" == --kill ]]; then sig=KILL; shift; fi
+  DIR="${1:?usage: tools/controlplane.sh restart [--kill] DIR NAME}"
+  local name="${2:?usage: tools/controlplane.sh restart [--kill] DIR NAME}"
+  DIR="$(cd "$DIR" && pwd)"
+  [[ -f "$DIR/$name.cmd" ]] || die "$DIR/$name.cmd is missing: was $name started by up in $DIR?"
+  stop_one "$name" "$sig" || die "could not stop $name"
+  local -a argv
+  eval "argv=($(cat "$DIR/$name.cmd"))"
+  echo "--- restarted by tools/controlplane.sh restart" >>"$DIR/$name.log"
+  start "$name" "${argv[@]}"
+  alive "$name" || die "$name exited at once after the restart: read $DIR/$name.log"
+  log "restarted $name (pid $(cat "$DIR/$name.pid"))"
 }
 
 # wait_for WHAT SECONDS LOG CMD...: retries CMD every 0.2 s until it succeeds.
@@ -195,7 +226,7 @@ cmd_up() {
     esac
   done
   [[ -n "${DIR:-}" ]] || die "usage: tools/controlplane.sh up [options] DIR"
-  for t in kubectl openssl python3 curl setsid; do
+  for t in kubectl openssl python3 curl setsid ss; do
     command -v "$t" >/dev/null || die "$t is not on PATH"
   done
   [[ -n "$tessera" ]] && TESSERA_BIN="$tessera"
@@ -214,7 +245,7 @@ cmd_up() {
   done
   # A DIR from an earlier run starts from scratch (etcd's member would remember old ports).
   rm -rf "$DIR/etcd-data" "$DIR/apiserver-certs" "$DIR/scheduler-certs"
-  rm -f "$DIR"/*.log "$DIR"/*.pid
+  rm -f "$DIR"/*.log "$DIR"/*.pid "$DIR"/*.cmd
   # From here on, a failure stops whatever was started.
   trap 'rc=$?; if [[ $rc != 0 ]]; then log "cleaning up after the failure"; cmd_down "$DIR" || true; fi' EXIT
   trap 'exit 130' INT TERM
@@ -352,6 +383,7 @@ Usage:
   tools/controlplane.sh build
   tools/controlplane.sh up [--tessera PATH] [--bin-dir DIR] [--etcd-compaction-interval D] DIR
   tools/controlplane.sh down DIR
+  tools/controlplane.sh restart [--kill] DIR NAME
 
   build   Build stock etcd, kube-apiserver and kube-scheduler ($K8S_VERSION) from
           test/controlplane once, into \$TESSERA_CONTROLPLANE_CACHE/<key>/ (default
@@ -369,6 +401,10 @@ Usage:
             --bin-dir DIR    the control-plane binaries (or \$TESSERA_CONTROLPLANE_BIN; default:
                              the output of build, which builds if needed)
             --etcd-compaction-interval D   kube-apiserver's compaction interval (default 5m)
+  restart [--kill] DIR NAME
+          Stop one process (etcd, kube-apiserver, tessera, kube-scheduler; SIGTERM, or SIGKILL
+          with --kill) and start it again with the same command line, its log continued; does
+          not wait for it to be ready.
   down    Stop every process of DIR (SIGTERM, SIGKILL after \$TESSERA_CONTROLPLANE_STOP_TIMEOUT
           seconds, default 10). Safe to repeat.
 USAGE
@@ -378,6 +414,7 @@ case "${1:-}" in
   build) cmd_build ;;
   up) shift; cmd_up "$@" ;;
   down) shift; cmd_down "$@" ;;
+  restart) shift; cmd_restart "$@" ;;
   -h|--help|help) usage ;;
   *) usage >&2; exit 2 ;;
 esac

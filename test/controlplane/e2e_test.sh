@@ -25,7 +25,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-for t in kubectl openssl python3 curl setsid; do
+for t in kubectl openssl python3 curl setsid ss; do
   command -v "$t" >/dev/null || { echo "e2e_test.sh: SKIP: $t is not on PATH" >&2; exit 77; }
 done
 python3 -c 'import yaml' 2>/dev/null || { echo "e2e_test.sh: SKIP: python3 has no yaml module (apt-get install python3-yaml)" >&2; exit 77; }
