@@ -9,7 +9,8 @@ NAME="$(basename "$0")"
 CP="$ROOT/tools/controlplane.sh"
 KEEP=0
 TESSERA_ARGS=()
-UP_ARGS=()
+# A test may set E2E_UP_ARGS (an array) before sourcing: its own options for controlplane.sh up.
+UP_ARGS=(${E2E_UP_ARGS[@]+"${E2E_UP_ARGS[@]}"})
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --tessera) TESSERA_ARGS=(--tessera "${2:?}"); shift 2 ;;
