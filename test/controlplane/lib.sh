@@ -1,0 +1,172 @@
+# Shared by the real-control-plane tests (e2e_test.sh, seed_test.sh); sourced, not run.
+# Sourcing parses the arguments (--tessera PATH, --keep, --up-arg ARG, --help), skips (exit 77)
+# when a tool is missing, builds the control plane (cached), brings it up in a fresh directory
+# with a trap that always tears it down, and defines the helpers below. docs/e2e.md.
+# shellcheck shell=bash
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+NAME="$(basename "$0")"
+CP="$ROOT/tools/controlplane.sh"
+KEEP=0
+TESSERA_ARGS=()
+# A test may set E2E_UP_ARGS (an array) before sourcing: its own options for controlplane.sh up.
+UP_ARGS=(${E2E_UP_ARGS[@]+"${E2E_UP_ARGS[@]}"})
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --tessera) TESSERA_ARGS=(--tessera "${2:?}"); shift 2 ;;
+    --keep) KEEP=1; shift ;;   # keep the directory (logs) even when the test passes
+    --up-arg) UP_ARGS+=("${2:?}"); shift 2 ;;   # one more argument for controlplane.sh up
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "$NAME: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+for t in kubectl openssl python3 curl setsid ss; do
+  command -v "$t" >/dev/null || { echo "$NAME: SKIP: $t is not on PATH" >&2; exit 77; }
+done
+python3 -c 'import yaml' 2>/dev/null || { echo "$NAME: SKIP: python3 has no yaml module (apt-get install python3-yaml)" >&2; exit 77; }
+
+T0=$(date +%s.%N)
+PHASE_START=$T0
+TIMES=()
+phase_done() {
+  local now; now=$(date +%s.%N)
+  local took; took=$(python3 -c "print(f'{$now - $PHASE_START:.1f}')")
+  TIMES+=("$(printf '%-28s %6ss' "$1" "$took")")
+  echo "e2e: phase \"$1\" took ${took}s"
+  PHASE_START=$now
+}
+print_times() {
+  echo "e2e: timings"
+  local t
+  for t in "${TIMES[@]}"; do echo "  $t"; done
+  printf '  %-28s %6ss\n' total "$(python3 -c "print(f'{$(date +%s.%N) - $T0:.1f}')")"
+}
+
+FAILED=0
+fail() { echo "e2e: FAIL: $*" >&2; FAILED=1; }
+check() { # check DESCRIPTION CONDITION-COMMAND...
+  local what="$1"; shift
+  if "$@"; then echo "e2e: ok: $what"; else fail "$what"; fi
+}
+
+contains() { [[ "$1" == *"$2"* ]]; }
+
+DIR=""
+teardown() {
+  local rc=$?
+  [[ -n "$DIR" ]] || exit $rc
+  # A failure anywhere (an assertion or a broken step) keeps the logs.
+  if [[ $rc != 0 || $FAILED != 0 ]]; then
+    echo "e2e: logs of the failed run: $DIR/*.log" >&2
+    local f
+    for f in tessera kube-scheduler; do
+      [[ -f "$DIR/$f.log" ]] && { echo "--- last lines of $DIR/$f.log" >&2; tail -n 20 "$DIR/$f.log" >&2; }
+    done
+  fi
+  PHASE_START=$(date +%s.%N)
+  "$CP" down "$DIR" || rc=1
+  phase_done "down"
+  # Nothing may survive down.
+  if pgrep -f -- "$DIR/" >/dev/null; then
+    echo "e2e: FAIL: processes of $DIR survive down: $(pgrep -f -a -- "$DIR/" | tr '\n' ';')" >&2; rc=1
+  fi
+  local p
+  for p in "$DIR"/*.pid; do
+    [[ -e "$p" ]] || continue
+    if kill -0 "$(cat "$p")" 2>/dev/null; then echo "e2e: FAIL: $(basename "$p" .pid) still running" >&2; rc=1; fi
+  done
+  print_times
+  if [[ $rc == 0 && $FAILED == 0 && $KEEP == 0 ]]; then rm -rf "$DIR"; fi
+  [[ $rc == 0 && $FAILED != 0 ]] && rc=1
+  [[ $rc == 0 ]] && echo "e2e: PASS" || echo "e2e: FAIL (exit $rc)"
+  exit $rc
+}
+
+# --- build (outside the timed budget of the test proper; a cold cache takes minutes) ---------
+BIN="$(timeout 1500 "$CP" build)"
+echo "e2e: control-plane binaries in $BIN"
+phase_done "build (cached)"
+
+DIR="$(mktemp -d "${TMPDIR:-/tmp}/tessera-e2e.XXXXXX")"
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+# --- up -------------------------------------------------------------------------------------
+timeout 240 "$CP" up --bin-dir "$BIN" "${TESSERA_ARGS[@]}" "${UP_ARGS[@]}" "$DIR"
+# shellcheck disable=SC1091
+source "$DIR/env"
+export KUBECONFIG
+phase_done "up"
+
+k() { kubectl --request-timeout=20s "$@"; }
+# No kube-controller-manager runs: the namespace's default ServiceAccount (which the ServiceAccount
+# admission plugin requires) is created here.
+k create namespace e2e >/dev/null
+k -n e2e create serviceaccount default >/dev/null
+
+# wait_until SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.5 s.
+wait_until() {
+  local secs="$1" what="$2"; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then fail "$what: not within ${secs}s"; return 1; fi
+    sleep 0.5
+  done
+}
+
+make_node() { # make_node NAME N: N GPUs of 8192 MiB, HAMi v2.8's JSON register annotation
+  local name="$1" n="$2" i devs=""
+  for ((i = 0; i < n; i++)); do
+    local idx=""; ((i > 0)) && idx="\"index\":$i,"
+    devs+="${devs:+,}{\"id\":\"GPU-$name-$i\",${idx}\"count\":10,\"devmem\":8192,\"devcore\":100,\"type\":\"NVIDIA-Tesla T4\",\"mode\":\"hami-core\",\"health\":true}"
+  done
+  k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  labels:
+    kubernetes.io/hostname: $name
+  annotations:
+    hami.io/node-nvidia-register: '[$devs]'
+YAML
+  # What a kubelet reports: capacity, allocatable (nvidia.com/gpu = GPUs x split count) and Ready.
+  local now; now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  local res="{\"cpu\":\"32\",\"memory\":\"128Gi\",\"pods\":\"110\",\"nvidia.com/gpu\":\"$((n * 10))\"}"
+  k patch node "$name" --subresource=status --type=merge -p "{\"status\":{\"capacity\":$res,\"allocatable\":$res,\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"e2e\",\"lastHeartbeatTime\":\"$now\",\"lastTransitionTime\":\"$now\"}]}}" >/dev/null
+  # The TaintNodesByCondition admission plugin tainted the node not-ready at creation; with no
+  # kube-controller-manager here, do what its node lifecycle controller does once Ready is True.
+  k taint node "$name" node.kubernetes.io/not-ready:NoSchedule- >/dev/null
+}
+
+gpu_pod() { # gpu_pod NAME MiB: one container asking nvidia.com/gpu 1, nvidia.com/gpumem MiB
+  k apply -f - <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  namespace: e2e
+spec:
+  containers:
+    - name: main
+      image: registry.k8s.io/pause:3.10
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+          nvidia.com/gpumem: $2
+YAML
+}
+metric_is() { # metric_is DEVICE BYTES: Tessera's hami_gpu_memory_allocated_bytes of DEVICE
+  curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/metrics" \
+    | grep -E "^hami_gpu_memory_allocated_bytes\{.*device_uuid=\"$1\".*\} $2\$"
+}
+
+jp() { k -n e2e get pod "$1" -o jsonpath="$2"; }   # jp POD JSONPATH
+bound_node() { kubectl --request-timeout=5s -n e2e get pod "$1" -o jsonpath='{.spec.nodeName}'; }
+is_bound() { [[ -n "$(bound_node "$1")" ]]; }
+ledger_has() { # ledger_has TEXT...: Tessera's /debug/ledger mentions every TEXT
+  local l t
+  l="$(curl -fsS --max-time 2 --cacert "$CONTROLPLANE_DIR/ca.crt" "https://127.0.0.1:$TESSERA_PORT/debug/ledger")" || return 1
+  for t in "$@"; do [[ "$l" == *"$t"* ]] || return 1; done
+}

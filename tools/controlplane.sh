@@ -1,0 +1,420 @@
+#!/usr/bin/env bash
+# tools/controlplane.sh — build and run a stock Kubernetes control plane on 127.0.0.1 with
+# Tessera inside it (issue #20). See docs/e2e.md and `tools/controlplane.sh --help`.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MODULE="$ROOT/test/controlplane"
+CACHE_ROOT="${TESSERA_CONTROLPLANE_CACHE:-$HOME/.cache/tessera/controlplane}"
+# The Kubernetes release test/controlplane pins (stamped into the binaries' --version).
+K8S_VERSION="$(sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\).*|\1|p' "$MODULE/go.mod" | head -n 1)"
+
+die() { echo "controlplane.sh: error: $*" >&2; exit 1; }
+log() { echo "controlplane.sh: $*" >&2; }
+
+# The cache key: a hash of everything that decides what the binaries are.
+cache_key() {
+  (cd "$MODULE" && cat go.mod go.sum $(find cmd -name '*.go' | LC_ALL=C sort) && echo "$K8S_VERSION") \
+    | sha256sum | cut -c1-16
+}
+
+cmd_build() {
+  [[ -n "$K8S_VERSION" ]] || die "no k8s.io/kubernetes requirement in $MODULE/go.mod"
+  local dir="$CACHE_ROOT/$(cache_key)"
+  if [[ -x "$dir/etcd" && -x "$dir/kube-apiserver" && -x "$dir/kube-scheduler" ]]; then
+    echo "$dir"; return 0
+  fi
+  command -v go >/dev/null || die "go is not on PATH; install Go ($(sed -n 's/^go //p' "$MODULE/go.mod") or newer)"
+  mkdir -p "$CACHE_ROOT"
+  local tmp; tmp="$(mktemp -d "$CACHE_ROOT/.build.XXXXXX")"
+  log "building etcd, kube-apiserver, kube-scheduler ($K8S_VERSION) into $dir (first build takes minutes)"
+  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+  if ! (cd "$MODULE" && nice -n 10 go build -trimpath \
+        -ldflags "-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+        -o "$tmp/" ./cmd/...); then
+    rm -rf "$tmp"; die "go build in $MODULE failed (see the output above)"
+  fi
+  rm -rf "$dir"
+  # A build running in parallel may have got there first; its binaries are the same.
+  mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
+  echo "$dir"
+}
+
+# ---------------------------------------------------------------------------------------------
+# up / down
+
+# The processes of a control plane, in start order; `down` stops them in reverse.
+PROCS=(etcd kube-apiserver tessera kube-scheduler)
+STOP_TIMEOUT="${TESSERA_CONTROLPLANE_STOP_TIMEOUT:-10}"   # seconds between TERM and KILL
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# start NAME CMD...: runs CMD in its own session, detached from our stdio, log to DIR/NAME.log.
+start() {
+  local name="$1"; shift
+  # The command line, for `restart` (shell-quoted).
+  printf '%q ' "$@" >"$DIR/$name.cmd"
+  setsid "$@" </dev/null >>"$DIR/$name.log" 2>&1 &
+  local pid=$! i
+  echo "$pid" >"$DIR/$name.pid"
+  # Until the forked shell has exec'd the program, its command line is still this script's and
+  # alive() would not recognise it: wait for the exec (or the exit) before going on.
+  for ((i = 0; i < 100; i++)); do
+    alive "$name" && return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.05
+  done
+}
+
+# alive NAME: the process recorded in DIR/NAME.pid is running and is still ours.
+alive() {
+  local pidfile="$DIR/$1.pid" pid
+  [[ -f "$pidfile" ]] || return 1
+  pid="$(cat "$pidfile")"
+  [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
+  # Guard against a recycled pid: the command line must name this control plane's directory
+  # and the process name (every process gets a path under DIR on its command line).
+  local cmdline state
+  cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+  [[ "$cmdline" == *"$1"* && "$cmdline" == *"$DIR"* ]] || return 1
+  state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" || return 1
+  [[ "$state" != Z ]]
+}
+
+stop_one() { # stop_one NAME [SIGNAL]: SIGNAL (default TERM), then KILL after STOP_TIMEOUT
+  local name="$1" sig="${2:-TERM}" pid i
+  if alive "$name"; then
+    pid="$(cat "$DIR/$name.pid")"
+    local ports
+    ports="$(ss -ltnpH 2>/dev/null | grep "pid=$pid," | awk '{n = split($4, a, ":"); print a[n]}' || true)"
+    kill -"$sig" "$pid" 2>/dev/null || true
+    for ((i = 0; i < STOP_TIMEOUT * 10; i++)); do
+      alive "$name" || break
+      sleep 0.1
+    done
+    if alive "$name"; then
+      log "$name (pid $pid) did not stop within ${STOP_TIMEOUT}s of SIGTERM; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      for ((i = 0; i < 50; i++)); do alive "$name" || break; sleep 0.1; done
+    fi
+    alive "$name" && { log "$name (pid $pid) survived SIGKILL"; return 1; }
+    # The kernel closes a dead process's listening sockets a little after it turns zombie:
+    # wait (bounded) until its ports are free, so that a restart can bind them again.
+    local port
+    for port in $ports; do
+      for ((i = 0; i < 100; i++)); do
+        [[ -z "$(ss -ltnH "sport = :$port" 2>/dev/null)" ]] && break
+        sleep 0.1
+      done
+    done
+  fi
+  rm -f "$DIR/$name.pid"
+}
+
+cmd_down() {
+  DIR="${1:?usage: tools/controlplane.sh down DIR}"
+  [[ -d "$DIR" ]] || die "$DIR is not a directory"
+  DIR="$(cd "$DIR" && pwd)"
+  local rc=0 i
+  for ((i = ${#PROCS[@]} - 1; i >= 0; i--)); do
+    stop_one "${PROCS[i]}" || rc=1
+  done
+  [[ $rc == 0 ]] && log "stopped the control plane in $DIR"
+  return $rc
+}
+
+# restart [--kill] DIR NAME: stop one process of a running control plane and start it again with the same
+# command line (its log continues), e.g. kube-apiserver to sever every watch at once.
+cmd_restart() {
+  local sig=TERM
+  if [[ "${1:-}" == --kill ]]; then sig=KILL; shift; fi
+  DIR="${1:?usage: tools/controlplane.sh restart [--kill] DIR NAME}"
+  local name="${2:?usage: tools/controlplane.sh restart [--kill] DIR NAME}"
+  DIR="$(cd "$DIR" && pwd)"
+  [[ -f "$DIR/$name.cmd" ]] || die "$DIR/$name.cmd is missing: was $name started by up in $DIR?"
+  stop_one "$name" "$sig" || die "could not stop $name"
+  local -a argv
+  eval "argv=($(cat "$DIR/$name.cmd"))"
+  echo "--- restarted by tools/controlplane.sh restart" >>"$DIR/$name.log"
+  start "$name" "${argv[@]}"
+  alive "$name" || die "$name exited at once after the restart: read $DIR/$name.log"
+  log "restarted $name (pid $(cat "$DIR/$name.pid"))"
+}
+
+# wait_for WHAT SECONDS LOG CMD...: retries CMD every 0.2 s until it succeeds.
+wait_for() {
+  local what="$1" secs="$2" logname="$3"; shift 3
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if [[ -n "$logname" ]] && ! alive "$logname"; then
+      fail "$logname exited while waiting for $what" "$DIR/$logname.log"
+    fi
+    ((SECONDS < deadline)) || fail "$what: not within ${secs}s" "${logname:+$DIR/$logname.log}"
+    sleep 0.2
+  done
+}
+
+STEP=""
+fail() {
+  local msg="$1" logfile="${2:-}"
+  echo "controlplane.sh: up failed at step \"$STEP\": $msg" >&2
+  if [[ -n "$logfile" && -f "$logfile" ]]; then
+    echo "controlplane.sh: read $logfile; its last lines:" >&2
+    tail -n 15 "$logfile" | sed 's/^/    /' >&2
+  fi
+  exit 1
+}
+
+step() { STEP="$1"; log "$1"; }
+
+kc() { kubectl --kubeconfig "$DIR/kubeconfig" --request-timeout=20s "$@"; }
+
+# cert NAME CN O SAN EXTKU: a key and a certificate signed by DIR/ca.crt.
+cert() {
+  local name="$1" cn="$2" org="$3" san="$4" eku="$5"
+  local subj="/CN=$cn"; [[ -n "$org" ]] && subj="/O=$org$subj"
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$DIR/$name.key" -subj "$subj" \
+    -out "$DIR/$name.csr" 2>/dev/null
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=$eku"
+    [[ -n "$san" ]] && echo "subjectAltName=$san"
+  } >"$DIR/$name.ext"
+  openssl x509 -req -in "$DIR/$name.csr" -CA "$DIR/ca.crt" -CAkey "$DIR/ca.key" \
+    -CAcreateserial -days 7 -sha256 -extfile "$DIR/$name.ext" -out "$DIR/$name.crt" 2>/dev/null
+  rm -f "$DIR/$name.csr" "$DIR/$name.ext"
+}
+
+# kubeconfig FILE then the credentials as kubectl config set-credentials flags.
+write_kubeconfig() {
+  local file="$1"; shift
+  rm -f "$file"
+  kubectl config --kubeconfig "$file" set-cluster local --server "https://127.0.0.1:$APISERVER_PORT" \
+    --certificate-authority "$DIR/ca.crt" --embed-certs=true >/dev/null
+  kubectl config --kubeconfig "$file" set-credentials user "$@" >/dev/null
+  kubectl config --kubeconfig "$file" set-context local --cluster local --user user >/dev/null
+  kubectl config --kubeconfig "$file" use-context local >/dev/null
+}
+
+find_tessera() {
+  if [[ -n "${TESSERA_BIN:-}" ]]; then
+    [[ -x "$TESSERA_BIN" ]] || die "TESSERA_BIN=$TESSERA_BIN is not an executable"
+    echo "$TESSERA_BIN"; return
+  fi
+  local b
+  for b in "$ROOT/build/dev/cmd/tessera/tessera" "$ROOT/build/release/cmd/tessera/tessera"; do
+    [[ -x "$b" ]] && { echo "$b"; return; }
+  done
+  die "no tessera binary: build one (cmake --preset dev && cmake --build --preset dev --target tessera) or pass --tessera PATH / TESSERA_BIN"
+}
+
+cmd_up() {
+  local compaction="" bindir="" tessera=""
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --etcd-compaction-interval) compaction="${2:?}"; shift 2 ;;
+      --etcd-compaction-interval=*) compaction="${1#*=}"; shift ;;
+      --tessera) tessera="${2:?}"; shift 2 ;;
+      --tessera=*) tessera="${1#*=}"; shift ;;
+      --bin-dir) bindir="${2:?}"; shift 2 ;;
+      --bin-dir=*) bindir="${1#*=}"; shift ;;
+      -*) die "up: unknown option $1 (see --help)" ;;
+      *) [[ -z "${DIR:-}" ]] || die "up: one DIR only"; DIR="$1"; shift ;;
+    esac
+  done
+  [[ -n "${DIR:-}" ]] || die "usage: tools/controlplane.sh up [options] DIR"
+  for t in kubectl openssl python3 curl setsid ss; do
+    command -v "$t" >/dev/null || die "$t is not on PATH"
+  done
+  [[ -n "$tessera" ]] && TESSERA_BIN="$tessera"
+  TESSERA_BIN="$(find_tessera)"
+  TESSERA_BIN="$(cd "$(dirname "$TESSERA_BIN")" && pwd)/$(basename "$TESSERA_BIN")"
+  [[ -n "$bindir" ]] || bindir="${TESSERA_CONTROLPLANE_BIN:-}"
+  [[ -n "$bindir" ]] || bindir="$(cmd_build)"
+  for b in etcd kube-apiserver kube-scheduler; do
+    [[ -x "$bindir/$b" ]] || die "$bindir/$b is missing: run tools/controlplane.sh build"
+  done
+
+  mkdir -p "$DIR"
+  DIR="$(cd "$DIR" && pwd)"
+  for p in "${PROCS[@]}"; do
+    alive "$p" && die "$p is already running from $DIR (pid $(cat "$DIR/$p.pid")): run tools/controlplane.sh down $DIR first"
+  done
+  # A DIR from an earlier run starts from scratch (etcd's member would remember old ports).
+  rm -rf "$DIR/etcd-data" "$DIR/apiserver-certs" "$DIR/scheduler-certs"
+  rm -f "$DIR"/*.log "$DIR"/*.pid "$DIR"/*.cmd
+  # From here on, a failure stops whatever was started.
+  trap 'rc=$?; if [[ $rc != 0 ]]; then log "cleaning up after the failure"; cmd_down "$DIR" || true; fi' EXIT
+  trap 'exit 130' INT TERM
+  # Any other failing command names the step too.
+  set -E
+  trap 'fail "a command failed at tools/controlplane.sh line $LINENO: $BASH_COMMAND"' ERR
+
+  step "choosing free ports on 127.0.0.1"
+  ETCD_PORT="$(free_port)"; ETCD_PEER_PORT="$(free_port)"; APISERVER_PORT="$(free_port)"
+  TESSERA_PORT="$(free_port)"; TESSERA_METRICS_PORT="$(free_port)"; SCHEDULER_PORT="$(free_port)"
+  cat >"$DIR/env" <<ENV
+# Written by tools/controlplane.sh up; source it for the ports and paths.
+CONTROLPLANE_DIR=$DIR
+ETCD_PORT=$ETCD_PORT
+APISERVER_PORT=$APISERVER_PORT
+TESSERA_PORT=$TESSERA_PORT
+TESSERA_METRICS_PORT=$TESSERA_METRICS_PORT
+SCHEDULER_PORT=$SCHEDULER_PORT
+TESSERA_BIN=$TESSERA_BIN
+CONTROLPLANE_BIN=$bindir
+KUBECONFIG=$DIR/kubeconfig
+SCHEDULER_NAME=hami-scheduler
+TESSERA_NAMESPACE=tessera-system
+ENV
+
+  step "generating the CA, serving and client certificates and the service-account key pair"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$DIR/ca.key" -out "$DIR/ca.crt" -days 7 \
+    -subj "/CN=tessera-e2e-ca" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null || fail "openssl could not make the CA"
+  cert apiserver kube-apiserver "" "IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc" serverAuth
+  cert tessera tessera "" "IP:127.0.0.1,DNS:localhost" serverAuth
+  cert admin admin system:masters "" clientAuth
+  cert front-proxy-client front-proxy-client "" "" clientAuth
+  openssl genrsa -out "$DIR/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$DIR/sa.key" -pubout -out "$DIR/sa.pub" 2>/dev/null
+  write_kubeconfig "$DIR/kubeconfig" --client-certificate "$DIR/admin.crt" \
+    --client-key "$DIR/admin.key" --embed-certs=true
+
+  step "starting etcd on 127.0.0.1:$ETCD_PORT"
+  start etcd "$bindir/etcd" --name tessera-e2e --data-dir "$DIR/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "tessera-e2e=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --quota-backend-bytes=2147483648 --unsafe-no-fsync
+  wait_for "etcd /health" 30 etcd curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health"
+
+  step "starting kube-apiserver on https://127.0.0.1:$APISERVER_PORT"
+  local extra=()
+  [[ -n "$compaction" ]] && extra+=("--etcd-compaction-interval=$compaction")
+  start kube-apiserver "$bindir/kube-apiserver" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --tls-cert-file="$DIR/apiserver.crt" --tls-private-key-file="$DIR/apiserver.key" \
+    --client-ca-file="$DIR/ca.crt" \
+    --requestheader-client-ca-file="$DIR/ca.crt" --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --proxy-client-cert-file="$DIR/front-proxy-client.crt" \
+    --proxy-client-key-file="$DIR/front-proxy-client.key" \
+    --service-account-key-file="$DIR/sa.pub" --service-account-signing-key-file="$DIR/sa.key" \
+    --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
+    --authorization-mode=Node,RBAC \
+    --service-cluster-ip-range=10.96.0.0/16 \
+    --cert-dir="$DIR/apiserver-certs" \
+    --profiling=false \
+    --endpoint-reconciler-type=none \
+    "${extra[@]}"
+  wait_for "kube-apiserver /readyz" 90 kube-apiserver \
+    curl -fsS --max-time 2 --cacert "$DIR/ca.crt" --cert "$DIR/admin.crt" --key "$DIR/admin.key" \
+      "https://127.0.0.1:$APISERVER_PORT/readyz"
+
+  step "applying deploy/base's namespace, ServiceAccount, RBAC and ConfigMaps"
+  kubectl kustomize "$ROOT/deploy/base" >"$DIR/deploy-base.yaml" 2>"$DIR/kustomize.log" \
+    || fail "kubectl kustomize deploy/base failed" "$DIR/kustomize.log"
+  python3 "$ROOT/tools/controlplane_manifests.py" split "$DIR/deploy-base.yaml" "$DIR" \
+    >"$DIR/manifests.log" 2>&1 || fail "could not split deploy/base's manifests" "$DIR/manifests.log"
+  # The RBAC objects reference the namespace: create it first, then the rest.
+  kc apply -f "$DIR/base-namespace.yaml" >"$DIR/apply.log" 2>&1 \
+    || fail "kubectl apply of the namespace failed" "$DIR/apply.log"
+  kc apply -f "$DIR/base-apply.yaml" >>"$DIR/apply.log" 2>&1 \
+    || fail "kubectl apply of deploy/base's RBAC failed" "$DIR/apply.log"
+
+  step "minting a token for ServiceAccount tessera-system/tessera"
+  local token
+  token="$(kc create token tessera -n tessera-system --duration=24h 2>"$DIR/token.log")" \
+    || fail "kubectl create token failed" "$DIR/token.log"
+  write_kubeconfig "$DIR/tessera.kubeconfig" --token "$token"
+
+  step "starting tessera serve on https://127.0.0.1:$TESSERA_PORT as ServiceAccount tessera"
+  start tessera "$TESSERA_BIN" serve \
+    --kubeconfig "$DIR/tessera.kubeconfig" \
+    --http_bind "127.0.0.1:$TESSERA_PORT" \
+    --cert_file "$DIR/tessera.crt" --key_file "$DIR/tessera.key" \
+    --metrics-bind-address "127.0.0.1:$TESSERA_METRICS_PORT" \
+    --scheduler-name hami-scheduler \
+    --device-config-file "$DIR/device-config.yaml" \
+    --leader-elect-resource-name hami-scheduler \
+    --leader-elect-resource-namespace tessera-system
+  wait_for "tessera serve /healthz" 30 tessera \
+    curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:$TESSERA_PORT/healthz"
+
+  step "registering Tessera's MutatingWebhookConfiguration (url https://127.0.0.1:$TESSERA_PORT/webhook)"
+  python3 "$ROOT/tools/controlplane_manifests.py" webhook "$DIR/base-webhook.yaml" \
+    "https://127.0.0.1:$TESSERA_PORT/webhook" "$DIR/ca.crt" >"$DIR/webhook.yaml" 2>"$DIR/manifests.log" \
+    || fail "could not rewrite the webhook" "$DIR/manifests.log"
+  kc apply -f "$DIR/webhook.yaml" >>"$DIR/apply.log" 2>&1 \
+    || fail "kubectl apply of the MutatingWebhookConfiguration failed" "$DIR/apply.log"
+
+  step "starting kube-scheduler (profile hami-scheduler) as ServiceAccount tessera"
+  write_kubeconfig "$DIR/scheduler.kubeconfig" --token "$token"
+  python3 "$ROOT/tools/controlplane_manifests.py" scheduler "$DIR/scheduler-config-base.yaml" \
+    "https://127.0.0.1:$TESSERA_PORT" "$DIR/ca.crt" "$DIR/scheduler.kubeconfig" \
+    >"$DIR/scheduler-config.yaml" 2>"$DIR/manifests.log" \
+    || fail "could not rewrite the scheduler configuration" "$DIR/manifests.log"
+  start kube-scheduler "$bindir/kube-scheduler" \
+    --config="$DIR/scheduler-config.yaml" \
+    --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" \
+    --cert-dir="$DIR/scheduler-certs" \
+    --authentication-kubeconfig="$DIR/scheduler.kubeconfig" \
+    --authorization-kubeconfig="$DIR/scheduler.kubeconfig"
+  wait_for "kube-scheduler holding the Lease tessera-system/hami-scheduler" 60 kube-scheduler \
+    bash -c "[[ -n \"\$(kubectl --kubeconfig '$DIR/kubeconfig' --request-timeout=5s -n tessera-system get lease hami-scheduler -o jsonpath='{.spec.holderIdentity}')\" ]]"
+
+  step "waiting for tessera serve /readyz"
+  wait_for "tessera serve /readyz = 200" 60 tessera \
+    curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:$TESSERA_PORT/readyz"
+  trap - EXIT
+  echo ready
+}
+
+usage() {
+  cat <<USAGE
+Usage:
+  tools/controlplane.sh build
+  tools/controlplane.sh up [--tessera PATH] [--bin-dir DIR] [--etcd-compaction-interval D] DIR
+  tools/controlplane.sh down DIR
+  tools/controlplane.sh restart [--kill] DIR NAME
+
+  build   Build stock etcd, kube-apiserver and kube-scheduler ($K8S_VERSION) from
+          test/controlplane once, into \$TESSERA_CONTROLPLANE_CACHE/<key>/ (default
+          ~/.cache/tessera/controlplane), <key> being a hash of the module's go.mod, go.sum and
+          main files; prints that directory. The same versions are never rebuilt.
+  up      Start etcd, kube-apiserver (TLS, Node,RBAC, default admission plugins), tessera serve
+          (HTTPS, as ServiceAccount tessera-system/tessera under deploy/base's RBAC, its webhook
+          registered) and kube-scheduler (deploy/base's configuration, extender = that serve) on
+          127.0.0.1 with free ports; print "ready" once kube-scheduler holds its Lease and
+          tessera serve's /readyz answers 200. DIR receives certificates, kubeconfig (admin),
+          env (ports; source it), and <name>.log / <name>.pid for each process. On a failure
+          everything started is stopped and the step and the log to read are named.
+            --tessera PATH   the tessera binary (or \$TESSERA_BIN; default: build/dev, then
+                             build/release of this checkout)
+            --bin-dir DIR    the control-plane binaries (or \$TESSERA_CONTROLPLANE_BIN; default:
+                             the output of build, which builds if needed)
+            --etcd-compaction-interval D   kube-apiserver's compaction interval (default 5m)
+  restart [--kill] DIR NAME
+          Stop one process (etcd, kube-apiserver, tessera, kube-scheduler; SIGTERM, or SIGKILL
+          with --kill) and start it again with the same command line, its log continued; does
+          not wait for it to be ready.
+  down    Stop every process of DIR (SIGTERM, SIGKILL after \$TESSERA_CONTROLPLANE_STOP_TIMEOUT
+          seconds, default 10). Safe to repeat.
+USAGE
+}
+
+case "${1:-}" in
+  build) cmd_build ;;
+  up) shift; cmd_up "$@" ;;
+  down) shift; cmd_down "$@" ;;
+  restart) shift; cmd_restart "$@" ;;
+  -h|--help|help) usage ;;
+  *) usage >&2; exit 2 ;;
+esac
