@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test Tessera has, from a fresh clone on Debian 12 as root: installs the packages,
-# checks formatting, then configures, builds and tests the dev (g++), asan (clang ASan+UBSan;
+# checks formatting, then configures, builds and tests the dev (g++) build, runs the end-to-end
+# tests in the real control plane (built from Go modules, cached), then the asan (clang ASan+UBSan;
 # its ctest run includes every libFuzzer target for TESSERA_FUZZ_SECONDS, default 10 s) and tsan
 # (clang TSan, threaded tests) builds. Exits non-zero on the first failure.
 set -euo pipefail
@@ -17,6 +18,13 @@ bash tools/check_format.sh
 
 stage "dev: g++ Debug, all tests"
 cmake --workflow --preset ci-dev
+
+stage "e2e: Tessera in the real control plane (stock etcd, kube-apiserver, kube-scheduler; docs/e2e.md)"
+# The control plane is built once per version into a cache outside the clone (a cold build takes
+# ~10 minutes on 2 cores; the Go module and build caches are reused).
+bash tools/controlplane.sh build
+cmake --preset dev -DTESSERA_CONTROLPLANE_E2E=ON >/dev/null
+TESSERA_E2E_REQUIRED=1 ctest --preset dev -R '^controlplane_' --output-on-failure
 
 stage "asan: clang ASan+UBSan, all tests and every fuzz target for ${TESSERA_FUZZ_SECONDS:-10} s"
 cmake --preset asan -DTESSERA_FUZZ_SECONDS="${TESSERA_FUZZ_SECONDS:-10}" >/dev/null
