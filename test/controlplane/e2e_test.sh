@@ -81,7 +81,7 @@ tk() { kubectl --kubeconfig "$DIR/tessera.kubeconfig" --request-timeout=20s "$@"
 check "tessera serve's credentials are ServiceAccount tessera-system/tessera" \
   test "$(tk auth whoami -o jsonpath='{.status.userInfo.username}')" = system:serviceaccount:tessera-system:tessera
 check "which may not read Secrets (deploy/base's RBAC, not admin)" test "$(tk auth can-i list secrets -A || true)" = no
-check "tessera.log has no 403 / forbidden" no_match '\b403\b|forbidden' "$DIR/tessera.log"
+check "tessera.log has no 403 / forbidden" no_match 'HTTP 403|forbidden' "$DIR/tessera.log"
 check "kube-scheduler.log has no forbidden" no_match forbidden "$DIR/kube-scheduler.log"
 phase_done "logs"
 exit $FAILED

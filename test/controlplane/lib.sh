@@ -169,8 +169,8 @@ metric_is() { # metric_is DEVICE BYTES: Tessera's hami_gpu_memory_allocated_byte
 jp() { k -n e2e get pod "$1" -o jsonpath="$2"; }   # jp POD JSONPATH
 bound_node() { kubectl --request-timeout=5s -n e2e get pod "$1" -o jsonpath='{.spec.nodeName}'; }
 is_bound() { [[ -n "$(bound_node "$1")" ]]; }
-ledger_has() { # ledger_has TEXT...: Tessera's /debug/ledger mentions every TEXT
+ledger_has() { # ledger_has TEXT...: Tessera's /debug/ledger (on the metrics listener) mentions every TEXT
   local l t
-  l="$(curl -fsS --max-time 2 --cacert "$CONTROLPLANE_DIR/ca.crt" "https://127.0.0.1:$TESSERA_PORT/debug/ledger")" || return 1
+  l="$(curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/debug/ledger")" || return 1
   for t in "$@"; do [[ "$l" == *"$t"* ]] || return 1; done
 }

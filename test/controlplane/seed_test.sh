@@ -65,6 +65,6 @@ gpu_pod after 1000 >/dev/null
 check "a new GPU pod is bound through Tessera after the heal" wait_until 60 "pod after is bound" is_bound after
 check "and got an allocation" test -n "$(jp after '{.metadata.annotations.hami\.io/vgpu-devices-allocated}')"
 no_match() { ! grep -Ei "$1" "$2"; }
-check "tessera.log has no 403 / forbidden" no_match '\b403\b|forbidden' "$DIR/tessera.log"
+check "tessera.log has no 403 / forbidden" no_match 'HTTP 403|forbidden' "$DIR/tessera.log"
 phase_done "schedule again"
 exit $FAILED
