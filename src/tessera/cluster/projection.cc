@@ -6,6 +6,22 @@
 #include "tessera/device/annotations.h"
 
 namespace tessera::cluster {
+namespace {
+
+// A record with the pod's identity and state and no allocation.
+ledger::PodAllocation PodState(const kube::Pod& pod) {
+  ledger::PodAllocation out;
+  out.uid = pod.meta.uid;
+  out.ns = pod.meta.ns;
+  out.name = pod.meta.name;
+  out.bound_node = pod.node_name;
+  out.terminal = pod.Terminal();
+  out.bind_failed =
+      pod.meta.annotations.Get(device::kBindPhaseAnnotation) == device::kBindPhaseFailed;
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<const device::NodeDevices>> ProjectNode(const device::Vendor& vendor,
                                                                        const kube::Node& node) {
@@ -18,14 +34,7 @@ absl::StatusOr<std::shared_ptr<const device::NodeDevices>> ProjectNode(const dev
 
 absl::StatusOr<ledger::PodAllocation> ProjectPod(const device::Vendor& vendor,
                                                  const kube::Pod& pod) {
-  ledger::PodAllocation out;
-  out.uid = pod.meta.uid;
-  out.ns = pod.meta.ns;
-  out.name = pod.meta.name;
-  out.bound_node = pod.node_name;
-  out.terminal = pod.Terminal();
-  out.bind_failed =
-      pod.meta.annotations.Get(device::kBindPhaseAnnotation) == device::kBindPhaseFailed;
+  ledger::PodAllocation out = PodState(pod);
   const std::string* node = pod.meta.annotations.Find(device::kVgpuNodeAnnotation);
   if (node == nullptr || node->empty()) {
     return out;
@@ -66,14 +75,7 @@ ledger::PodAllocation ProjectPodForLedger(const device::Vendor& vendor, const ku
   if (status.ok()) {
     return *std::move(alloc);
   }
-  ledger::PodAllocation out;
-  out.uid = pod.meta.uid;
-  out.ns = pod.meta.ns;
-  out.name = pod.meta.name;
-  out.bound_node = pod.node_name;
-  out.terminal = pod.Terminal();
-  out.bind_failed =
-      pod.meta.annotations.Get(device::kBindPhaseAnnotation) == device::kBindPhaseFailed;
+  ledger::PodAllocation out = PodState(pod);
   out.node = !pod.node_name.empty() ? pod.node_name
                                     : pod.meta.annotations.Get(device::kVgpuNodeAnnotation);
   out.unreadable = true;
