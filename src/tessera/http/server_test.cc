@@ -1419,6 +1419,9 @@ TEST(Server, ShedsTheLongestIdleConnectionWhenNoWorkerIsFree) {
     std::string buffered;
     ASSERT_TRUE(SendAll(fd, "GET /" + std::to_string(i) + " HTTP/1.1\r\n\r\n"));
     ASSERT_EQ(ReadReply(fd, &buffered), Ok("/" + std::to_string(i) + ":"));
+    // A worker marks its connection idle after writing the reply; give it the time to, so that
+    // the first connection is idle before the second (under TSan it once was not).
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   // A third is served at once: the connection idle longest (the first) is closed for it.
   const int third = Connect(server.port());
