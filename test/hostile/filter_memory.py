@@ -13,7 +13,6 @@ under the 1 MiB limit: 60,000 names is about 0.8 MB).
 import argparse
 import json
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -86,13 +85,7 @@ def main():
         print("filter_memory.py: %s" % e, file=sys.stderr)
         return 2
     finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=20)
-            except Exception:  # noqa: BLE001 - best effort at the end
-                p.kill()
+        hostile.stop_processes(procs)
 
 
 if __name__ == "__main__":

@@ -239,6 +239,17 @@ def hostile_process(specs, trickle, replace, pipe):
     hostiles.close()
 
 
+def stop_processes(procs):
+    """SIGTERM to every started process, newest first; SIGKILL to one not gone within 20 s."""
+    for p in reversed(procs):
+        p.send_signal(signal.SIGTERM)
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def start_processes(args, workdir):
     """Starts apisim and two serves (plain, TLS); returns (procs, ports, serve pid)."""
     procs = []
@@ -389,13 +400,7 @@ def main():
         print("hostile.py: %s" % e, file=sys.stderr)
         return 2
     finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
 
 
 if __name__ == "__main__":

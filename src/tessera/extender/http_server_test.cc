@@ -149,12 +149,8 @@ int CompleteResponses(const std::string& data) {
   }
 }
 
-// Sends `request` on a fresh connection and returns everything read until the server closes
-// the connection, `want_responses` complete responses have arrived, or `timeout_s` seconds pass
-// without a byte. The writer runs on its own thread, so a server that stops reading cannot
-// block it.
-std::string RawExchange(int port, const std::string& request, int want_responses = 1,
-                        int timeout_s = 10) {
+// A connection to 127.0.0.1:`port` (-1 on failure).
+int ConnectTo(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -162,6 +158,19 @@ std::string RawExchange(int port, const std::string& request, int want_responses
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `request` on a fresh connection and returns everything read until the server closes
+// the connection, `want_responses` complete responses have arrived, or `timeout_s` seconds pass
+// without a byte. The writer runs on its own thread, so a server that stops reading cannot
+// block it.
+std::string RawExchange(int port, const std::string& request, int want_responses = 1,
+                        int timeout_s = 10) {
+  const int fd = ConnectTo(port);
+  if (fd < 0) {
     return "connect failed";
   }
   timeval tv{timeout_s, 0};
@@ -599,20 +608,6 @@ TEST_F(HttpServerTest, StopWithIdleKeepAliveConnection) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   r = c.Get("/healthz");
   EXPECT_FALSE(r);
-}
-
-// A connection to 127.0.0.1:`port` (-1 on failure).
-int ConnectTo(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // Seconds a request on a fresh connection takes to be answered with `status`; 99 when it is
