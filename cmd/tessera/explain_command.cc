@@ -15,11 +15,11 @@
 
 #include "tessera/base/clock.h"
 #include "tessera/base/status_macros.h"
-#include "tessera/cluster/explain.h"
-#include "tessera/cluster/live.h"
 #include "tessera/device/codec.h"
 #include "tessera/device/device_config.h"
 #include "tessera/device/vendor.h"
+#include "tessera/explain/explain.h"
+#include "tessera/explain/live.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/config.h"
 #include "tessera/kube/manifest.h"
@@ -130,7 +130,7 @@ std::optional<int> LoadLive(const ExplainOptions& opts, Sources* sources) {
     }
     sources->pod = *std::move(pod);
   }
-  absl::StatusOr<cluster::LiveCluster> live = cluster::ListCluster(client);
+  absl::StatusOr<explain::LiveCluster> live = explain::ListCluster(client);
   if (!live.ok()) {
     return api_failure(live.status());
   }
@@ -196,7 +196,7 @@ int RunExplain(const ExplainOptions& opts) {
     return *failed;
   }
 
-  cluster::ExplainInput input;
+  explain::ExplainInput input;
   input.nodes = std::move(sources.nodes);
   input.pods = std::move(sources.pods);
   input.pod = std::move(sources.pod);
@@ -208,15 +208,15 @@ int RunExplain(const ExplainOptions& opts) {
   input.now = opts.now_unix != 0 ? absl::FromUnixSeconds(opts.now_unix) : absl::Now();
   input.reservation_ttl = ttl;
   std::unique_ptr<device::Vendor> vendor = device::NewNvidiaVendor(config);
-  absl::StatusOr<cluster::ExplainResult> result = cluster::Explain(*vendor, input);
+  absl::StatusOr<explain::ExplainResult> result = explain::Explain(*vendor, input);
   if (!result.ok()) {
     return Fail(result.status());
   }
   for (const std::string& w : sources.warnings) {
     result->warnings.push_back(w);
   }
-  std::string text = opts.output == "json" ? cluster::RenderExplainJson(*result)
-                                           : cluster::RenderExplainText(*result);
+  std::string text = opts.output == "json" ? explain::RenderExplainJson(*result)
+                                           : explain::RenderExplainText(*result);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return (result->node || result->no_request) ? kExitOk : kExitFailure;
 }

@@ -11,9 +11,9 @@
 #include <fmt/core.h>
 #include <pthread.h>
 
+#include "tessera/accounting/projection.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
-#include "tessera/cluster/projection.h"
 #include "tessera/device/annotations.h"
 #include "tessera/schedule/fit.h"
 #include "tessera/schedule/score.h"
@@ -773,7 +773,7 @@ bool Scheduler::StillBound(const kube::Pod& pod) {
 absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
                                     std::string* outcome, bool* still_held) {
   const std::string& node = args.node;
-  absl::StatusOr<ledger::PodAllocation> alloc = cluster::ProjectPod(*options_.vendor, pod);
+  absl::StatusOr<ledger::PodAllocation> alloc = accounting::ProjectPod(*options_.vendor, pod);
   if (!alloc.ok()) {
     *outcome = "no_allocation";
     return alloc.status();

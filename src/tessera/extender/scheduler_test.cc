@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tessera/cluster/projection.h"
+#include "tessera/accounting/projection.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
 #include "tessera/extender/scheduler_testutil.h"
@@ -89,7 +89,7 @@ class SchedulerTest : public ::testing::Test {
         name, fmt::format(R"({{"hami.io/node-nvidia-register":"{}"}})", Escape(Register(gpus))));
     absl::StatusOr<kube::Node> node = env_.client()->GetNode(name);
     ASSERT_TRUE(node.ok()) << node.status();
-    auto devices = cluster::ProjectNode(*vendor_, *node);
+    auto devices = accounting::ProjectNode(*vendor_, *node);
     ASSERT_TRUE(devices.ok()) << devices.status();
     ASSERT_TRUE(ledger_.SetNode(*devices).ok());
   }
@@ -1031,7 +1031,7 @@ TEST_F(SchedulerTest, ABoundPodKeepsItsReservationPastTheTtlUntilObservedBound) 
   EXPECT_THAT(*r.node_names, IsEmpty()) << "p2 placed on p1's share";
   // The informer observes p1 bound: the record holds, the reservation ends, and expiry
   // forgets the bind.
-  absl::StatusOr<ledger::PodAllocation> bound = cluster::ProjectPod(*vendor_, Pod("p1"));
+  absl::StatusOr<ledger::PodAllocation> bound = accounting::ProjectPod(*vendor_, Pod("p1"));
   ASSERT_TRUE(bound.ok());
   ASSERT_EQ(bound->bound_node, "n1");
   ASSERT_TRUE(ledger_.Apply(*bound).ok());
@@ -1200,7 +1200,7 @@ TEST_F(SchedulerTest, AFilterNamingARunningPodChangesNothing) {
   Scheduler& s = Make();
   ASSERT_THAT(*s.Filter(Args("running", {"n1"})).node_names, ElementsAre("n1"));
   ASSERT_EQ(s.Bind(BindFor("running", "n1")).error, "");
-  absl::StatusOr<ledger::PodAllocation> observed = cluster::ProjectPod(*vendor_, Pod("running"));
+  absl::StatusOr<ledger::PodAllocation> observed = accounting::ProjectPod(*vendor_, Pod("running"));
   ASSERT_TRUE(observed.ok());
   ASSERT_TRUE(ledger_.Apply(*observed).ok());
   const kube::Pod before = Pod("running");

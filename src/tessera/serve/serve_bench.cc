@@ -20,10 +20,10 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "tessera/accounting/projection.h"
 #include "tessera/apisim/server.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
-#include "tessera/cluster/projection.h"
 #include "tessera/device/codec.h"
 #include "tessera/device/vendor.h"
 #include "tessera/kube/decode.h"
@@ -347,7 +347,7 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
     int i = 0;
     while (static_cast<int>(latencies.size()) < o.resync_min_filters) {
       std::atomic<bool> done{false};
-      ResyncReport report;
+      accounting::ResyncReport report;
       std::thread pass([&] {
         report = service->ResyncNow();
         done.store(true);
@@ -483,13 +483,13 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
     TESSERA_ASSIGN_OR_RETURN(kube::PodList pods, kube::DecodePodList(pod_list));
     std::vector<std::shared_ptr<const device::NodeDevices>> registrations;
     for (const kube::Node& node : nodes.items) {
-      if (auto devices = cluster::ProjectNode(*vendor, node); devices.ok()) {
+      if (auto devices = accounting::ProjectNode(*vendor, node); devices.ok()) {
         registrations.push_back(*devices);
       }
     }
     std::vector<ledger::PodAllocation> allocations;
     for (const kube::Pod& pod : pods.items) {
-      if (auto a = cluster::ProjectPod(*vendor, pod); a.ok() && !a->node.empty()) {
+      if (auto a = accounting::ProjectPod(*vendor, pod); a.ok() && !a->node.empty()) {
         allocations.push_back(*std::move(a));
       }
     }

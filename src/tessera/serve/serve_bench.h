@@ -40,7 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-#include "tessera/serve/resyncer.h"
+#include "tessera/accounting/resyncer.h"
 
 namespace tessera::serve {
 
@@ -57,7 +57,7 @@ struct ServeBenchOptions {
   // Phase 2b: filters to time during resync passes (0: skip the phase).
   int resync_min_filters = 300;
   // Phase 2b: the resync's pacing (ServeOptions::resync_pace; 0 lists the pages back to back).
-  double resync_pace = ResyncOptions{}.pace;
+  double resync_pace = accounting::ResyncOptions{}.pace;
   // The service's default node policy. Spread by default: with binpack every client converges
   // on the same hot nodes and the pairs measure node-lock contention (one bind per node at a
   // time, as in HAMi) rather than the extender.

@@ -14,12 +14,15 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "tessera/accounting/auditor.h"
+#include "tessera/accounting/node_registry.h"
+#include "tessera/accounting/pod_feed.h"
+#include "tessera/accounting/resyncer.h"
 #include "tessera/base/allocator.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
 #include "tessera/device/device_config.h"
 #include "tessera/device/vendor.h"
-#include "tessera/extender/registry.h"
 #include "tessera/extender/scheduler.h"
 #include "tessera/extender/webhook.h"
 #include "tessera/kube/client.h"
@@ -28,9 +31,6 @@
 #include "tessera/ledger/ledger.h"
 #include "tessera/metrics/registry.h"
 #include "tessera/schedule/fit.h"
-#include "tessera/serve/auditor.h"
-#include "tessera/serve/pod_feed.h"
-#include "tessera/serve/resyncer.h"
 
 #ifndef TESSERA_VERSION
 #define TESSERA_VERSION "0.0.0"
@@ -106,7 +106,7 @@ class Service::Impl : public extender::Backend {
   bool Ready(std::string* why) override;
   std::string DebugLedgerJson() override;
   std::string DebugAuditJson() override;
-  ResyncReport ResyncNow() { return resyncer_->RunOnce(); }
+  accounting::ResyncReport ResyncNow() { return resyncer_->RunOnce(); }
 
   bool IsLeader() const { return elector_->IsLeader(); }
   std::string LeaderDescription() const { return elector_->Describe(); }
@@ -117,8 +117,7 @@ class Service::Impl : public extender::Backend {
 
  private:
   void Housekeeping();
-  void OnNode(const kube::Node& node);
-  void QueuePatches(std::vector<extender::NodePatch> patches);
+  void QueuePatches(std::vector<accounting::NodePatch> patches);
   void UpdateInformerMetrics();
   std::string SyncState() const;
 
@@ -130,9 +129,9 @@ class Service::Impl : public extender::Backend {
   std::unique_ptr<kube::CurlTransport> transport_;
   std::unique_ptr<kube::ApiClient> client_;
   std::unique_ptr<metrics::Registry> metrics_;
-  std::unique_ptr<PodFeed> feed_;
-  std::unique_ptr<extender::NodeRegistry> registry_;
-  std::unique_ptr<extender::HandshakeWriter> writer_;
+  std::unique_ptr<accounting::PodFeed> feed_;
+  std::unique_ptr<accounting::NodeRegistry> registry_;
+  std::unique_ptr<accounting::HandshakeWriter> writer_;
   std::unique_ptr<Elector> elector_;
   std::unique_ptr<RoleLabeler> role_labels_;
   uint64_t leader_generation_ = 0;       // housekeeping thread only
@@ -141,8 +140,8 @@ class Service::Impl : public extender::Backend {
   std::unique_ptr<kube::Informer<kube::Node>> nodes_;
   std::unique_ptr<extender::Scheduler> scheduler_;
   std::unique_ptr<extender::HttpServer> http_;
-  std::unique_ptr<Auditor> auditor_;
-  std::unique_ptr<Resyncer> resyncer_;
+  std::unique_ptr<accounting::Auditor> auditor_;
+  std::unique_ptr<accounting::Resyncer> resyncer_;
 
   // What the self-healing layers repaired, for /debug/audit: totals since start and the latest
   // lines (layer "apply", "audit", "resync" or "expiry"), newest last.
@@ -165,7 +164,7 @@ class Service::Impl : public extender::Backend {
   Mutex mu_;
   CondVar cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<extender::NodePatch> patches_ ABSL_GUARDED_BY(mu_);
+  std::vector<accounting::NodePatch> patches_ ABSL_GUARDED_BY(mu_);
   std::thread loop_;
 
   // Informer counters as last exported (housekeeping thread only).
@@ -179,8 +178,8 @@ absl::Status Service::Impl::Init() {
     TESSERA_ASSIGN_OR_RETURN(config, device::LoadDeviceConfigFile(options_.device_config_file));
   }
   vendor_ = device::NewNvidiaVendor(config);
-  TESSERA_ASSIGN_OR_RETURN(extender::NodeSelector selector,
-                           extender::NodeSelector::Parse(options_.node_label_selector));
+  TESSERA_ASSIGN_OR_RETURN(accounting::NodeSelector selector,
+                           accounting::NodeSelector::Parse(options_.node_label_selector));
   if (options_.reservation_ttl <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--reservation-ttl must be positive");
   }
@@ -212,15 +211,16 @@ absl::Status Service::Impl::Init() {
 
   metrics_ = std::make_unique<metrics::Registry>(
       metrics::BuildInfo{TESSERA_VERSION, "", metrics::CompilerId()}, clock());
-  feed_ = std::make_unique<PodFeed>(vendor_.get(), &ledger_, clock(),
-                                    PodFeedOptions{.reservation_ttl = options_.reservation_ttl});
-  registry_ = std::make_unique<extender::NodeRegistry>(
-      vendor_.get(), &ledger_, extender::NodeRegistry::Options{.selector = std::move(selector)});
+  feed_ = std::make_unique<accounting::PodFeed>(
+      vendor_.get(), &ledger_, clock(),
+      accounting::PodFeedOptions{.reservation_ttl = options_.reservation_ttl});
+  registry_ = std::make_unique<accounting::NodeRegistry>(
+      vendor_.get(), &ledger_, accounting::NodeRegistry::Options{.selector = std::move(selector)});
   // Only the leader writes; the check is repeated at each write (leadership can end between
   // the loop's check and the PATCH).
-  writer_ = std::make_unique<extender::HandshakeWriter>(
+  writer_ = std::make_unique<accounting::HandshakeWriter>(
       client_.get(),
-      extender::HandshakeWriter::Options{.is_leader = [this] { return elector_->IsLeader(); }});
+      accounting::HandshakeWriter::Options{.is_leader = [this] { return elector_->IsLeader(); }});
 
   RoleLabelOptions role_labels = options_.role_labels;
   if (role_labels.ns.empty()) {
@@ -286,18 +286,15 @@ absl::Status Service::Impl::Init() {
   node_options.name = "nodes";
   node_options.reflector.min_watch_timeout = options_.min_watch_timeout;
   node_options.clock = clock();
-  kube::EventHandlers<kube::Node> node_handlers;
-  node_handlers.on_add = [this](const kube::Node& node, bool) { OnNode(node); };
-  node_handlers.on_update = [this](const kube::Node&, const kube::Node& node) { OnNode(node); };
-  node_handlers.on_delete = [this](const kube::Node& node, bool final_state_unknown) {
-    if (final_state_unknown) {
-      NoteRepair("apply", "tombstone node " + node.meta.name);
-      NoteRepairCounts("apply", {{"node_tombstone", 1}});
-    }
-    if (registry_->Forget(node.meta.name)) {
-      TESSERA_LOG(kInfo, "node {} deleted: its devices and usage leave the ledger", node.meta.name);
-    }
-  };
+  kube::EventHandlers<kube::Node> node_handlers = registry_->Handlers(
+      {.clock = clock(),
+       .patches =
+           [this](std::vector<accounting::NodePatch> patches) { QueuePatches(std::move(patches)); },
+       .tombstone =
+           [this](const kube::Node& node) {
+             NoteRepair("apply", "tombstone node " + node.meta.name);
+             NoteRepairCounts("apply", {{"node_tombstone", 1}});
+           }});
   nodes_ = std::make_unique<kube::Informer<kube::Node>>(client_.get(), node_options,
                                                         std::move(node_handlers));
 
@@ -344,31 +341,32 @@ absl::Status Service::Impl::Init() {
   };
   scheduler_ = std::make_unique<extender::Scheduler>(scheduler_options, std::move(deps));
 
-  auditor_ = std::make_unique<Auditor>(
+  auditor_ = std::make_unique<accounting::Auditor>(
       vendor_.get(), &ledger_, feed_.get(), [this] { return pods_->store().List(); },
       [this](std::string_view uid) { return pods_->store().GetByUid(uid); },
       [this] { return registry_->Registrations(); },
-      AuditorOptions{.scheduler_name = options_.scheduler_name});
+      accounting::AuditorOptions{.scheduler_name = options_.scheduler_name});
 
-  resyncer_ = std::make_unique<Resyncer>(client_.get(), pods_.get(), nodes_.get(),
-                                         // Each replica its own jitter, so that replicas started
-                                         // together do not LIST at the same moments.
-                                         ResyncOptions{.period = options_.resync_period,
-                                                       .pace = options_.resync_pace,
-                                                       .clock = clock(),
-                                                       .seed = std::random_device{}()},
-                                         [this](const ResyncReport& report) {
-                                           for (const auto& [kind, n] : report.corrections) {
-                                             metrics_->RecordResyncCorrections(kind, n);
-                                           }
-                                           NoteRepairCounts("resync", report.corrections);
-                                           for (const std::string& line : report.details) {
-                                             NoteRepair("resync", line);
-                                           }
-                                           if (report.error.empty()) {
-                                             ReleaseAbsentReservations(report.at, "resync");
-                                           }
-                                         });
+  resyncer_ = std::make_unique<accounting::Resyncer>(
+      client_.get(), pods_.get(), nodes_.get(),
+      // Each replica its own jitter, so that replicas started
+      // together do not LIST at the same moments.
+      accounting::ResyncOptions{.period = options_.resync_period,
+                                .pace = options_.resync_pace,
+                                .clock = clock(),
+                                .seed = std::random_device{}()},
+      [this](const accounting::ResyncReport& report) {
+        for (const auto& [kind, n] : report.corrections) {
+          metrics_->RecordResyncCorrections(kind, n);
+        }
+        NoteRepairCounts("resync", report.corrections);
+        for (const std::string& line : report.details) {
+          NoteRepair("resync", line);
+        }
+        if (report.error.empty()) {
+          ReleaseAbsentReservations(report.at, "resync");
+        }
+      });
 
   extender::HttpServerOptions http_options;
   http_options.bind_address = options_.http_bind;
@@ -438,16 +436,12 @@ void Service::Impl::Stop() {
   scheduler_.reset();  // drains its event queue while the client still exists
 }
 
-void Service::Impl::OnNode(const kube::Node& node) {
-  QueuePatches(registry_->Observe(node, clock()->Now()));
-}
-
-void Service::Impl::QueuePatches(std::vector<extender::NodePatch> patches) {
+void Service::Impl::QueuePatches(std::vector<accounting::NodePatch> patches) {
   if (patches.empty()) {
     return;
   }
   MutexLock lock(&mu_);
-  for (extender::NodePatch& p : patches) {
+  for (accounting::NodePatch& p : patches) {
     patches_.push_back(std::move(p));
   }
   cv_.SignalAll();
@@ -455,7 +449,7 @@ void Service::Impl::QueuePatches(std::vector<extender::NodePatch> patches) {
 
 void Service::Impl::Housekeeping() {
   while (true) {
-    std::vector<extender::NodePatch> patches;
+    std::vector<accounting::NodePatch> patches;
     {
       MutexLock lock(&mu_);
       if (patches_.empty() && !stopping_) {
@@ -482,7 +476,7 @@ void Service::Impl::Housekeeping() {
     // HAMi's scheduler-role labels: at each gain, every minute and on a difference seen.
     role_labels_->Tick(now, leader, gen);
     if (nodes_->HasSynced()) {
-      std::vector<extender::NodePatch> due = registry_->Tick(now);
+      std::vector<accounting::NodePatch> due = registry_->Tick(now);
       patches.insert(patches.end(), std::make_move_iterator(due.begin()),
                      std::make_move_iterator(due.end()));
     }
@@ -511,7 +505,7 @@ void Service::Impl::Housekeeping() {
         next_audit_ = now + options_.audit_period;
       } else if (now >= next_audit_) {
         next_audit_ = now + options_.audit_period;
-        AuditReport report = auditor_->Run(now);
+        accounting::AuditReport report = auditor_->Run(now);
         int64_t total = 0;
         for (const auto& [cause, n] : report.corrections) {
           metrics_->RecordAuditCorrections(cause, n);
@@ -648,9 +642,9 @@ nlohmann::json ProblemsJson(const ledger::Problems& problems) {
           {"unreadable", std::move(unreadable)}};
 }
 
-nlohmann::json ForeignJson(const std::vector<ForeignAllocation>& foreign) {
+nlohmann::json ForeignJson(const std::vector<accounting::ForeignAllocation>& foreign) {
   nlohmann::json out = nlohmann::json::array();
-  for (const ForeignAllocation& f : foreign) {
+  for (const accounting::ForeignAllocation& f : foreign) {
     out.push_back({{"namespace", f.ns},
                    {"name", f.name},
                    {"uid", f.uid},
@@ -660,7 +654,7 @@ nlohmann::json ForeignJson(const std::vector<ForeignAllocation>& foreign) {
   return out;
 }
 
-nlohmann::json ResyncJson(const ResyncReport& r, absl::Duration period) {
+nlohmann::json ResyncJson(const accounting::ResyncReport& r, absl::Duration period) {
   if (r.at == absl::InfinitePast()) {
     return nullptr;  // not run yet
   }
@@ -676,7 +670,7 @@ nlohmann::json ResyncJson(const ResyncReport& r, absl::Duration period) {
           {"error", r.error}};
 }
 
-nlohmann::json AuditJson(const AuditReport& r) {
+nlohmann::json AuditJson(const accounting::AuditReport& r) {
   if (r.at == absl::InfinitePast()) {
     return nullptr;  // not run yet
   }
@@ -728,9 +722,9 @@ std::string Service::Impl::DebugLedgerJson() {
                          {"pods", std::move(holders)}});
     }
     nlohmann::json node = {{"name", view.devices->node}, {"devices", std::move(devices)}};
-    if (std::optional<extender::NodeStatus> s = registry_->Find(view.devices->node)) {
-      node["format"] = std::string(extender::NodeFormatName(s->format));
-      node["availability"] = std::string(extender::AvailabilityName(s->availability));
+    if (std::optional<accounting::NodeStatus> s = registry_->Find(view.devices->node)) {
+      node["format"] = std::string(accounting::NodeFormatName(s->format));
+      node["availability"] = std::string(accounting::AvailabilityName(s->availability));
       node["detail"] = s->detail;
     }
     nodes.push_back(std::move(node));
@@ -744,7 +738,7 @@ std::string Service::Impl::DebugLedgerJson() {
          {"node", r.node},
          {"expires_at", absl::FormatTime(absl::RFC3339_sec, r.expires_at, absl::UTCTimeZone())}});
   }
-  const PodFeedStats feed = feed_->stats();
+  const accounting::PodFeedStats feed = feed_->stats();
   const ElectorStatus leader = elector_->status();
   nlohmann::json leadership = {{"role", leader.leader ? "leader" : "follower"},
                                {"mode", std::string(LeaderModeName(leader.mode))},
@@ -818,7 +812,7 @@ void Service::Impl::ReleaseAbsentReservations(absl::Time list_started, std::stri
 }
 
 std::string Service::Impl::DebugAuditJson() {
-  const AuditReport audit = auditor_->last();
+  const accounting::AuditReport audit = auditor_->last();
   nlohmann::json audit_doc = AuditJson(audit);
   if (audit_doc.is_object()) {
     audit_doc["problems"] = ProblemsJson(audit.problems);
@@ -865,6 +859,6 @@ std::string Service::DebugLedgerJson() const { return impl_->DebugLedgerJson(); 
 bool Service::IsLeader() const { return impl_->IsLeader(); }
 std::string Service::LeaderDescription() const { return impl_->LeaderDescription(); }
 std::string Service::DebugAuditJson() const { return impl_->DebugAuditJson(); }
-ResyncReport Service::ResyncNow() { return impl_->ResyncNow(); }
+accounting::ResyncReport Service::ResyncNow() { return impl_->ResyncNow(); }
 
 }  // namespace tessera::serve

@@ -42,13 +42,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+#include "tessera/accounting/resyncer.h"
 #include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
 #include "tessera/device/model.h"
 #include "tessera/extender/http_server.h"
 #include "tessera/kube/config.h"
 #include "tessera/serve/leader.h"
-#include "tessera/serve/resyncer.h"
 #include "tessera/serve/role_labels.h"
 
 namespace tessera::serve {
@@ -100,7 +100,7 @@ struct ServeOptions {
   absl::Duration resync_period = absl::Minutes(5);
   // The resync's pause after each LIST page, in multiples of the page's own time
   // (ResyncOptions::pace).
-  double resync_pace = ResyncOptions{}.pace;
+  double resync_pace = accounting::ResyncOptions{}.pace;
   // How often the housekeeping loop runs.
   absl::Duration housekeeping_period = absl::Seconds(1);
   // Informer watch timeouts (randomised between this and twice it, as client-go does).
@@ -141,7 +141,7 @@ class Service {
   std::string DebugAuditJson() const;
   // Runs one resync pass now on the calling thread (serialised with the periodic passes, whose
   // schedule it does not change) and returns its report; counted like a periodic pass.
-  ResyncReport ResyncNow();
+  accounting::ResyncReport ResyncNow();
 
   class Impl;
 

@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 
-#include "tessera/cluster/projection.h"
+#include "tessera/accounting/projection.h"
 #include "tessera/device/vendor.h"
 #include "tessera/kube/decode.h"
 #include "tessera/ledger/ledger.h"
@@ -26,7 +26,7 @@ TEST(Synthetic, ObjectsDecodeAndProjectToAnEvenNeverOvercommittedLedger) {
     ASSERT_TRUE(node.ok()) << node.status();
     EXPECT_EQ(node->ready, kube::ConditionStatus::kTrue);
     EXPECT_EQ(node->allocatable.Get("nvidia.com/gpu"), "20");
-    auto devices = cluster::ProjectNode(*vendor, *node);
+    auto devices = accounting::ProjectNode(*vendor, *node);
     ASSERT_TRUE(devices.ok()) << devices.status();
     for (const auto& d : (*devices)->devices) {
       uuids.insert(d.id);
@@ -38,7 +38,7 @@ TEST(Synthetic, ObjectsDecodeAndProjectToAnEvenNeverOvercommittedLedger) {
   for (const std::string& json : c.pods) {
     absl::StatusOr<kube::Pod> pod = kube::DecodePod(json);
     ASSERT_TRUE(pod.ok()) << pod.status();
-    auto alloc = cluster::ProjectPod(*vendor, *pod);
+    auto alloc = accounting::ProjectPod(*vendor, *pod);
     ASSERT_TRUE(alloc.ok()) << alloc.status();
     EXPECT_EQ(alloc->node, alloc->bound_node);
     pods.push_back(*alloc);

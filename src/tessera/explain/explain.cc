@@ -1,4 +1,4 @@
-#include "tessera/cluster/explain.h"
+#include "tessera/explain/explain.h"
 
 #include <algorithm>
 #include <charconv>
@@ -9,13 +9,13 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "tessera/accounting/projection.h"
 #include "tessera/base/status_macros.h"
-#include "tessera/cluster/projection.h"
 #include "tessera/device/annotations.h"
 #include "tessera/ledger/ledger.h"
 #include "tessera/schedule/score.h"
 
-namespace tessera::cluster {
+namespace tessera::explain {
 namespace {
 
 std::string NodePolicyName(device::NodePolicy p) {
@@ -80,7 +80,8 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
   std::vector<std::string> unregistered_reason(input.nodes.size());
   for (size_t i = 0; i < input.nodes.size(); ++i) {
     const kube::Node& node = input.nodes[i];
-    absl::StatusOr<std::shared_ptr<const device::NodeDevices>> devices = ProjectNode(vendor, node);
+    absl::StatusOr<std::shared_ptr<const device::NodeDevices>> devices =
+        accounting::ProjectNode(vendor, node);
     if (!devices.ok()) {
       if (!absl::IsNotFound(devices.status())) {
         result.warnings.push_back(std::string(devices.status().message()));
@@ -98,7 +99,7 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
       continue;  // the pod being placed releases whatever it held (a re-filter)
     }
     absl::Status decoded;
-    const ledger::PodAllocation alloc = ProjectPodForLedger(vendor, pod, &decoded);
+    const ledger::PodAllocation alloc = accounting::ProjectPodForLedger(vendor, pod, &decoded);
     if (!decoded.ok()) {
       // Applied all the same: while the pod runs, it blocks its node (holder rule 6).
       result.warnings.push_back(std::string(decoded.message()));
@@ -304,4 +305,4 @@ std::string RenderExplainJson(const ExplainResult& r) {
   return doc.dump(2) + "\n";
 }
 
-}  // namespace tessera::cluster
+}  // namespace tessera::explain

@@ -1,7 +1,7 @@
 // NodeRegistry and NodeSelector, with explicit times: both register formats, the v2.5–v2.7
 // handshake cycle, JSON liveness, cordons, the label selector, node deletion and malformed
 // registrations.
-#include "tessera/extender/registry.h"
+#include "tessera/accounting/node_registry.h"
 
 #include <memory>
 #include <optional>
@@ -15,7 +15,7 @@
 #include "tessera/device/vendor.h"
 #include "tessera/ledger/ledger.h"
 
-namespace tessera::extender {
+namespace tessera::accounting {
 namespace {
 
 using ::testing::ElementsAre;
@@ -530,4 +530,4 @@ TEST_F(RegistryTest, StatusIsSortedAndRegistrationsMatchTheLedger) {
 }
 
 }  // namespace
-}  // namespace tessera::extender
+}  // namespace tessera::accounting

@@ -1,11 +1,11 @@
-#include "tessera/cluster/live.h"
+#include "tessera/explain/live.h"
 
 #include <string>
 #include <utility>
 
 #include "tessera/base/status_macros.h"
 
-namespace tessera::cluster {
+namespace tessera::explain {
 namespace {
 
 // Lists every object of one kind; `list_page` is ApiClient::ListNodes or ListPods.
@@ -68,4 +68,4 @@ absl::StatusOr<LiveCluster> ListCluster(kube::ApiClient& client,
   return live;
 }
 
-}  // namespace tessera::cluster
+}  // namespace tessera::explain

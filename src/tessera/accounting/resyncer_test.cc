@@ -1,7 +1,7 @@
 // The resync layer against an in-process apisim whose watch loses events for good (the
 // dropWatchEvents fault): real informers over the CurlTransport feed a PodFeed and a ledger; one
 // Resyncer pass must repair the store and the ledger, and never undo a newer watch delivery.
-#include "tessera/serve/resyncer.h"
+#include "tessera/accounting/resyncer.h"
 
 #include <functional>
 #include <memory>
@@ -15,12 +15,12 @@
 #include "gtest/gtest.h"
 #include <nlohmann/json.hpp>
 
+#include "tessera/accounting/pod_feed.h"
 #include "tessera/apisim/server.h"
 #include "tessera/kube/config.h"
 #include "tessera/kube/transport.h"
-#include "tessera/serve/pod_feed.h"
 
-namespace tessera::serve {
+namespace tessera::accounting {
 namespace {
 
 using ::testing::Contains;
@@ -392,4 +392,4 @@ TEST_F(ResyncerTest, APassBeforeTheInformersSyncedRepairsNothing) {
 }
 
 }  // namespace
-}  // namespace tessera::serve
+}  // namespace tessera::accounting

@@ -1,11 +1,11 @@
-#include "tessera/cluster/projection.h"
+#include "tessera/accounting/projection.h"
 
 #include <string>
 #include <utility>
 
 #include "tessera/device/annotations.h"
 
-namespace tessera::cluster {
+namespace tessera::accounting {
 namespace {
 
 // A record with the pod's identity and state and no allocation.
@@ -82,4 +82,4 @@ ledger::PodAllocation ProjectPodForLedger(const device::Vendor& vendor, const ku
   return out;
 }
 
-}  // namespace tessera::cluster
+}  // namespace tessera::accounting

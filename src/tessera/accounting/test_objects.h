@@ -7,7 +7,7 @@
 
 #include "tessera/kube/objects.h"
 
-namespace tessera::cluster::testing {
+namespace tessera::accounting::testing {
 
 inline kube::Node GpuNode(std::string name, std::string register_value) {
   kube::Node node;
@@ -52,4 +52,4 @@ inline kube::Pod AllocatedPod(std::string name, std::string node, std::string al
   return pod;
 }
 
-}  // namespace tessera::cluster::testing
+}  // namespace tessera::accounting::testing

@@ -8,12 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tessera/accounting/node_registry.h"
 #include "tessera/device/codec.h"
 #include "tessera/device/vendor.h"
-#include "tessera/extender/registry.h"
 #include "tessera/ledger/ledger.h"
 
-namespace tessera::extender {
+namespace tessera::accounting {
 namespace {
 
 TEST(RegistryConcurrencyTest, ReadersSeeConsistentStateWhileTheWorkerWrites) {
@@ -64,4 +64,4 @@ TEST(RegistryConcurrencyTest, ReadersSeeConsistentStateWhileTheWorkerWrites) {
 }
 
 }  // namespace
-}  // namespace tessera::extender
+}  // namespace tessera::accounting

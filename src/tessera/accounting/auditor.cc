@@ -1,4 +1,4 @@
-#include "tessera/serve/auditor.h"
+#include "tessera/accounting/auditor.h"
 
 #include <algorithm>
 #include <optional>
@@ -10,10 +10,10 @@
 #include "absl/time/clock.h"
 #include <fmt/core.h>
 
+#include "tessera/accounting/projection.h"
 #include "tessera/base/logging.h"
-#include "tessera/cluster/projection.h"
 
-namespace tessera::serve {
+namespace tessera::accounting {
 namespace {
 
 constexpr size_t kMaxDetails = 100;
@@ -86,7 +86,7 @@ AuditReport Auditor::Run(absl::Time now) {
   for (const auto& pod : pods) {
     listed_rv[pod->meta.uid] = pod->meta.resource_version;
     // The feed's projection, failing closed: an unreadable allocation blocks its node.
-    ledger::PodAllocation record = cluster::ProjectPodForLedger(*vendor_, *pod);
+    ledger::PodAllocation record = accounting::ProjectPodForLedger(*vendor_, *pod);
     if (!options_.scheduler_name.empty() && !pod->scheduler_name.empty() &&
         pod->scheduler_name != options_.scheduler_name && !pod->node_name.empty() &&
         !pod->Terminal() && (!record.node.empty() || record.unreadable)) {
@@ -217,4 +217,4 @@ AuditReport Auditor::last() const {
   return last_;
 }
 
-}  // namespace tessera::serve
+}  // namespace tessera::accounting

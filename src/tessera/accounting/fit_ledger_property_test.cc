@@ -43,7 +43,7 @@
 #include "tessera/schedule/fit.h"
 #include "tessera/schedule/score.h"
 
-namespace tessera::cluster {
+namespace tessera::accounting {
 namespace {
 
 using device::DeviceUsage;
@@ -453,4 +453,4 @@ TEST(FitLedgerPropertyTest, LedgerCountsWhatTheFitAcceptsAndNeverOverCommits) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster
+}  // namespace tessera::accounting

@@ -1,11 +1,11 @@
-// File: tessera/cluster/live.h
+// File: tessera/explain/live.h
 //
 // Reading a whole cluster from the API server, for one-shot commands such as
 // `tessera explain --kubeconfig`: every node and every pod, page by page, in the server's order.
 // A long-running process uses informers instead (tessera/kube/informer.h).
 //
 //   kube::ApiClient client(transport.get());
-//   absl::StatusOr<cluster::LiveCluster> live = cluster::ListCluster(client);
+//   absl::StatusOr<explain::LiveCluster> live = explain::ListCluster(client);
 //
 // Pages: the first LIST of each kind reads the current state (no resourceVersion, a consistent
 // read); later pages follow the server's continue token. When a continue token has expired
@@ -23,7 +23,7 @@
 #include "tessera/kube/client.h"
 #include "tessera/kube/objects.h"
 
-namespace tessera::cluster {
+namespace tessera::explain {
 
 struct ListClusterOptions {
   int64_t page_size = 500;  // limit= of each LIST; <= 0 asks for everything at once
@@ -44,4 +44,4 @@ absl::StatusOr<std::vector<kube::Pod>> ListAllPods(kube::ApiClient& client,
 absl::StatusOr<LiveCluster> ListCluster(kube::ApiClient& client,
                                         const ListClusterOptions& options = {});
 
-}  // namespace tessera::cluster
+}  // namespace tessera::explain

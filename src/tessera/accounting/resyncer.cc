@@ -1,4 +1,4 @@
-#include "tessera/serve/resyncer.h"
+#include "tessera/accounting/resyncer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +11,7 @@
 
 #include "tessera/base/logging.h"
 
-namespace tessera::serve {
+namespace tessera::accounting {
 
 namespace {
 
@@ -230,4 +230,4 @@ ResyncReport Resyncer::RunOnce() {
   return report;
 }
 
-}  // namespace tessera::serve
+}  // namespace tessera::accounting

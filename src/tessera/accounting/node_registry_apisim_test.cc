@@ -7,17 +7,17 @@
 
 #include <gtest/gtest.h>
 
+#include "tessera/accounting/node_registry.h"
 #include "tessera/apisim/server.h"
 #include "tessera/base/clock.h"
 #include "tessera/device/codec.h"
 #include "tessera/device/vendor.h"
-#include "tessera/extender/registry.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/config.h"
 #include "tessera/kube/transport.h"
 #include "tessera/ledger/ledger.h"
 
-namespace tessera::extender {
+namespace tessera::accounting {
 namespace {
 
 constexpr char kHs[] = "hami.io/node-handshake";
@@ -108,4 +108,4 @@ TEST_F(RegistryApisimTest, RequestingLandsAndAStaleResourceVersionIsAConflict) {
 }
 
 }  // namespace
-}  // namespace tessera::extender
+}  // namespace tessera::accounting

@@ -1,4 +1,4 @@
-// File: tessera/cluster/projection.h
+// File: tessera/accounting/projection.h
 //
 // From Kubernetes objects to the ledger's inputs: the one place that decides what a Node and a
 // Pod mean for device accounting. The informer path of `tessera serve`, its audit and resync,
@@ -16,7 +16,7 @@
 #include "tessera/kube/objects.h"
 #include "tessera/ledger/ledger.h"
 
-namespace tessera::cluster {
+namespace tessera::accounting {
 
 // The node's registered devices. NotFound when the node has no registration (it takes no GPU
 // pods); InvalidArgument when the registration does not decode.
@@ -46,4 +46,4 @@ absl::StatusOr<ledger::PodAllocation> ProjectPod(const device::Vendor& vendor,
 ledger::PodAllocation ProjectPodForLedger(const device::Vendor& vendor, const kube::Pod& pod,
                                           absl::Status* error = nullptr);
 
-}  // namespace tessera::cluster
+}  // namespace tessera::accounting

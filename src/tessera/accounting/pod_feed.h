@@ -1,8 +1,8 @@
-// File: tessera/serve/pod_feed.h
+// File: tessera/accounting/pod_feed.h
 //
 // The "apply" layer of the self-healing accounting (DESIGN.md principle 2): every pod delivery
 // of the pod informer — additions, updates, deletions and final-state-unknown tombstones —
-// becomes one level-triggered ledger call, through cluster::ProjectPod, so the informer path and
+// becomes one level-triggered ledger call, through accounting::ProjectPod, so the informer path and
 // the audit's recomputation cannot disagree.
 //
 //   PodFeed feed(&vendor, &ledger, clock, {.reservation_ttl = absl::Minutes(5)});
@@ -14,7 +14,7 @@
 //     old uid before applying the new one.
 //   * Deletions and tombstones are Ledger::Remove(uid): the final object's annotations do not
 //     matter (a delete whose last state carries no HAMi annotations still frees the devices).
-//   * The projection is cluster::ProjectPodForLedger, which fails closed: a pod whose
+//   * The projection is accounting::ProjectPodForLedger, which fails closed: a pod whose
 //     allocation annotation does not decode is applied as an `unreadable` record, which holds no
 //     device but, while the pod is bound and running, keeps its whole node unavailable (ledger
 //     holder rule 6), until it is fixed, terminal or deleted. It is counted
@@ -44,7 +44,7 @@
 #include "tessera/kube/objects.h"
 #include "tessera/ledger/ledger.h"
 
-namespace tessera::serve {
+namespace tessera::accounting {
 
 struct PodFeedOptions {
   // The in-flight window of a filter decision (--reservation-ttl). Zero disables the
@@ -100,4 +100,4 @@ class PodFeed {
   PodFeedStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace tessera::serve
+}  // namespace tessera::accounting

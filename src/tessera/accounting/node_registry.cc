@@ -1,4 +1,4 @@
-#include "tessera/extender/registry.h"
+#include "tessera/accounting/node_registry.h"
 
 #include <algorithm>
 #include <utility>
@@ -11,7 +11,7 @@
 #include "tessera/device/annotations.h"
 #include "tessera/device/quantity.h"
 
-namespace tessera::extender {
+namespace tessera::accounting {
 namespace {
 
 absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -210,6 +210,28 @@ NodeRegistry::NodeRegistry(const device::Vendor* vendor, ledger::Ledger* ledger,
     : vendor_(vendor), ledger_(ledger), options_(std::move(options)) {}
 
 NodeRegistry::~NodeRegistry() = default;
+
+kube::EventHandlers<kube::Node> NodeRegistry::Handlers(Sinks sinks) {
+  auto shared = std::make_shared<Sinks>(std::move(sinks));
+  auto observe = [this, shared](const kube::Node& node) {
+    std::vector<NodePatch> patches = Observe(node, shared->clock->Now());
+    if (!patches.empty() && shared->patches) {
+      shared->patches(std::move(patches));
+    }
+  };
+  kube::EventHandlers<kube::Node> h;
+  h.on_add = [observe](const kube::Node& node, bool) { observe(node); };
+  h.on_update = [observe](const kube::Node&, const kube::Node& node) { observe(node); };
+  h.on_delete = [this, shared](const kube::Node& node, bool final_state_unknown) {
+    if (final_state_unknown && shared->tombstone) {
+      shared->tombstone(node);
+    }
+    if (Forget(node.meta.name)) {
+      TESSERA_LOG(kInfo, "node {} deleted: its devices and usage leave the ledger", node.meta.name);
+    }
+  };
+  return h;
+}
 
 std::vector<NodePatch> NodeRegistry::Observe(const kube::Node& node, absl::Time now) {
   std::vector<NodePatch> patches;
@@ -562,4 +584,4 @@ HandshakeWriter::Summary HandshakeWriter::WriteAll(const std::vector<NodePatch>&
   return s;
 }
 
-}  // namespace tessera::extender
+}  // namespace tessera::accounting

@@ -1,4 +1,4 @@
-#include "tessera/serve/pod_feed.h"
+#include "tessera/accounting/pod_feed.h"
 
 #include <memory>
 #include <string>
@@ -7,16 +7,16 @@
 
 #include "gtest/gtest.h"
 
-#include "tessera/cluster/projection.h"
-#include "tessera/cluster/test_objects.h"
+#include "tessera/accounting/projection.h"
+#include "tessera/accounting/test_objects.h"
 #include "tessera/device/vendor.h"
 #include "tessera/schedule/fit.h"
 
-namespace tessera::serve {
+namespace tessera::accounting {
 namespace {
 
-using cluster::testing::AllocatedPod;
-using cluster::testing::GpuNode;
+using accounting::testing::AllocatedPod;
+using accounting::testing::GpuNode;
 
 constexpr char kRegister[] =
     R"([{"id":"GPU-1","count":10,"devmem":8192,"devcore":100,"type":"NVIDIA-T4","health":true}])";
@@ -24,7 +24,7 @@ constexpr char kRegister[] =
 class PodFeedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto node = cluster::ProjectNode(*vendor_, GpuNode("a", kRegister));
+    auto node = accounting::ProjectNode(*vendor_, GpuNode("a", kRegister));
     ASSERT_TRUE(node.ok()) << node.status();
     ASSERT_TRUE(ledger_.SetNode(*node).ok());
   }
@@ -193,4 +193,4 @@ TEST_F(PodFeedTest, StaleOrLaterInFlightPodsAreNotReserved) {
 }
 
 }  // namespace
-}  // namespace tessera::serve
+}  // namespace tessera::accounting

@@ -1,11 +1,11 @@
-#include "tessera/cluster/projection.h"
+#include "tessera/accounting/projection.h"
 
 #include "gtest/gtest.h"
 
-#include "tessera/cluster/test_objects.h"
+#include "tessera/accounting/test_objects.h"
 #include "tessera/device/vendor.h"
 
-namespace tessera::cluster {
+namespace tessera::accounting {
 namespace {
 
 using testing::AllocatedPod;
@@ -150,4 +150,4 @@ TEST_F(ProjectionTest, ForLedgerFailsClosedOnAnAllocationThatDoesNotDecode) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster
+}  // namespace tessera::accounting

@@ -1,8 +1,8 @@
-// File: tessera/cluster/explain.h
+// File: tessera/explain/explain.h
 //
 // "Where would this pod go, and why not elsewhere?" — the engine behind `tessera explain`.
 // It builds a ledger from a set of nodes and pods exactly as `tessera serve` does from its
-// informers (tessera/cluster/projection.h), runs the same filter decision over every node, and
+// informers (tessera/accounting/projection.h), runs the same filter decision over every node, and
 // reports the chosen node, the devices per container, the annotations the filter would write,
 // and for every node that does not fit HAMi's reason strings. docs/explain.md documents the
 // text and JSON outputs; the JSON schema is an interface.
@@ -21,7 +21,7 @@
 #include "tessera/device/vendor.h"
 #include "tessera/kube/objects.h"
 
-namespace tessera::cluster {
+namespace tessera::explain {
 
 struct ExplainInput {
   std::vector<kube::Node> nodes;  // candidates, in this order
@@ -78,4 +78,4 @@ std::string RenderExplainText(const ExplainResult& result);
 // The JSON document of docs/explain.md, followed by a newline.
 std::string RenderExplainJson(const ExplainResult& result);
 
-}  // namespace tessera::cluster
+}  // namespace tessera::explain

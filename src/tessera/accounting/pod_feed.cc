@@ -1,15 +1,15 @@
-#include "tessera/serve/pod_feed.h"
+#include "tessera/accounting/pod_feed.h"
 
 #include <string>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 
+#include "tessera/accounting/projection.h"
 #include "tessera/base/logging.h"
-#include "tessera/cluster/projection.h"
 #include "tessera/device/annotations.h"
 
-namespace tessera::serve {
+namespace tessera::accounting {
 
 PodFeed::PodFeed(const device::Vendor* vendor, ledger::Ledger* ledger, Clock* clock,
                  PodFeedOptions options)
@@ -70,7 +70,7 @@ void PodFeed::OnDelete(const kube::Pod& last, bool final_state_unknown) {
 
 void PodFeed::Observe(const kube::Pod& pod, bool in_initial_list) {
   absl::Status decoded;
-  const ledger::PodAllocation alloc = cluster::ProjectPodForLedger(*vendor_, pod, &decoded);
+  const ledger::PodAllocation alloc = accounting::ProjectPodForLedger(*vendor_, pod, &decoded);
   if (!decoded.ok()) {
     // Applied below as an unreadable record: it holds no device but blocks its node while the
     // pod runs there (holder rule 6).
@@ -132,4 +132,4 @@ PodFeedStats PodFeed::stats() const {
   return stats_;
 }
 
-}  // namespace tessera::serve
+}  // namespace tessera::accounting

@@ -1,4 +1,4 @@
-#include "tessera/serve/auditor.h"
+#include "tessera/accounting/auditor.h"
 
 #include <map>
 #include <memory>
@@ -9,14 +9,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-#include "tessera/cluster/projection.h"
-#include "tessera/cluster/test_objects.h"
+#include "tessera/accounting/projection.h"
+#include "tessera/accounting/test_objects.h"
 
-namespace tessera::serve {
+namespace tessera::accounting {
 namespace {
 
-using cluster::testing::AllocatedPod;
-using cluster::testing::GpuNode;
+using accounting::testing::AllocatedPod;
+using accounting::testing::GpuNode;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
@@ -26,7 +26,7 @@ constexpr char kRegister[] =
 class AuditorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto node = cluster::ProjectNode(*vendor_, GpuNode("a", kRegister));
+    auto node = accounting::ProjectNode(*vendor_, GpuNode("a", kRegister));
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = *node;
     ASSERT_TRUE(ledger_.SetNode(node_).ok());
@@ -92,8 +92,8 @@ TEST_F(AuditorTest, AMissedAddIsCountedAndRepaired) {
 TEST_F(AuditorTest, ALeakedRecordOfAGonePodIsCountedAndFreed) {
   // The ledger holds a pod the store does not have: a lost delete.
   ASSERT_TRUE(ledger_
-                  .Apply(*cluster::ProjectPod(*vendor_,
-                                              AllocatedPod("ghost", "a", "GPU-1,NVIDIA,4000,10:;")))
+                  .Apply(*accounting::ProjectPod(
+                      *vendor_, AllocatedPod("ghost", "a", "GPU-1,NVIDIA,4000,10:;")))
                   .ok());
   EXPECT_EQ(UsedMem(), 4000);
   AuditReport r = auditor_.Run(clock_.Now());
@@ -106,7 +106,7 @@ TEST_F(AuditorTest, AChangedRecordIsReplacedByTheStoresTruth) {
   Add(pod);
   kube::Pod wrong = pod;
   wrong.meta.annotations.Set("hami.io/vgpu-devices-allocated", "GPU-1,NVIDIA,6000,10:;");
-  ASSERT_TRUE(ledger_.Apply(*cluster::ProjectPod(*vendor_, wrong)).ok());
+  ASSERT_TRUE(ledger_.Apply(*accounting::ProjectPod(*vendor_, wrong)).ok());
   AuditReport r = auditor_.Run(clock_.Now());
   EXPECT_EQ(r.corrections["changed_record"], 1);
   EXPECT_EQ(UsedMem(), 1000);
@@ -145,7 +145,7 @@ TEST_F(AuditorTest, ACorrectionReportsNodeAndDevicesOfTheSameRecords) {
   Add(pod);
   kube::Pod wrong = pod;
   wrong.meta.annotations.Set("hami.io/vgpu-node", "elsewhere");
-  ASSERT_TRUE(ledger_.Apply(*cluster::ProjectPod(*vendor_, wrong)).ok());
+  ASSERT_TRUE(ledger_.Apply(*accounting::ProjectPod(*vendor_, wrong)).ok());
   AuditReport r = auditor_.Run(clock_.Now());
   ASSERT_EQ(r.details.size(), 1u);
   EXPECT_THAT(r.details[0], HasSubstr("held on node elsewhere [GPU-1 1000MiB 10%], truth node a "
@@ -248,4 +248,4 @@ TEST_F(AuditorTest, WithoutASchedulerNameNothingIsForeign) {
 }
 
 }  // namespace
-}  // namespace tessera::serve
+}  // namespace tessera::accounting

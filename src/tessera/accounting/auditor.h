@@ -1,4 +1,4 @@
-// File: tessera/serve/auditor.h
+// File: tessera/accounting/auditor.h
 //
 // The audit layer of the self-healing accounting (DESIGN.md principle 2, docs/self-healing.md):
 // every --audit-period the ledger is rebuilt from scratch out of the informer's pods and the
@@ -44,14 +44,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 
+#include "tessera/accounting/pod_feed.h"
 #include "tessera/base/mutex.h"
 #include "tessera/device/model.h"
 #include "tessera/device/vendor.h"
 #include "tessera/kube/objects.h"
 #include "tessera/ledger/ledger.h"
-#include "tessera/serve/pod_feed.h"
 
-namespace tessera::serve {
+namespace tessera::accounting {
 
 // A bound pod with an allocation that names another scheduler.
 struct ForeignAllocation {
@@ -108,4 +108,4 @@ class Auditor {
   absl::flat_hash_set<std::string> foreign_seen_ ABSL_GUARDED_BY(mu_);  // uids already logged
 };
 
-}  // namespace tessera::serve
+}  // namespace tessera::accounting

@@ -1,4 +1,4 @@
-#include "tessera/cluster/live.h"
+#include "tessera/explain/live.h"
 
 #include <string>
 #include <vector>
@@ -8,7 +8,7 @@
 
 #include "tessera/kube/transport_fake.h"
 
-namespace tessera::cluster {
+namespace tessera::explain {
 namespace {
 
 using ::testing::ElementsAre;
@@ -127,4 +127,4 @@ TEST_F(LiveTest, ErrorsKeepTheirCodeAndNameTheKind) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster
+}  // namespace tessera::explain

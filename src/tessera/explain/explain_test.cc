@@ -1,18 +1,18 @@
-#include "tessera/cluster/explain.h"
+#include "tessera/explain/explain.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include <nlohmann/json.hpp>
 
-#include "tessera/cluster/test_objects.h"
+#include "tessera/accounting/test_objects.h"
 
-namespace tessera::cluster {
+namespace tessera::explain {
 namespace {
 
-using testing::AllocatedPod;
+using accounting::testing::AllocatedPod;
 using ::testing::ElementsAre;
-using testing::GpuContainer;
-using testing::GpuNode;
+using accounting::testing::GpuContainer;
+using accounting::testing::GpuNode;
 using ::testing::HasSubstr;
 
 constexpr char kBig[] =
@@ -263,4 +263,4 @@ TEST_F(ExplainTest, JsonFollowsTheDocumentedSchema) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster
+}  // namespace tessera::explain

@@ -17,18 +17,18 @@
 
 #include "absl/strings/str_split.h"
 
+#include "tessera/accounting/node_registry.h"
 #include "tessera/device/vendor.h"
-#include "tessera/extender/registry.h"
 #include "tessera/ledger/ledger.h"
 
 namespace {
 
-using tessera::extender::Availability;
-using tessera::extender::NodeFormat;
-using tessera::extender::NodePatch;
-using tessera::extender::NodeRegistry;
-using tessera::extender::NodeSelector;
-using tessera::extender::NodeStatus;
+using tessera::accounting::Availability;
+using tessera::accounting::NodeFormat;
+using tessera::accounting::NodePatch;
+using tessera::accounting::NodeRegistry;
+using tessera::accounting::NodeSelector;
+using tessera::accounting::NodeStatus;
 
 void Check(bool ok) {
   if (!ok) {

@@ -1,4 +1,4 @@
-// File: tessera/serve/resyncer.h
+// File: tessera/accounting/resyncer.h
 //
 // The resync layer of the self-healing accounting (DESIGN.md principle 2, docs/self-healing.md):
 // every --resync-period (jittered by ±10 %) the pods and the nodes are LISTed from the API server
@@ -45,7 +45,7 @@
 #include "tessera/kube/client.h"
 #include "tessera/kube/informer.h"
 
-namespace tessera::serve {
+namespace tessera::accounting {
 
 struct ResyncOptions {
   // Zero: Start() starts nothing (RunOnce still works).
@@ -134,4 +134,4 @@ class Resyncer {
   std::thread thread_;
 };
 
-}  // namespace tessera::serve
+}  // namespace tessera::accounting

@@ -1,4 +1,4 @@
-// File: tessera/extender/registry.h
+// File: tessera/accounting/node_registry.h
 //
 // The node registry of `tessera serve`: from the node informer's deliveries to what the ledger
 // knows about each node's devices (hami-protocol.md §1.3, §1.4, §2.1; hami-device-plugin.md §4).
@@ -96,15 +96,17 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+#include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
 #include "tessera/device/codec.h"
 #include "tessera/device/model.h"
 #include "tessera/device/vendor.h"
 #include "tessera/kube/client.h"
+#include "tessera/kube/informer.h"
 #include "tessera/kube/objects.h"
 #include "tessera/ledger/ledger.h"
 
-namespace tessera::extender {
+namespace tessera::accounting {
 
 // --node-label-selector: "key=value[,key=value...]" (HAMi's map flag; hami-protocol.md §6.1).
 // A node matches when it carries every listed label with exactly the listed value. Whitespace
@@ -199,6 +201,17 @@ class NodeRegistry {
   NodeRegistry(const NodeRegistry&) = delete;
   NodeRegistry& operator=(const NodeRegistry&) = delete;
 
+  // Where the informer handlers send what they produce. `patches` receives each non-empty batch
+  // of handshake writes; `tombstone`, when set, hears of each final-state-unknown deletion.
+  struct Sinks {
+    Clock* clock = nullptr;  // required; must outlive the handlers
+    std::function<void(std::vector<NodePatch>)> patches;
+    std::function<void(const kube::Node&)> tombstone;
+  };
+  // The node informer's handlers: add and update are Observe(node, clock->Now()), delete and
+  // tombstone are Forget. They hold `this`, which must outlive the informer.
+  kube::EventHandlers<kube::Node> Handlers(Sinks sinks);
+
   // The node as the informer now holds it (add, update, relist, resync). Updates the ledger
   // and returns the handshake writes it asks for (empty for most calls).
   std::vector<NodePatch> Observe(const kube::Node& node, absl::Time now);
@@ -281,4 +294,4 @@ class HandshakeWriter {
   std::atomic<uint64_t> written_{0}, conflicts_{0}, failures_{0};
 };
 
-}  // namespace tessera::extender
+}  // namespace tessera::accounting
