@@ -186,7 +186,15 @@ def check_rbac(docs, deployment, calls, where):
           f"  missing: {sorted(want - got)}\n  extra:   {sorted(got - want)}")
 
 
-def check_deployment(docs, serve_help, where):
+def kubernetes_release(source):
+    """The Kubernetes release test/controlplane builds (its go.mod): the one deploy/ must pin."""
+    with open(os.path.join(source, "test/controlplane/go.mod")) as f:
+        m = re.search(r"^\s*k8s\.io/kubernetes (v\d+\.\d+\.\d+)\s*$", f.read(), re.M)
+    check(m is not None, "test/controlplane/go.mod: no k8s.io/kubernetes requirement")
+    return m.group(1) if m else "v?"
+
+
+def check_deployment(docs, serve_help, release, where):
     deployment = one(docs, "Deployment", None, where)
     ns = deployment["metadata"]["namespace"]
     spec = deployment["spec"]
@@ -195,8 +203,10 @@ def check_deployment(docs, serve_help, where):
     check(spec["replicas"] == 2, f"{where}: replicas {spec['replicas']}, want 2")
     tessera = container(pod, "tessera")
     sched = container(pod, "kube-scheduler")
-    check(re.fullmatch(r"registry\.k8s\.io/kube-scheduler:v1\.32\.\d+", sched["image"]),
-          f"{where}: kube-scheduler image {sched['image']}")
+    want_image = f"registry.k8s.io/kube-scheduler:{release}"
+    check(sched["image"] == want_image,
+          f"{where}: kube-scheduler image {sched['image']}, want {want_image} (the release "
+          "test/controlplane builds and the end-to-end tests run)")
     check(tessera["args"][0] == "serve", f"{where}: tessera args must start with serve")
     flags = flag_values(tessera["args"][1:])
 
@@ -466,10 +476,11 @@ def main():
         check(f.read() == generated,
               "deploy/base/rbac.yaml is stale: regenerate it with `tessera rbac > deploy/base/rbac.yaml`")
 
+    release = kubernetes_release(source)
     dirs = ["base"] + sorted("overlays/" + d for d in os.listdir(os.path.join(deploy, "overlays")))
     for d in dirs:
         docs = render(os.path.join(deploy, d))
-        deployment = check_deployment(docs, serve_help, d)
+        deployment = check_deployment(docs, serve_help, release, d)
         check_rbac(docs, deployment, calls, d)
         check_network_policy(docs, deployment, d)
         if d == "overlays/monitoring":
