@@ -10,7 +10,7 @@ PACKAGES=(
   libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev libabsl-dev prometheus-cpp-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-kubernetes python3-yaml python3-prometheus-client openssl curl ca-certificates git
-  nghttp2-server iproute2
+  nghttp2-server iproute2 ccache
 )
 
 missing=()

@@ -13,6 +13,15 @@ stage() { echo; echo "=== $* ($(( $(date +%s) - start )) s)"; }
 stage "dependencies"
 bash tools/install_deps.sh
 
+# Every build goes through ccache, its cache outside the clone: a run on a fresh clone compiles
+# only what changed since the last run on this machine (paths are relative to the clone, so the
+# clone's location does not matter).
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_DIR="${HOME}/.cache/tessera/ccache"
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=12G
+  export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+fi
+
 stage "clang-format"
 bash tools/check_format.sh
 
