@@ -10,9 +10,9 @@ namespace tessera::explain {
 namespace {
 
 using accounting::testing::AllocatedPod;
-using ::testing::ElementsAre;
 using accounting::testing::GpuContainer;
 using accounting::testing::GpuNode;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr char kBig[] =
