@@ -1,11 +1,11 @@
 // File: tessera/accounting/auditor.h
 //
-// The audit layer of the self-healing accounting (DESIGN.md principle 2, docs/self-healing.md):
-// every --audit-period the ledger is rebuilt from scratch out of the informer's pods and the
-// registry's registrations (Ledger::Recompute, with the live reservations carried over) and
-// compared with the live ledger entry by entry (Diff). Every difference is a bug of the apply
-// layer. Each differing pod is repaired through PodFeed::Reconcile with the store's CURRENT
-// object (never the possibly older copy the recomputation used), so a repair cannot undo a
+// The audit layer of the self-healing accounting (docs/design.md principle 2,
+// docs/self-healing.md): every --audit-period the ledger is rebuilt from scratch out of the
+// informer's pods and the registry's registrations (Ledger::Recompute, with the live reservations
+// carried over) and compared with the live ledger entry by entry (Diff). Every difference is a bug
+// of the apply layer. Each differing pod is repaired through PodFeed::Reconcile with the store's
+// CURRENT object (never the possibly older copy the recomputation used), so a repair cannot undo a
 // delivery that raced with the audit; a difference counts as a correction only when the repair
 // actually changed the pod's ledger record AND the store's object is still the one the audit
 // listed (same resourceVersion; otherwise its delivery may simply not have been handled yet,

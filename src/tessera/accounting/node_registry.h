@@ -1,7 +1,8 @@
 // File: tessera/accounting/node_registry.h
 //
 // The node registry of `tessera serve`: from the node informer's deliveries to what the ledger
-// knows about each node's devices (hami-protocol.md §1.3, §1.4, §2.1; hami-device-plugin.md §4).
+// knows about each node's devices (docs/hami-protocol.md §1.3, §1.4, §2.1;
+// docs/hami-device-plugin.md §4).
 //
 //   NodeRegistry registry(vendor.get(), &ledger, {.selector = *NodeSelector::Parse(flag)});
 //   // informer worker:
@@ -48,7 +49,7 @@
 // not change because of it. The cordon list (hami.io/device-cordon, total) and the liveness
 // inputs are still read from the object.
 //
-// The handshake (delimited nodes only; hami-protocol.md §2.1.2). Per node the registry keeps
+// The handshake (delimited nodes only; docs/hami-protocol.md §2.1.2). Per node the registry keeps
 // the handshake value and `since`, the time it first observed that value. The plugin is alive
 // until a deadline:
 //   - `Reported …`, empty/absent or an unknown value: since + handshake_timeout (a fresh
@@ -108,7 +109,7 @@
 
 namespace tessera::accounting {
 
-// --node-label-selector: "key=value[,key=value...]" (HAMi's map flag; hami-protocol.md §6.1).
+// --node-label-selector: "key=value[,key=value...]" (HAMi's map flag; docs/hami-protocol.md §6.1).
 // A node matches when it carries every listed label with exactly the listed value. Whitespace
 // around keys and values is ignored; the empty string (or only whitespace) selects every node.
 class NodeSelector {
@@ -187,7 +188,7 @@ class NodeRegistry {
  public:
   struct Options {
     NodeSelector selector;
-    // HAMi's CheckHealth window (hami-protocol.md §2.1.2: 60 s in the code).
+    // HAMi's CheckHealth window (docs/hami-protocol.md §2.1.2: 60 s in the code).
     absl::Duration handshake_timeout = absl::Seconds(60);
     // How long Tick waits before asking again for a patch whose node has not changed.
     absl::Duration patch_retry_interval = absl::Seconds(15);

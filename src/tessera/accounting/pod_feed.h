@@ -1,6 +1,6 @@
 // File: tessera/accounting/pod_feed.h
 //
-// The "apply" layer of the self-healing accounting (DESIGN.md principle 2): every pod delivery
+// The "apply" layer of the self-healing accounting (docs/design.md principle 2): every pod delivery
 // of the pod informer — additions, updates, deletions and final-state-unknown tombstones —
 // becomes one level-triggered ledger call, through accounting::ProjectPod, so the informer path and
 // the audit's recomputation cannot disagree.

@@ -1,13 +1,13 @@
 // File: tessera/accounting/resyncer.h
 //
-// The resync layer of the self-healing accounting (DESIGN.md principle 2, docs/self-healing.md):
-// every --resync-period (jittered by ±10 %) the pods and the nodes are LISTed from the API server
-// itself — in pages of 500, resourceVersion "" (a consistent read, never the watch cache and
-// never the informer's store) — and each complete list is handed to its informer's
-// Informer::Reconcile, which compares it with the store on the informer's own worker thread and
-// repairs the differences as synthetic deliveries (so the store, the pod feed, the ledger and the
-// node registry all see them, in order with the watch). The three kinds of repair are counted in
-// tessera_resync_corrections_total{kind}:
+// The resync layer of the self-healing accounting (docs/design.md principle 2,
+// docs/self-healing.md): every --resync-period (jittered by ±10 %) the pods and the nodes are
+// LISTed from the API server itself — in pages of 500, resourceVersion "" (a consistent read, never
+// the watch cache and never the informer's store) — and each complete list is handed to its
+// informer's Informer::Reconcile, which compares it with the store on the informer's own worker
+// thread and repairs the differences as synthetic deliveries (so the store, the pod feed, the
+// ledger and the node registry all see them, in order with the watch). The three kinds of repair
+// are counted in tessera_resync_corrections_total{kind}:
 //   missing — on the server, not in the store (an ADDED event lost for good);
 //   gone    — in the store, not on the server (a DELETED event lost for good);
 //   stale   — in both, the server's resourceVersion newer (a MODIFIED event lost for good).

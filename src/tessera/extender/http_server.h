@@ -1,8 +1,8 @@
 // File: tessera/extender/http_server.h
 //
-// The extender's HTTP(S) server: the routes kube-scheduler calls (k8s-protocol.md §1.3, §1.4;
-// hami-protocol.md §3) in front of a Backend that makes the decisions, plus a separate plain-HTTP
-// listener for Prometheus.
+// The extender's HTTP(S) server: the routes kube-scheduler calls (docs/k8s-protocol.md §1.3, §1.4;
+// docs/hami-protocol.md §3) in front of a Backend that makes the decisions, plus a separate
+// plain-HTTP listener for Prometheus.
 //
 //   main listener (--http_bind; TLS when --cert_file and --key_file are given)
 //     POST /filter        ExtenderArgs → 200 ExtenderFilterResult (application/json)

@@ -1,6 +1,6 @@
 // File: tessera/extender/node_lock.h
 //
-// HAMi's node lock (hami-protocol.md §2.1.3, §2.7, §4.8): the node annotation
+// HAMi's node lock (docs/hami-protocol.md §2.1.3, §2.7, §4.8): the node annotation
 // hami.io/mutex.lock = "<RFC3339 time>,<pod namespace>,<pod name>" (legacy: a bare time) marks
 // the one pod per node that is between bind and the device plugin's Allocate. The scheduler
 // takes it in bind; the device plugin removes it after Allocate; a failed bind removes it again.

@@ -1,7 +1,7 @@
 // File: tessera/extender/webhook.h
 //
-// The mutating admission webhook HAMi's scheduler serves on POST /webhook (hami-protocol.md §6.3,
-// hami-device-plugin.md §7): pure logic, bytes in and bytes out. The HTTP server
+// The mutating admission webhook HAMi's scheduler serves on POST /webhook (docs/hami-protocol.md
+// §6.3, docs/hami-device-plugin.md §7): pure logic, bytes in and bytes out. The HTTP server
 // (http_server.h) routes the request here; kube-apiserver calls it for every pod CREATE through
 // the MutatingWebhookConfiguration in deploy/base.
 //
@@ -9,7 +9,7 @@
 //   WebhookReply reply = HandleAdmissionReview("application/json", body, options);
 //   // reply.http_status, reply.body (an AdmissionReview, application/json)
 //
-// Transport (controller-runtime's, hami-device-plugin.md §7.2):
+// Transport (controller-runtime's, docs/hami-device-plugin.md §7.2):
 //   - the body must be a non-empty AdmissionReview, apiVersion admission.k8s.io/v1 or
 //     admission.k8s.io/v1beta1, with request.uid a string and request.object a JSON object, and
 //     the Content-Type application/json (parameters such as "; charset=utf-8" are allowed).

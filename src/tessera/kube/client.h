@@ -222,7 +222,7 @@ class ApiClient {
   // POST .../pods/{name}/binding. `uid`, when non-empty, is a precondition (409 on mismatch).
   // 409 kAborted also when the pod is already bound or being deleted; 404 when it is gone.
   // `annotations` go into the Binding's metadata: the API server merges them into the pod's in
-  // the same write that sets spec.nodeName (k8s-protocol.md §4.1), or not at all.
+  // the same write that sets spec.nodeName (docs/k8s-protocol.md §4.1), or not at all.
   using Annotations = std::vector<std::pair<std::string, std::string>>;
   absl::Status BindPod(std::string_view ns, std::string_view name, std::string_view uid,
                        std::string_view node, const Annotations& annotations = {});

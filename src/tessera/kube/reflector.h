@@ -1,7 +1,7 @@
 // File: tessera/kube/reflector.h
 //
 // Reflector<T> (T = Pod or Node) keeps a sink in step with the API server, with client-go's
-// list/watch semantics (reference: k8s-protocol.md §3.1):
+// list/watch semantics (docs/k8s-protocol.md §3.1):
 //
 //   1. LIST in pages of `page_size` (resourceVersion "0" the first time, so a watch cache can
 //      serve it). Pagination is used only with resourceVersion "" or "0"; a LIST at a specific

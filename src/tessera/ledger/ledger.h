@@ -10,7 +10,7 @@
 //   * in-flight reservations — Reserve / Release / ExpireReservations, made by filter before the
 //     pod's annotations are observed.
 //
-// The holder rule (DESIGN.md "The ledger"). For one UID:
+// The holder rule (docs/design.md "The ledger"). For one UID:
 //   1. An observed record is *stored* when the pod is not terminal (phase neither Succeeded nor
 //      Failed), its deletion has not completed (`deleted` false; a pod that only carries a
 //      deletionTimestamp still runs and is NOT deleted) and it carries an allocation (`node`, the

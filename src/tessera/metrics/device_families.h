@@ -2,7 +2,7 @@
 //
 // The HAMi device metric families, rendered from one ledger::FullSnapshot in the Prometheus text
 // exposition format 0.0.4. Names, labels and units are those of HAMi's scheduler at HEAD
-// (reference/hami-protocol.md §5.3), so HAMi's dashboards and alerts keep working. Every sample
+// (docs/hami-protocol.md §5.3), so HAMi's dashboards and alerts keep working. Every sample
 // carries the constant label zone="vGPU"; every family is a gauge.
 //
 // Per registered device (node = the node's name, device_index = DeviceInfo::index,

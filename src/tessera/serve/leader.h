@@ -4,7 +4,7 @@
 // of the node registry). Three modes behind one interface (docs/serve.md "Leadership"):
 //
 //   kFollow (default): follow the co-located kube-scheduler's Lease, as HAMi v2.8+ does
-//     (hami-protocol.md §1.7). This replica leads while the Lease `ns/name` names it:
+//     (docs/hami-protocol.md §1.7). This replica leads while the Lease `ns/name` names it:
 //     holderIdentity is `identity` or starts with `identity + "_"` (kube-scheduler writes
 //     `<hostname>_<uuid>`; HAMi tests a bare prefix, which would let host "a-1" follow "a-10"'s
 //     Lease) and the Lease has not expired: (renewTime, else acquireTime) + leaseDurationSeconds
@@ -18,9 +18,9 @@
 //     time leads nowhere. An API error keeps the last Lease seen, so leadership still ends when
 //     that Lease expires by the clock. One GET per retry_period.
 //   kLease (--leader-elect-mode=lease): Tessera holds its own Lease, with client-go's
-//     algorithm (k8s-protocol.md §5): identity `<identity>_<random uuid>`; acquire by POST when
-//     the Lease is missing, or by PUT with the read resourceVersion as the precondition when it
-//     is released (empty holder) or its holder has not changed it for the holder's
+//     algorithm (docs/k8s-protocol.md §5): identity `<identity>_<random uuid>`; acquire by POST
+//     when the Lease is missing, or by PUT with the read resourceVersion as the precondition when
+//     it is released (empty holder) or its holder has not changed it for the holder's
 //     leaseDurationSeconds, judged on this clock from when the change was observed (so clock
 //     skew between hosts does not matter); renew by PUT every retry_period; leadership ends
 //     when no renewal has succeeded for renew_deadline (IsLeader() checks that against the

@@ -1,6 +1,6 @@
 // File: tessera/serve/role_labels.h
 //
-// RoleLabeler: HAMi HEAD's scheduler-role pod labels (hami-protocol.md §1.7). The leader lists
+// RoleLabeler: HAMi HEAD's scheduler-role pod labels (docs/hami-protocol.md §1.7). The leader lists
 // the pods of its namespace that carry `app.kubernetes.io/component=hami-scheduler` (the
 // replicas of the scheduler) and sets the label `hami.io/scheduler-role` to `leader` on its
 // own pod ($POD_NAME) and to `follower` on the others, one merge PATCH per pod — and only on

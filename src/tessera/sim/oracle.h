@@ -15,7 +15,7 @@
 // have no init containers, so this additive rule is HAMi's counting rule). The same entries,
 // summed per pod and device, are the pod's share of that device: what HAMi HEAD's per-pod
 // families export (one sample per pod and device UUID, container_index "0", the containers'
-// usage collapsed; reference/hami-protocol.md §5.3).
+// usage collapsed; docs/hami-protocol.md §5.3).
 //
 // Invariants, checked on every observation:
 //   1. no over-commit: used ≤ count, usedmem ≤ devmem, usedcores ≤ devcore, per device;
