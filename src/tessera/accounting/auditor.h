@@ -1,34 +1,16 @@
 // File: tessera/accounting/auditor.h
 //
-// The audit layer of the self-healing accounting (DESIGN.md principle 2, docs/self-healing.md):
-// every --audit-period the ledger is rebuilt from scratch out of the informer's pods and the
-// registry's registrations (Ledger::Recompute, with the live reservations carried over) and
-// compared with the live ledger entry by entry (Diff). Every difference is a bug of the apply
-// layer. Each differing pod is repaired through PodFeed::Reconcile with the store's CURRENT
-// object (never the possibly older copy the recomputation used), so a repair cannot undo a
-// delivery that raced with the audit; a difference counts as a correction only when the repair
-// actually changed the pod's ledger record AND the store's object is still the one the audit
-// listed (same resourceVersion; otherwise its delivery may simply not have been handled yet,
-// since the store is updated before the handler runs), so such races are not reported as bugs.
-// The report line gives node and devices of the record before and after the repair. A node
-// whose registration differs from the registry's is re-registered.
-//
-// Besides the ledger's problems (conflicts, orphans, unregistered holders, unreadable
-// allocations that block their node), the audit lists *foreign allocations*: bound, non-terminal
-// pods that carry an allocation (hami.io/vgpu-node, or an allocation that does not decode) but
-// whose spec.schedulerName is set and is not ours. They are counted by the ledger like any other
-// (the device plugin honours them), so nothing new lands on top of them; the report names them
-// so that an operator can find allocations Tessera never wrote (HAMi #3041). Each is logged once,
-// when the audit first sees it. "default-scheduler" is another scheduler too: the webhook
-// rewrites it to ours for every GPU pod it admits, so a bound pod still naming it was placed
-// without Tessera.
+// Auditor: the audit layer of the self-healing accounting. Run() rebuilds the ledger from the
+// informer's pods and the registry's registrations (Ledger::Recompute), compares it with the live
+// ledger, repairs each differing pod through PodFeed::Reconcile, re-registers differing nodes, and
+// lists foreign allocations (bound pods another scheduler placed).
 //
 //   Auditor auditor(&vendor, &ledger, &feed, pods_source, pod_by_uid, registrations);
 //   AuditReport report = auditor.Run(clock->Now());
 //
-// Cost: O(pods + devices) for the recomputation, plus O(records) for each audit that finds a
-// difference. It reads the ledger with its own consistent snapshots and never holds a lock that
-// filter or bind take for longer than one ledger call.
+// Errors: none returned; differences are reported in the AuditReport. What counts as a
+// correction, the race with deliveries, foreign allocations and the cost: docs/self-healing.md
+// "The audit".
 //
 // Thread safety: Run may be called from any one thread at a time; last() from any thread.
 #pragma once

@@ -1,84 +1,20 @@
 // File: tessera/accounting/node_registry.h
 //
-// The node registry of `tessera serve`: from the node informer's deliveries to what the ledger
-// knows about each node's devices (hami-protocol.md §1.3, §1.4, §2.1; hami-device-plugin.md §4).
+// NodeRegistry: the node informer's deliveries → what the ledger knows about each node's devices
+// (registration, liveness, --node-label-selector, the v2.5–v2.7 handshake). A node that does not
+// offer its devices stays registered with every device unhealthy, so the usage of its pods stays
+// counted; only Forget (node deleted) removes it. HandshakeWriter performs the handshake PATCHes.
 //
 //   NodeRegistry registry(vendor.get(), &ledger, {.selector = *NodeSelector::Parse(flag)});
-//   // informer worker:
-//   on_add/on_update:  patches = registry.Observe(node, clock->Now());
-//   on_delete:         registry.Forget(node.meta.name);
-//   every few seconds: patches = registry.Tick(clock->Now());
-//   if (leader) writer.WriteAll(patches);            // HandshakeWriter, below
-//   // any thread:      registry.Status()  (for /debug and metrics)
+//   patches = registry.Observe(node, clock->Now());   // informer worker; Forget on delete
+//   patches = registry.Tick(clock->Now());            // every few seconds; the leader writes them
 //
-// What a node offers. A node *offers* its devices to new pods only when all of these hold:
-//   1. it matches --node-label-selector (NodeSelector; an empty selector matches every node);
-//   2. its register annotation (vendor.RegisterAnnotation()) is present and has decoded at least
-//      once;
-//   3. its device plugin is alive:
-//      - delimited format (v2.5–v2.7 plugin, which rewrites its registration and
-//        `Reported <time>` in the handshake annotation every 30 s): the handshake below;
-//      - JSON format (v2.8+ plugin, which writes no handshake): the node's Ready condition is
-//        True and its allocatable `options.resource_count_name` (nvidia.com/gpu) is a positive
-//        quantity (missing, unparsable or 0: not alive).
+// Errors: a registration that does not decode is kept in the node's status (decode_error) and the
+// last good devices stay; NodeSelector::Parse returns InvalidArgument. Time is an argument. The
+// rules: docs/serve.md "The node registry", docs/hami-protocol.md §1.3, §1.4, §2.1.
 //
-// How "does not offer" is expressed in the ledger. A node whose registration has decoded is
-// always registered in the ledger (SetNode) with the devices it last registered successfully;
-// when it does not offer them, every device is registered with health = false, which the fit
-// rejects per device (CardNotHealth) exactly as it rejects a device its plugin reports
-// unhealthy. This keeps what RemoveNode would lose: the usage and holders of the pods already
-// on the node stay counted (metrics, /debug/ledger, the fit of other nodes are unaffected) and
-// their records do not turn into "unregistered" problems. HAMi instead drops the node's devices
-// on a handshake timeout (its filter then says "node unregistered" and its metrics forget the
-// node's usage); Tessera's filter answer for such a node is the same — no pod fits — but the
-// accounting stays. The same rule covers a node excluded by the selector and a node whose
-// register annotation was removed after it had registered. A node that has never registered
-// successfully is not in the ledger at all.
-//   Devices are registered sorted by (index, UUID): the plugins list them in Go map order,
-// which changes from one write to the next, so a rewrite that lists the same devices in another
-// order changes nothing in the ledger.
-//   Only Forget (the node object was deleted) calls Ledger::RemoveNode: the node's devices and
-// usage leave the ledger; the records of pods annotated to it stay (the ledger keeps them,
-// holding nothing, until their own deletion is observed) and are reported by
-// Ledger::FindProblems as holders on an unregistered node.
-//
-// Malformed registrations. A register annotation that does not decode is recorded in the
-// node's status (decode_error, decode_errors) and logged once per distinct value; the devices
-// last registered successfully, the format and the handshake state are kept, so the ledger does
-// not change because of it. The cordon list (hami.io/device-cordon, total) and the liveness
-// inputs are still read from the object.
-//
-// The handshake (delimited nodes only; hami-protocol.md §2.1.2). Per node the registry keeps
-// the handshake value and `since`, the time it first observed that value. The plugin is alive
-// until a deadline:
-//   - `Reported …`, empty/absent or an unknown value: since + handshake_timeout (a fresh
-//     `Reported` is the plugin's heartbeat; a follower that never writes sees it change every
-//     30 s);
-//   - `Requesting_<t>`: t + handshake_timeout, with t read as UTC; when t is missing,
-//     unparsable or later than now + handshake_timeout, since + handshake_timeout instead;
-//   - `Deleted_<t>`: not alive (a scheduler timed the node out; the plugin's next `Reported`
-//     revives it).
-// The writes it asks for (returned as NodePatch, with the node's resourceVersion as the
-// precondition; nothing is written for JSON or unselected nodes, nor for nodes without a
-// registration — unlike HAMi v2.5.2, which stamps every listed node):
-//   - alive with `Reported`/absent/unknown, or `Requesting_` without a usable time:
-//     `Requesting_<since>` (HAMi's reply to a report; `since` rather than now, so a late retry
-//     never extends the deadline);
-//   - not alive and not yet `Deleted_`: `Deleted_<now>` (HAMi v2.5.2's NodeCleanUp; the
-//     register annotation is never touched).
-// Each kind of write (Requesting_ or Deleted_) is asked for once per resourceVersion, and again
-// by Tick after `patch_retry_interval` if the node has not changed since (a lost write); a 409
-// needs no retry, because the change that caused it arrives as the next Observe. After a
-// restart a `Reported` value gets one full timeout of grace, as its `since` is the first
-// observation.
-//
-// Time always comes in as an argument; the registry reads no clock.
-//
-// Thread safety: NodeRegistry is internally synchronised. Observe, Forget and Tick are meant to
-// be called from the informer worker (one at a time, though concurrent calls are safe);
-// Status, Registrations and Find may be called from any thread. The registry calls the
-// ledger while holding its own lock (lock order: registry, then ledger; the ledger never calls
-// back). HandshakeWriter is stateless apart from atomic counters and may be used from any thread.
+// Thread safety: internally synchronised (lock order: registry, then ledger). Observe, Forget and
+// Tick from the informer worker; Status, Registrations and Find from any thread.
 #pragma once
 
 #include <atomic>
@@ -108,7 +44,7 @@
 
 namespace tessera::accounting {
 
-// --node-label-selector: "key=value[,key=value...]" (HAMi's map flag; hami-protocol.md §6.1).
+// --node-label-selector: "key=value[,key=value...]" (HAMi's map flag; docs/hami-protocol.md §6.1).
 // A node matches when it carries every listed label with exactly the listed value. Whitespace
 // around keys and values is ignored; the empty string (or only whitespace) selects every node.
 class NodeSelector {
@@ -187,7 +123,7 @@ class NodeRegistry {
  public:
   struct Options {
     NodeSelector selector;
-    // HAMi's CheckHealth window (hami-protocol.md §2.1.2: 60 s in the code).
+    // HAMi's CheckHealth window (docs/hami-protocol.md §2.1.2: 60 s in the code).
     absl::Duration handshake_timeout = absl::Seconds(60);
     // How long Tick waits before asking again for a patch whose node has not changed.
     absl::Duration patch_retry_interval = absl::Seconds(15);

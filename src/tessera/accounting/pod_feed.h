@@ -1,32 +1,15 @@
 // File: tessera/accounting/pod_feed.h
 //
-// The "apply" layer of the self-healing accounting (DESIGN.md principle 2): every pod delivery
-// of the pod informer — additions, updates, deletions and final-state-unknown tombstones —
-// becomes one level-triggered ledger call, through accounting::ProjectPod, so the informer path and
-// the audit's recomputation cannot disagree.
+// PodFeed: the "apply" layer of the self-healing accounting. Each delivery of the pod informer
+// (add, update, delete, final-state-unknown tombstone) becomes one level-triggered ledger call
+// through accounting::ProjectPodForLedger, the rule the audit's recomputation uses too.
 //
 //   PodFeed feed(&vendor, &ledger, clock, {.reservation_ttl = absl::Minutes(5)});
 //   Informer<Pod> pods(&client, opts, feed.Handlers());
 //
-// Rules beyond ProjectPod → Ledger::Apply:
-//   * The ledger is keyed by uid, the informer by namespace/name: an update whose uid changed
-//     (a pod deleted and recreated under the same name while the watch was down) removes the
-//     old uid before applying the new one.
-//   * Deletions and tombstones are Ledger::Remove(uid): the final object's annotations do not
-//     matter (a delete whose last state carries no HAMi annotations still frees the devices).
-//   * The projection is accounting::ProjectPodForLedger, which fails closed: a pod whose
-//     allocation annotation does not decode is applied as an `unreadable` record, which holds no
-//     device but, while the pod is bound and running, keeps its whole node unavailable (ledger
-//     holder rule 6), until it is fixed, terminal or deleted. It is counted
-//     (projection_errors) and logged when the error text changes.
-//   * Re-reservation after a restart: in the informer's FIRST list only, a pod that carries an
-//     allocation, is not bound, terminal, deleting or bind-failed, and whose hami.io/vgpu-time
-//     is younger than the reservation TTL is a filter decision still in flight (kube-scheduler
-//     is about to call bind). Without a reservation it would hold nothing, so the feed reserves
-//     its devices until vgpu-time + TTL — the expiry the filter gave it. A restarted Tessera
-//     therefore rebuilds the ledger it had. Later deliveries never reserve: a running Tessera
-//     makes its reservations in filter and ends them on bind failure, and re-creating one
-//     from an event would resurrect a reservation that was released on purpose.
+// Errors: none returned. An allocation that does not decode is applied as an `unreadable` record
+// (fail closed), counted in stats().projection_errors and logged. The rules (uid changes,
+// tombstones, re-reservation after a restart): docs/self-healing.md "The pod feed".
 //
 // Thread safety: the handlers run on the informer's worker thread; stats() may be called from
 // any thread.

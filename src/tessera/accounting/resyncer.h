@@ -1,33 +1,19 @@
 // File: tessera/accounting/resyncer.h
 //
-// The resync layer of the self-healing accounting (DESIGN.md principle 2, docs/self-healing.md):
-// every --resync-period (jittered by ±10 %) the pods and the nodes are LISTed from the API server
-// itself — in pages of 500, resourceVersion "" (a consistent read, never the watch cache and
-// never the informer's store) — and each complete list is handed to its informer's
-// Informer::Reconcile, which compares it with the store on the informer's own worker thread and
-// repairs the differences as synthetic deliveries (so the store, the pod feed, the ledger and the
-// node registry all see them, in order with the watch). The three kinds of repair are counted in
-// tessera_resync_corrections_total{kind}:
-//   missing — on the server, not in the store (an ADDED event lost for good);
-//   gone    — in the store, not on the server (a DELETED event lost for good);
-//   stale   — in both, the server's resourceVersion newer (a MODIFIED event lost for good).
-// See informer.h "Reconcile" for the rule that keeps a repair from undoing a newer watch delivery.
+// Resyncer: the resync layer of the self-healing accounting. Every --resync-period (±10 %) it
+// LISTs pods and nodes from the API server itself (paged, resourceVersion "", paced) and hands
+// each complete list to Informer::Reconcile, which repairs the informer's store, and through its
+// handlers the ledger and the node registry, by synthetic deliveries (missing, gone, stale).
 //
 //   Resyncer resyncer(&client, &pods, &nodes, {.period = absl::Minutes(5)}, on_report);
 //   resyncer.Start();   // its own thread; the first pass one (jittered) period after Start
-//   ...
 //   resyncer.Stop();
 //
-// Cost per pass: ceil(pods / 500) + ceil(nodes / 500) LIST requests, and O(objects) on the
-// informer threads. The pages are paced (ResyncOptions::pace, 3 by default): a pass uses about a
-// quarter of a core, so it lasts about four times as long as an unpaced one (16-20 s at 100,000
-// pods, docs/benchmarks.md "Paced resync") and /filter beside it keeps its latency. It never
-// takes a lock that filter or bind take: the LISTs run on the resyncer's thread, the comparison
-// on the informers' workers (which bind and filter never wait for).
+// Errors: a failed LIST is reported in ResyncReport::error (the other resource may still be
+// repaired); the next pass tries again. Cost and pacing: docs/self-healing.md "The resync".
 //
 // Thread safety: Start and Stop from one thread (Stop is idempotent and run by the destructor);
-// RunOnce and last() from any thread (passes are serialised: a RunOnce waits for a pass in
-// progress to end). The on_report callback runs on the thread that ran the pass.
+// RunOnce and last() from any thread (passes are serialised). on_report runs on the pass's thread.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // In-process tests of the simulator against the conformance checklist in
-// /work/shared/reference/k8s-protocol.md §10, through real HTTP on 127.0.0.1 port 0.
+// docs/k8s-protocol.md §10, through real HTTP on 127.0.0.1 port 0.
 #include "tessera/apisim/server.h"
 
 #include <atomic>

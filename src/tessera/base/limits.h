@@ -1,9 +1,9 @@
 // File: tessera/base/limits.h
 //
 // Process resource limits. A server that holds one descriptor per connection needs more than
-// the usual soft limit of 1,024 open files to keep 1,000+ connections (docs/serve.md "Limits");
-// Go's runtime raises the soft limit to the hard limit at start for the same reason, and so does
-// `tessera serve`.
+// the usual soft limit of 1,024 open files to keep 1,000+ connections (docs/serve.md "Listener
+// limits"); Go's runtime raises the soft limit to the hard limit at start for the same reason, and
+// so does `tessera serve`.
 //
 // Thread safety: call from main() before threads start (the limit is process-wide).
 #pragma once

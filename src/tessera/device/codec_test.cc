@@ -55,7 +55,7 @@ TEST(NodeRegisterDelimited, NineFields) {
   EXPECT_EQ(r->devices[0], Dev(kP4, 1, 10, 7680, 100, "NVIDIA-Tesla P4", 0, "hami-core", true));
 }
 
-// HEAD docs/develop/protocol.md: two V100s in the 7-field form.
+// Project-HAMi/HAMi@v2.10.0 docs/develop/protocol.md: two V100s in the 7-field form.
 TEST(NodeRegisterDelimited, TwoV100sFromHamiDocs) {
   auto r = DecodeNodeRegister(
       "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:"

@@ -1,35 +1,15 @@
 // File: tessera/device/device_config.h
 //
-// HAMi's device configuration: the YAML file of the `hami-scheduler-device` ConfigMap, mounted
-// at /device-config.yaml and named by --device-config-file. The same file is read by HAMi's
-// device plugin. The scheduler uses the `nvidia:` section; the other vendor sections
-// (cambricon, hygon, metax, mthreads, iluvatar, vnpus, ...) are accepted and ignored.
+// HAMi's device configuration: the YAML of the `hami-scheduler-device` ConfigMap
+// (/device-config.yaml, --device-config-file), which HAMi's device plugin reads too. The scheduler
+// uses the `nvidia:` section (resource names, defaults, memoryFactor, gpuCorePolicy,
+// runtimeClassName, ...; every key optional, chart defaults when absent or null); the other vendor
+// sections are accepted and ignored. The keys and their defaults: docs/deploy.md "The device
+// configuration file".
 //
-// Format (keys as HAMi spells them; every key is optional and takes the chart default when
-// absent or null):
-//
-//   nvidia:
-//     resourceCountName: nvidia.com/gpu
-//     resourceMemoryName: nvidia.com/gpumem
-//     resourceMemoryPercentageName: nvidia.com/gpumem-percentage
-//     resourceCoreName: nvidia.com/gpucores
-//     resourcePriorityName: nvidia.com/priority
-//     overwriteEnv: false
-//     defaultMemory: 0
-//     defaultCores: 0
-//     defaultGPUNum: 1
-//     memoryFactor: 1
-//     deviceSplitCount: 10
-//     deviceMemoryScaling: 1
-//     deviceCoreScaling: 1
-//     gpuCorePolicy: default        # default | force | disable
-//     runtimeClassName: ""
-//     knownMigGeometries: [...]     # accepted, not interpreted here
-//
-// Validation: integers and booleans must be plain (unquoted) YAML scalars of the right type;
-// integers and scalings must not be negative; resource names must be non-empty and contain no
-// whitespace; duplicate keys are rejected. Unknown keys are ignored, as HAMi ignores them. A
-// document in which every vendor section is empty (or absent) is rejected, as HAMi rejects it.
+// Errors: InvalidArgument for a quoted or mistyped integer or boolean, a negative integer or
+// scaling, an empty resource name or one with whitespace, a duplicate key, or a document whose
+// vendor sections are all empty (as HAMi rejects it). Unknown keys are ignored, as in HAMi.
 //
 // Thread safety: plain values and pure functions.
 #pragma once

@@ -1,71 +1,21 @@
 // File: tessera/extender/http_server.h
 //
-// The extender's HTTP(S) server: the routes kube-scheduler calls (k8s-protocol.md §1.3, §1.4;
-// hami-protocol.md §3) in front of a Backend that makes the decisions, plus a separate plain-HTTP
-// listener for Prometheus.
+// HttpServer: the extender's HTTP(S) routes kube-scheduler calls (/filter, /bind, /healthz,
+// /readyz, /webhook) in front of a Backend that makes the decisions, plus a plain-HTTP metrics
+// listener (/metrics, /healthz, /debug/ledger, /debug/audit). Both run on tessera::http. The
+// route table, limits for hostile clients, memory bounds, certificate reload, address syntax and
+// the access log: docs/serve.md "The extender's HTTP server".
 //
-//   main listener (--http_bind; TLS when --cert_file and --key_file are given)
-//     POST /filter        ExtenderArgs → 200 ExtenderFilterResult (application/json)
-//     POST /bind          ExtenderBindingArgs → 200 ExtenderBindingResult (application/json)
-//     GET  /healthz       200 "ok"
-//     GET  /readyz        200 when Backend::Ready, else 503; the body is what Ready wrote to
-//                         *why ("ok" when it wrote nothing on success, "not ready" on failure)
-//     POST /webhook       HttpServerOptions::webhook (the admission webhook, webhook.h); 404
-//                         when it is not set
-//   metrics listener (--metrics-bind-address, HAMi's default ":9395"; plain HTTP)
-//     GET  /metrics       200 metrics() as text/plain; version=0.0.4; charset=utf-8
-//     GET  /healthz       200 "ok"
-//     GET  /debug/ledger  200 Backend::DebugLedgerJson() (application/json)
-//     GET  /debug/audit   200 Backend::DebugAuditJson() (application/json)
-// The /debug routes are on the metrics listener only (the extender port is reachable by
-// kube-scheduler and the API server, the metrics port by operators and Prometheus:
-// docs/deploy.md); on the main listener they are 404.
+//   HttpServer server(&backend, options);   // options.bind_address, metrics_bind_address, metrics
+//   TESSERA_RETURN_IF_ERROR(server.Start());  ...  server.port()  ...  server.Stop();
 //
-// Hostile or slow clients (docs/serve.md "Limits"): every open connection has its own worker
-// (the pool grows to max_connections), so a request is never queued behind idle, trickling or
-// non-reading connections or behind slow binds; a request head must arrive within
-// header_timeout and a TLS handshake within tls_handshake_timeout; at max_connections the
-// connection idle longest is shed, and when none is idle a new one gets 503.
+// Errors: Start fails on a bad address, port or certificate pair. Requests: empty body 400, a body
+// the decoder rejects 400, over kMaxRequestBytes 413, wrong method 405, unknown path 404; a filter
+// without a pod is 200 {"Error":"extender args missing pod"}, as HAMi answers.
 //
-// Memory: a /filter or /bind body of 256 KiB or more is decoded and answered by at most two
-// threads at once (others wait), and after a request or reply of that size the allocator's free
-// memory goes back to the system (base/allocator.h ReleaseFreeMemory).
-//
-// Errors: an empty body → 400 "Please send a request body"; a body the decoder rejects → 400 with
-// the decoder's message (text/plain); a filter request without a pod → 200 with
-// {"Error":"extender args missing pod"} as HAMi answers; a body over kMaxRequestBytes → 413
-// (refused from Content-Length before the body is read, also after 100-continue; a chunked body
-// is cut off as soon as it passes the limit; the connection is then closed); another method on a
-// known path → 405 with Allow; an unknown path → 404. Connections are kept alive. Both
-// listeners run on tessera::http (one read per request, one write per reply: http/server.h);
-// a scrape of 1 KiB or more is gzipped for a scraper that accepts gzip (Prometheus does).
-//
-// TLS: the certificate and key are read at Start (a bad pair fails Start). Afterwards, at most
-// once per cert_check_interval (measured on options.clock), a new TLS handshake re-reads both
-// files; when their contents changed and form a valid, matching pair, new connections get the new
-// certificate (existing connections keep theirs). A bad new pair (unparsable, or a key that does
-// not match the certificate, e.g. while only one file has been replaced) is logged once and the
-// old pair kept. The certificate file may hold a chain (leaf first).
-//
-// Addresses are parsed as Go's net.Listen parses "host:port": "127.0.0.1:8080", ":9395" (all
-// interfaces: IPv6 and IPv4 when the host has IPv6, else IPv4), "[::1]:8080", "localhost:80".
-// Port 0 picks a free port; port() / metrics_port() report the bound ones.
-//
-// Access log: one TESSERA_VLOG(2) line per request: method, path, status, duration.
-//
-//   MyBackend backend;
-//   HttpServerOptions options;
-//   options.bind_address = "127.0.0.1:0";
-//   options.metrics_bind_address = "127.0.0.1:0";
-//   options.metrics = [&] { return registry.Render(); };
-//   HttpServer server(&backend, options);
-//   TESSERA_RETURN_IF_ERROR(server.Start());
-//   ... server.port() ...
-//   server.Stop();
-//
-// Thread safety: Start and Stop must not race with each other or with the destructor; port(),
-// metrics_port() and tls() are safe from any thread after Start. Requests are served on a pool
-// of threads, so the Backend and the metrics function are called concurrently (see Backend).
+// Thread safety: Start and Stop must not race with each other or the destructor; port(),
+// metrics_port() and tls() from any thread after Start. The Backend and the metrics function are
+// called concurrently from the worker pool.
 #pragma once
 
 #include <cstddef>

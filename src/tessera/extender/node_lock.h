@@ -1,60 +1,17 @@
 // File: tessera/extender/node_lock.h
 //
-// HAMi's node lock (hami-protocol.md §2.1.3, §2.7, §4.8): the node annotation
-// hami.io/mutex.lock = "<RFC3339 time>,<pod namespace>,<pod name>" (legacy: a bare time) marks
-// the one pod per node that is between bind and the device plugin's Allocate. The scheduler
-// takes it in bind; the device plugin removes it after Allocate; a failed bind removes it again.
+// HAMi's node lock (docs/hami-protocol.md §2.1.3, §2.7, §4.8): the node annotation
+// hami.io/mutex.lock = "<RFC3339 time>,<ns>,<name>" marks the one pod per node between bind and
+// the device plugin's Allocate. Bind takes it (AcquireNodeLock / AcquireNodeLockWaiting, which
+// waits up to --node-lock-retry-timeout for a held lock); the plugin removes it; a failed bind
+// releases it (ReleaseNodeLock, only a lock naming that pod, only if NodeLockResult::took).
 //
 //   absl::StatusOr<NodeLockResult> lock = AcquireNodeLockWaiting(client, "gpu-1", "ml", "train-0",
 //                                                                *clock, options, holder);
-//   ...
-//   if (lock->took) ReleaseNodeLock(client, "gpu-1", "ml", "train-0", options);  // on failure
 //
-// Acquire, from a fresh GET of the node (the rules are DecideNodeLock's, below):
-//   * no lock                                → write ours;
-//   * ours (same ns/name)                    → re-entrant: acquired without a write (rewritten
-//                                              with a fresh time once it has expired: renewed);
-//   * a legacy bare-time lock                → taken over once older than `timeout`;
-//   * another pod's, and that pod is gone, Succeeded or Failed, or bound to another node
-//                                            → taken over at once, whatever its age;
-//   * another pod's, older than `timeout`    → taken over, unless its holder is bound to THIS
-//                                              node, Pending, with bind-phase=allocating: it is
-//                                              still waiting for the device plugin's Allocate,
-//                                              which finds the pod through the lock (HAMi PR
-//                                              #3097: handing it over gave two pods each other's
-//                                              memory limits). Such a holder keeps the lock
-//                                              until it leaves that state or is deleted;
-//   * otherwise                              → kAborted naming the holder, and nothing is
-//                                              written. A holder lookup error is kAborted too
-//                                              (we never steal on doubt);
-//   * a value that does not parse            → kFailedPrecondition naming the annotation (HAMi
-//                                              also refuses; an operator must remove it).
-// The holder's state comes from `holder`, which may answer from a cache; every takeover that
-// rests on the holder's state is confirmed with a fresh read (`fresh` = true) first, since a
-// stale copy could show a holder as unbound that is in fact allocating.
-// Every write is a JSON merge patch carrying the GET's resourceVersion as a precondition, so two
-// schedulers cannot both win; a 409 Conflict re-reads the node and tries again, at most
-// `max_attempts` times with backoff between attempts (then kAborted). Other API errors are
-// returned as they are.
-//
-// AcquireNodeLockWaiting does the same, but keeps trying a lock it was refused (kAborted) for up
-// to `options.wait` (HAMi's --node-lock-retry-timeout), trying with `options.wait_backoff`
-// between tries and, in between, looking at the `cached` copy every `wait_watch` to try at once
-// when its lock changes. So a bind that meets a held lock waits for the device plugin to release
-// it instead of failing and being requeued with backoff by kube-scheduler. `stopping` ends the
-// wait early (shutdown).
-//
-// Release removes the annotation (merge patch, value null, with the resourceVersion
-// precondition and the same 409 retry) only when the lock names ns/name. A lock held by anyone
-// else — a legacy bare-time lock included, which Tessera never writes — is left alone and the
-// call succeeds. (HAMi HEAD lets anyone remove a legacy lock; Tessera does not, since at the
-// time of a release such a lock can only belong to another scheduler's bind.) A caller that
-// failed after acquiring must release only when NodeLockResult::took says this call took the
-// lock: a re-entrant acquire found the lock held by an earlier bind of the same pod, which the
-// device plugin still needs.
-//
-// Expiry compares the time written in the annotation with `now` (wall clock), as HAMi does;
-// a lock written "in the future" by a skewed clock is simply young.
+// Errors: kAborted when another pod holds the lock (or its holder cannot be checked: never steal
+// on doubt) or 409s persist; kFailedPrecondition for a value that does not parse; other API errors
+// as they are. Takeover and expiry rules: docs/serve.md "The node lock in detail".
 //
 // Thread safety: free functions; safe to call concurrently (the API server arbitrates).
 #pragma once

@@ -1,67 +1,16 @@
 // File: tessera/extender/webhook.h
 //
-// The mutating admission webhook HAMi's scheduler serves on POST /webhook (hami-protocol.md §6.3,
-// hami-device-plugin.md §7): pure logic, bytes in and bytes out. The HTTP server
-// (http_server.h) routes the request here; kube-apiserver calls it for every pod CREATE through
-// the MutatingWebhookConfiguration in deploy/base.
+// The mutating admission webhook HAMi's scheduler serves on POST /webhook (docs/hami-protocol.md
+// §6.3, docs/hami-device-plugin.md §7): pure logic, bytes in and bytes out. kube-apiserver calls
+// it for every pod CREATE (deploy/base); http_server.h routes the request here.
 //
-//   WebhookOptions options;  options.scheduler_name = "hami-scheduler";
 //   WebhookReply reply = HandleAdmissionReview("application/json", body, options);
 //   // reply.http_status, reply.body (an AdmissionReview, application/json)
 //
-// Transport (controller-runtime's, hami-device-plugin.md §7.2):
-//   - the body must be a non-empty AdmissionReview, apiVersion admission.k8s.io/v1 or
-//     admission.k8s.io/v1beta1, with request.uid a string and request.object a JSON object, and
-//     the Content-Type application/json (parameters such as "; charset=utf-8" are allowed).
-//     Otherwise: HTTP 400 with an AdmissionReview whose response is allowed:false,
-//     status.code 400 and a message saying what is wrong (and the request's uid when it could be
-//     read). kube-apiserver counts such a reply as a failed call, so the failurePolicy applies.
-//   - Otherwise: HTTP 200, the reply echoes the request's apiVersion and kind,
-//     response.uid == request.uid, response.status.code is 200 (allowed), 403 (denied, reason
-//     Forbidden) or 500 (errored), and a mutation is a base64 JSON Patch with
-//     patchType "JSONPatch" (no patch and no patchType when nothing changes).
-//
-// Decision (HAMi HEAD's Handle and NVIDIA MutateAdmission, §7.3), for a Pod CREATE:
-//   1. No app containers → denied "pod has no containers".
-//   1a. metadata.annotations has a scheduler-owned key (present with any value, even empty) →
-//      denied "annotation <key> is written by the scheduler and cannot be set when creating a
-//      pod" (HAMi PR #3042). The keys, in the order checked: hami.io/vgpu-node,
-//      hami.io/bind-time, hami.io/bind-phase, hami.io/vgpu-devices-to-allocate,
-//      hami.io/vgpu-devices-allocated. This runs before step 2, so it applies to pods naming any
-//      scheduler and to pods that ask for no device: such annotations would otherwise be read
-//      as an allocation nobody made.
-//   2. spec.schedulerName set, not ours and not "default-scheduler" (or "default-scheduler" with
-//      force_overwrite_default_scheduler false) → allowed, unchanged, with the message
-//      "pod already has different scheduler assigned".
-//   3. Every container, init containers first, then app containers (paths
-//      /spec/initContainers/<i>/... and /spec/containers/<i>/...), looking at resources.limits
-//      only (the API server requires limits for extended resources):
-//      - gpumem-percentage that is not an integer in 0..100 → errored 500 "invalid
-//        nvidia.com/gpumem-percentage value <v> in container <c>: must be an integer between 0
-//        and 100";
-//      - a privileged container (securityContext.privileged) is not mutated; it still counts
-//        for "the pod asks for a managed resource" (below);
-//      - limits[priority] → env CUDA_TASK_PRIORITY=<integer> appended;
-//      - gpuCorePolicy force|disable → env GPU_CORE_UTILIZATION_POLICY=<policy> appended;
-//      - the container asks for a device when limits[count] is present, or when it gives
-//        gpucores, gpumem or gpumem-percentage and defaultGPUNum > 0: then
-//        limits[count] = "<defaultGPUNum>" is added;
-//      - exclusive cores: when it asks for a device, gives no gpucores and its request as
-//        request.h derives it books the whole memory of each device (percentage 100: no gpumem
-//        and no percentage with defaultMemory 0, or percentage 100) → limits[gpucores] = "100";
-//      - a container that asks for no device gets NVIDIA_VISIBLE_DEVICES=none when overwriteEnv;
-//      - runtimeClassName from the device config is set when a container asks for a device and
-//        spec.runtimeClassName is unset.
-//   4. Some container privileged and the pod asks for a device → denied
-//      "container <name> is privileged".
-//   5. The pod asks for a device and scheduler_name is non-empty: spec.nodeName set → denied
-//      "pod has node assigned"; else spec.schedulerName := scheduler_name.
-// Other operations (UPDATE, DELETE, CONNECT) and other resources are allowed unchanged: the
-// configuration registers CREATE of pods only. Not implemented: HAMi HEAD's quota pre-check
-// (Tessera has no quota).
-//
-// Env additions follow the JSON Patch HAMi's diff produces: "add /.../env/<n>" when the
-// container has an env list, else "add /.../env" with a one-element list.
+// Errors: a malformed review or content type → HTTP 400 with an errored AdmissionReview; otherwise
+// HTTP 200 with status.code 200 (allowed, maybe a JSON Patch), 403 (denied: no containers,
+// scheduler-owned annotations, privileged GPU container, node already assigned) or 500 (a bad
+// gpumem-percentage). Every rule, in order: docs/serve.md "The admission webhook".
 //
 // Thread safety: pure functions.
 #pragma once

@@ -6,7 +6,8 @@
 // (raw_json()) without building a DOM, whereas nlohmann would build a DOM of every node only to
 // re-serialise it (and not byte for byte). A Nodes request of 500 full nodes is ~2.5 MB, where
 // nlohmann costs tens of milliseconds. Every simdjson access is checked and the first error ends
-// the decode (continuing after an On-Demand error is undefined behaviour, cpp-toolchain.md A.3).
+// the decode (continuing after an On-Demand error is undefined behaviour: docs/architecture.md
+// "Conventions").
 //
 // Encoding is a small hand-written writer: the replies are flat, and Go's escaping rules must be
 // followed exactly (nlohmann escapes differently: it does not escape <, >, & or U+2028).

@@ -1,50 +1,22 @@
 // File: tessera/http/server.h
 //
-// A small HTTP/1.1 server (RFC 9112) for request/response APIs: a listener, a pool of worker
-// threads (one per open connection, as cpp-httplib and Go's net/http serve; it may grow and
-// shrink, see ServerOptions), overall deadlines for a request head and a TLS handshake, a
-// connection cap that sheds idle connections first, keep-alive
-// and pipelined requests, Content-Length and chunked request bodies, Expect: 100-continue, and
-// optional TLS over an OpenSSL SSL_CTX the caller configures.
+// http::Server: a small HTTP/1.1 server (RFC 9112) for request/response APIs, under the extender
+// and apisim: a worker thread per open connection (a pool that may grow), keep-alive and
+// pipelining, Content-Length and chunked bodies, 100-continue, deadlines, a connection cap, and
+// optional TLS over the caller's SSL_CTX. One read and one write per ordinary request (why not
+// cpp-httplib, and every limit: docs/serve.md "The HTTP server").
 //
-// Why not cpp-httplib: httplib polls the socket before every read and every write (and twice
-// before each write), reads 4 KiB at a time and writes a reply's head and body separately; over
-// loopback, on a virtual machine where a system call costs ~1 µs, that was a fifth of the
-// extender's CPU per filter+bind pair (docs/benchmarks.md). Here a request costs one blocking
-// read of up to 64 KiB (more only for larger bodies) and one write for the whole reply; timeouts
-// are socket options (SO_RCVTIMEO, SO_SNDTIMEO), set once per connection. A TLS connection's
-// socket is non-blocking and waited on with poll, so that a record trickled in byte by byte
-// cannot hold a read past its deadline.
-//
-//   http::ServerOptions options;
-//   options.thread_name = "my-http";
-//   http::Server server([](http::Request& req, http::Response* res) {
-//     res->content_type = "text/plain";
-//     res->body = req.path == "/healthz" ? "ok" : "?";
-//   }, options);
-//   TESSERA_RETURN_IF_ERROR(server.Start("127.0.0.1", 0));
-//   ... server.port() ...
+//   http::Server server([](http::Request& req, http::Response* res) { res->body = "ok"; },
+//   options); TESSERA_RETURN_IF_ERROR(server.Start("127.0.0.1", 0));   // then server.port();
 //   server.Stop();
 //
-// What the server answers by itself (the handler is not called; ServerOptions::error_body may
-// supply the body, else the reason phrase as text/plain), and then closes the connection (also
-// after the reply to a request with both Transfer-Encoding and Content-Length, RFC 9112 §6.1):
-//   400  a malformed request line, header, Content-Length or chunk
-//   413  a body over max_body_bytes (refused from Content-Length before the body is read, also
-//        when the client waits for 100-continue; a chunked body as soon as it passes the limit)
-//   431  a request head over max_header_bytes
-//   501  a Transfer-Encoding other than chunked
-//   505  an HTTP version other than 1.0 and 1.1
-// and, to a new connection over max_connections with no idle connection to shed, a fixed 503
-// (Retry-After: 1) written without waiting. A request head past header_timeout, a TLS handshake
-// past tls_handshake_timeout and a connection shed for a new one are closed without a reply.
-// HEAD requests reach the handler as "HEAD"; the reply's body is not sent (its Content-Length
-// is). A connection is closed after a reply when the handler sets Response::close, the client
-// asked for it (Connection: close, or HTTP/1.0 without keep-alive), or the server is stopping.
+// Errors: Start returns Unavailable when nothing can be bound. Malformed or oversized requests
+// are answered by the server itself (400, 413, 431, 501, 505; 503 over the connection cap) and the
+// connection is closed; the handler never sees them.
 //
-// Thread safety: Start and Stop must not race with each other or with the destructor; port()
-// is safe from any thread after Start. The handler and the callbacks in ServerOptions are called
-// concurrently from the worker threads (one request at a time per connection).
+// Thread safety: Start and Stop must not race with each other or the destructor; port() from any
+// thread after Start. The handler and ServerOptions callbacks run concurrently on the workers
+// (one request at a time per connection).
 #pragma once
 
 #include <cstddef>

@@ -1,34 +1,21 @@
 // File: tessera/kube/client.h
 //
-// ApiClient: the typed Kubernetes API client over a Transport. It builds request paths, query
-// strings and JSON bodies, decodes responses into the projections of objects.h / lease.h, and
-// turns every non-2xx response into an absl::Status that carries the server's Status message.
+// ApiClient: the typed Kubernetes API client over a Transport: it builds paths, query strings and
+// JSON bodies, decodes responses into the projections of objects.h / lease.h, and turns every
+// non-2xx response into an absl::Status carrying the server's Status message (and the HTTP code,
+// body and reason as payloads: HttpStatusCodeOf, HttpBodyOf, ReasonOf). Blocking calls retry
+// idempotent requests per RetryPolicy (POST and PATCH only on 429) and must not run on the
+// transport's I/O thread. Details: docs/kube-client.md "The API client".
 //
-//   ApiClient client(transport.get());
-//   ListOptions opts;  opts.limit = 500;  opts.resource_version = "0";
-//   absl::StatusOr<PodList> page = client.ListPods(opts);
-//   WatchHandle w = client.WatchPods(watch_opts, {.on_event = ..., .on_end = ...});
+//   absl::StatusOr<PodList> page = client.ListPods(opts);   // opts.limit, opts.resource_version
 //
-// Errors (blocking calls and async callbacks alike). The code follows HttpStatusToStatus:
-//   kNotFound           404 (object or namespace missing);
-//   kAborted            409: a resourceVersion precondition lost a race ("Conflict"), an object
-//                       already exists ("AlreadyExists"), or a binding was refused (pod already
-//                       bound / being deleted). Read ReasonOf(status) to tell them apart;
-//   kOutOfRange         410: an expired resourceVersion or continue token ("Expired");
-//   kInvalidArgument    400/422 (bad selector, failed JSON-patch test, invalid object) and
-//                       undecodable response bodies;
-//   kResourceExhausted  429; kUnavailable 502/503/504 and transport failures; kInternal other 5xx;
-//   kUnauthenticated 401; kPermissionDenied 403.
-// When the body is a metav1.Status its message is the error's message, followed by
-// " (HTTP <code> <reason>: <METHOD> <path>)"; the HTTP code and body stay attached as payloads
-// (HttpStatusCodeOf / HttpBodyOf in transport.h) and the reason is read back with ReasonOf().
+// Errors: kNotFound 404; kAborted 409 (conflict, already exists, binding refused: see ReasonOf);
+// kOutOfRange 410 (expired); kInvalidArgument 400/422 and undecodable bodies; kResourceExhausted
+// 429; kUnavailable 502/503/504 and transport failures; kInternal other 5xx; kUnauthenticated 401;
+// kPermissionDenied 403.
 //
-// Blocking calls use Do() (transport.h): idempotent requests are retried per `RetryPolicy`,
-// POST and PATCH only on 429. They must not be called on the transport's I/O thread. The async
-// List call and Watch callbacks run on the transport's I/O thread (or the FakeTransport driver).
-//
-// Thread safety: ApiClient is stateless apart from its options; every method may be called
-// from any thread concurrently. The Transport must outlive the client and every watch.
+// Thread safety: stateless apart from its options; every method from any thread concurrently. The
+// Transport must outlive the client and every watch.
 #pragma once
 
 #include <cstdint>
@@ -222,7 +209,7 @@ class ApiClient {
   // POST .../pods/{name}/binding. `uid`, when non-empty, is a precondition (409 on mismatch).
   // 409 kAborted also when the pod is already bound or being deleted; 404 when it is gone.
   // `annotations` go into the Binding's metadata: the API server merges them into the pod's in
-  // the same write that sets spec.nodeName (k8s-protocol.md §4.1), or not at all.
+  // the same write that sets spec.nodeName (docs/k8s-protocol.md §4.1), or not at all.
   using Annotations = std::vector<std::pair<std::string, std::string>>;
   absl::Status BindPod(std::string_view ns, std::string_view name, std::string_view uid,
                        std::string_view node, const Annotations& annotations = {});

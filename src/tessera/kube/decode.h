@@ -1,35 +1,17 @@
 // File: tessera/kube/decode.h
 //
-// Typed decoders from the API server's JSON to the projections in tessera/kube/objects.h and
-// tessera/kube/lease.h: single objects, lists (one LIST page), watch events and Status errors.
+// Typed decoders from the API server's JSON to the projections of objects.h and lease.h: single
+// objects, LIST pages, watch events and Status errors, with simdjson On-Demand (one copy of the
+// input into a padded buffer; only the kept strings are allocated). Unknown fields are skipped,
+// null is absent, fields may come in any order; only the labels and annotations objects.h lists
+// are kept. The rules in full: docs/kube-client.md "The decoders".
 //
-// What is read: see the field comments of Pod, Node and Lease. Every other field is skipped
-// without being interpreted, so unknown and future fields never fail a decode. JSON null is
-// treated as absent everywhere. Resource quantities (limits, requests, allocatable) may arrive as
-// JSON strings or numbers; numbers keep their literal text ("2", "0.5"). Fields may come in any
-// order. Duplicate keys in a map: the last one wins. Skipped values are scanned for structure
-// (brackets, strings) but not validated: `{"unknownField":tru}` decodes, as On-Demand parsing
-// does not inspect values it is not asked for.
+// Errors: a decode returns the whole value or an error, never a partial value: InvalidArgument
+// naming the object and the field path, e.g. "Pod default/x: spec.containers[1].resources.limits:
+// expected object"; FieldError(status) gives the part after the object label.
 //
-// Labels and annotations: only the keys listed in tessera/kube/objects.h are kept (pod and node
-// annotations and pod labels under hami.io/ and nvidia.com/, every node label, all of a Lease's
-// metadata). A dropped key's value must still be a string (or null), but its text is not read.
-//
-// Errors: a decode either returns the whole value or an error, never a partial value.
-//   InvalidArgument — malformed JSON, a wrong type or an unexpected kind. The message names the
-//                     object and the field path, e.g.
-//                       "Pod default/x: spec.containers[1].resources.limits: expected object"
-//                     and for list items
-//                       "PodList items[7] (Pod default/x): metadata.labels.app: expected string".
-//                     The part after the object label ("spec.containers[1]...: expected object")
-//                     is also available through FieldError(status).
-//
-// Performance: the decoders use simdjson On-Demand and copy the input once into a padded buffer
-// kept by the Decoder; only the strings that end up in the result are allocated.
-//
-// Thread safety: a Decoder is thread-compatible: use one per thread (it owns a parser whose
-// buffers are reused across calls). The free functions use a thread-local Decoder and are safe to
-// call from any thread. Results are plain values owned by the caller.
+// Thread safety: a Decoder is thread-compatible (one per thread; it reuses its parser's buffers).
+// The free functions use a thread-local Decoder and are safe from any thread.
 #pragma once
 
 #include <cstdint>

@@ -1,57 +1,20 @@
 // File: tessera/kube/informer.h
 //
-// Informer<T> (T = Pod or Node): a Reflector (reflector.h) feeding a Store (store.h), with event
-// handlers delivered in order on one worker thread. It is the C++ counterpart of a client-go
-// shared informer with one listener:
+// Informer<T> (T = Pod or Node): a Reflector feeding a Store, with event handlers delivered in
+// order on one worker thread — client-go's shared informer with one listener. The store is
+// updated before each handler runs. Reconcile() takes a list its caller LISTed from the API server
+// and repairs the store against it (the resync layer). Delivery order, tombstones and the
+// resourceVersion rule of Reconcile: docs/kube-client.md "The informer".
 //
-//   Informer<Pod>::Options opts;  opts.name = "pods";  opts.resync_period = absl::Hours(1);
 //   Informer<Pod> pods(&client, opts, {.on_add = ..., .on_update = ..., .on_delete = ...});
-//   pods.Start();
-//   pods.WaitForSync(absl::Seconds(30));
-//   for (auto& p : pods.store().ListByNode("node-a")) { ... }
+//   pods.Start();  pods.WaitForSync(absl::Seconds(30));  pods.store().ListByNode("node-a");
 //
-// Delivery (all on the worker thread, in the order the server produced the changes):
-//   - a LIST (the first and every relist): first every object that was in the store but is not
-//     in the new list, as on_delete(last known object, final_state_unknown = true) — each such
-//     tombstone is delivered exactly once, as the object then leaves the store; then every listed
-//     object, as on_update(old, new) when its key was known and on_add(obj, in_initial_list)
-//     otherwise (in_initial_list is true for the first LIST only);
-//   - a watch event: ADDED / MODIFIED as on_add or on_update depending on whether the key is
-//     known; DELETED as on_delete(obj, false) with the event's object (the last state);
-//   - every `resync_period` (if non-zero), on_update(obj, obj) for every cached object.
-//   - a Reconcile() (below): its repairs, as on_add / on_update / on_delete(obj, true).
-//   The store is updated before the handler runs, so a handler sees the store with its change.
-// HasSynced() is true once the first LIST has been delivered to the handlers.
-// Handlers must not block for long (they delay the informer, not other informers) and must not
-// call Stop(). An exception escaping a handler terminates the process: an event is never
-// skipped silently.
+// Errors: API errors are retried by the reflector (counters()); an exception escaping a handler
+// terminates the process (an event is never skipped silently). Time comes from the injected
+// Clock; after advancing a FakeClock call Wake().
 //
-// Reconcile (the resync layer of docs/self-healing.md): a caller that LISTed the objects from the
-// API server itself hands the complete list and its resourceVersion L to Reconcile(); the
-// worker thread compares it with the store, between two watch deliveries, and repairs:
-//   missing — a listed object whose key the store lacks: stored and delivered as on_add(obj,
-//             false), unless its uid was deleted by a delivery this informer made (a watch
-//             DELETED or a relist tombstone) since the last Reconcile that covered it: then the
-//             deletion is newer than the list and the object stays gone;
-//   stale   — a listed object whose stored copy has an older resourceVersion (or, with a
-//             different uid, is an older object under the same key): stored and delivered as
-//             on_update(stored, listed);
-//   gone    — a stored object whose key the list lacks and whose resourceVersion is <= L:
-//             it existed no later than L and not at L, so it was deleted; removed and
-//             delivered as on_delete(stored, final_state_unknown = true). A stored object newer
-//             than L was created (or changed) after the LIST and is kept.
-// The ordering rule: resourceVersions are compared as unsigned integers. Kubernetes documents
-// them as opaque, but every etcd-backed API server (and apisim) uses one monotonically
-// increasing revision for all objects, which is what this relies on. A resourceVersion that is
-// not an integer makes the object undecidable: it is skipped (counted as `undecided`), never
-// repaired. So a repair never rolls back what the watch delivered after the LIST.
-//
-// Time is read from the injected Clock (backoff, watch timeouts, resync). With a FakeClock,
-// call Wake() after advancing it so the worker looks again without waiting for its next poll.
-//
-// Thread safety: Start, Stop, HasSynced, WaitForSync, Wake, counters and store() may be called
-// from any thread (not from a handler for Stop). The worker thread is named after
-// options.name ("inf-" prefix, at most 15 characters) and joined by Stop / the destructor.
+// Thread safety: Start, Stop, HasSynced, WaitForSync, Wake, counters and store() from any thread
+// (Stop not from a handler). The worker thread is named "inf-<name>" and joined by Stop.
 #pragma once
 
 #include <atomic>

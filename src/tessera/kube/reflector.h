@@ -1,45 +1,18 @@
 // File: tessera/kube/reflector.h
 //
-// Reflector<T> (T = Pod or Node) keeps a sink in step with the API server, with client-go's
-// list/watch semantics (reference: k8s-protocol.md §3.1):
+// Reflector<T> (T = Pod or Node) keeps a sink in step with the API server with client-go's
+// list/watch semantics (docs/k8s-protocol.md §3.1): a paged LIST, then a WATCH from the list's
+// resourceVersion with bookmarks, and on each end of the watch a re-watch, a relist or a backoff.
+// What each ending leads to: docs/kube-client.md "The reflector".
 //
-//   1. LIST in pages of `page_size` (resourceVersion "0" the first time, so a watch cache can
-//      serve it). Pagination is used only with resourceVersion "" or "0"; a LIST at a specific
-//      RV is sent unpaged, as the watch cache serves those. A 410 on a continue page falls back
-//      to one full (unpaged) LIST; a 410 or a 504 ("too large resource version") on a LIST at
-//      an RV retries at once with RV "".
-//      The complete list goes to sink->OnReplace(items, list_rv, list_started).
-//   2. WATCH from the list's RV with allowWatchBookmarks=true and timeoutSeconds drawn
-//      uniformly from [min_watch_timeout, 2 × min_watch_timeout). Every ADDED / MODIFIED /
-//      DELETED event goes to sink->OnEvent and advances the last seen RV; a BOOKMARK only
-//      advances the RV.
-//   3. When the watch ends:
-//        normal close           → watch again from the last RV, at once (no LIST);
-//        "very short" close     → (under 1 s with no event) an error: relist after backoff;
-//        410 / ERROR event      → relist at the last RV (then "" if that is 410): at once the
-//                                 first time in `immediate_relist_interval` (the server is up
-//                                 and answered; only the RV is gone, so waiting out a backoff
-//                                 grown during an outage would only keep the cache stale),
-//                                 after backoff otherwise;
-//        kUnavailable on a stream that ran (an event, or open for 1 s or more: a cut
-//        connection, a restarting server or proxy)
-//                               → watch again from the last RV at once, as client-go does
-//                                 (its watch loop re-watches after any stream end and backs
-//                                 off only when the new WATCH cannot start); if the server is
-//                                 gone, that WATCH fails and backs off;
-//        kUnavailable otherwise / 429
-//                               → watch again from the last RV after backoff;
-//        anything else          → relist after backoff.
-//      A failing LIST is retried after backoff. The backoff (tessera::Backoff) is reset when no
-//      failure happened for `backoff_reset`.
+//   Reflector<Pod> reflector(&client, options, clock, &sink, post);  // sink: OnReplace, OnEvent
+//   reflector.Start();  ...  reflector.Tick();                // retries whose backoff elapsed
 //
-// The reflector owns no thread. Its owner (the Informer) runs every method and every posted
-// task on one thread: transport callbacks never touch the reflector, they hand a task to
-// `post`, which must run it later on the owner thread (or drop it once the owner stops). Time
-// is read from the injected Clock only; Tick() performs a retry whose backoff has elapsed.
+// Errors: none returned; failures are retried (tessera::Backoff, reset after `backoff_reset`
+// without failure) and counted in counters() (last_error).
 //
-// Thread safety: all methods except counters() must be called on the owner thread.
-// counters() may be called from any thread.
+// Thread safety: the reflector owns no thread. Every method except counters() runs on its owner's
+// thread; transport callbacks only `post` tasks to it. counters() from any thread.
 #pragma once
 
 #include <cstdint>

@@ -1,35 +1,21 @@
 // File: tessera/kube/transport.h
 //
-// The HTTP edge of the Kubernetes client. `Transport` is the interface (FakeTransport in
-// transport_fake.h provokes every outcome in tests); `CurlTransport` is the libcurl
-// implementation: one named I/O thread ("kube-io") owns a CURLM* and drives the streams
-// (WATCHes) and Send()s with the multi interface, so they share connections (HTTP/2
-// multiplexed over TLS where the server offers it, HTTP/1.1 for plain http); Perform() (and so
-// Do()) runs a blocking exchange on the calling thread with a pooled easy handle instead.
+// The HTTP edge of the Kubernetes client: the `Transport` interface (FakeTransport in
+// transport_fake.h provokes every outcome) and `CurlTransport`, its libcurl implementation — one
+// I/O thread ("kube-io") drives streams and Send()s over shared connections, Perform() (so Do())
+// runs a blocking exchange on the caller's thread with a pooled handle; requests are rate limited
+// by a token bucket (qps/burst). Details: docs/kube-client.md "The transport".
 //
 //   auto transport = CurlTransport::Create(config, MakeTokenSource(config, Clock::Real()));
-//   Request get;  get.path = "/api/v1/nodes";
-//   absl::StatusOr<Response> r = Do(**transport, get);
+//   absl::StatusOr<Response> r = Do(**transport, get);   // get.path = "/api/v1/nodes"
 //
-// Outcomes:
-//   - Send(): the callback gets a Response for every completed HTTP exchange, whatever its status
-//     code (use HttpStatusToStatus / Do to turn a non-2xx into an error), or a transport error:
-//       kUnavailable        connect failure, DNS, reset, timeout, stalled stream (retryable);
-//       kFailedPrecondition TLS failure: untrusted or mismatched server certificate, a client
-//                           certificate the TLS library rejects (configuration, not retried);
-//       kCancelled          the transport is shutting down (or a stream was cancelled);
-//       kInvalidArgument    a malformed Request (path not starting with '/', unknown method).
-//   - Stream(): body bytes go to on_data as they arrive; on_end is called exactly once, last.
+// Errors: a completed exchange is a Response whatever its status (HttpStatusToStatus / Do turn
+// non-2xx into errors); transport errors are kUnavailable (retryable), kFailedPrecondition (TLS),
+// kCancelled (shutting down) and kInvalidArgument (malformed Request).
 //
-// Client-side limits: every request (a stream when it starts) takes one token from a
-// token-bucket RateLimiter (RestConfig qps/burst); a request that has to wait is started later
-// by the I/O thread, without blocking the caller. An open stream is not rate limited.
-//
-// Thread safety: every Transport method may be called from any thread, including from inside a
-// callback. Callbacks of CurlTransport run on the I/O thread, one at a time: they must be quick
-// and must not block on work that needs the I/O thread (such as Do()). Destroying the transport
-// completes every outstanding request with kCancelled (callbacks run on the I/O thread before
-// the destructor returns) and joins the thread; it must not be called from a callback.
+// Thread safety: every method from any thread, callbacks included. CurlTransport's callbacks run
+// on the I/O thread one at a time, must be quick and must not block on it (no Do()). Destruction
+// completes outstanding requests with kCancelled and joins the thread; not from a callback.
 #pragma once
 
 #include <cstdint>

@@ -1,65 +1,18 @@
 // File: tessera/ledger/ledger.h
 //
 // The allocation ledger: which pod holds which share of which GPU, kept incrementally so that a
-// filter reads the usage of its candidate nodes in O(candidates), never O(pods).
+// filter reads the usage of its candidate nodes in O(candidates), never O(pods). Its inputs are
+// level-triggered (each call states the current truth for one key): node registrations
+// (SetNode/RemoveNode), observed pods (Apply/Remove, by uid, replacing), and reservations
+// (Reserve/Release/ExpireReservations). The holder rule (six numbered cases: which records hold,
+// how init and app containers are counted, unreadable allocations that block a node) and the
+// stored form: docs/self-healing.md "The ledger", docs/design.md "The ledger".
 //
-// Inputs (all level-triggered: each call states the current truth for one key):
-//   * node registrations — SetNode / RemoveNode (hami.io/node-nvidia-register, decoded);
-//   * observed pods — Apply / Remove, keyed by pod UID, with REPLACE semantics (tombstones
-//     carry a UID only and go to Remove);
-//   * in-flight reservations — Reserve / Release / ExpireReservations, made by filter before the
-//     pod's annotations are observed.
+// Errors: the mutators return InvalidArgument for malformed input and change nothing; Reserve
+// returns FailedPrecondition for a pod already observed bound (each method says which).
 //
-// The holder rule (DESIGN.md "The ledger"). For one UID:
-//   1. An observed record is *stored* when the pod is not terminal (phase neither Succeeded nor
-//      Failed), its deletion has not completed (`deleted` false; a pod that only carries a
-//      deletionTimestamp still runs and is NOT deleted) and it carries an allocation (`node`, the
-//      hami.io/vgpu-node annotation, non-empty). Anything else erases the record.
-//   2. A stored record *holds* its devices when it is bound to its annotated node
-//      (bound_node == node) and is not bind-failed (hami.io/bind-phase=failed). Bound to another
-//      node: holds nothing and is reported as a conflict. Unbound: holds nothing by itself.
-//   3. A reservation holds its devices while it exists. A reservation and a bound record never
-//      coexist: observing the pod bound (to any node), terminal or deleted ends the reservation
-//      (bound_node == node is the normal confirmation; bound elsewhere means the reservation can
-//      never be used). Reserve on a UID whose record is bound is refused. An observed record that
-//      is unbound — with or without annotations, bind-failed or not — leaves the reservation
-//      alone: it stays until Release, a new Reserve, Remove, a bound/terminal/deleted Apply, or
-//      ExpireReservations. While both exist, the reservation (the newer decision) is what holds.
-//      Consequently an unbound annotated pod with no reservation (e.g. after a restart) holds
-//      nothing; a caller that wants it held again calls Reserve with an expiry of its choosing.
-//   4. Only the holder's node counts, and only while that node is registered. Each device entry
-//      is matched by UUID against the node's registration (a trailing MIG "[a-b]" suffix is
-//      ignored when matching, as HAMi v2.5.2 does); an entry whose UUID the node does not register
-//      holds nothing and is reported as an orphan. Entries with an empty UUID (HAMi v2.5.2's blank
-//      padding ",,0,0:") are dropped on input.
-//   5. Counting (HAMi v2.10's CollapseInitContainerUsage, the rule the fit uses): containers
-//      with index < init_count are init containers, the rest app containers. Per holder and per
-//      matched device, over that holder's entries on the device:
-//        used      += max(1 if any init entry is on it, number of app entries on it);
-//        usedmem   += max(largest init entry's MiB, sum of the app entries' MiB);
-//        usedcores += max(largest init entry's cores, sum of the app entries' cores).
-//      Init containers run one at a time before the app containers, so a pod needs its init peak
-//      or its app sum, never both. Without init containers (init_count 0) this is HAMi v2.5.2's
-//      additive rule: every entry adds one slot, its MiB and its cores. Entries are collapsed by
-//      the device they match (so "GPU-x" and "GPU-x[1-2]" of one pod collapse together). Holders
-//      still list one entry per container.
-//   6. Fail closed on an allocation that cannot be read (HAMi #2958): a stored record marked
-//      `unreadable` holds no device, but while it would hold (rule 2: bound to its node, not
-//      bind-failed) it *blocks* that node: Snapshot reports the node's blocked_by ("ns/name",
-//      the smallest blocking uid) and the fit refuses the whole node. The block ends when the
-//      record is replaced by a readable one, becomes terminal, unbound or bind-failed, or is
-//      removed. FindProblems lists each blocking record.
-//
-// Stored form: per record the UID, namespace, name, annotated node, bound-ness, bind-failed and
-// unreadable flags, init container count and per container device (container index, UUID, MiB,
-// cores). Device types and trailing empty containers are not kept (they do not affect accounting);
-// Records() and Reservations() return devices as PodDevices with containers up to the last one that
-// has a device, and init_count clamped to that number of containers (which classifies every stored
-// entry exactly as the original count did).
-//
-// Thread safety: a Ledger is internally synchronised; every method may be called from any
-// thread. Each call is atomic with respect to all others: Snapshot and Full see either all or
-// none of any concurrent update.
+// Thread safety: internally synchronised; every method may be called from any thread, and each
+// call is atomic with respect to all others (Snapshot and Full see all or none of an update).
 #pragma once
 
 #include <cstdint>

@@ -1,50 +1,18 @@
 // File: tessera/metrics/registry.h
 //
-// tessera::metrics::Registry owns Tessera's own metric families (latencies, decisions, informer
-// state, reservations, corrections, leadership, build info) and renders the whole /metrics body
-// of `tessera serve`: HAMi's device families from one ledger snapshot (device_families.h) plus
-// these, in the Prometheus text exposition format 0.0.4 (Content-Type kTextContentType).
-// Callers use typed methods only; prometheus-cpp stays an implementation detail.
+// metrics::Registry owns Tessera's own metric families (latencies, decisions, informer state,
+// reservations, corrections, leadership, build info) and renders the whole /metrics body of
+// `tessera serve`: HAMi's device families (device_families.h) plus these, in the Prometheus text
+// format 0.0.4. Callers use typed methods; prometheus-cpp stays inside. The families, their
+// labels and buckets: docs/metrics.md "Tessera's own families".
 //
-// Families (none carries the zone label; that belongs to HAMi's families):
-//   tessera_filter_duration_seconds            histogram   /filter service time
-//   tessera_bind_duration_seconds              histogram   /bind service time
-//     buckets (s): 50µs 100µs 250µs 500µs 1ms 2.5ms 5ms 10ms 25ms 50ms 100ms 250ms 500ms 1 2.5 5
-//   tessera_filter_decisions_total{outcome,reason}  counter  outcome: scheduled | unschedulable |
-//                                                            error | passthrough
-//   tessera_bind_total{outcome}                counter     outcome: bound | rejected | error
-//   tessera_informer_synced{resource}          gauge       1 once the initial list is in, else 0
-//   tessera_informer_last_event_age_seconds{resource}  gauge  seconds since the last delivery,
-//                                              computed at render time from the Clock; absent
-//                                              until the resource's first delivery
-//   tessera_informer_relists_total{resource}   counter
-//   tessera_informer_events_total{resource}    counter
-//   tessera_reservations_in_flight             gauge       FullSnapshot::reservations of the
-//                                              snapshot given to Render
-//   tessera_reservations_expired_total         counter
-//   tessera_ledger_audit_corrections_total{cause}   counter
-//   tessera_ledger_problems{kind}              gauge       as of the last audit: conflict, orphan,
-//                                              unregistered, unreadable (pods whose allocation
-//                                              does not decode, each blocking its node),
-//                                              foreign_allocation
-//   tessera_resync_corrections_total{kind}     counter
-//   tessera_leader                             gauge       1 while this replica leads (runs the
-//                                              background writers; serve/leader.h), else 0
-//   tessera_build_info{version,revision,compiler}   gauge  always 1
-// Label values given as strings (reason, resource, cause, kind) become time series: callers
-// must pass values from a small fixed vocabulary (e.g. "pods", "nodes"; "stale", "missing",
-// "changed"), never a pod or node name. An empty value is allowed. The bind outcomes are always
-// present (at 0); the other labelled series appear at their first use, and a family without
-// series (e.g. tessera_informer_events_total before any delivery) is left out of the text.
+// Label values passed as strings must come from a small fixed vocabulary, never a pod or node
+// name. A large cluster's body is ~99 MB, so serve it with the streaming Render.
 //
-// Serving: a large cluster's body is big (5,000 nodes x 8 GPUs with 100,000 pods: ~99 MB, ~190 MB
-// with legacy names), so the /metrics handler should use the streaming Render and pass pieces on
-// as chunks rather than build the string. Which snapshot a follower replica renders (its own, or
-// an empty one, as HAMi's followers show no node families) is the server's decision.
+// Errors: none.
 //
-// Thread safety: every method may be called concurrently from any thread (the families are
-// prometheus-cpp's, whose metrics are atomic; the informer clock readings are mutex-guarded).
-// A Render sees each counter at some instant, not all counters at one instant.
+// Thread safety: every method may be called concurrently from any thread; a Render sees each
+// counter at some instant, not all counters at one instant.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // File: tessera/schedule/fit.h
 //
-// Fitting one pod on one node: HAMi v2.10's NVIDIA device fit (hami-protocol.md §4.3/§4.4),
+// Fitting one pod on one node: HAMi v2.10's NVIDIA device fit (docs/hami-protocol.md §4.3/§4.4),
 // reproduced check for check, with HAMi's reason names and reason-string format. Pure: no I/O,
 // no clock, no global state.
 //

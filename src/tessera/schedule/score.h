@@ -1,7 +1,7 @@
 // File: tessera/schedule/score.h
 //
 // Node scoring and the filter decision: which candidate node a pod goes to and with which
-// devices (HAMi v2.10, hami-protocol.md §4.2 step 3–5 and §4.5). Pure: no I/O, no clock.
+// devices (HAMi v2.10, docs/hami-protocol.md §4.2 step 3–5 and §4.5). Pure: no I/O, no clock.
 //
 //   Decision d = Decide(candidates, request, constraints, NodePolicy::kBinpack, GpuPolicy{});
 //   if (d.winner) { /* annotate the pod with d.devices on candidates[*d.winner].name */ }

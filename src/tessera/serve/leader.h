@@ -1,47 +1,20 @@
 // File: tessera/serve/leader.h
 //
-// Elector: which replica of `tessera serve` runs the background writers (the handshake writes
-// of the node registry). Three modes behind one interface (docs/serve.md "Leadership"):
+// Elector: which replica of `tessera serve` runs the background writers (the node registry's
+// handshake writes, the role labels). Modes: kFollow (default: follow the co-located
+// kube-scheduler's Lease, as HAMi v2.8+ does), kLease (hold a Lease of our own with client-go's
+// algorithm), kNone (always the leader). The rules of each: docs/serve.md "The elector" and
+// "Leadership".
 //
-//   kFollow (default): follow the co-located kube-scheduler's Lease, as HAMi v2.8+ does
-//     (hami-protocol.md §1.7). This replica leads while the Lease `ns/name` names it:
-//     holderIdentity is `identity` or starts with `identity + "_"` (kube-scheduler writes
-//     `<hostname>_<uuid>`; HAMi tests a bare prefix, which would let host "a-1" follow "a-10"'s
-//     Lease) and the Lease has not expired: (renewTime, else acquireTime) + leaseDurationSeconds
-//     (else options.lease_duration) > clock->Now(). The Lease was written by the kube-scheduler
-//     on this very host, so its times and our clock agree. A Lease that does not exist makes
-//     this replica the leader: with no Lease there is no election to follow (kube-scheduler runs
-//     without --leader-elect, or elsewhere), and a replica that never wrote would silently stop
-//     the handshake; with several replicas the worst case is that each writes, which the
-//     resourceVersion preconditions of those writes keep consistent. (HAMi: not leader.)
-//     A Lease with an empty holder (released by a stopping kube-scheduler) or with no usable
-//     time leads nowhere. An API error keeps the last Lease seen, so leadership still ends when
-//     that Lease expires by the clock. One GET per retry_period.
-//   kLease (--leader-elect-mode=lease): Tessera holds its own Lease, with client-go's
-//     algorithm (k8s-protocol.md §5): identity `<identity>_<random uuid>`; acquire by POST when
-//     the Lease is missing, or by PUT with the read resourceVersion as the precondition when it
-//     is released (empty holder) or its holder has not changed it for the holder's
-//     leaseDurationSeconds, judged on this clock from when the change was observed (so clock
-//     skew between hosts does not matter); renew by PUT every retry_period; leadership ends
-//     when no renewal has succeeded for renew_deadline (IsLeader() checks that against the
-//     clock on every call, not only when a round runs), and at once when a read shows another
-//     holder. Stop() releases: holderIdentity "", leaseDurationSeconds 1, so a follower can take
-//     over on its next round instead of waiting for the expiry.
-//   kNone: always the leader, no API calls (a single replica; --leader-elect-resource-name="").
-//
-//   ElectorOptions o;  o.mode = LeaderMode::kLease;  o.name = "hami-scheduler-tessera";
 //   absl::StatusOr<std::unique_ptr<Elector>> e = Elector::Create(&client, o);
-//   (*e)->Start();                 // a thread: Step() every retry_period
-//   if ((*e)->IsLeader()) writer.WriteAll(patches);
-//   (*e)->Stop();                  // joins the thread; kLease: releases the Lease if held
+//   (*e)->Start();  if ((*e)->IsLeader()) writer.WriteAll(patches);  (*e)->Stop();
 //
-// Step() runs one round synchronously (tests drive it with a FakeClock and no thread).
-// generation() increments on every change of role that a round observes, and on_change (set
-// before Start) runs on the round's thread after each such change, without the elector's lock.
+// Errors: Create rejects bad options; API errors in a round keep the last Lease seen, so
+// leadership still ends when it expires by the clock. Step() runs one round synchronously.
 //
-// Thread safety: IsLeader, generation, Describe and status may be called from any thread.
-// Step must not run concurrently with itself or with the thread Start runs; Start and Stop from
-// one thread. The ApiClient must outlive the elector.
+// Thread safety: IsLeader, generation, Describe and status from any thread; Step not concurrently
+// with itself or with the thread Start runs; Start and Stop from one thread. The ApiClient must
+// outlive the elector.
 #pragma once
 
 #include <cstdint>

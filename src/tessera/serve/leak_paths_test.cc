@@ -6,8 +6,8 @@
 // no device may be over-committed, and /debug/audit must name what was repaired (or, where the
 // apply layer had nothing to repair, show that no audit or resync correction was needed).
 //
-// The truth (DESIGN.md "The ledger"): a pod holds devices when it is not terminal, still exists
-// on the server (a terminating pod included), carries an allocation, and is bound to its
+// The truth (docs/design.md "The ledger"): a pod holds devices when it is not terminal, still
+// exists on the server (a terminating pod included), carries an allocation, and is bound to its
 // annotated node; or when it is unbound and the test knows its filter decision to be in flight
 // (a reservation is scheduler state, not cluster state). It holds only devices its node
 // registers. Every wait polls with a deadline.

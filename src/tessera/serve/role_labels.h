@@ -1,33 +1,17 @@
 // File: tessera/serve/role_labels.h
 //
-// RoleLabeler: HAMi HEAD's scheduler-role pod labels (hami-protocol.md §1.7). The leader lists
-// the pods of its namespace that carry `app.kubernetes.io/component=hami-scheduler` (the
-// replicas of the scheduler) and sets the label `hami.io/scheduler-role` to `leader` on its
-// own pod ($POD_NAME) and to `follower` on the others, one merge PATCH per pod — and only on
-// pods whose label differs, so a pass over correctly labelled pods makes no write. A follower
-// writes nothing: the next leader relabels the previous one.
+// RoleLabeler: HAMi HEAD's scheduler-role pod labels (docs/hami-protocol.md §1.7). While this
+// replica leads, it sets `hami.io/scheduler-role` to `leader` on its own pod ($POD_NAME) and to
+// `follower` on the other pods labelled `app.kubernetes.io/component=hami-scheduler` in its
+// namespace, patching only pods whose label differs; followers write nothing. When a pass runs
+// (each gain of leadership, every `period`, on a change the informer shows, after failures):
+// docs/serve.md "The role labels".
 //
-// When a pass runs (Tick, called by the service's housekeeping loop every second):
-//   - at each gain of leadership (this replica leads and the elector's generation moved since
-//     the last Tick, or it did not lead at the last Tick);
-//   - while it leads, every `period` (1 m): one LIST of a few pods in one namespace, which
-//     labels replicas created since (a rolling update, a restarted follower);
-//   - while it leads, when the pod informer (`observed`, no API call) shows a pod of the last
-//     pass with another role than the one written (someone changed or removed it), at most
-//     once per `min_interval` (5 s). The informer's copy of a pod that still has the
-//     resourceVersion listed before our own PATCH is the PATCH not yet seen, not a difference;
-//   - after a failed pass (the LIST failed, or a PATCH failed other than with 404: the pod was
-//     deleted meanwhile), again after `min_interval`, doubling up to `period` while it fails.
-// So the steady-state load is one LIST per `period` on the leader and nothing on followers.
-// Errors are logged (each distinct message once until a pass succeeds) and counted in stats();
-// they never stop the caller. Leadership is re-checked (`is_leader`) before each PATCH, so a
-// replica that loses it in the middle of a pass stops writing.
-//
-//   RoleLabelOptions o;  o.pod_name = "tessera-7d9f-abc";  o.ns = "kube-system";
-//   RoleLabeler labeler(&client, o);
+//   RoleLabeler labeler(&client, o);   // o.pod_name, o.ns
 //   labeler.Tick(clock->Now(), elector->IsLeader(), elector->generation());  // every second
 //
-// Without a pod name (POD_NAME unset) or with `enabled` false, Tick does nothing.
+// Errors are logged (each distinct message once until a pass succeeds) and counted in stats();
+// they never stop the caller. Without POD_NAME, or with `enabled` false, Tick does nothing.
 //
 // Thread safety: Tick and Pass from one thread at a time (the housekeeping loop); stats() and
 // enabled() from any thread. The ApiClient must outlive the labeler.

@@ -1,34 +1,16 @@
 // File: tessera/serve/service.h
 //
-// `tessera serve`: the HAMi-compatible scheduler extender assembled from its parts.
+// `tessera serve`: the HAMi-compatible scheduler extender assembled from its parts — pod and node
+// informers, PodFeed, NodeRegistry, Ledger, Scheduler, auditor, resyncer, elector, the HTTP
+// listeners and the metrics — and the extender::Backend the HTTP server calls. The picture and
+// what each thread runs: docs/architecture.md, docs/serve.md "The assembly".
 //
-//   kube-apiserver ─LIST/WATCH─▶ pod informer ──▶ PodFeed ─────▶ Ledger ◀── Scheduler ◀── /filter
-//                               node informer ─▶ NodeRegistry ─▶   │                    ◀── /bind
-//                                                                  └──▶ metrics::Registry ◀─
-//                                                                  /metrics
-//
-//   ServeOptions options;  options.kube.path = "/etc/kubernetes/scheduler.conf";
 //   absl::StatusOr<std::unique_ptr<Service>> service = Service::Start(options);
-//   ... (*service)->WaitForSync(absl::Minutes(2));
-//   (*service)->Stop();
+//   (*service)->WaitForSync(absl::Minutes(2));  ...  (*service)->Stop();
 //
-// Start loads the device configuration and the client configuration, starts the pod and node
-// informers, the housekeeping loop (handshake ticks and writes, reservation expiry, informer
-// metrics every `housekeeping_period`; the audit every `audit_period`), the resyncer (its own
-// thread, every `resync_period`) and both HTTP listeners.
-// /readyz turns ready once both informers have delivered their first list; until then /filter
-// answers with an error (which kube-scheduler retries), exactly like HAMi's unsynced cache.
-//
-// Leadership (leader.h, docs/serve.md "Leadership"): an Elector decides which replica runs the
-// background writers — the handshake writes of the node registry and HAMi's scheduler-role pod
-// labels (role_labels.h), both run by the housekeeping loop (the node lock is only written by
-// /bind, and the audit and reservation expiry change nothing on the API server).
-// Followers drop those writes but keep their informers, ledger and registry in sync, and answer
-// /filter and /bind (a kube-scheduler calls the extender of its own pod); when a follower
-// becomes the leader it asks at once for every write that is due. /readyz reports the role in
-// its body but its status stays "informers synced" for both roles; tessera_leader is 1 on the
-// leader. The elector's first round runs inside Start, so the role is known before the first
-// informer delivery.
+// Errors: Start returns InvalidArgument for bad options or files, the client configuration's
+// error, or Unavailable when a port cannot be bound; nothing is left running. Until both
+// informers have listed, /filter answers with an error (kube-scheduler retries).
 //
 // Thread safety: Start, Stop and the destructor from one thread; everything else (including the
 // Backend methods, which the HTTP server calls concurrently) from any thread.

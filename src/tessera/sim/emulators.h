@@ -9,7 +9,7 @@
 //   DevicePlugin   HAMi's NVIDIA device plugin of one node: registers the node's GPUs (v2.5's
 //                  delimited format with the `Reported` handshake, or v2.8+'s JSON), and for a
 //                  bound pod does what the kubelet's Allocate calls make the plugin do
-//                  (reference hami-device-plugin.md §1–3): find the pod through the node lock,
+//                  (docs/hami-device-plugin.md §1–3): find the pod through the node lock,
 //                  consume hami.io/vgpu-devices-to-allocate one container entry per call (G1
 //                  compacting on delimited nodes, G3 index-preserving on JSON nodes), then
 //                  bind-phase=success and release the lock;

@@ -1,34 +1,17 @@
 // File: tessera/sim/oracle.h
 //
-// The oracle of `tessera simulate`: from the objects the API server holds, the true usage of
-// every GPU; from Tessera's /metrics, what Tessera exports; the two compared every second.
+// The oracle of `tessera simulate`: the true usage of every GPU and every pod's share, computed
+// from the API server's objects independently of Tessera's code (written from the HAMi protocol),
+// compared every second with what Tessera's /metrics export. Invariants: no over-commit, and
+// exported == truth except for divergences that end within the convergence window. The truth
+// rule and how divergences are classified: docs/simulate.md "The oracle in detail".
 //
 //   Truth t = ComputeTruth(nodes, pods);            // LIST results of apisim
 //   absl::StatusOr<Exported> e = ParseMetrics(metrics_text);
 //   oracle.Observe(now, t, e.ok() ? &*e : nullptr, "watch_outage");
 //
-// Truth (independent of Tessera's code paths, written from the HAMi protocol): a device exists
-// when a node's hami.io/node-nvidia-register decodes. A pod holds devices when it is not terminal,
-// carries hami.io/vgpu-node equal to its spec.nodeName (it is bound where it was annotated for),
-// is not bind-failed and hami.io/vgpu-devices-allocated decodes; every container entry adds one
-// slot, its MiB and its cores to the device with that UUID on that node (the simulator's pods
-// have no init containers, so this additive rule is HAMi's counting rule). The same entries,
-// summed per pod and device, are the pod's share of that device: what HAMi HEAD's per-pod
-// families export (one sample per pod and device UUID, container_index "0", the containers'
-// usage collapsed; reference/hami-protocol.md §5.3).
-//
-// Invariants, checked on every observation:
-//   1. no over-commit: used ≤ count, usedmem ≤ devmem, usedcores ≤ devcore, per device;
-//   2. exported == truth per device (memory bytes / MiB, shared count, cores) and per pod share
-//      (hami_vgpu_memory_allocated_bytes, hami_vgpu_core_allocated_ratio), except for
-//      divergences that end within the convergence window. A device or share missing from
-//      /metrics counts as exporting zero, one exported but absent from the truth must be zero;
-//      a scrape that failed (Tessera down) is no observation of (2).
-// A divergence seen in only one observation is "transient" (a scrape and a LIST are not taken at
-// the same instant) and only counted; one seen in two or more consecutive observations is
-// recorded with start, end, device (and pod, for a share) and cause. It is a violation when it
-// lasts longer than the window, or is still open at Finish() and began more than the window
-// before. A device and a pod share diverge independently: a stale pod usually shows as both.
+// Errors: ParseMetrics returns InvalidArgument for a sample without its key labels or with an
+// unparsable value; a failed scrape is passed as nullptr and is no observation of invariant 2.
 //
 // Thread safety: none; one thread drives an Oracle.
 #pragma once
