@@ -21,46 +21,6 @@ using ::testing::ElementsAre;
 
 const absl::Time kNow = absl::FromUnixSeconds(1767225600);  // 2026-01-01T00:00:00Z
 
-// Holds every event POST until Open(); tells when one is held.
-class GateTransport : public kube::Transport {
- public:
-  explicit GateTransport(kube::Transport* inner) : inner_(inner) {}
-  void Send(kube::Request request, kube::ResponseCallback done) override {
-    if (request.method == "POST" && absl::StrContains(request.path, "/events")) {
-      MutexLock l(&mu_);
-      ++held_;
-      cv_.SignalAll();
-      while (!open_) {
-        cv_.Wait(&mu_);
-      }
-    }
-    inner_->Send(std::move(request), std::move(done));
-  }
-  kube::StreamId Stream(kube::Request request, kube::StreamHandlers handlers) override {
-    return inner_->Stream(std::move(request), std::move(handlers));
-  }
-  void Cancel(kube::StreamId id) override { inner_->Cancel(id); }
-
-  void WaitHeld(int n) {
-    MutexLock l(&mu_);
-    while (held_ < n) {
-      cv_.Wait(&mu_);
-    }
-  }
-  void Open() {
-    MutexLock l(&mu_);
-    open_ = true;
-    cv_.SignalAll();
-  }
-
- private:
-  kube::Transport* const inner_;
-  Mutex mu_;
-  CondVar cv_;
-  int held_ ABSL_GUARDED_BY(mu_) = 0;
-  bool open_ ABSL_GUARDED_BY(mu_) = false;
-};
-
 struct Seen {
   std::string name, reason, message, type, component, kind, pod, uid;
 };
@@ -83,12 +43,11 @@ class EventRecorderTest : public ::testing::Test {
     std::vector<Seen> out;
     const nlohmann::json doc = nlohmann::json::parse(*list);
     for (const auto& item : doc["items"]) {
-      out.push_back({item["metadata"].value("name", ""), item.value("reason", ""),
-                     item.value("message", ""), item.value("type", ""),
-                     item["source"].value("component", ""),
-                     item["involvedObject"].value("kind", ""),
-                     item["involvedObject"].value("name", ""),
-                     item["involvedObject"].value("uid", "")});
+      out.push_back(
+          {item["metadata"].value("name", ""), item.value("reason", ""), item.value("message", ""),
+           item.value("type", ""), item["source"].value("component", ""),
+           item["involvedObject"].value("kind", ""), item["involvedObject"].value("name", ""),
+           item["involvedObject"].value("uid", "")});
     }
     return out;
   }
@@ -123,9 +82,9 @@ TEST_F(EventRecorderTest, SendsOneEventPerRecordNamedUniquelyWhileTheClockStands
 }
 
 TEST_F(EventRecorderTest, AFullQueueDropsAndCountsTheNewEvent) {
-  GateTransport gate(env_.faults());
-  kube::ApiClient client(&gate, kube::ApiClient::Options{kube::RetryPolicy{.max_attempts = 1},
-                                                         nullptr});
+  testing::GateTransport gate(env_.faults(), "POST", "/events");
+  kube::ApiClient client(&gate,
+                         kube::ApiClient::Options{kube::RetryPolicy{.max_attempts = 1}, nullptr});
   EventRecorder events({.queue_limit = 2}, &client, &clock_);
   events.Record(PodMeta("p0", "u0"), "R", "sending", EventType::kNormal);
   gate.WaitHeld(1);  // the sender holds p0: the queue is empty again

@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -22,50 +21,6 @@ using ::testing::HasSubstr;
 constexpr char kPodPath[] = "/api/v1/namespaces/default/pods/";
 const absl::Time kNow = absl::FromUnixSeconds(1767225600);
 
-// Holds every pod PATCH until Open(); counts the held ones.
-class GateTransport : public kube::Transport {
- public:
-  explicit GateTransport(kube::Transport* inner) : inner_(inner) {}
-  void Send(kube::Request request, kube::ResponseCallback done) override {
-    if (request.method == "PATCH" && absl::StartsWith(request.path, kPodPath)) {
-      MutexLock l(&mu_);
-      ++held_;
-      cv_.SignalAll();
-      while (!open_) {
-        cv_.Wait(&mu_);
-      }
-    }
-    inner_->Send(std::move(request), std::move(done));
-  }
-  kube::StreamId Stream(kube::Request request, kube::StreamHandlers handlers) override {
-    return inner_->Stream(std::move(request), std::move(handlers));
-  }
-  void Cancel(kube::StreamId id) override { inner_->Cancel(id); }
-
-  void WaitHeld(int n) {
-    MutexLock l(&mu_);
-    while (held_ < n) {
-      cv_.Wait(&mu_);
-    }
-  }
-  int held() {
-    MutexLock l(&mu_);
-    return held_;
-  }
-  void Open() {
-    MutexLock l(&mu_);
-    open_ = true;
-    cv_.SignalAll();
-  }
-
- private:
-  kube::Transport* const inner_;
-  Mutex mu_;
-  CondVar cv_;
-  int held_ ABSL_GUARDED_BY(mu_) = 0;
-  bool open_ ABSL_GUARDED_BY(mu_) = false;
-};
-
 struct Settled {
   std::string uid;
   uint64_t seq;
@@ -76,7 +31,7 @@ class PatchWriterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     env_.Start();
-    gate_ = std::make_unique<GateTransport>(env_.faults());
+    gate_ = std::make_unique<testing::GateTransport>(env_.faults(), "PATCH", kPodPath);
     gated_ = std::make_unique<kube::ApiClient>(
         gate_.get(), kube::ApiClient::Options{kube::RetryPolicy{.max_attempts = 1}, nullptr});
   }
@@ -115,7 +70,7 @@ class PatchWriterTest : public ::testing::Test {
   }
 
   testing::ApisimEnv env_;
-  std::unique_ptr<GateTransport> gate_;
+  std::unique_ptr<testing::GateTransport> gate_;
   std::unique_ptr<kube::ApiClient> gated_;
   Mutex mu_;
   std::vector<Settled> settled_ ABSL_GUARDED_BY(mu_);
