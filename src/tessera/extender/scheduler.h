@@ -202,7 +202,8 @@ class Scheduler {
                        const device::PodDevices& devices, int32_t init_count);
   // The state of the pod a node lock names: from the lookup unless `fresh`, else a GET.
   absl::StatusOr<NodeLockHolder> LockHolder(std::string_view ns, std::string_view name, bool fresh);
-  // Filter step 1b: OK when `claimed` and the stored pod of its name are the same pending pod.
+  // Filter step 2 (docs/serve.md): OK when `claimed` and the stored pod of its name are the same
+  // pending pod.
   absl::Status CheckPending(const kube::Pod& claimed);
   absl::StatusOr<kube::Pod> FindPod(std::string_view ns, std::string_view name);
   // PatchWriter's settle: ends the filter's reservation when its patch failed (unless a newer
