@@ -84,11 +84,13 @@ void PatchWriter::WriteLoop() {
                   q.job.name, std::string(patched.status().message()));
     }
     MutexLock l(&mu_);
-    q.slot->landed.status = patched.status();
     if (patched.ok()) {
-      q.slot->landed.pod = *std::move(patched);
+      q.slot->pod = *std::move(patched);
+    } else {
+      q.slot->code = patched.status().code();
+      q.slot->message = std::string(patched.status().message());
     }
-    q.slot->landed.done = true;
+    q.slot->done = true;
     done_cv_.SignalAll();
   }
 }
@@ -101,7 +103,7 @@ std::optional<PatchWriter::Landed> PatchWriter::Take(const std::string& uid) {
   }
   std::shared_ptr<Slot> slot = it->second;
   const absl::Time deadline = absl::Now() + options_.wait;
-  while (!slot->landed.done) {
+  while (!slot->done) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
       return Landed{};  // still in flight: the caller reports it
@@ -111,14 +113,18 @@ std::optional<PatchWriter::Landed> PatchWriter::Take(const std::string& uid) {
   if (auto again = slots_.find(uid); again != slots_.end() && again->second == slot) {
     slots_.erase(again);
   }
-  return slot->landed;
+  Landed landed;
+  landed.done = true;
+  landed.status = absl::Status(slot->code, slot->message);
+  landed.pod = slot->pod;
+  return landed;
 }
 
 void PatchWriter::DropLanded(absl::Time cutoff) {
   MutexLock l(&mu_);
   for (auto it = slots_.begin(); it != slots_.end();) {
     auto current = it++;
-    if (current->second->landed.done && current->second->created <= cutoff) {
+    if (current->second->done && current->second->created <= cutoff) {
       slots_.erase(current);
     }
   }

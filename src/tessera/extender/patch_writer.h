@@ -84,8 +84,13 @@ class PatchWriter {
   void DropLanded(absl::Time cutoff);
 
  private:
+  // A patch's result, kept as plain values: every Take builds its own Status from them, so no
+  // Status representation is shared between the writer and the threads that take it.
   struct Slot {
-    Landed landed;
+    bool done = false;
+    absl::StatusCode code = absl::StatusCode::kOk;
+    std::string message;
+    std::optional<kube::Pod> pod;
     absl::Time created;
   };
   struct Queued {
