@@ -257,8 +257,9 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       if (r.fit) {
         continue;
       }
-      result.failed_nodes[candidates[i].name] = r.reason;
-      out.failed_nodes.push_back(ToFailedNode(candidates[i].name, r));
+      if (result.failed_nodes.insert_or_assign(candidates[i].name, r.reason).second) {
+        out.failed_nodes.push_back(ToFailedNode(candidates[i].name, r));  // once per node
+      }
       for (std::string& key : ReasonKeys(r)) {
         by_reason[std::move(key)].push_back(candidates[i].name);
       }
@@ -371,8 +372,10 @@ FilterResult Scheduler::FilterNodes(const FilterArgs& args, const device::PodReq
   }
   for (size_t i = 0; i < decision.nodes.size(); ++i) {
     if (!decision.nodes[i].fit) {
-      result.failed_nodes[candidates[i].name] = decision.nodes[i].reason;
-      outcome->failed_nodes.push_back(ToFailedNode(candidates[i].name, decision.nodes[i]));
+      if (result.failed_nodes.insert_or_assign(candidates[i].name, decision.nodes[i].reason)
+              .second) {
+        outcome->failed_nodes.push_back(ToFailedNode(candidates[i].name, decision.nodes[i]));
+      }
     }
   }
   outcome->code = FilterCode::kNoFit;

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -74,6 +75,7 @@ enum class NodeFailure : uint8_t {
   kUsageUnavailable,  // "node usage unavailable"
   kBlocked,           // a running pod's allocation does not decode (schedule::NodeBlockedReason)
 };
+inline constexpr size_t kNodeFailureCount = 4;
 // The reason as a bounded label: "node unregistered", "node usage unavailable",
 // schedule::kNodeBlockedReasonPrefix (no pod name); "" for kDevices (its parts name themselves).
 std::string_view NodeFailureLabel(NodeFailure failure);
@@ -88,7 +90,8 @@ struct FilterOutcome {
   FilterCode code = FilterCode::kError;
   // A Nodes request (nodeCacheCapable: false): decided without reservation, patch or event.
   bool simulated = false;
-  // kNoFit: every candidate, in candidate order (empty for other codes).
+  // kNoFit: every candidate (once, however often the request names it), in candidate order;
+  // empty for other codes.
   std::vector<FailedNode> failed_nodes;
 };
 

@@ -267,6 +267,24 @@ TEST_F(SchedulerTest, NoFitReturnsFailedNodesWithHamiReasons) {
   EXPECT_EQ(NodeFailureLabel(outcome.failed_nodes[1].failure), "node unregistered");
 }
 
+// FailedNodes is keyed by node, so a candidate named twice fails once; the typed list (what
+// serve's decisions metric counts) agrees with it.
+TEST_F(SchedulerTest, ACandidateNamedTwiceFailsOnce) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreateNode("n2", "{}");
+  env_.CreatePod("p1", Limits(20000));
+  Scheduler& s = Make();
+  FilterOutcome outcome;
+  FilterResult r = s.Filter(Args("p1", {"n2", "n1", "n2"}), &outcome);
+  EXPECT_EQ(r.failed_nodes.size(), 2u);
+  EXPECT_EQ(outcome.code, FilterCode::kNoFit);
+  ASSERT_EQ(outcome.failed_nodes.size(), 2u);
+  EXPECT_EQ(outcome.failed_nodes[0].node, "n2");
+  EXPECT_EQ(outcome.failed_nodes[0].failure, NodeFailure::kUnregistered);
+  EXPECT_EQ(outcome.failed_nodes[1].node, "n1");
+  EXPECT_EQ(outcome.failed_nodes[1].failure, NodeFailure::kDevices);
+}
+
 // HAMi #2958: a running pod whose allocation does not decode blocks its node; the filter's
 // FailedNodes and its FilteringFailed event name the pod.
 TEST_F(SchedulerTest, ANodeBlockedByAnUnreadableAllocationIsRefusedWithThePodNamed) {

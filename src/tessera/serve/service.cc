@@ -47,7 +47,7 @@ namespace {
 // a node or pod name.
 std::string_view CommonFailureReason(const std::vector<extender::FailedNode>& failed_nodes) {
   std::array<int64_t, schedule::kReasonCount> device{};
-  std::array<int64_t, 4> node{};  // by extender::NodeFailure
+  std::array<int64_t, extender::kNodeFailureCount> node{};
   for (const extender::FailedNode& f : failed_nodes) {
     if (f.failure != extender::NodeFailure::kDevices) {
       ++node[static_cast<size_t>(f.failure)];
