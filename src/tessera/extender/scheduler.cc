@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <charconv>
-#include <chrono>
+#include <map>
 #include <memory>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include <fmt/core.h>
-#include <pthread.h>
 
 #include "tessera/accounting/projection.h"
 #include "tessera/base/logging.h"
@@ -20,16 +19,6 @@
 
 namespace tessera::extender {
 namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-
-absl::Duration Since(SteadyClock::time_point start) {
-  return absl::FromChrono(SteadyClock::now() - start);
-}
-
-std::string Rfc3339(absl::Time t) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
-}
 
 // FilterArgs::CandidateNames, implemented here so that this library needs only wire.h's types.
 std::vector<std::string> CandidateNames(const FilterArgs& args) {
@@ -46,7 +35,7 @@ std::vector<std::string> CandidateNames(const FilterArgs& args) {
   return names;
 }
 
-// The reason names of one failed node, for events and stats: the parts' names, or the whole
+// The reason names of one failed node, for events: the parts' names, or the whole
 // reason when it has no parts ("node unregistered").
 std::vector<std::string> ReasonKeys(const schedule::NodeResult& r) {
   std::vector<std::string> keys;
@@ -72,79 +61,80 @@ kube::MetadataPatch ToPatch(const kube::StringMap& annotations, const kube::Stri
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
-// Cuts `text` to at most `limit` bytes at a UTF-8 character boundary, ending it with "...".
-void CapMessage(std::string* text, size_t limit) {
-  if (text->size() <= limit) {
-    return;
+// The typed reason of a failed node, from the fields schedule::Decide fills.
+FailedNode ToFailedNode(std::string_view name, const schedule::NodeResult& r) {
+  FailedNode f;
+  f.node = std::string(name);
+  if (!r.reasons.empty()) {
+    f.parts = r.reasons;
+  } else if (r.reason == schedule::kNodeUnregistered) {
+    f.failure = NodeFailure::kUnregistered;
+  } else if (r.reason == schedule::kNodeUsageUnavailable) {
+    f.failure = NodeFailure::kUsageUnavailable;
+  } else if (r.reason.starts_with(schedule::kNodeBlockedReasonPrefix)) {
+    f.failure = NodeFailure::kBlocked;
   }
-  size_t cut = limit - 3;
-  while (cut > 0 && (static_cast<unsigned char>((*text)[cut]) & 0xC0) == 0x80) {
-    --cut;  // not in the middle of a multi-byte character
-  }
-  text->resize(cut);
-  *text += "...";
+  return f;
 }
-
-// A node list for an event message, "<head>(<item>,<item>,...)", kept within
-// Scheduler::kEventMessageLimit bytes: items that do not fit are dropped and counted, and the
-// list ends "... <n> more)".
-class EventList {
- public:
-  EventList(std::string head, std::string_view separator)
-      : text_(std::move(head)), separator_(separator) {
-    text_ += '(';
-    // Room for the tail: "," + "... 4294967295 more" + ")".
-    constexpr size_t kTail = 22;
-    budget_ = Scheduler::kEventMessageLimit > text_.size() + kTail
-                  ? Scheduler::kEventMessageLimit - kTail
-                  : text_.size();
-    first_ = text_.size();
-  }
-
-  // True while items still fit: a caller with costly items may stop building them.
-  bool Open() const { return omitted_ == 0; }
-
-  void Add(std::string_view item) {
-    const size_t sep = text_.size() > first_ ? separator_.size() : 0;
-    if (omitted_ == 0 && text_.size() + sep + item.size() <= budget_) {
-      text_.append(separator_.data(), sep);
-      text_ += item;
-    } else {
-      ++omitted_;
-    }
-  }
-  // Counts an item that was not built because the list is already full.
-  void Omit() { ++omitted_; }
-
-  std::string Finish() && {
-    if (omitted_ > 0) {
-      text_ += text_.size() > first_ ? std::string(separator_) : std::string();
-      text_ += fmt::format("... {} more", omitted_);
-    }
-    text_ += ')';
-    return std::move(text_);
-  }
-
- private:
-  std::string text_;
-  std::string_view separator_;
-  size_t budget_ = 0;
-  size_t first_ = 0;
-  size_t omitted_ = 0;
-};
 
 }  // namespace
 
-void LatencyStats::Observe(absl::Duration d) {
-  const double s = absl::ToDoubleSeconds(d);
-  ++count;
-  sum_seconds += s;
-  max_seconds = std::max(max_seconds, s);
-  for (size_t i = 0; i < kBuckets; ++i) {
-    if (s <= kBounds[i]) {
-      ++buckets[i];
-    }
+std::string_view FilterCodeName(FilterCode code) {
+  switch (code) {
+    case FilterCode::kFit:
+      return "fit";
+    case FilterCode::kNoFit:
+      return "no_fit";
+    case FilterCode::kPassThrough:
+      return "pass_through";
+    case FilterCode::kError:
+      return "error";
   }
+  return "error";
+}
+
+std::string_view NodeFailureLabel(NodeFailure failure) {
+  switch (failure) {
+    case NodeFailure::kDevices:
+      return "";
+    case NodeFailure::kUnregistered:
+      return schedule::kNodeUnregistered;
+    case NodeFailure::kUsageUnavailable:
+      return schedule::kNodeUsageUnavailable;
+    case NodeFailure::kBlocked:
+      return schedule::kNodeBlockedReasonPrefix;
+  }
+  return "";
+}
+
+std::string_view BindCodeName(BindCode code) {
+  switch (code) {
+    case BindCode::kBound:
+      return "bound";
+    case BindCode::kInProgress:
+      return "in_progress";
+    case BindCode::kPodNotFound:
+      return "pod_not_found";
+    case BindCode::kNotOurs:
+      return "not_ours";
+    case BindCode::kNodeUnregistered:
+      return "node_unregistered";
+    case BindCode::kNoAllocation:
+      return "no_allocation";
+    case BindCode::kLockHeld:
+      return "lock_held";
+    case BindCode::kLockError:
+      return "lock_error";
+    case BindCode::kDevicesNotFree:
+      return "devices_not_free";
+    case BindCode::kPatchFailed:
+      return "patch_failed";
+    case BindCode::kBindingRejected:
+      return "binding_rejected";
+    case BindCode::kError:
+      return "error";
+  }
+  return "error";
 }
 
 Scheduler::Scheduler(Options options, Deps deps)
@@ -152,55 +142,38 @@ Scheduler::Scheduler(Options options, Deps deps)
       ledger_(deps.ledger),
       client_(deps.client),
       clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
-      lookup_(std::move(deps.lookup)) {
+      lookup_(std::move(deps.lookup)),
+      events_({.component = options_.scheduler_name, .queue_limit = options_.event_queue_limit},
+              client_, clock_),
+      patches_({.threads = options_.write_behind ? std::max(options_.patch_threads, 1) : 0,
+                .wait = options_.patch_wait},
+               client_, [this](const PatchWriter::Job& job, const absl::Status& status) {
+                 SettlePatch(job, status);
+               }) {
   TESSERA_CHECK(options_.vendor != nullptr);
   TESSERA_CHECK(ledger_ != nullptr);
-  TESSERA_CHECK(client_ != nullptr);
-  // Named for `top -H` and perf.
-  event_thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "sched-events");
-    EventLoop();
-  });
-  if (options_.write_behind) {
-    for (int i = 0; i < std::max(options_.patch_threads, 1); ++i) {
-      patch_threads_.emplace_back([this] {
-        pthread_setname_np(pthread_self(), "sched-patch");
-        PatchLoop();
-      });
-    }
-  }
 }
 
-Scheduler::~Scheduler() {
-  {
-    MutexLock l(&patch_mu_);
-    patch_stopping_ = true;  // the writers finish the queue first
-    patch_work_cv_.SignalAll();
-  }
-  for (std::thread& t : patch_threads_) {
-    t.join();
-  }
-  {
-    MutexLock l(&events_mu_);
-    stopping_ = true;
-    events_cv_.SignalAll();
-  }
-  event_thread_.join();
-}
+Scheduler::~Scheduler() = default;
 
 // ---- filter -------------------------------------------------------------------------------
 
-FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
-  const SteadyClock::time_point start = SteadyClock::now();
+FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   const kube::Pod& pod = args.pod;
+  const bool simulated = args.nodes && !args.node_names;
   FilterResult result;
+  FilterOutcome local;
+  FilterOutcome& out = outcome != nullptr ? *outcome : local;
+  out = FilterOutcome();
+  out.simulated = simulated;
   auto fail = [&](const absl::Status& s) {
     result = FilterResult();
     result.error = Message(s);
-    if (!args.nodes || args.node_names) {
-      Record(pod, "FilteringFailed", result.error, true);
+    if (!simulated) {
+      events_.Record(pod.meta, "FilteringFailed", result.error, EventType::kWarning);
     }
-    CountFilter("error", Since(start), outcome);
+    out.code = FilterCode::kError;
+    out.failed_nodes.clear();
     return result;
   };
 
@@ -211,7 +184,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
   if (request->Empty()) {
     // Untouched: echo the input. A reservation cannot exist for such a pod unless its spec
     // changed; drop it if it does.
-    if (!pod.meta.uid.empty() && (!args.nodes || args.node_names)) {
+    if (!pod.meta.uid.empty() && !simulated) {
       ledger_->Release(pod.meta.uid);
     }
     if (args.node_names) {
@@ -225,17 +198,15 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
     } else {
       result.node_names.emplace();
     }
-    CountFilter("pass_through", Since(start), outcome);
+    out.code = FilterCode::kPassThrough;
     return result;
   }
   absl::StatusOr<device::PodConstraints> constraints = options_.vendor->DecodeConstraints(pod);
   if (!constraints.ok()) {
     return fail(constraints.status());
   }
-  if (args.nodes && !args.node_names) {
-    result = FilterNodes(args, *request, *constraints);
-    CountFilter("simulated", Since(start), outcome);
-    return result;
+  if (simulated) {
+    return FilterNodes(args, *request, *constraints, &out);
   }
   if (pod.meta.uid.empty()) {
     return fail(absl::InvalidArgumentError(
@@ -254,10 +225,8 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
   }
   schedule::Decision decision;
   uint64_t seq = 0;
-  absl::Duration decide_took;
   {
     MutexLock l(&decide_mu_);
-    const SteadyClock::time_point decide_start = SteadyClock::now();
     // The pod's earlier decision no longer holds: it must not compete with itself.
     ledger_->Release(pod.meta.uid);
     filter_seq_.erase(pod.meta.uid);
@@ -278,76 +247,53 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
       seq = ++next_seq_;
       filter_seq_[pod.meta.uid] = seq;
     }
-    decide_took = Since(decide_start);
   }
 
-  std::map<std::string, std::vector<std::string>> by_reason;  // reason → nodes (for events)
-  size_t not_fit = 0;
-  {
-    MutexLock l(&stats_mu_);
-    stats_.decide_latency.Observe(decide_took);
+  if (!decision.winner) {
+    result.node_names.emplace();
+    std::map<std::string, std::vector<std::string>> by_reason;  // reason → nodes (for events)
     for (size_t i = 0; i < decision.nodes.size(); ++i) {
       const schedule::NodeResult& r = decision.nodes[i];
       if (r.fit) {
         continue;
       }
-      ++not_fit;
-      for (std::string& key : ReasonKeys(r)) {
-        ++stats_.filter_node_reasons[std::string(schedule::ReasonLabel(key))];
-        by_reason[std::move(key)].push_back(candidates[i].name);
+      if (result.failed_nodes.insert_or_assign(candidates[i].name, r.reason).second) {
+        out.failed_nodes.push_back(ToFailedNode(candidates[i].name, r));  // once per node
       }
-    }
-  }
-
-  if (!decision.winner) {
-    result.node_names.emplace();
-    for (size_t i = 0; i < decision.nodes.size(); ++i) {
-      if (!decision.nodes[i].fit) {
-        result.failed_nodes[candidates[i].name] = decision.nodes[i].reason;
+      for (std::string& key : ReasonKeys(r)) {
+        by_reason[std::move(key)].push_back(candidates[i].name);
       }
     }
     for (auto& [reason, nodes] : by_reason) {
       std::sort(nodes.begin(), nodes.end());
       nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-      EventList list(fmt::format("{} nodes {}", nodes.size(), reason), ", ");
+      EventNodeList list(fmt::format("{} nodes {}", nodes.size(), reason), ", ");
       for (const std::string& n : nodes) {
         list.Add(n);
       }
-      Record(pod, "FilteringFailed", std::move(list).Finish(), true);
+      events_.Record(pod.meta, "FilteringFailed", std::move(list).Finish(), EventType::kWarning);
     }
     if (names.empty()) {
-      Record(pod, "FilteringFailed", "no candidate nodes", true);
+      events_.Record(pod.meta, "FilteringFailed", "no candidate nodes", EventType::kWarning);
     }
-    CountFilter("no_fit", Since(start), outcome);
+    out.code = FilterCode::kNoFit;
     return result;
   }
 
   const std::string& winner = candidates[*decision.winner].name;
-  PatchJob job;
+  PatchWriter::Job job;
   job.ns = pod.meta.ns;
   job.name = pod.meta.name;
   job.uid = pod.meta.uid;
   job.seq = seq;
+  job.created = now;
   job.patch = ToPatch(device::FilterAnnotations(*options_.vendor, winner, decision.devices, now),
                       device::FilterLabels(winner));
   job.patch.uid = pod.meta.uid;  // this pod, never another of the same name
   if (options_.write_behind) {
-    // The pod's earlier patch (a re-filter) must land first, so the last decision wins.
-    (void)TakePatch(job.uid);
-    job.pending = std::make_shared<PendingPatch>();
-    job.pending->seq = seq;
-    job.pending->created = now;
-    {
-      MutexLock l(&patch_mu_);
-      patches_[job.uid] = job.pending;
-      patch_queue_.push_back(std::move(job));
-    }
-    patch_work_cv_.Signal();  // one writer is enough; after the unlock, which it needs
-  } else {
-    std::optional<kube::Pod> patched;
-    if (absl::Status written = WritePatch(job, &patched); !written.ok()) {
-      return fail(written);
-    }
+    patches_.Submit(std::move(job));
+  } else if (absl::StatusOr<kube::Pod> written = patches_.Write(job); !written.ok()) {
+    return fail(written.status());
   }
 
   result.node_names = std::vector<std::string>{winner};
@@ -355,8 +301,12 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
   // fmt's {:.2f} does: formatting each entry with fmt cost a third of the instructions of a
   // 500-candidate filter (callgrind, docs/benchmarks.md). Entries past the message limit are
   // only counted.
+  size_t not_fit = 0;
+  for (const schedule::NodeResult& r : decision.nodes) {
+    not_fit += r.fit ? 0 : 1;
+  }
   const size_t fit_count = decision.nodes.size() - not_fit;
-  EventList fits(
+  EventNodeList fits(
       fmt::format("find fit node({}), {} nodes not fit, {} nodes fit", winner, not_fit, fit_count),
       ",");
   std::string entry;
@@ -380,13 +330,14 @@ FilterResult Scheduler::Filter(const FilterArgs& args, std::string* outcome) {
     }
     fits.Add(entry);
   }
-  Record(pod, "FilteringSucceed", std::move(fits).Finish(), false);
-  CountFilter("fit", Since(start), outcome);
+  events_.Record(pod.meta, "FilteringSucceed", std::move(fits).Finish(), EventType::kNormal);
+  out.code = FilterCode::kFit;
   return result;
 }
 
 FilterResult Scheduler::FilterNodes(const FilterArgs& args, const device::PodRequest& request,
-                                    const device::PodConstraints& constraints) {
+                                    const device::PodConstraints& constraints,
+                                    FilterOutcome* outcome) {
   const std::vector<WireNode>& nodes = *args.nodes;
   std::vector<std::string_view> views;
   views.reserve(nodes.size());
@@ -416,101 +367,40 @@ FilterResult Scheduler::FilterNodes(const FilterArgs& args, const device::PodReq
   result.nodes.emplace();
   if (decision.winner) {
     result.nodes->push_back(nodes[*decision.winner].raw);
+    outcome->code = FilterCode::kFit;
     return result;
   }
   for (size_t i = 0; i < decision.nodes.size(); ++i) {
     if (!decision.nodes[i].fit) {
-      result.failed_nodes[candidates[i].name] = decision.nodes[i].reason;
+      if (result.failed_nodes.insert_or_assign(candidates[i].name, decision.nodes[i].reason)
+              .second) {
+        outcome->failed_nodes.push_back(ToFailedNode(candidates[i].name, decision.nodes[i]));
+      }
     }
   }
+  outcome->code = FilterCode::kNoFit;
   return result;
 }
 
-absl::Status Scheduler::WritePatch(const PatchJob& job, std::optional<kube::Pod>* patched) {
-  const SteadyClock::time_point start = SteadyClock::now();
-  absl::StatusOr<kube::Pod> result = client_->PatchPodMetadata(job.ns, job.name, job.patch);
+void Scheduler::SettlePatch(const PatchWriter::Job& job, const absl::Status& status) {
   {
     MutexLock l(&decide_mu_);
     auto it = filter_seq_.find(job.uid);
-    const bool ours = it != filter_seq_.end() && it->second == job.seq;
-    if (ours) {
+    if (it != filter_seq_.end() && it->second == job.seq) {
       filter_seq_.erase(it);
-      if (!result.ok()) {
+      if (!status.ok()) {
         ledger_->Release(job.uid);
       }
     }
   }
-  {
-    MutexLock l(&stats_mu_);
-    stats_.patch_latency.Observe(Since(start));
-    if (!result.ok()) {
-      ++stats_.patch_failures;
-    }
+  if (!status.ok() && options_.write_behind) {
+    // Written behind the reply: the filter's event is this. (Otherwise the filter fails.)
+    kube::ObjectMeta subject;
+    subject.ns = job.ns;
+    subject.name = job.name;
+    subject.uid = job.uid;
+    events_.Record(subject, "FilteringFailed", Message(status), EventType::kWarning);
   }
-  if (!result.ok()) {
-    return absl::Status(
-        result.status().code(),
-        fmt::format("patch pod {}/{} annotations: {}", job.ns, job.name, Message(result.status())));
-  }
-  *patched = *std::move(result);
-  return absl::OkStatus();
-}
-
-void Scheduler::PatchLoop() {
-  while (true) {
-    PatchJob job;
-    {
-      MutexLock l(&patch_mu_);
-      while (patch_queue_.empty() && !patch_stopping_) {
-        patch_work_cv_.Wait(&patch_mu_);
-      }
-      if (patch_queue_.empty()) {
-        return;
-      }
-      job = std::move(patch_queue_.front());
-      patch_queue_.pop_front();
-    }
-    std::optional<kube::Pod> patched;
-    absl::Status status = WritePatch(job, &patched);
-    if (!status.ok()) {
-      TESSERA_LOG(kWarning, "filter of {}/{}: {} (its bind will fail and be retried)", job.ns,
-                  job.name, Message(status));
-      kube::Pod subject;
-      subject.meta.ns = job.ns;
-      subject.meta.name = job.name;
-      subject.meta.uid = job.uid;
-      Record(subject, "FilteringFailed", Message(status), true);
-    }
-    MutexLock l(&patch_mu_);
-    job.pending->status = status;
-    job.pending->pod = std::move(patched);
-    job.pending->done = true;
-    patch_done_cv_.SignalAll();
-  }
-}
-
-std::optional<std::shared_ptr<Scheduler::PendingPatch>> Scheduler::TakePatch(
-    const std::string& uid) {
-  MutexLock l(&patch_mu_);
-  auto it = patches_.find(uid);
-  if (it == patches_.end()) {
-    return std::nullopt;
-  }
-  std::shared_ptr<PendingPatch> pending = it->second;
-  const absl::Time deadline = absl::Now() + options_.patch_wait;
-  while (!pending->done) {
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
-      return pending;  // still in flight: the caller reports it
-    }
-    patch_done_cv_.WaitFor(&patch_mu_,
-                           absl::ToChronoMilliseconds(left) + std::chrono::milliseconds(1));
-  }
-  auto again = patches_.find(uid);
-  if (again != patches_.end() && again->second == pending) {
-    patches_.erase(again);
-  }
-  return pending;
 }
 
 namespace {
@@ -600,17 +490,18 @@ absl::StatusOr<NodeLockHolder> Scheduler::LockHolder(std::string_view ns, std::s
   return pod.status();
 }
 
-BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
-  const SteadyClock::time_point start = SteadyClock::now();
+BindResult Scheduler::Bind(const BindArgs& args, BindOutcome* outcome) {
   BindResult result;
+  BindOutcome local;
+  BindOutcome& out = outcome != nullptr ? *outcome : local;
+  out = BindOutcome();
   kube::Pod subject;  // the event's involved object until the pod is known
   subject.meta.ns = args.pod_namespace;
   subject.meta.name = args.pod_name;
   subject.meta.uid = args.pod_uid;
   // A failure releases the pod's reservation; a refusal (the request names a pod or node that
   // is not ours to bind, or one another bind is handling) changes nothing.
-  auto finish = [&](const kube::Pod& pod, std::string_view outcome, const absl::Status& s,
-                    bool release) {
+  auto finish = [&](const kube::Pod& pod, BindCode code, const absl::Status& s, bool release) {
     if (release) {
       MutexLock l(&decide_mu_);
       if (!pod.meta.uid.empty()) {
@@ -623,20 +514,17 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
       }
     }
     result.error = Message(s);
-    Record(pod, "BindingFailed", result.error, true);
-    CountBind(outcome, Since(start));
-    if (outcome_out != nullptr) {
-      *outcome_out = std::string(outcome);
-    }
+    events_.Record(pod.meta, "BindingFailed", result.error, EventType::kWarning);
+    out.code = code;
     TESSERA_VLOG(1, "bind {}/{} to {} failed ({}): {}", args.pod_namespace, args.pod_name,
-                 args.node, outcome, result.error);
+                 args.node, BindCodeName(code), result.error);
     return result;
   };
-  auto fail = [&](const kube::Pod& pod, std::string_view outcome, const absl::Status& s) {
-    return finish(pod, outcome, s, /*release=*/true);
+  auto fail = [&](const kube::Pod& pod, BindCode code, const absl::Status& s) {
+    return finish(pod, code, s, /*release=*/true);
   };
-  auto refuse = [&](const kube::Pod& pod, std::string_view outcome, const absl::Status& s) {
-    return finish(pod, outcome, s, /*release=*/false);
+  auto refuse = [&](const kube::Pod& pod, BindCode code, const absl::Status& s) {
+    return finish(pod, code, s, /*release=*/false);
   };
   if (!kube::IsDnsSubdomain(args.pod_name) || !kube::IsDnsLabel(args.pod_namespace) ||
       !kube::IsDnsSubdomain(args.node)) {
@@ -645,10 +533,7 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
     result.error = fmt::format("bind of pod \"{}/{}\" to node \"{}\": not valid Kubernetes names",
                                absl::CEscape(args.pod_namespace), absl::CEscape(args.pod_name),
                                absl::CEscape(args.node));
-    CountBind("error", Since(start));
-    if (outcome_out != nullptr) {
-      *outcome_out = "error";
-    }
+    out.code = BindCode::kError;
     return result;
   }
 
@@ -657,7 +542,7 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
     MutexLock l(&decide_mu_);
     if (!binds_in_flight_.insert(key).second) {
       return refuse(
-          subject, "in_progress",
+          subject, BindCode::kInProgress,
           absl::AbortedError(fmt::format(
               "a bind of pod {} is already in progress; this duplicate changes nothing", key)));
     }
@@ -675,24 +560,25 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
   // returned is the freshest copy there is (no GET needed).
   std::optional<kube::Pod> from_patch;
   if (!args.pod_uid.empty()) {
-    if (std::optional<std::shared_ptr<PendingPatch>> pending = TakePatch(args.pod_uid)) {
-      if (!(*pending)->done) {
+    if (std::optional<PatchWriter::Landed> landed = patches_.Take(args.pod_uid)) {
+      if (!landed->done) {
         return fail(
-            subject, "error",
+            subject, BindCode::kError,
             absl::DeadlineExceededError(fmt::format(
                 "the filter's annotation patch of {}/{} is still in flight after {}",
                 args.pod_namespace, args.pod_name, absl::FormatDuration(options_.patch_wait))));
       }
-      if (!(*pending)->status.ok()) {
-        return fail(subject, "patch_failed", (*pending)->status);
+      if (!landed->status.ok()) {
+        return fail(subject, BindCode::kPatchFailed, landed->status);
       }
-      from_patch = (*pending)->pod;
+      from_patch = std::move(landed->pod);
     }
   }
   absl::StatusOr<kube::Pod> pod = from_patch ? absl::StatusOr<kube::Pod>(*std::move(from_patch))
                                              : FindPod(args.pod_namespace, args.pod_name);
   if (!pod.ok()) {
-    return fail(subject, absl::IsNotFound(pod.status()) ? "pod_not_found" : "error", pod.status());
+    return fail(subject, absl::IsNotFound(pod.status()) ? BindCode::kPodNotFound : BindCode::kError,
+                pod.status());
   }
   // A cached copy may predate the filter's patch or belong to an earlier pod of the same name.
   const bool stale = (!args.pod_uid.empty() && pod->meta.uid != args.pod_uid) ||
@@ -700,13 +586,14 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
   if (stale && lookup_) {
     absl::StatusOr<kube::Pod> fresh = client_->GetPod(args.pod_namespace, args.pod_name);
     if (!fresh.ok()) {
-      return fail(subject, absl::IsNotFound(fresh.status()) ? "pod_not_found" : "error",
+      return fail(subject,
+                  absl::IsNotFound(fresh.status()) ? BindCode::kPodNotFound : BindCode::kError,
                   fresh.status());
     }
     pod = std::move(fresh);
   }
   if (!args.pod_uid.empty() && pod->meta.uid != args.pod_uid) {
-    return fail(subject, "pod_not_found",
+    return fail(subject, BindCode::kPodNotFound,
                 absl::NotFoundError(fmt::format("pod {}/{} has uid {}, not {}: it was recreated",
                                                 args.pod_namespace, args.pod_name, pod->meta.uid,
                                                 args.pod_uid)));
@@ -715,53 +602,49 @@ BindResult Scheduler::Bind(const BindArgs& args, std::string* outcome_out) {
   // scheduler configuration's managedResources send only pods asking for a managed device).
   if (!options_.scheduler_name.empty() && pod->scheduler_name != options_.scheduler_name) {
     return refuse(
-        *pod, "not_ours",
+        *pod, BindCode::kNotOurs,
         absl::FailedPreconditionError(fmt::format(
             "pod {} names scheduler \"{}\", not \"{}\": this extender binds only its own pods",
             pod->Key(), pod->scheduler_name, options_.scheduler_name)));
   }
   absl::StatusOr<device::PodRequest> request = options_.vendor->DecodeRequest(*pod);
   if (!request.ok()) {
-    return refuse(*pod, "error", request.status());
+    return refuse(*pod, BindCode::kError, request.status());
   }
   if (request->Empty()) {
-    return refuse(*pod, "not_ours",
+    return refuse(*pod, BindCode::kNotOurs,
                   absl::FailedPreconditionError(fmt::format(
                       "pod {} asks for no device this scheduler manages: kube-scheduler binds it "
                       "(list the device resources in the extender's managedResources)",
                       pod->Key())));
   }
   if (!pod->node_name.empty()) {
-    return refuse(*pod, "binding_rejected",
+    return refuse(*pod, BindCode::kBindingRejected,
                   absl::FailedPreconditionError(fmt::format("pod {} is already assigned to node {}",
                                                             pod->Key(), pod->node_name)));
   }
   if (pod->Deleting()) {
-    return refuse(*pod, "binding_rejected",
+    return refuse(*pod, BindCode::kBindingRejected,
                   absl::FailedPreconditionError(
                       fmt::format("pod {} is being deleted: it cannot be bound", pod->Key())));
   }
   if (std::vector<std::optional<device::NodeSnapshot>> snap = ledger_->Snapshot({args.node});
       !snap[0] || !snap[0]->devices) {
-    return refuse(*pod, "node_unregistered",
+    return refuse(*pod, BindCode::kNodeUnregistered,
                   absl::FailedPreconditionError(fmt::format(
                       "node {} is not registered: it has no device registration this scheduler "
                       "can read, so it binds no pod there",
                       args.node)));
   }
-  std::string outcome = "bound";
   bool still_held = false;
-  if (absl::Status bound = BindManaged(*pod, args, &outcome, &still_held); !bound.ok()) {
-    return finish(*pod, outcome, bound, /*release=*/!still_held);
+  if (absl::Status bound = BindManaged(*pod, args, &out, &still_held); !bound.ok()) {
+    return finish(*pod, out.code, bound, /*release=*/!still_held);
   }
-  Record(*pod, "BindingSucceed",
-         fmt::format("Successfully binding node [{}] to {}/{}", args.node, pod->meta.ns,
-                     pod->meta.name),
-         false);
-  CountBind("bound", Since(start));
-  if (outcome_out != nullptr) {
-    *outcome_out = "bound";
-  }
+  events_.Record(pod->meta, "BindingSucceed",
+                 fmt::format("Successfully binding node [{}] to {}/{}", args.node, pod->meta.ns,
+                             pod->meta.name),
+                 EventType::kNormal);
+  out.code = BindCode::kBound;
   return result;
 }
 
@@ -771,15 +654,15 @@ bool Scheduler::StillBound(const kube::Pod& pod) {
 }
 
 absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
-                                    std::string* outcome, bool* still_held) {
+                                    BindOutcome* outcome, bool* still_held) {
   const std::string& node = args.node;
   absl::StatusOr<ledger::PodAllocation> alloc = accounting::ProjectPod(*options_.vendor, pod);
   if (!alloc.ok()) {
-    *outcome = "no_allocation";
+    outcome->code = BindCode::kNoAllocation;
     return alloc.status();
   }
   if (alloc->node != node) {
-    *outcome = "no_allocation";
+    outcome->code = BindCode::kNoAllocation;
     return absl::FailedPreconditionError(
         alloc->node.empty()
             ? fmt::format("pod {} carries no {} annotation: it was not filtered by this scheduler",
@@ -800,21 +683,16 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
                              });
   lock_waiters_.fetch_sub(1);
   if (!lock.ok()) {
-    *outcome = absl::IsAborted(lock.status()) ? "lock_held" : "lock_error";
-    if (absl::IsAborted(lock.status()) && lock_options.wait > absl::ZeroDuration()) {
-      MutexLock l(&stats_mu_);
-      ++stats_.lock_waits["timed_out"];
-    }
+    const bool held = absl::IsAborted(lock.status());
+    outcome->code = held ? BindCode::kLockHeld : BindCode::kLockError;
+    outcome->lock_wait = held && lock_options.wait > absl::ZeroDuration();  // and timed out
     return lock.status();
   }
-  {
-    MutexLock l(&stats_mu_);
-    ++stats_.lock_outcomes[std::string(NodeLockOutcomeName(lock->outcome))];
-    stats_.lock_conflicts_retried += static_cast<uint64_t>(lock->conflicts);
-    if (lock->refusals > 0) {
-      ++stats_.lock_waits["acquired"];
-      stats_.lock_wait_latency.Observe(lock->waited);
-    }
+  outcome->lock = lock->outcome;
+  outcome->lock_conflicts = lock->conflicts;
+  if (lock->refusals > 0) {
+    outcome->lock_wait = true;
+    outcome->lock_waited = lock->waited;
   }
   if (lock->outcome != NodeLockOutcome::kAcquired && lock->took) {
     TESSERA_LOG(kInfo, "node {}: lock \"{}\" taken over for {} ({})", node, lock->previous,
@@ -837,7 +715,7 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
   const absl::Time t_recheck = absl::Now();
   if (absl::Status free = Recheck(pod, node, alloc->devices, alloc->init_count); !free.ok()) {
     unlock();
-    *outcome = "devices_not_free";
+    outcome->code = BindCode::kDevicesNotFree;
     return free;
   }
   // HAMi patches bind-phase=allocating and bind-time, then posts the Binding. The Binding
@@ -853,7 +731,7 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
   if (absl::Status b = client_->BindPod(pod.meta.ns, pod.meta.name, pod.meta.uid, node, phase);
       !b.ok()) {
     unlock();
-    *outcome = "binding_rejected";
+    outcome->code = BindCode::kBindingRejected;
     if (absl::IsAborted(b) && StillBound(pod)) {
       // A 409 because the pod is bound already (a duplicate bind, or someone else's): its
       // devices are in use, so the reservation holds them until the informer observes the
@@ -922,7 +800,7 @@ absl::Status Scheduler::Recheck(const kube::Pod& pod, std::string_view node,
   return absl::OkStatus();
 }
 
-// ---- reservations and stats ---------------------------------------------------------------
+// ---- reservations -------------------------------------------------------------------------
 
 std::vector<ledger::Reservation> Scheduler::ExpireReservations(absl::Time now) {
   std::vector<ledger::Reservation> expired;
@@ -952,20 +830,8 @@ std::vector<ledger::Reservation> Scheduler::ExpireReservations(absl::Time now) {
       return keep.contains(absl::string_view(uid.data(), uid.size()));
     });
   }
-  {
-    // Landed patches of pods that were never bound.
-    MutexLock l(&patch_mu_);
-    for (auto it = patches_.begin(); it != patches_.end();) {
-      auto current = it++;
-      if (current->second->done && current->second->created + options_.reservation_ttl <= now) {
-        patches_.erase(current);
-      }
-    }
-  }
-  if (!expired.empty()) {
-    MutexLock l(&stats_mu_);
-    stats_.reservations_expired += expired.size();
-  }
+  // Landed patches of pods that were never bound.
+  patches_.DropLanded(now - options_.reservation_ttl);
   for (const ledger::Reservation& r : expired) {
     TESSERA_VLOG(1, "reservation of {}/{} on {} expired", r.ns, r.name, r.node);
   }
@@ -987,110 +853,6 @@ std::vector<ledger::Reservation> Scheduler::ReleaseAbsent(
     }
   }
   return released;
-}
-
-Stats Scheduler::stats() const {
-  const size_t in_flight = ledger_->Reservations().size();
-  MutexLock l(&stats_mu_);
-  Stats s = stats_;
-  s.reservations_in_flight = in_flight;
-  return s;
-}
-
-void Scheduler::CountFilter(std::string_view outcome, absl::Duration took,
-                            std::string* outcome_out) {
-  if (outcome_out != nullptr) {
-    *outcome_out = std::string(outcome);
-  }
-  MutexLock l(&stats_mu_);
-  ++stats_.filter_outcomes[std::string(outcome)];
-  stats_.filter_latency.Observe(took);
-}
-
-void Scheduler::CountBind(std::string_view outcome, absl::Duration took) {
-  MutexLock l(&stats_mu_);
-  ++stats_.bind_outcomes[std::string(outcome)];
-  stats_.bind_latency.Observe(took);
-}
-
-// ---- events -------------------------------------------------------------------------------
-
-void Scheduler::Record(const kube::Pod& pod, std::string reason, std::string message,
-                       bool warning) {
-  Event e;
-  e.pod.meta.ns = pod.meta.ns;
-  e.pod.meta.name = pod.meta.name;
-  e.pod.meta.uid = pod.meta.uid;
-  e.reason = std::move(reason);
-  e.message = std::move(message);
-  CapMessage(&e.message, kEventMessageLimit);
-  e.warning = warning;
-  {
-    MutexLock l(&events_mu_);
-    if (events_.size() >= options_.event_queue_limit) {
-      MutexLock s(&stats_mu_);
-      ++stats_.events_dropped;
-      return;
-    }
-    events_.push_back(std::move(e));
-  }
-  // After the unlock: the sender woken under the lock would block on it at once.
-  events_cv_.SignalAll();
-}
-
-void Scheduler::FlushEvents() {
-  MutexLock l(&events_mu_);
-  while (!events_.empty() || events_busy_) {
-    events_cv_.Wait(&events_mu_);
-  }
-}
-
-void Scheduler::EventLoop() {
-  for (;;) {
-    Event e;
-    kube::CoreEvent ce;
-    {
-      MutexLock l(&events_mu_);
-      while (events_.empty() && !stopping_) {
-        events_cv_.Wait(&events_mu_);
-      }
-      if (events_.empty()) {
-        return;  // stopping, drained
-      }
-      e = std::move(events_.front());
-      events_.pop_front();
-      events_busy_ = true;
-      const absl::Time now = clock_->Now();
-      // Unique names even when the clock does not move (a fake clock, a coarse one).
-      const int64_t nanos = std::max(absl::ToUnixNanos(now), last_event_nanos_ + 1);
-      last_event_nanos_ = nanos;
-      ce.name = kube::EventName(e.pod.meta.name, absl::FromUnixNanos(nanos));
-      ce.first_timestamp = Rfc3339(now);
-      ce.last_timestamp = ce.first_timestamp;
-    }
-    ce.ns = e.pod.meta.ns;
-    ce.involved_kind = "Pod";
-    ce.involved_api_version = "v1";
-    ce.involved_ns = e.pod.meta.ns;
-    ce.involved_name = e.pod.meta.name;
-    ce.involved_uid = e.pod.meta.uid;
-    ce.reason = e.reason;
-    ce.message = e.message;
-    ce.type = e.warning ? "Warning" : "Normal";
-    ce.source_component = options_.scheduler_name;
-    absl::Status sent = client_->CreateEvent(ce);
-    if (!sent.ok()) {
-      TESSERA_LOG(kWarning, "event {} for pod {}/{} not recorded: {}", ce.reason, ce.involved_ns,
-                  ce.involved_name, Message(sent));
-    }
-    {
-      MutexLock s(&stats_mu_);
-      ++(sent.ok() ? stats_.events_sent : stats_.events_failed);
-    }
-    MutexLock l(&events_mu_);
-    events_busy_ = false;
-    events_cv_.SignalAll();
-  }
 }
 
 }  // namespace tessera::extender

@@ -125,7 +125,7 @@ class SchedulerTest : public ::testing::Test {
     return env_.faults()->Matching("PATCH", kPodPath + pod);
   }
   std::vector<SeenEvent> Events() {
-    scheduler_->FlushEvents();
+    scheduler_->events().Flush();
     absl::StatusOr<std::string> list =
         env_.store().List(*apisim::FindResource("", "v1", "events"), "default", {});
     EXPECT_TRUE(list.ok()) << list.status();
@@ -169,11 +169,15 @@ TEST_F(SchedulerTest, FilterWritesHamiAnnotationsAndLabelInOnePatch) {
   AddNode("n1", {{"GPU-a"}});
   env_.CreatePod("p1", Limits(1000, 30));
   Scheduler& s = Make();
-  FilterResult r = s.Filter(Args("p1", {"n1"}));
+  FilterOutcome outcome;
+  FilterResult r = s.Filter(Args("p1", {"n1"}), &outcome);
   EXPECT_EQ(r.error, "");
   ASSERT_TRUE(r.node_names.has_value());
   EXPECT_THAT(*r.node_names, ElementsAre("n1"));
   EXPECT_THAT(r.failed_nodes, IsEmpty());
+  EXPECT_EQ(outcome.code, FilterCode::kFit);
+  EXPECT_FALSE(outcome.simulated);
+  EXPECT_THAT(outcome.failed_nodes, IsEmpty());
 
   ASSERT_EQ(PodPatches("p1").size(), 1u);
   const kube::Pod pod = Pod("p1");
@@ -204,12 +208,10 @@ TEST_F(SchedulerTest, FilterWritesHamiAnnotationsAndLabelInOnePatch) {
   EXPECT_EQ(events[0].pod, "p1");
   EXPECT_EQ(events[0].uid, pod.meta.uid);
   EXPECT_EQ(events[0].message, "find fit node(n1), 0 nodes not fit, 1 nodes fit(n1:0.00)");
-  const Stats st = s.stats();
-  EXPECT_EQ(st.filter_outcomes.at("fit"), 1u);
-  EXPECT_EQ(st.reservations_in_flight, 1u);
-  EXPECT_EQ(st.filter_latency.count, 1u);
-  EXPECT_EQ(st.decide_latency.count, 1u);
-  EXPECT_EQ(st.events_sent, 1u);
+  const EventRecorder::Counts sent = s.events().counts();
+  EXPECT_EQ(sent.sent, 1u);
+  EXPECT_EQ(sent.failed, 0u);
+  EXPECT_EQ(sent.dropped, 0u);
 }
 
 TEST_F(SchedulerTest, FilterReadsOnlyTheCandidatesAndPicksPerPolicy) {
@@ -233,7 +235,8 @@ TEST_F(SchedulerTest, NoFitReturnsFailedNodesWithHamiReasons) {
   env_.CreateNode("n2", "{}");  // no registration: not in the ledger
   env_.CreatePod("p1", Limits(20000));
   Scheduler& s = Make();
-  FilterResult r = s.Filter(Args("p1", {"n1", "n2"}));
+  FilterOutcome outcome;
+  FilterResult r = s.Filter(Args("p1", {"n1", "n2"}), &outcome);
   EXPECT_EQ(r.error, "");
   ASSERT_TRUE(r.node_names.has_value());
   EXPECT_THAT(*r.node_names, IsEmpty());
@@ -250,10 +253,36 @@ TEST_F(SchedulerTest, NoFitReturnsFailedNodesWithHamiReasons) {
   }
   EXPECT_THAT(messages, UnorderedElementsAre("1 nodes CardInsufficientMemory(n1)",
                                              "1 nodes node unregistered(n2)"));
-  Stats st = s.stats();
-  EXPECT_EQ(st.filter_outcomes.at("no_fit"), 1u);
-  EXPECT_EQ(st.filter_node_reasons.at("CardInsufficientMemory"), 1u);
-  EXPECT_EQ(st.filter_node_reasons.at("node unregistered"), 1u);
+  // The same reasons, typed: what serve's decisions metric counts.
+  EXPECT_EQ(outcome.code, FilterCode::kNoFit);
+  ASSERT_EQ(outcome.failed_nodes.size(), 2u);
+  EXPECT_EQ(outcome.failed_nodes[0].node, "n1");
+  EXPECT_EQ(outcome.failed_nodes[0].failure, NodeFailure::kDevices);
+  ASSERT_EQ(outcome.failed_nodes[0].parts.size(), 1u);
+  EXPECT_EQ(outcome.failed_nodes[0].parts[0],
+            (schedule::ReasonPart{schedule::Reason::kCardInsufficientMemory, 1, 1}));
+  EXPECT_EQ(outcome.failed_nodes[1].node, "n2");
+  EXPECT_EQ(outcome.failed_nodes[1].failure, NodeFailure::kUnregistered);
+  EXPECT_THAT(outcome.failed_nodes[1].parts, IsEmpty());
+  EXPECT_EQ(NodeFailureLabel(outcome.failed_nodes[1].failure), "node unregistered");
+}
+
+// FailedNodes is keyed by node, so a candidate named twice fails once; the typed list (what
+// serve's decisions metric counts) agrees with it.
+TEST_F(SchedulerTest, ACandidateNamedTwiceFailsOnce) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreateNode("n2", "{}");
+  env_.CreatePod("p1", Limits(20000));
+  Scheduler& s = Make();
+  FilterOutcome outcome;
+  FilterResult r = s.Filter(Args("p1", {"n2", "n1", "n2"}), &outcome);
+  EXPECT_EQ(r.failed_nodes.size(), 2u);
+  EXPECT_EQ(outcome.code, FilterCode::kNoFit);
+  ASSERT_EQ(outcome.failed_nodes.size(), 2u);
+  EXPECT_EQ(outcome.failed_nodes[0].node, "n2");
+  EXPECT_EQ(outcome.failed_nodes[0].failure, NodeFailure::kUnregistered);
+  EXPECT_EQ(outcome.failed_nodes[1].node, "n1");
+  EXPECT_EQ(outcome.failed_nodes[1].failure, NodeFailure::kDevices);
 }
 
 // HAMi #2958: a running pod whose allocation does not decode blocks its node; the filter's
@@ -270,7 +299,8 @@ TEST_F(SchedulerTest, ANodeBlockedByAnUnreadableAllocationIsRefusedWithThePodNam
   ASSERT_TRUE(ledger_.Apply(broken).ok());
   env_.CreatePod("p1", Limits(1000));
   Scheduler& s = Make();
-  FilterResult r = s.Filter(Args("p1", {"n1"}));
+  FilterOutcome outcome;
+  FilterResult r = s.Filter(Args("p1", {"n1"}), &outcome);
   EXPECT_EQ(r.error, "");
   ASSERT_TRUE(r.node_names.has_value());
   EXPECT_THAT(*r.node_names, IsEmpty());
@@ -284,10 +314,12 @@ TEST_F(SchedulerTest, ANodeBlockedByAnUnreadableAllocationIsRefusedWithThePodNam
   }
   EXPECT_THAT(messages, ElementsAre("1 nodes node has an allocation Tessera cannot read (pod "
                                     "ml/broken)(n1)"));
-  // The statistics key (a metric label) does not grow with every blocking pod.
-  EXPECT_THAT(s.stats().filter_node_reasons,
-              ElementsAre(std::pair<const std::string, uint64_t>(
-                  "node has an allocation Tessera cannot read", 1u)));
+  // The typed reason (a metric label) does not grow with every blocking pod.
+  EXPECT_EQ(outcome.code, FilterCode::kNoFit);
+  ASSERT_EQ(outcome.failed_nodes.size(), 1u);
+  EXPECT_EQ(outcome.failed_nodes[0].failure, NodeFailure::kBlocked);
+  EXPECT_EQ(NodeFailureLabel(outcome.failed_nodes[0].failure),
+            "node has an allocation Tessera cannot read");
   // Fixed (the record holds nothing unusual now): the node is offered again.
   broken.unreadable = false;
   ASSERT_TRUE(ledger_.Apply(broken).ok());
@@ -309,7 +341,7 @@ TEST_F(SchedulerTest, EventNodeListsAreCutAtTheMessageLimitAndCounted) {
   // the candidates in order from the first, and the count of those left out.
   auto parse = [&](const std::string& message, const std::string& prefix,
                    const std::string& separator, const std::string& suffix) {
-    EXPECT_LE(message.size(), Scheduler::kEventMessageLimit) << message;
+    EXPECT_LE(message.size(), EventRecorder::kMessageLimit) << message;
     EXPECT_EQ(message.substr(0, prefix.size()), prefix) << message;
     const std::string tail = " more)";
     const size_t more = message.rfind("... ");
@@ -384,8 +416,8 @@ TEST_F(SchedulerTest, LongEventMessagesAreCutAtACharacterBoundary) {
   ASSERT_EQ(events.size(), 2u);
   for (const SeenEvent& e : events) {
     EXPECT_EQ(e.reason, "FilteringFailed");
-    EXPECT_LE(e.message.size(), Scheduler::kEventMessageLimit);
-    EXPECT_GE(e.message.size(), Scheduler::kEventMessageLimit - 4);
+    EXPECT_LE(e.message.size(), EventRecorder::kMessageLimit);
+    EXPECT_GE(e.message.size(), EventRecorder::kMessageLimit - 4);
     ASSERT_TRUE(absl::EndsWith(e.message, "\u00e9..."));
   }
 }
@@ -395,9 +427,9 @@ TEST_F(SchedulerTest, PodsWithoutManagedDevicesPassThroughUntouched) {
   env_.CreatePod("plain", R"({"cpu":"1"})");
   const kube::Pod before = Pod("plain");
   Scheduler& s = Make();
-  std::string outcome;
+  FilterOutcome outcome;
   FilterResult r = s.Filter(Args("plain", {"n1", "n2"}), &outcome);
-  EXPECT_EQ(outcome, "pass_through");  // what serve's decisions metric reports
+  EXPECT_EQ(outcome.code, FilterCode::kPassThrough);  // what serve's decisions metric reports
   EXPECT_EQ(r.error, "");
   ASSERT_TRUE(r.node_names.has_value());
   EXPECT_THAT(*r.node_names, ElementsAre("n1", "n2"));
@@ -406,7 +438,6 @@ TEST_F(SchedulerTest, PodsWithoutManagedDevicesPassThroughUntouched) {
   EXPECT_EQ(Pod("plain"), before);
   EXPECT_THAT(Events(), IsEmpty());
   EXPECT_THAT(ledger_.Reservations(), IsEmpty());
-  EXPECT_EQ(s.stats().filter_outcomes.at("pass_through"), 1u);
 }
 
 TEST_F(SchedulerTest, FilteringAgainReleasesTheEarlierReservation) {
@@ -434,14 +465,19 @@ TEST_F(SchedulerTest, ConcurrentFiltersNeverOverCommit) {
   }
   Scheduler& s = Make();
   std::atomic<int> fits{0};
+  std::atomic<int> no_fits{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = t; i < kPods; i += 4) {
-        FilterResult r = s.Filter(args[static_cast<size_t>(i)]);
+        FilterOutcome outcome;
+        FilterResult r = s.Filter(args[static_cast<size_t>(i)], &outcome);
         EXPECT_EQ(r.error, "");
         if (r.node_names && !r.node_names->empty()) {
           ++fits;
+        }
+        if (outcome.code == FilterCode::kNoFit) {
+          ++no_fits;
         }
       }
     });
@@ -454,7 +490,7 @@ TEST_F(SchedulerTest, ConcurrentFiltersNeverOverCommit) {
   auto snap = ledger_.Snapshot({"n1"});
   ASSERT_TRUE(snap[0].has_value());
   EXPECT_EQ(snap[0]->usage[0].usedmem, 8000);
-  EXPECT_EQ(s.stats().filter_outcomes.at("no_fit"), 8u);
+  EXPECT_EQ(no_fits.load(), 8);
 }
 
 TEST_F(SchedulerTest, SimultaneousFiltersForTheLastSlotHaveOneWinner) {
@@ -521,12 +557,13 @@ TEST_F(SchedulerTest, FailedAnnotationPatchUndoesTheReservation) {
   env_.CreatePod("p1", Limits(1000));
   Scheduler& s = Make();
   env_.faults()->Inject("PATCH", std::string(kPodPath) + "p1", 500, "InternalError");
-  FilterResult r = s.Filter(Args("p1", {"n1"}));
+  FilterOutcome outcome;
+  FilterResult r = s.Filter(Args("p1", {"n1"}), &outcome);
   EXPECT_THAT(r.error, HasSubstr("patch pod default/p1 annotations"));
   EXPECT_FALSE(r.node_names.has_value());
   EXPECT_THAT(ledger_.Reservations(), IsEmpty());
   EXPECT_THAT(EventReasons(), ElementsAre("FilteringFailed"));
-  EXPECT_EQ(s.stats().filter_outcomes.at("error"), 1u);
+  EXPECT_EQ(outcome.code, FilterCode::kError);
 }
 
 TEST_F(SchedulerTest, NodesRequestIsAnsweredWithNodesAndNoSideEffects) {
@@ -542,7 +579,8 @@ TEST_F(SchedulerTest, NodesRequestIsAnsweredWithNodesAndNoSideEffects) {
   tmpl.meta.annotations.Set("hami.io/node-nvidia-register", Register({{"GPU-t"}}));
   args.nodes = std::vector<WireNode>{{small, R"({"metadata":{"name":"small"}})"},
                                      {tmpl, R"({"metadata":{"name":"template-1"}})"}};
-  FilterResult r = s.Filter(args);
+  FilterOutcome outcome;
+  FilterResult r = s.Filter(args, &outcome);
   EXPECT_EQ(r.error, "");
   EXPECT_FALSE(r.node_names.has_value());
   ASSERT_TRUE(r.nodes.has_value());
@@ -550,7 +588,8 @@ TEST_F(SchedulerTest, NodesRequestIsAnsweredWithNodesAndNoSideEffects) {
   EXPECT_THAT(PodPatches("p1"), IsEmpty());
   EXPECT_THAT(ledger_.Reservations(), IsEmpty());
   EXPECT_THAT(Events(), IsEmpty());
-  EXPECT_EQ(s.stats().filter_outcomes.at("simulated"), 1u);
+  EXPECT_EQ(outcome.code, FilterCode::kFit);
+  EXPECT_TRUE(outcome.simulated);
 }
 
 // ---- bind ---------------------------------------------------------------------------------
@@ -562,7 +601,8 @@ TEST_F(SchedulerTest, BindTakesTheLockMarksThePhaseAndPostsTheBinding) {
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
   clock_.Advance(absl::Seconds(3));
   const size_t patches = PodPatches("p1").size();
-  BindResult b = s.Bind(BindFor("p1", "n1"));
+  BindOutcome outcome;
+  BindResult b = s.Bind(BindFor("p1", "n1"), &outcome);
   EXPECT_EQ(b.error, "");
   // bind-phase and bind-time travel in the Binding: no pod PATCH of its own.
   EXPECT_EQ(PodPatches("p1").size(), patches);
@@ -581,10 +621,10 @@ TEST_F(SchedulerTest, BindTakesTheLockMarksThePhaseAndPostsTheBinding) {
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[1].reason, "BindingSucceed");
   EXPECT_EQ(events[1].message, "Successfully binding node [n1] to default/p1");
-  Stats st = s.stats();
-  EXPECT_EQ(st.bind_outcomes.at("bound"), 1u);
-  EXPECT_EQ(st.lock_outcomes.at("acquired"), 1u);
-  EXPECT_EQ(st.bind_latency.count, 1u);
+  EXPECT_EQ(outcome.code, BindCode::kBound);
+  EXPECT_EQ(outcome.lock, NodeLockOutcome::kAcquired);
+  EXPECT_EQ(outcome.lock_conflicts, 0);
+  EXPECT_FALSE(outcome.lock_wait);
 }
 
 TEST_F(SchedulerTest, BindUsesTheLookupAndFallsBackToTheApiWhenItsCopyIsStale) {
@@ -613,7 +653,8 @@ TEST_F(SchedulerTest, BindFailsWhenALivePodHoldsTheLock) {
   SetLock("n1", "2025-12-31T23:58:00Z,default,holder");
   Scheduler& s = Make();
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
-  BindResult b = s.Bind(BindFor("p1", "n1"));
+  BindOutcome outcome;
+  BindResult b = s.Bind(BindFor("p1", "n1"), &outcome);
   EXPECT_THAT(b.error, HasSubstr("locked by default/holder"));
   EXPECT_EQ(Lock("n1"), "2025-12-31T23:58:00Z,default,holder");
   EXPECT_THAT(ledger_.Reservations(), IsEmpty());
@@ -621,7 +662,7 @@ TEST_F(SchedulerTest, BindFailsWhenALivePodHoldsTheLock) {
   EXPECT_EQ(p.node_name, "");
   EXPECT_FALSE(p.meta.annotations.Contains("hami.io/bind-phase"));
   EXPECT_THAT(EventReasons(), ElementsAre("FilteringSucceed", "BindingFailed"));
-  EXPECT_EQ(s.stats().bind_outcomes.at("lock_held"), 1u);
+  EXPECT_EQ(outcome.code, BindCode::kLockHeld);
 }
 
 TEST_F(SchedulerTest, BindTakesOverALockOlderThanTheTimeout) {
@@ -631,9 +672,10 @@ TEST_F(SchedulerTest, BindTakesOverALockOlderThanTheTimeout) {
   SetLock("n1", "2025-12-31T23:54:00Z,default,holder");
   Scheduler& s = Make();
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
-  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  BindOutcome outcome;
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1"), &outcome).error, "");
   EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
-  EXPECT_EQ(s.stats().lock_outcomes.at("took_over_expired"), 1u);
+  EXPECT_EQ(outcome.lock, NodeLockOutcome::kTookOverExpired);
 }
 
 TEST_F(SchedulerTest, BindTakesOverALockWhoseOwnerIsGone) {
@@ -643,9 +685,10 @@ TEST_F(SchedulerTest, BindTakesOverALockWhoseOwnerIsGone) {
   // The lookup misses the ghost too, so the API is asked (404).
   Scheduler& s = Make([](std::string_view, std::string_view) { return std::nullopt; });
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
-  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  BindOutcome outcome;
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1"), &outcome).error, "");
   EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
-  EXPECT_EQ(s.stats().lock_outcomes.at("took_over_orphan"), 1u);
+  EXPECT_EQ(outcome.lock, NodeLockOutcome::kTookOverOrphan);
 }
 
 TEST_F(SchedulerTest, BindIsReentrantForTheLockOwner) {
@@ -654,10 +697,11 @@ TEST_F(SchedulerTest, BindIsReentrantForTheLockOwner) {
   SetLock("n1", "2025-12-31T23:59:00Z,default,p1");
   Scheduler& s = Make();
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
-  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  BindOutcome outcome;
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1"), &outcome).error, "");
   EXPECT_EQ(Lock("n1"), "2025-12-31T23:59:00Z,default,p1");
   EXPECT_EQ(Pod("p1").node_name, "n1");
-  EXPECT_EQ(s.stats().lock_outcomes.at("reentered"), 1u);
+  EXPECT_EQ(outcome.lock, NodeLockOutcome::kReentered);
 }
 
 TEST_F(SchedulerTest, BindFailsWhenTheDevicesAreNoLongerFree) {
@@ -678,11 +722,12 @@ TEST_F(SchedulerTest, BindFailsWhenTheDevicesAreNoLongerFree) {
                           {{{"GPU-a", "NVIDIA", 4000, 0}}},
                           0})
                   .ok());
-  BindResult b = s.Bind(BindFor("p1", "n1"));
+  BindOutcome outcome;
+  BindResult b = s.Bind(BindFor("p1", "n1"), &outcome);
   EXPECT_THAT(b.error, HasSubstr("no longer free"));
   EXPECT_THAT(b.error, HasSubstr("10000/8000 MiB"));
   ExpectNothingHeld("p1", "n1");
-  EXPECT_EQ(s.stats().bind_outcomes.at("devices_not_free"), 1u);
+  EXPECT_EQ(outcome.code, BindCode::kDevicesNotFree);
 }
 
 TEST_F(SchedulerTest, BindRejectedBecauseThePodIsAlreadyBound) {
@@ -693,7 +738,8 @@ TEST_F(SchedulerTest, BindRejectedBecauseThePodIsAlreadyBound) {
   const BindArgs args = BindFor("p1", "n1");
   ASSERT_TRUE(env_.client()->BindPod("default", "p1", args.pod_uid, "n1").ok());
   const size_t writes = env_.faults()->requests().size();
-  BindResult b = s.Bind(args);
+  BindOutcome outcome;
+  BindResult b = s.Bind(args, &outcome);
   EXPECT_THAT(b.error, HasSubstr("pod default/p1 is already assigned to node n1"));
   // A refusal: the devices of the bound pod stay held until the ledger observes it, and no
   // lock or binding is attempted (only the pod's GET).
@@ -705,7 +751,7 @@ TEST_F(SchedulerTest, BindRejectedBecauseThePodIsAlreadyBound) {
       EXPECT_EQ(requests[i].method, "GET") << requests[i].path;
     }
   }
-  EXPECT_EQ(s.stats().bind_outcomes.at("binding_rejected"), 1u);
+  EXPECT_EQ(outcome.code, BindCode::kBindingRejected);
 }
 
 // A binding refused because the pod is bound already (a duplicate bind racing the informer)
@@ -754,13 +800,16 @@ TEST_F(SchedulerTest, ADuplicateBindThatFailsLeavesTheFirstBindsLock) {
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
   cached = Pod("p1");
   const BindArgs args = BindFor("p1", "n1");
-  ASSERT_EQ(s.Bind(args).error, "");
+  BindOutcome first;
+  ASSERT_EQ(s.Bind(args, &first).error, "");
+  EXPECT_EQ(first.lock, NodeLockOutcome::kAcquired);
   ASSERT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
   clock_.Advance(absl::Seconds(2));
-  BindResult again = s.Bind(args);
+  BindOutcome outcome;
+  BindResult again = s.Bind(args, &outcome);
   EXPECT_THAT(again.error, HasSubstr("already assigned"));
   EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
-  EXPECT_EQ(s.stats().lock_outcomes.at("reentered"), 1u);
+  EXPECT_EQ(outcome.lock, NodeLockOutcome::kReentered);
   // Nor does it drop the reservation that holds the pod's devices until it is observed bound.
   EXPECT_EQ(ledger_.Reservations().size(), 1u);
 }
@@ -772,7 +821,7 @@ TEST_F(SchedulerTest, ABindOfAPodWhoseBindIsInProgressIsRefusedAtOnce) {
   env_.CreatePod("p1", Limits(1000));
   Scheduler* s = nullptr;
   BindResult nested;
-  std::string nested_outcome;
+  BindOutcome nested_outcome;
   const BindArgs args{"p1", "default", "", "n1"};
   bool once = false;
   s = &Make([&](std::string_view, std::string_view name) -> std::optional<kube::Pod> {
@@ -784,11 +833,11 @@ TEST_F(SchedulerTest, ABindOfAPodWhoseBindIsInProgressIsRefusedAtOnce) {
   });
   ASSERT_THAT(*s->Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
   ASSERT_FALSE(once);
-  std::string outcome;
+  BindOutcome outcome;
   EXPECT_EQ(s->Bind(args, &outcome).error, "");
-  EXPECT_EQ(outcome, "bound");
+  EXPECT_EQ(outcome.code, BindCode::kBound);
   ASSERT_TRUE(once);
-  EXPECT_EQ(nested_outcome, "in_progress");
+  EXPECT_EQ(nested_outcome.code, BindCode::kInProgress);
   EXPECT_THAT(nested.error, HasSubstr("a bind of pod default/p1 is already in progress"));
   EXPECT_EQ(Pod("p1").node_name, "n1");
   EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
@@ -813,12 +862,13 @@ TEST_F(SchedulerTest, AnExpiredLockIsNotHandedOverWhileItsHolderWaitsForAllocate
   SetLock("n1", "2025-12-31T23:54:00Z,default,holder");  // 6 min old
   Scheduler& s = Make();
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
-  BindResult b = s.Bind(BindFor("p1", "n1"));
+  BindOutcome outcome;
+  BindResult b = s.Bind(BindFor("p1", "n1"), &outcome);
   EXPECT_THAT(b.error, HasSubstr("default/holder is still waiting for the device plugin's "
                                  "Allocate"));
   EXPECT_EQ(Lock("n1"), "2025-12-31T23:54:00Z,default,holder");
   EXPECT_EQ(Pod("p1").node_name, "");
-  EXPECT_EQ(s.stats().bind_outcomes.at("lock_held"), 1u);
+  EXPECT_EQ(outcome.code, BindCode::kLockHeld);
   // Once the plugin is done (bind-phase success), the expired lock is free.
   kube::MetadataPatch done;
   done.annotations.emplace_back(std::string(device::kBindPhaseAnnotation), "success");
@@ -862,23 +912,25 @@ TEST_F(SchedulerTest, ABindThatMeetsAHeldLockWaitsForItsRelease) {
   Scheduler& s = Make();
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
   const absl::Time start = clock_.Now();
-  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  BindOutcome waited;
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1"), &waited).error, "");
   EXPECT_EQ(Pod("p1").node_name, "n1");
   EXPECT_EQ(Lock("n1"), device::FormatNodeLock(clock_.Now(), "default", "p1"));
-  Stats st = s.stats();
-  EXPECT_EQ(st.lock_waits.at("acquired"), 1u);
-  EXPECT_EQ(st.lock_wait_latency.count, 1u);
-  EXPECT_NEAR(st.lock_wait_latency.sum_seconds, absl::ToDoubleSeconds(clock_.Now() - start), 1e-9);
+  EXPECT_EQ(waited.code, BindCode::kBound);
+  EXPECT_TRUE(waited.lock_wait);
+  EXPECT_NEAR(absl::ToDoubleSeconds(waited.lock_waited),
+              absl::ToDoubleSeconds(clock_.Now() - start), 1e-9);
   // A holder that never lets go: the bind gives up after the retry timeout and says so.
   env_.CreatePod("p2", Limits(1000));
   AddNode("n2", {{"GPU-b"}});
   SetLock("n2", device::FormatNodeLock(clock_.Now(), "default", "holder"));
   ASSERT_THAT(*s.Filter(Args("p2", {"n2"})).node_names, ElementsAre("n2"));
-  BindResult b = s.Bind(BindFor("p2", "n2"));
+  BindOutcome outcome;
+  BindResult b = s.Bind(BindFor("p2", "n2"), &outcome);
   EXPECT_THAT(b.error, HasSubstr("locked by default/holder"));
   EXPECT_THAT(b.error, HasSubstr("gave up after waiting 28s"));
-  EXPECT_EQ(s.stats().lock_waits.at("timed_out"), 1u);
-  EXPECT_EQ(s.stats().bind_outcomes.at("lock_held"), 1u);
+  EXPECT_TRUE(outcome.lock_wait);  // it waited, and timed out
+  EXPECT_EQ(outcome.code, BindCode::kLockHeld);
 }
 
 TEST_F(SchedulerTest, OnlyMaxLockWaitersBindsWaitAtOnce) {
@@ -924,11 +976,12 @@ TEST_F(SchedulerTest, BindOfADeletedPodFails) {
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
   const BindArgs args = BindFor("p1", "n1");
   env_.Delete("pods", "default", "p1");
-  BindResult b = s.Bind(args);
+  BindOutcome outcome;
+  BindResult b = s.Bind(args, &outcome);
   EXPECT_THAT(b.error, HasSubstr("not found"));
   EXPECT_THAT(ledger_.Reservations(), IsEmpty());
   EXPECT_EQ(Lock("n1"), "<none>");
-  EXPECT_EQ(s.stats().bind_outcomes.at("pod_not_found"), 1u);
+  EXPECT_EQ(outcome.code, BindCode::kPodNotFound);
 }
 
 TEST_F(SchedulerTest, BindOfADeletedPodStillInTheCacheReleasesTheLock) {
@@ -946,11 +999,12 @@ TEST_F(SchedulerTest, BindOfADeletedPodStillInTheCacheReleasesTheLock) {
   cached = Pod("p1");  // annotated: the cache is current...
   const BindArgs args = BindFor("p1", "n1");
   env_.Delete("pods", "default", "p1");  // ...until the pod goes
-  BindResult b = s->Bind(args);
+  BindOutcome outcome;
+  BindResult b = s->Bind(args, &outcome);
   EXPECT_NE(b.error, "");
   EXPECT_THAT(ledger_.Reservations(), IsEmpty());
   EXPECT_EQ(Lock("n1"), "<none>");
-  EXPECT_EQ(s->stats().bind_outcomes.at("binding_rejected"), 1u);
+  EXPECT_EQ(outcome.code, BindCode::kBindingRejected);
 }
 
 TEST_F(SchedulerTest, AFailedBindingReleasesLockAndReservationAndLeavesNoBindPhase) {
@@ -959,7 +1013,8 @@ TEST_F(SchedulerTest, AFailedBindingReleasesLockAndReservationAndLeavesNoBindPha
   Scheduler& s = Make();
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
   env_.faults()->Inject("POST", std::string(kPodPath) + "p1/binding", 500, "InternalError");
-  BindResult b = s.Bind(BindFor("p1", "n1"));
+  BindOutcome outcome;
+  BindResult b = s.Bind(BindFor("p1", "n1"), &outcome);
   EXPECT_THAT(b.error, HasSubstr("500"));
   ExpectNothingHeld("p1", "n1");
   const kube::Pod pod = Pod("p1");
@@ -967,7 +1022,7 @@ TEST_F(SchedulerTest, AFailedBindingReleasesLockAndReservationAndLeavesNoBindPha
   // HAMi would have patched bind-phase=allocating before the binding and left it there.
   EXPECT_FALSE(pod.meta.annotations.Contains(device::kBindPhaseAnnotation));
   EXPECT_FALSE(pod.meta.annotations.Contains(device::kBindTimeAnnotation));
-  EXPECT_EQ(s.stats().bind_outcomes.at("binding_rejected"), 1u);
+  EXPECT_EQ(outcome.code, BindCode::kBindingRejected);
 }
 
 TEST_F(SchedulerTest, BindToANodeOtherThanTheFilteredOneFails) {
@@ -994,7 +1049,6 @@ TEST_F(SchedulerTest, BindAfterTheReservationExpiredRereservesWhenStillFree) {
   std::vector<ledger::Reservation> res = ledger_.Reservations();
   ASSERT_EQ(res.size(), 1u);
   EXPECT_EQ(res[0].expires_at, clock_.Now() + absl::Minutes(5));
-  EXPECT_EQ(s.stats().reservations_expired, 1u);
 }
 
 TEST_F(SchedulerTest, BindAfterTheReservationExpiredFailsWhenTheDevicesWereTaken) {
@@ -1142,23 +1196,27 @@ TEST_F(SchedulerTest, BindRefusesPodsAndNodesThatAreNotOurs) {
   env_.faults()->Clear();
   struct Case {
     BindArgs args;
-    std::string error, outcome;
+    std::string error;
+    BindCode code;
   };
   const Case cases[] = {
       {BindFor("plain", "n1"), "pod default/plain asks for no device this scheduler manages",
-       "not_ours"},
+       BindCode::kNotOurs},
       {BindFor("other", "n1"),
        R"(pod default/other names scheduler "default-scheduler", not "hami-scheduler")",
-       "not_ours"},
-      {BindFor("p1", "ghost"), "node ghost is not registered", "node_unregistered"},
-      {BindArgs{"", "default", "u", "n1"}, "not valid Kubernetes names", "error"},
-      {BindArgs{"p1", "default", "u", ""}, "not valid Kubernetes names", "error"},
+       BindCode::kNotOurs},
+      {BindFor("p1", "ghost"), "node ghost is not registered", BindCode::kNodeUnregistered},
+      {BindArgs{"", "default", "u", "n1"}, "not valid Kubernetes names", BindCode::kError},
+      {BindArgs{"p1", "default", "u", ""}, "not valid Kubernetes names", BindCode::kError},
   };
+  int not_ours = 0;
   for (const Case& c : cases) {
-    std::string outcome;
+    BindOutcome outcome;
     BindResult b = s.Bind(c.args, &outcome);
     EXPECT_THAT(b.error, HasSubstr(c.error)) << c.args.pod_name << "@" << c.args.node;
-    EXPECT_EQ(outcome, c.outcome) << c.args.pod_name << "@" << c.args.node;
+    EXPECT_EQ(outcome.code, c.code) << c.args.pod_name << "@" << c.args.node;
+    EXPECT_EQ(outcome.lock, std::nullopt) << "no lock step for a refusal";
+    not_ours += outcome.code == BindCode::kNotOurs ? 1 : 0;
   }
   for (const kube::Request& r : env_.faults()->requests()) {
     if (r.path == "/api/v1/namespaces/default/events") {
@@ -1172,7 +1230,7 @@ TEST_F(SchedulerTest, BindRefusesPodsAndNodesThatAreNotOurs) {
   EXPECT_EQ(Pod("p1").node_name, "");
   EXPECT_EQ(Lock("n1"), "<none>");
   ASSERT_EQ(ledger_.Reservations().size(), 1u);  // p1's filter decision is untouched
-  EXPECT_EQ(s.stats().bind_outcomes.at("not_ours"), 2u);
+  EXPECT_EQ(not_ours, 2);
   // The real bind of p1 still goes through.
   EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
 }
@@ -1214,9 +1272,9 @@ TEST_F(SchedulerTest, AFilterNamingARunningPodChangesNothing) {
     FilterArgs args;
     args.pod = forged;
     args.node_names = std::vector<std::string>{"n2"};
-    std::string outcome;
+    FilterOutcome outcome;
     FilterResult r = s.Filter(args, &outcome);
-    EXPECT_EQ(outcome, "error") << uid;
+    EXPECT_EQ(outcome.code, FilterCode::kError) << uid;
     EXPECT_THAT(r.error, uid == before.meta.uid ? HasSubstr("is already bound to node n1")
                                                 : HasSubstr("has uid " + before.meta.uid))
         << uid;
@@ -1280,9 +1338,10 @@ TEST_F(SchedulerTest, LockConflictDuringBindIsRetried) {
   Scheduler& s = Make();
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
   env_.faults()->Inject("PATCH", "/api/v1/nodes/n1", 409, "Conflict");
-  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  BindOutcome outcome;
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1"), &outcome).error, "");
   EXPECT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
-  EXPECT_EQ(s.stats().lock_conflicts_retried, 1u);
+  EXPECT_EQ(outcome.lock_conflicts, 1);
 }
 
 TEST_F(SchedulerTest, EventFailuresNeverFailTheRequest) {
@@ -1292,8 +1351,9 @@ TEST_F(SchedulerTest, EventFailuresNeverFailTheRequest) {
   env_.faults()->Inject("POST", "/api/v1/namespaces/default/events", 500, "InternalError", 10);
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
   EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
-  s.FlushEvents();
-  EXPECT_EQ(s.stats().events_failed, 2u);
+  s.events().Flush();
+  EXPECT_EQ(s.events().counts().failed, 2u);
+  EXPECT_EQ(s.events().counts().sent, 0u);
 }
 
 // ---- the filter patch written behind the reply -----------------------------------------------
@@ -1323,7 +1383,7 @@ TEST_F(SchedulerTest, WriteBehindBindWaitsForThePatchAndUsesThePodItReturned) {
   kube::Pod bound = Pod("p1");
   EXPECT_EQ(bound.node_name, "n1");
   EXPECT_EQ(bound.meta.annotations.Get(device::kVgpuNodeAnnotation), "n1");
-  EXPECT_EQ(s.stats().patch_latency.count, 1u);
+  EXPECT_EQ(PodPatches("p1").size(), 1u);  // one filter patch, written behind the reply
 }
 
 TEST_F(SchedulerTest, WriteBehindPatchFailureFailsTheBindAndHoldsNothing) {
@@ -1334,11 +1394,15 @@ TEST_F(SchedulerTest, WriteBehindPatchFailureFailsTheBindAndHoldsNothing) {
   env_.faults()->Inject("PATCH", std::string(kPodPath) + "p1", 500, "InternalError");
   FilterResult r = s.Filter(Args("p1", {"n1"}));
   EXPECT_EQ(r.error, "");  // the decision was made; the patch is behind the reply
-  BindResult b = s.Bind(BindFor("p1", "n1"));
+  BindOutcome outcome;
+  BindResult b = s.Bind(BindFor("p1", "n1"), &outcome);
   EXPECT_THAT(b.error, HasSubstr("patch pod default/p1 annotations"));
   ExpectNothingHeld("p1", "n1");
-  EXPECT_EQ(s.stats().patch_failures, 1u);
-  EXPECT_EQ(s.stats().bind_outcomes.at("patch_failed"), 1u);
+  EXPECT_EQ(PodPatches("p1").size(), 1u);  // the failed patch, not retried
+  EXPECT_EQ(outcome.code, BindCode::kPatchFailed);
+  // The failure is also the filter's event (written behind, it could not be the reply).
+  EXPECT_THAT(EventReasons(),
+              UnorderedElementsAre("FilteringSucceed", "FilteringFailed", "BindingFailed"));
 }
 
 TEST_F(SchedulerTest, WriteBehindReFilterLeavesTheLastDecisionOnThePod) {

@@ -1,5 +1,5 @@
 // Test helpers for the extender: an in-process apisim reached over the real CurlTransport, with
-// a transport wrapper that records requests and injects canned responses.
+// transport wrappers that record requests and inject canned responses, or hold requests.
 #pragma once
 
 #include <memory>
@@ -97,6 +97,57 @@ class FaultTransport : public kube::Transport {
   Mutex mu_;
   std::vector<Rule> rules_ ABSL_GUARDED_BY(mu_);
   std::vector<kube::Request> requests_ ABSL_GUARDED_BY(mu_);
+};
+
+// Forwards to `inner`, but holds every request with `method` whose path contains `path_part`
+// until Open(), so that a test can act while a writer or sender is on the wire.
+class GateTransport : public kube::Transport {
+ public:
+  GateTransport(kube::Transport* inner, std::string method, std::string path_part)
+      : inner_(inner), method_(std::move(method)), path_part_(std::move(path_part)) {}
+
+  void Send(kube::Request request, kube::ResponseCallback done) override {
+    if (request.method == method_ && request.path.find(path_part_) != std::string::npos) {
+      MutexLock l(&mu_);
+      ++held_;
+      cv_.SignalAll();
+      while (!open_) {
+        cv_.Wait(&mu_);
+      }
+    }
+    inner_->Send(std::move(request), std::move(done));
+  }
+  kube::StreamId Stream(kube::Request request, kube::StreamHandlers handlers) override {
+    return inner_->Stream(std::move(request), std::move(handlers));
+  }
+  void Cancel(kube::StreamId id) override { inner_->Cancel(id); }
+
+  // Blocks until `n` requests have been held in all.
+  void WaitHeld(int n) {
+    MutexLock l(&mu_);
+    while (held_ < n) {
+      cv_.Wait(&mu_);
+    }
+  }
+  int held() {
+    MutexLock l(&mu_);
+    return held_;
+  }
+  // Lets the held requests and every later one through.
+  void Open() {
+    MutexLock l(&mu_);
+    open_ = true;
+    cv_.SignalAll();
+  }
+
+ private:
+  kube::Transport* const inner_;
+  const std::string method_;
+  const std::string path_part_;
+  Mutex mu_;
+  CondVar cv_;
+  int held_ ABSL_GUARDED_BY(mu_) = 0;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // apisim on 127.0.0.1 port 0 + CurlTransport + FaultTransport + ApiClient (no retries).

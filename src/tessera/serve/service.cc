@@ -1,6 +1,7 @@
 #include "tessera/serve/service.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -10,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_split.h"
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -41,43 +41,72 @@ namespace tessera::serve {
 namespace {
 
 // The label of an unschedulable filter in tessera_filter_decisions_total{reason}: the reason
-// name most failed candidates give (HAMi's "2/8 CardInsufficientMemory, 1/8 CardNotHealth"
-// strings counted by name; a reason without a count, such as "node unregistered", as it is),
-// ties broken by name. Bounded by the fixed set of reasons, never a node name.
-std::string CommonFailureReason(const std::map<std::string, std::string>& failed_nodes) {
-  std::map<std::string, int64_t> counts;
-  for (const auto& [node, text] : failed_nodes) {
-    for (absl::string_view part : absl::StrSplit(text, ", ", absl::SkipEmpty())) {
-      const size_t space = part.find(' ');
-      if (space != absl::string_view::npos &&
-          part.substr(0, space).find('/') != absl::string_view::npos) {
-        part = part.substr(space + 1);
-      }
-      // No pod names in labels.
-      ++counts[std::string(schedule::ReasonLabel(std::string_view(part.data(), part.size())))];
+// most failed candidates give, each device reason of a node counted once by name
+// ("CardInsufficientMemory" for HAMi's "2/8 CardInsufficientMemory"), a node-level reason by its
+// label ("node unregistered"), ties broken by name. Bounded by the fixed set of reasons, never
+// a node or pod name.
+std::string_view CommonFailureReason(const std::vector<extender::FailedNode>& failed_nodes) {
+  std::array<int64_t, schedule::kReasonCount> device{};
+  std::array<int64_t, extender::kNodeFailureCount> node{};
+  for (const extender::FailedNode& f : failed_nodes) {
+    if (f.failure != extender::NodeFailure::kDevices) {
+      ++node[static_cast<size_t>(f.failure)];
+      continue;
+    }
+    for (const schedule::ReasonPart& part : f.parts) {
+      ++device[static_cast<size_t>(part.reason)];
     }
   }
-  std::string best;
+  std::string_view best;
   int64_t best_count = 0;
-  for (const auto& [name, count] : counts) {
-    if (count > best_count) {
+  auto consider = [&](std::string_view name, int64_t count) {
+    if (count > best_count || (count == best_count && count > 0 && name < best)) {
       best = name;
       best_count = count;
     }
+  };
+  for (size_t i = 0; i < device.size(); ++i) {
+    consider(schedule::ReasonName(static_cast<schedule::Reason>(i)), device[i]);
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    consider(extender::NodeFailureLabel(static_cast<extender::NodeFailure>(i)), node[i]);
   }
   return best;
 }
 
-// tessera_bind_total{outcome} from the scheduler's bind outcome (extender/scheduler.h Stats):
-// refusals that leave the cluster as it was are "rejected", failed API calls "error".
-metrics::BindOutcome BindOutcomeOf(std::string_view outcome, const extender::BindResult& result) {
-  if (result.error.empty()) {
-    return metrics::BindOutcome::kBound;
+metrics::FilterOutcome FilterOutcomeOf(extender::FilterCode code) {
+  switch (code) {
+    case extender::FilterCode::kFit:
+      return metrics::FilterOutcome::kScheduled;
+    case extender::FilterCode::kNoFit:
+      return metrics::FilterOutcome::kUnschedulable;
+    case extender::FilterCode::kPassThrough:
+      return metrics::FilterOutcome::kPassthrough;
+    case extender::FilterCode::kError:
+      return metrics::FilterOutcome::kError;
   }
-  if (outcome == "pod_not_found" || outcome == "in_progress" || outcome == "not_ours" ||
-      outcome == "node_unregistered" || outcome == "no_allocation" || outcome == "lock_held" ||
-      outcome == "devices_not_free" || outcome == "binding_rejected") {
-    return metrics::BindOutcome::kRejected;
+  return metrics::FilterOutcome::kError;
+}
+
+// tessera_bind_total{outcome}: refusals that leave the cluster as it was are "rejected",
+// failed API calls "error".
+metrics::BindOutcome BindOutcomeOf(extender::BindCode code) {
+  switch (code) {
+    case extender::BindCode::kBound:
+      return metrics::BindOutcome::kBound;
+    case extender::BindCode::kPodNotFound:
+    case extender::BindCode::kInProgress:
+    case extender::BindCode::kNotOurs:
+    case extender::BindCode::kNodeUnregistered:
+    case extender::BindCode::kNoAllocation:
+    case extender::BindCode::kLockHeld:
+    case extender::BindCode::kDevicesNotFree:
+    case extender::BindCode::kBindingRejected:
+      return metrics::BindOutcome::kRejected;
+    case extender::BindCode::kLockError:
+    case extender::BindCode::kPatchFailed:
+    case extender::BindCode::kError:
+      return metrics::BindOutcome::kError;
   }
   return metrics::BindOutcome::kError;
 }
@@ -574,28 +603,20 @@ extender::FilterResult Service::Impl::Filter(const extender::FilterArgs& args) {
     metrics_->RecordFilter(metrics::FilterOutcome::kError, "not_synced", absl::Now() - start);
     return result;
   }
-  std::string scheduler_outcome;
-  result = scheduler_->Filter(args, &scheduler_outcome);
-  metrics::FilterOutcome outcome = metrics::FilterOutcome::kScheduled;
-  std::string reason;
-  if (!result.error.empty()) {
-    outcome = metrics::FilterOutcome::kError;
-  } else if (scheduler_outcome == "pass_through") {
-    outcome = metrics::FilterOutcome::kPassthrough;
-  } else if ((!result.node_names || result.node_names->empty()) &&
-             (!result.nodes || result.nodes->empty())) {
-    outcome = metrics::FilterOutcome::kUnschedulable;
-    reason = CommonFailureReason(result.failed_nodes);
-  }
-  metrics_->RecordFilter(outcome, reason, absl::Now() - start);
+  extender::FilterOutcome outcome;
+  result = scheduler_->Filter(args, &outcome);
+  const std::string_view reason = outcome.code == extender::FilterCode::kNoFit
+                                      ? CommonFailureReason(outcome.failed_nodes)
+                                      : std::string_view();
+  metrics_->RecordFilter(FilterOutcomeOf(outcome.code), reason, absl::Now() - start);
   return result;
 }
 
 extender::BindResult Service::Impl::Bind(const extender::BindArgs& args) {
   const absl::Time start = absl::Now();
-  std::string outcome;
+  extender::BindOutcome outcome;
   extender::BindResult result = scheduler_->Bind(args, &outcome);
-  metrics_->RecordBind(BindOutcomeOf(outcome, result), absl::Now() - start);
+  metrics_->RecordBind(BindOutcomeOf(outcome.code), absl::Now() - start);
   return result;
 }
 

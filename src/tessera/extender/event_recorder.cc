@@ -1,0 +1,158 @@
+#include "tessera/extender/event_recorder.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/core.h>
+#include <pthread.h>
+
+#include "tessera/base/logging.h"
+
+namespace tessera::extender {
+
+EventRecorder::EventRecorder(Options options, kube::ApiClient* client, Clock* clock)
+    : options_(std::move(options)),
+      client_(client),
+      clock_(clock != nullptr ? clock : Clock::Real()) {
+  TESSERA_CHECK(client_ != nullptr);
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "sched-events");  // for `top -H` and perf
+    SendLoop();
+  });
+}
+
+EventRecorder::~EventRecorder() {
+  {
+    MutexLock l(&mu_);
+    stopping_ = true;
+    cv_.SignalAll();
+  }
+  thread_.join();
+}
+
+void EventRecorder::Record(const kube::ObjectMeta& involved, std::string_view reason,
+                           std::string message, EventType type) {
+  Pending e;
+  e.ns = involved.ns;
+  e.name = involved.name;
+  e.uid = involved.uid;
+  e.reason = std::string(reason);
+  e.message = std::move(message);
+  CapEventMessage(&e.message);
+  e.type = type;
+  {
+    MutexLock l(&mu_);
+    if (queue_.size() >= options_.queue_limit) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    queue_.push_back(std::move(e));
+  }
+  // After the unlock: a sender woken under the lock would block on it at once.
+  cv_.SignalAll();
+}
+
+void EventRecorder::Flush() {
+  MutexLock l(&mu_);
+  while (!queue_.empty() || busy_) {
+    cv_.Wait(&mu_);
+  }
+}
+
+EventRecorder::Counts EventRecorder::counts() const {
+  return Counts{sent_.load(std::memory_order_relaxed), failed_.load(std::memory_order_relaxed),
+                dropped_.load(std::memory_order_relaxed)};
+}
+
+void EventRecorder::SendLoop() {
+  for (;;) {
+    Pending e;
+    kube::CoreEvent ce;
+    {
+      MutexLock l(&mu_);
+      while (queue_.empty() && !stopping_) {
+        cv_.Wait(&mu_);
+      }
+      if (queue_.empty()) {
+        return;  // stopping, and everything is sent
+      }
+      e = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      const absl::Time now = clock_->Now();
+      // Unique names even when the clock stands still (a fake clock, a coarse one).
+      const int64_t nanos = std::max(absl::ToUnixNanos(now), last_nanos_ + 1);
+      last_nanos_ = nanos;
+      ce.name = kube::EventName(e.name, absl::FromUnixNanos(nanos));
+      ce.first_timestamp = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", now, absl::UTCTimeZone());
+      ce.last_timestamp = ce.first_timestamp;
+    }
+    ce.ns = e.ns;
+    ce.involved_kind = "Pod";
+    ce.involved_api_version = "v1";
+    ce.involved_ns = std::move(e.ns);
+    ce.involved_name = std::move(e.name);
+    ce.involved_uid = std::move(e.uid);
+    ce.reason = std::move(e.reason);
+    ce.message = std::move(e.message);
+    ce.type = e.type == EventType::kWarning ? "Warning" : "Normal";
+    ce.source_component = options_.component;
+    if (absl::Status sent = client_->CreateEvent(ce); sent.ok()) {
+      sent_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      failed_.fetch_add(1, std::memory_order_relaxed);
+      TESSERA_LOG(kWarning, "event {} for pod {}/{} not recorded: {}", ce.reason, ce.involved_ns,
+                  ce.involved_name, std::string(sent.message()));
+    }
+    MutexLock l(&mu_);
+    busy_ = false;
+    cv_.SignalAll();
+  }
+}
+
+void CapEventMessage(std::string* text, size_t limit) {
+  if (text->size() <= limit) {
+    return;
+  }
+  size_t cut = limit - 3;
+  // Back to the start of a character: UTF-8 continuation bytes are 10xxxxxx.
+  while (cut > 0 && (static_cast<unsigned char>((*text)[cut]) & 0xC0) == 0x80) {
+    --cut;
+  }
+  text->resize(cut);
+  text->append("...");
+}
+
+EventNodeList::EventNodeList(std::string head, std::string_view separator)
+    : text_(std::move(head)), separator_(separator) {
+  text_ += '(';
+  // The tail needs room: "," + "... 4294967295 more" + ")".
+  constexpr size_t kTail = 22;
+  budget_ = EventRecorder::kMessageLimit > text_.size() + kTail
+                ? EventRecorder::kMessageLimit - kTail
+                : text_.size();
+  first_ = text_.size();
+}
+
+void EventNodeList::Add(std::string_view item) {
+  const size_t sep = text_.size() > first_ ? separator_.size() : 0;
+  if (omitted_ > 0 || text_.size() + sep + item.size() > budget_) {
+    ++omitted_;
+    return;
+  }
+  text_.append(separator_.data(), sep);
+  text_.append(item);
+}
+
+std::string EventNodeList::Finish() && {
+  if (omitted_ > 0) {
+    if (text_.size() > first_) {
+      text_.append(separator_);
+    }
+    text_ += fmt::format("... {} more", omitted_);
+  }
+  text_ += ')';
+  return std::move(text_);
+}
+
+}  // namespace tessera::extender

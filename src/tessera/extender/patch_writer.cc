@@ -1,0 +1,133 @@
+#include "tessera/extender/patch_writer.h"
+
+#include <chrono>
+#include <utility>
+
+#include <fmt/core.h>
+#include <pthread.h>
+
+#include "tessera/base/logging.h"
+
+namespace tessera::extender {
+
+PatchWriter::PatchWriter(Options options, kube::ApiClient* client, Settle settle)
+    : options_(options), client_(client), settle_(std::move(settle)) {
+  TESSERA_CHECK(client_ != nullptr);
+  for (int i = 0; i < options_.threads; ++i) {
+    threads_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "sched-patch");  // for `top -H` and perf
+      WriteLoop();
+    });
+  }
+}
+
+PatchWriter::~PatchWriter() {
+  {
+    MutexLock l(&mu_);
+    stopping_ = true;  // the writers empty the queue first
+    work_cv_.SignalAll();
+  }
+  for (std::thread& t : threads_) {
+    t.join();
+  }
+}
+
+void PatchWriter::Submit(Job job) {
+  TESSERA_CHECK(!threads_.empty());
+  // The pod's earlier patch (a re-filter) lands first, so the last decision wins.
+  (void)Take(job.uid);
+  auto slot = std::make_shared<Slot>();
+  slot->created = job.created;
+  {
+    MutexLock l(&mu_);
+    slots_[job.uid] = slot;
+    queue_.push_back(Queued{std::move(job), std::move(slot)});
+  }
+  work_cv_.Signal();  // one writer is enough; after the unlock, which it needs
+}
+
+absl::StatusOr<kube::Pod> PatchWriter::Write(const Job& job) { return WriteAndSettle(job); }
+
+absl::StatusOr<kube::Pod> PatchWriter::WriteAndSettle(const Job& job) {
+  absl::StatusOr<kube::Pod> patched = client_->PatchPodMetadata(job.ns, job.name, job.patch);
+  absl::Status status = patched.status();
+  if (!status.ok()) {
+    status = absl::Status(status.code(), fmt::format("patch pod {}/{} annotations: {}", job.ns,
+                                                     job.name, std::string(status.message())));
+  }
+  if (settle_) {
+    settle_(job, status);
+  }
+  if (!status.ok()) {
+    return status;
+  }
+  return patched;
+}
+
+void PatchWriter::WriteLoop() {
+  for (;;) {
+    Queued q;
+    {
+      MutexLock l(&mu_);
+      while (queue_.empty() && !stopping_) {
+        work_cv_.Wait(&mu_);
+      }
+      if (queue_.empty()) {
+        return;
+      }
+      q = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    absl::StatusOr<kube::Pod> patched = WriteAndSettle(q.job);
+    if (!patched.ok()) {
+      TESSERA_LOG(kWarning, "filter of {}/{}: {} (its bind will fail and be retried)", q.job.ns,
+                  q.job.name, std::string(patched.status().message()));
+    }
+    MutexLock l(&mu_);
+    if (patched.ok()) {
+      q.slot->pod = *std::move(patched);
+    } else {
+      q.slot->code = patched.status().code();
+      q.slot->message = std::string(patched.status().message());
+    }
+    q.slot->done = true;
+    done_cv_.SignalAll();
+  }
+}
+
+std::optional<PatchWriter::Landed> PatchWriter::Take(const std::string& uid) {
+  MutexLock l(&mu_);
+  auto it = slots_.find(uid);
+  if (it == slots_.end()) {
+    return std::nullopt;
+  }
+  std::shared_ptr<Slot> slot = it->second;
+  const absl::Time deadline = absl::Now() + options_.wait;
+  while (!slot->done) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return Landed{};  // still in flight: the caller reports it
+    }
+    done_cv_.WaitFor(&mu_, absl::ToChronoMilliseconds(left) + std::chrono::milliseconds(1));
+  }
+  if (auto again = slots_.find(uid); again != slots_.end() && again->second == slot) {
+    slots_.erase(again);
+  }
+  Landed landed;
+  landed.done = true;
+  landed.status = absl::Status(slot->code, slot->message);
+  landed.pod = slot->pod;
+  return landed;
+}
+
+void PatchWriter::DropLanded(absl::Time cutoff) {
+  MutexLock l(&mu_);
+  for (auto it = slots_.begin(); it != slots_.end();) {
+    auto current = it++;
+    if (current->second->done && current->second->created <= cutoff) {
+      slots_.erase(current);
+    }
+  }
+}
+
+}  // namespace tessera::extender

@@ -1,0 +1,118 @@
+// File: tessera/extender/patch_writer.h
+//
+// PatchWriter writes the filter's annotation patch of a pod (hami.io/vgpu-node and the rest, a
+// JSON merge patch with metadata.uid as precondition) behind the /filter reply, on a pool of
+// writer threads, and hands the result to the pod's Bind. /filter then answers in the time of
+// its decision, not of an API round trip: the decision is held by a ledger reservation, and
+// nothing reads the annotations before Bind, which first takes the pod's patch here.
+//
+//   PatchWriter writer({.threads = 4, .wait = absl::Seconds(30)}, client, settle);
+//   writer.Submit(job);                        // Filter: queued, returns at once
+//   std::optional<PatchWriter::Landed> p = writer.Take(uid);  // Bind: waits for it
+//
+// Ordering: the patches of one pod never overtake each other. Submit first waits (up to
+// `wait`) for the pod's earlier patch, so the last decision is the one left on the pod. Take
+// waits up to `wait` for the pod's latest patch and removes it; a patch still in flight then is
+// returned with done == false.
+//
+// Errors: a failed patch is not retried. `settle(job, status)` runs on the writer thread once
+// the patch is written or has failed, before Take can see the result: the Scheduler uses it to
+// undo the reservation of a failed patch. The status of a failure reads "patch pod <ns>/<name>
+// annotations: <API error>".
+//
+// Write() is the synchronous form (no threads needed; settle runs too) for write-behind off.
+//
+// Thread safety: every method may be called concurrently from any thread; `settle` is called
+// without the writer's lock held and may call the writer's client, not the writer. The client
+// must outlive the writer. The destructor writes what is queued, then joins the threads
+// ("sched-patch").
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+#include "tessera/base/mutex.h"
+#include "tessera/kube/client.h"
+#include "tessera/kube/objects.h"
+
+namespace tessera::extender {
+
+class PatchWriter {
+ public:
+  struct Options {
+    int threads = 4;  // writers for Submit; 0: Submit must not be used (only Write)
+    absl::Duration wait = absl::Seconds(30);  // how long Take and Submit wait for a patch
+  };
+  // One filter's patch of one pod.
+  struct Job {
+    std::string ns, name, uid;
+    uint64_t seq = 0;  // the caller's sequence number of the decision (for `settle`)
+    absl::Time created;
+    kube::MetadataPatch patch;
+  };
+  // A pod's patch as Take finds it.
+  struct Landed {
+    bool done = false;             // false: still in flight after `wait`
+    absl::Status status;           // when done
+    std::optional<kube::Pod> pod;  // the patched pod, when done and ok
+  };
+  using Settle = std::function<void(const Job& job, const absl::Status& status)>;
+
+  PatchWriter(Options options, kube::ApiClient* client, Settle settle);
+  ~PatchWriter();
+  PatchWriter(const PatchWriter&) = delete;
+  PatchWriter& operator=(const PatchWriter&) = delete;
+
+  // Queues the pod's patch after its earlier one (see Ordering).
+  void Submit(Job job);
+  // Writes the patch now and settles it; the patched pod on success.
+  absl::StatusOr<kube::Pod> Write(const Job& job);
+  // The pod's latest patch, after waiting for it (see Ordering); nullopt when none is kept.
+  std::optional<Landed> Take(const std::string& uid);
+  // Forgets landed patches created at or before `cutoff` that no Bind took.
+  void DropLanded(absl::Time cutoff);
+
+ private:
+  // A patch's result, kept as plain values: every Take builds its own Status from them, so no
+  // Status representation is shared between the writer and the threads that take it.
+  struct Slot {
+    bool done = false;
+    absl::StatusCode code = absl::StatusCode::kOk;
+    std::string message;
+    std::optional<kube::Pod> pod;
+    absl::Time created;
+  };
+  struct Queued {
+    Job job;
+    std::shared_ptr<Slot> slot;
+  };
+  void WriteLoop();
+  absl::StatusOr<kube::Pod> WriteAndSettle(const Job& job);
+
+  const Options options_;
+  kube::ApiClient* const client_;
+  const Settle settle_;
+
+  Mutex mu_;
+  // Two conditions: a finished patch wakes only those waiting for one, a new job one writer.
+  CondVar work_cv_;  // queue_ non-empty, or stopping_
+  CondVar done_cv_;  // some slot became done
+  // uid → the pod's latest patch (pending, or done and not yet taken).
+  absl::flat_hash_map<std::string, std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tessera::extender
