@@ -32,16 +32,16 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/base/mutex.h"
-#include "tessera/kube/apisim_process_testutil.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/config.h"
 #include "tessera/kube/informer.h"
 #include "tessera/kube/transport.h"
+#include "tessera/testing/apisim_process.h"
 
 namespace tessera::kube {
 namespace {
 
-using ::tessera::kube::testutil::ApisimProcess;
+using ::tessera::testing::ApisimProcess;
 using ::testing::HasSubstr;
 using ::testing::Not;
 

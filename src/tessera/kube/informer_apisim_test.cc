@@ -18,10 +18,10 @@
 #include <gtest/gtest.h>
 
 #include "tessera/base/mutex.h"
-#include "tessera/kube/apisim_process_testutil.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/informer.h"
 #include "tessera/kube/transport.h"
+#include "tessera/testing/apisim_process.h"
 
 namespace tessera::kube {
 namespace {
@@ -48,7 +48,7 @@ bool Eventually(F f, absl::Duration timeout = absl::Seconds(20)) {
 class InformerApisimTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string bin = testutil::ApisimProcess::DefaultBinary();
+    const std::string bin = ::tessera::testing::ApisimProcess::DefaultBinary();
     url_ = sim_.Start(bin);
     if (url_.empty()) {
       FAIL() << "tessera apisim did not start (set TESSERA_APISIM_BIN); tried '" << bin << "'";
@@ -94,7 +94,7 @@ class InformerApisimTest : public ::testing::Test {
     return keys;
   }
 
-  testutil::ApisimProcess sim_;
+  ::tessera::testing::ApisimProcess sim_;
   std::string url_;
   std::unique_ptr<CurlTransport> transport_;
   std::unique_ptr<ApiClient> client_;

@@ -1,15 +1,10 @@
-// Test helpers: small Kubernetes objects carrying HAMi annotations.
-#pragma once
+#include "tessera/testing/objects.h"
 
-#include <string>
 #include <utility>
-#include <vector>
 
-#include "tessera/kube/objects.h"
+namespace tessera::testing {
 
-namespace tessera::accounting::testing {
-
-inline kube::Node GpuNode(std::string name, std::string register_value) {
+kube::Node GpuNode(std::string name, std::string register_value) {
   kube::Node node;
   node.meta.name = std::move(name);
   node.meta.uid = "uid-" + node.meta.name;
@@ -18,8 +13,8 @@ inline kube::Node GpuNode(std::string name, std::string register_value) {
   return node;
 }
 
-inline kube::Container GpuContainer(std::string name, std::string count, std::string mem,
-                                    std::string cores) {
+kube::Container GpuContainer(std::string name, std::string count, std::string mem,
+                             std::string cores) {
   kube::Container c;
   c.name = std::move(name);
   if (!count.empty()) {
@@ -34,8 +29,7 @@ inline kube::Container GpuContainer(std::string name, std::string count, std::st
   return c;
 }
 
-// A pod bound to `node` whose allocation is `allocated` (empty: no HAMi annotations).
-inline kube::Pod AllocatedPod(std::string name, std::string node, std::string allocated) {
+kube::Pod AllocatedPod(std::string name, std::string node, std::string allocated) {
   kube::Pod pod;
   pod.meta.ns = "ml";
   pod.meta.name = std::move(name);
@@ -44,7 +38,7 @@ inline kube::Pod AllocatedPod(std::string name, std::string node, std::string al
   pod.phase = kube::PodPhase::kRunning;
   if (!allocated.empty()) {
     pod.meta.annotations.Set("hami.io/vgpu-node", node);
-    pod.meta.annotations.Set("hami.io/vgpu-devices-allocated", allocated);
+    pod.meta.annotations.Set("hami.io/vgpu-devices-allocated", std::move(allocated));
     pod.meta.annotations.Set("hami.io/vgpu-devices-to-allocate", ";");
     pod.meta.annotations.Set("hami.io/bind-phase", "success");
   }
@@ -52,4 +46,4 @@ inline kube::Pod AllocatedPod(std::string name, std::string node, std::string al
   return pod;
 }
 
-}  // namespace tessera::accounting::testing
+}  // namespace tessera::testing
