@@ -30,6 +30,7 @@
 #include "tessera/base/logging.h"
 #include "tessera/kube/decode.h"
 #include "tessera/sim/synthetic.h"
+#include "tessera/testing/apisim_env.h"
 
 namespace tessera::serve {
 namespace {
@@ -141,16 +142,10 @@ std::string PodJson(const std::string& name, const std::vector<ContainerSpec>& c
 class ServeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    apisim::ServerOptions sim_options;
-    auto sim = apisim::Server::Start(sim_options);
-    ASSERT_TRUE(sim.ok()) << sim.status();
-    sim_ = *std::move(sim);
-    sim_->store().EnsureDefaultNamespaces();
-    char dir[] = "/tmp/tessera-serve-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    kubeconfig_ = dir_ + "/kubeconfig";
-    std::ofstream(kubeconfig_) << sim_->Kubeconfig();
+    ASSERT_NO_FATAL_FAILURE(env_.Start());
+    sim_ = env_.server();
+    dir_ = env_.ScratchDir();
+    kubeconfig_ = env_.KubeconfigPath();
   }
 
   void TearDown() override {
@@ -158,9 +153,7 @@ class ServeTest : public ::testing::Test {
       service_->Stop();
     }
     service_.reset();
-    sim_.reset();
-    std::remove(kubeconfig_.c_str());
-    rmdir(dir_.c_str());
+    env_.Stop();
   }
 
   void AddNode(const std::string& json) {
@@ -343,7 +336,8 @@ class ServeTest : public ::testing::Test {
     return reply;
   }
 
-  std::unique_ptr<apisim::Server> sim_;
+  ::tessera::testing::ApisimEnv env_;  // the server, and dir_ with the kubeconfig
+  apisim::Server* sim_ = nullptr;
   std::unique_ptr<Service> service_;
   std::unique_ptr<httplib::Client> client_;
   std::string dir_, kubeconfig_;

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <utility>
@@ -88,6 +89,10 @@ void ApisimEnv::Start(const Options& options) {
   ASSERT_TRUE(curl.ok()) << curl.status();
   curl_ = *std::move(curl);
   faults_ = std::make_unique<FaultTransport>(curl_.get());
+  if (options.max_attempts == 0) {
+    client_ = std::make_unique<kube::ApiClient>(faults_.get());
+    return;
+  }
   kube::ApiClient::Options client_options;
   client_options.retry.max_attempts = options.max_attempts;
   client_options.sleep = [](absl::Duration) {};
@@ -102,26 +107,62 @@ void ApisimEnv::Stop() {
     server_->Stop();
     server_.reset();
   }
-  if (!kubeconfig_path_.empty()) {
-    std::remove(kubeconfig_path_.c_str());
-    rmdir(kubeconfig_dir_.c_str());
-    kubeconfig_path_.clear();
-    kubeconfig_dir_.clear();
+  kubeconfig_path_.clear();
+  if (!scratch_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(scratch_dir_, ignored);
+    scratch_dir_.clear();
   }
 }
 
-std::string ApisimEnv::KubeconfigPath() {
-  if (kubeconfig_path_.empty() && server_ != nullptr) {
-    char dir[] = "/tmp/tessera-apisim-env-XXXXXX";
+std::string ApisimEnv::ScratchDir() {
+  if (scratch_dir_.empty()) {
+    char dir[] = "/tmp/tessera-test-XXXXXX";
     if (mkdtemp(dir) == nullptr) {
       ADD_FAILURE() << "mkdtemp failed";
       return "";
     }
-    kubeconfig_dir_ = dir;
-    kubeconfig_path_ = kubeconfig_dir_ + "/kubeconfig";
+    scratch_dir_ = dir;
+  }
+  return scratch_dir_;
+}
+
+std::string ApisimEnv::KubeconfigPath() {
+  if (kubeconfig_path_.empty() && server_ != nullptr && !ScratchDir().empty()) {
+    kubeconfig_path_ = scratch_dir_ + "/kubeconfig";
     std::ofstream(kubeconfig_path_) << server_->Kubeconfig();
   }
   return kubeconfig_path_;
+}
+
+kube::RestConfig ApiConnection::PlainConfig(const std::string& url) {
+  kube::RestConfig config;
+  config.server = url;
+  config.qps = 0;
+  return config;
+}
+
+ApiConnection::ApiConnection(const kube::RestConfig& config) {
+  auto curl = kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real()));
+  if (!curl.ok()) {
+    ADD_FAILURE() << curl.status();
+    return;
+  }
+  transport_ = *std::move(curl);
+  client_ = std::make_unique<kube::ApiClient>(transport_.get());
+}
+
+absl::StatusOr<kube::Response> ApiConnection::Call(const std::string& method,
+                                                   const std::string& path, const std::string& body,
+                                                   const std::string& content_type) {
+  kube::Request r;
+  r.method = method;
+  r.path = path;
+  r.body = body;
+  if (!body.empty()) {
+    r.content_type = content_type;
+  }
+  return kube::Do(*transport_, r);
 }
 
 void ApisimEnv::FailRequests(std::vector<std::string> verbs) {

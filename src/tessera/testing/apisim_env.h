@@ -10,8 +10,10 @@
 //   env.faults()->Inject("PATCH", "/api/v1/namespaces/default/pods/", 500, "InternalError");
 //   env.FailRequests({"patch"});       // apisim's own fault: every PATCH answers 500
 //   std::string kubeconfig = env.KubeconfigPath();  // for code that takes a kubeconfig file
+//   std::string dir = env.ScratchDir();  // a temporary folder, removed with its files by Stop
 //
-// The client's retries never sleep, so injected failures cost no time.
+// By default the client does not retry (Options::max_attempts), so an injected failure reaches
+// the code under test at once and costs no time.
 //
 // Thread safety: Start and Stop from the test's thread; the members are as thread-safe as their
 // own types (FaultTransport is).
@@ -26,6 +28,7 @@
 #include "tessera/apisim/store.h"
 #include "tessera/base/mutex.h"
 #include "tessera/kube/client.h"
+#include "tessera/kube/config.h"
 #include "tessera/kube/transport.h"
 
 namespace tessera::testing {
@@ -67,7 +70,8 @@ class ApisimEnv {
  public:
   struct Options {
     apisim::ServerOptions server;
-    // Attempts per client request (1: no retry). Retries never sleep.
+    // Attempts per client request (1: no retry), and retries never sleep. 0: the client's
+    // defaults (kube::RetryPolicy, backoff sleeps on the real clock).
     int max_attempts = 1;
   };
 
@@ -88,7 +92,10 @@ class ApisimEnv {
   kube::ApiClient* client() { return client_.get(); }
   FaultTransport* faults() { return faults_.get(); }
   kube::Transport* transport() { return faults_.get(); }
-  // A kubeconfig file for this server (written on first use, removed by Stop).
+  // A temporary folder for the test's files (created on first use; Stop removes it and what it
+  // holds). Fails the test (ADD_FAILURE) and returns "" when it cannot be created.
+  std::string ScratchDir();
+  // A kubeconfig file for this server in ScratchDir() (written on first use).
   std::string KubeconfigPath();
 
   // Every request whose verb is in `verbs` ("get", "list", "patch", "update", ...) answers 500
@@ -111,8 +118,30 @@ class ApisimEnv {
   std::unique_ptr<kube::Transport> curl_;
   std::unique_ptr<FaultTransport> faults_;
   std::unique_ptr<kube::ApiClient> client_;
-  std::string kubeconfig_dir_;
+  std::string scratch_dir_;
   std::string kubeconfig_path_;
+};
+
+// A CurlTransport and an ApiClient (default options) for one API server: for a server this
+// process does not own (ApisimProcess).
+class ApiConnection {
+ public:
+  // Fails the test (ADD_FAILURE) when the transport cannot be created; ok() then says false.
+  explicit ApiConnection(const kube::RestConfig& config);
+  // The server at `url`, without token or QPS limit.
+  explicit ApiConnection(const std::string& url) : ApiConnection(PlainConfig(url)) {}
+  static kube::RestConfig PlainConfig(const std::string& url);
+  bool ok() const { return client_ != nullptr; }
+  kube::Transport* transport() { return transport_.get(); }
+  kube::ApiClient* client() { return client_.get(); }
+  // One request (content type `content_type` when there is a body).
+  absl::StatusOr<kube::Response> Call(const std::string& method, const std::string& path,
+                                      const std::string& body = "",
+                                      const std::string& content_type = "application/json");
+
+ private:
+  std::unique_ptr<kube::Transport> transport_;
+  std::unique_ptr<kube::ApiClient> client_;
 };
 
 // The core/v1 resource `name` ("pods", "nodes", ...); fails the test when unknown.
