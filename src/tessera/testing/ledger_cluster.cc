@@ -1,6 +1,9 @@
 #include "tessera/testing/ledger_cluster.h"
 
 #include <cstdio>
+#include <vector>
+
+#include "tessera/testing/objects.h"
 
 namespace tessera::testing {
 
@@ -15,19 +18,11 @@ std::string ClusterGpuUuid(int node, int gpu) {
 }
 
 std::shared_ptr<const device::NodeDevices> ClusterNode(int n, int gpus) {
-  auto node = std::make_shared<device::NodeDevices>();
-  node->node = ClusterNodeName(n);
+  std::vector<std::string> uuids;
   for (int g = 0; g < gpus; ++g) {
-    device::DeviceInfo d;
-    d.id = ClusterGpuUuid(n, g);
-    d.index = g;
-    d.count = 10;
-    d.devmem = 81920;
-    d.devcore = 100;
-    d.type = "NVIDIA A100-SXM4-80GB";
-    node->devices.push_back(d);
+    uuids.push_back(ClusterGpuUuid(n, g));
   }
-  return node;
+  return GpuNodeDevices(ClusterNodeName(n), uuids, 81920, "NVIDIA A100-SXM4-80GB");
 }
 
 ledger::PodAllocation ClusterPod(int i, int nodes, int gpus, int generation) {

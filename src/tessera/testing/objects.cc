@@ -4,6 +4,31 @@
 
 namespace tessera::testing {
 
+device::DeviceInfo GpuDevice(std::string id, int32_t index, int32_t devmem, std::string type,
+                             int32_t count, int32_t devcore) {
+  device::DeviceInfo d;
+  d.id = std::move(id);
+  d.index = index;
+  d.count = count;
+  d.devmem = devmem;
+  d.devcore = devcore;
+  d.type = std::move(type);
+  return d;
+}
+
+std::shared_ptr<const device::NodeDevices> GpuNodeDevices(std::string node,
+                                                          const std::vector<std::string>& uuids,
+                                                          int32_t devmem, std::string type,
+                                                          int32_t count, int32_t devcore) {
+  auto n = std::make_shared<device::NodeDevices>();
+  n->node = std::move(node);
+  for (size_t i = 0; i < uuids.size(); ++i) {
+    n->devices.push_back(
+        GpuDevice(uuids[i], static_cast<int32_t>(i), devmem, type, count, devcore));
+  }
+  return n;
+}
+
 kube::Node GpuNode(std::string name, std::string register_value) {
   kube::Node node;
   node.meta.name = std::move(name);
