@@ -10,7 +10,7 @@
 # `ldd tessera-scheduler` and `dpkg -S`) and the stripped binary.
 #
 # The binary is `tessera-scheduler` (cmd/tessera/CMakeLists.txt): the production subcommands of
-# the `tessera` CLI (serve, explain, why, top, decode, rbac, version) without its apisim,
+# the `tessera` CLI (serve, explain, decode, rbac, version) without its apisim,
 # simulator and benchmark, and without cpp-httplib. It is installed as /usr/local/bin/tessera,
 # so the manifests' `tessera serve ...` and `docker run tessera:0.1.0 version` are unchanged.
 

@@ -5,11 +5,10 @@
 // function returns the process exit code: 0 success, 1 failure at run time (an invariant
 // violation, a server that could not start), 2 bad input (flags, files, values).
 //
-//   tessera            (main.cc)            every subcommand, for users and tests
-//   tessera-scheduler  (scheduler_main.cc)  the production subcommands only: serve,
-//   explain/why/top,
-//                                           decode, rbac, version; links no apisim, simulator,
-//                                           benchmark or test code (the image ships it)
+//   tessera            (main.cc)            every subcommand, for users and tests;
+//   tessera-scheduler  (scheduler_main.cc)  the production subcommands only (serve, explain,
+//                                           decode, rbac, version): no apisim, simulator,
+//                                           benchmark or test code (the image ships it).
 //
 // CLI11 is confined to cmd/tessera; the libraries take plain option structs.
 #pragma once

@@ -1,5 +1,5 @@
 // The `tessera` binary, for users and tests:
-// serve | apisim | simulate | explain | why | top | decode | bench | rbac | version.
+// serve | apisim | simulate | explain | decode | bench | rbac | version.
 #include "cmd/tessera/commands.h"
 
 int main(int argc, char** argv) {

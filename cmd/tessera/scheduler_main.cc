@@ -1,5 +1,5 @@
 // The `tessera-scheduler` binary, the one the image ships (as /usr/local/bin/tessera):
-// serve | explain | why | top | decode | rbac | version. No apisim, simulator or benchmark
+// serve | explain | decode | rbac | version. No apisim, simulator or benchmark
 // (test/deploy/production_binary_test.py checks what it links).
 #include "cmd/tessera/commands.h"
 
