@@ -14,6 +14,7 @@
 #include "tessera/base/clock.h"
 #include "tessera/kube/client.h"
 #include "tessera/testing/apisim_env.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::serve {
 namespace {
@@ -400,11 +401,7 @@ TEST_F(LeaderTest, StartRunsRoundsOnAThreadAndStopReleases) {
   absl::StatusOr<std::unique_ptr<Elector>> e = Elector::Create(client_, o);
   ASSERT_TRUE(e.ok()) << e.status();
   (*e)->Start();
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!(*e)->IsLeader() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_TRUE((*e)->IsLeader());
+  ASSERT_TRUE(::tessera::testing::Eventually([&] { return (*e)->IsLeader(); }));
   (*e)->Stop();
   EXPECT_FALSE((*e)->IsLeader());
   EXPECT_EQ(Get().holder_identity, "");

@@ -31,6 +31,7 @@
 #include "tessera/kube/decode.h"
 #include "tessera/sim/synthetic.h"
 #include "tessera/testing/apisim_env.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::serve {
 namespace {
@@ -227,14 +228,7 @@ class ServeTest : public ::testing::Test {
 
   // Waits (real time, at most 10 s) for `done`.
   static bool Eventually(const std::function<bool()>& done) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (absl::Now() < deadline) {
-      if (done()) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return done();
+    return ::tessera::testing::Eventually(done, absl::Seconds(10), absl::Milliseconds(20));
   }
 
   // POST /filter as kube-scheduler does (nodeCacheCapable: true).
