@@ -39,6 +39,7 @@
 #include "tessera/kube/transport.h"
 #include "tessera/testing/apisim_env.h"
 #include "tessera/testing/apisim_process.h"
+#include "tessera/testing/objects.h"
 #include "tessera/testing/wait.h"
 
 namespace tessera::kube {
@@ -55,12 +56,7 @@ bool Eventually(const std::function<bool()>& f, absl::Duration timeout = absl::S
   return ::tessera::testing::Eventually(f, timeout, absl::Milliseconds(20));
 }
 
-std::string PodBody(const std::string& name) {
-  return fmt::format(
-      R"({{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{}","namespace":"default"}},)"
-      R"("spec":{{"containers":[{{"name":"c","image":"x"}}]}}}})",
-      name);
-}
+std::string PodBody(const std::string& name) { return ::tessera::testing::MinimalPodJson(name); }
 
 int64_t Rv(const std::string& rv) {
   int64_t v = -1;
@@ -72,19 +68,6 @@ struct Conn : ::tessera::testing::ApiConnection {
   using ApiConnection::ApiConnection;
   static RestConfig Plain(const std::string& url) { return PlainConfig(url); }
 
-  void MustCall(const std::string& method, const std::string& path, const std::string& body = "",
-                const std::string& content_type = "application/json") {
-    absl::StatusOr<Response> r = Call(method, path, body, content_type);
-    ASSERT_TRUE(r.ok()) << method << " " << path << ": " << r.status();
-  }
-  void CreatePod(const std::string& name) {
-    MustCall("POST", "/api/v1/namespaces/default/pods", PodBody(name));
-  }
-  void DeletePod(const std::string& name) {
-    // Immediate deletion: the pod is unbound, so it goes at once.
-    MustCall("DELETE", "/api/v1/namespaces/default/pods/" + name,
-             R"({"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":0})");
-  }
   void LabelPod(const std::string& name, const std::string& value) {
     MustCall("PATCH", "/api/v1/namespaces/default/pods/" + name,
              fmt::format(R"({{"metadata":{{"labels":{{"x":"{}"}}}}}})", value),

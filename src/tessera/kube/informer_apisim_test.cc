@@ -29,13 +29,6 @@
 namespace tessera::kube {
 namespace {
 
-std::string PodBody(const std::string& name) {
-  return fmt::format(
-      R"({{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{}","namespace":"default"}},)"
-      R"("spec":{{"containers":[{{"name":"c","image":"x"}}]}}}})",
-      name);
-}
-
 bool Eventually(const std::function<bool()>& f, absl::Duration timeout = absl::Seconds(20)) {
   return ::tessera::testing::Eventually(f, timeout, absl::Milliseconds(20));
 }
@@ -54,17 +47,11 @@ class InformerApisimTest : public ::testing::Test {
   }
 
   void Call(const std::string& method, const std::string& path, const std::string& body = "") {
-    absl::StatusOr<Response> resp = conn_->Call(method, path, body);
-    ASSERT_TRUE(resp.ok()) << method << " " << path << ": " << resp.status();
+    conn_->MustCall(method, path, body);
   }
-  void CreatePod(const std::string& name) {
-    Call("POST", "/api/v1/namespaces/default/pods", PodBody(name));
-  }
-  void DeletePod(const std::string& name) {
-    // Immediate deletion, so that the object is gone rather than terminating.
-    Call("DELETE", "/api/v1/namespaces/default/pods/" + name,
-         R"({"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":0})");
-  }
+  void CreatePod(const std::string& name) { conn_->CreatePod(name); }
+  // Immediate deletion, so that the object is gone rather than terminating.
+  void DeletePod(const std::string& name) { conn_->DeletePod(name); }
   std::vector<std::string> ServerKeys() {
     absl::StatusOr<PodList> list = client_->ListPods(ListOptions());
     EXPECT_TRUE(list.ok()) << list.status();

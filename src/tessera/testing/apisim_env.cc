@@ -14,6 +14,7 @@
 
 #include "tessera/base/clock.h"
 #include "tessera/kube/config.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::testing {
 
@@ -208,6 +209,21 @@ void ApisimEnv::CreatePod(const std::string& name, const std::string& limits_jso
                      R"("schedulerName":"{}","containers":)"
                      R"([{{"name":"main","image":"x","resources":{{"limits":{}}}}}]}}}})",
                      name, annotations_json, scheduler_name, limits_json));
+}
+
+void ApiConnection::MustCall(const std::string& method, const std::string& path,
+                             const std::string& body, const std::string& content_type) {
+  absl::StatusOr<kube::Response> r = Call(method, path, body, content_type);
+  ASSERT_TRUE(r.ok()) << method << " " << path << ": " << r.status();
+}
+
+void ApiConnection::CreatePod(const std::string& name) {
+  MustCall("POST", "/api/v1/namespaces/default/pods", MinimalPodJson(name));
+}
+
+void ApiConnection::DeletePod(const std::string& name) {
+  MustCall("DELETE", "/api/v1/namespaces/default/pods/" + name,
+           R"({"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":0})");
 }
 
 }  // namespace tessera::testing

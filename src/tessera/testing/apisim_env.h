@@ -138,6 +138,12 @@ class ApiConnection {
   absl::StatusOr<kube::Response> Call(const std::string& method, const std::string& path,
                                       const std::string& body = "",
                                       const std::string& content_type = "application/json");
+  // Call, failing the test (ASSERT) on a transport error (an HTTP error status is no failure).
+  void MustCall(const std::string& method, const std::string& path, const std::string& body = "",
+                const std::string& content_type = "application/json");
+  // MinimalPodJson(name) created in `default`; deleted at once (grace period 0).
+  void CreatePod(const std::string& name);
+  void DeletePod(const std::string& name);
 
  private:
   std::unique_ptr<kube::Transport> transport_;

@@ -29,6 +29,11 @@ std::shared_ptr<const device::NodeDevices> GpuNodeDevices(std::string node,
   return n;
 }
 
+std::string MinimalPodJson(const std::string& name, const std::string& ns) {
+  return R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":")" + name + R"(","namespace":")" +
+         ns + R"("},"spec":{"containers":[{"name":"c","image":"x"}]}})";
+}
+
 kube::Node GpuNode(std::string name, std::string register_value) {
   kube::Node node;
   node.meta.name = std::move(name);

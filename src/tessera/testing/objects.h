@@ -31,6 +31,9 @@ std::shared_ptr<const device::NodeDevices> GpuNodeDevices(
     std::string node, const std::vector<std::string>& uuids, int32_t devmem = 16384,
     std::string type = "NVIDIA-Tesla T4", int32_t count = 10, int32_t devcore = 100);
 
+// The JSON of a pod `ns`/`name` with one container "c" (image "x") and nothing else.
+std::string MinimalPodJson(const std::string& name, const std::string& ns = "default");
+
 // A Ready node whose hami.io/node-nvidia-register annotation is `register_value`.
 kube::Node GpuNode(std::string name, std::string register_value);
 
