@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The `tessera` image: Debian 12, the release build of the one binary, non-root.
+# The `tessera` image: Debian 12, the release build of the production binary, non-root.
 #
 #   docker build -t tessera:0.1.0 .
 #   docker run --rm tessera:0.1.0 version
@@ -7,7 +7,12 @@
 # (docs/deploy.md, "The image"). Stage 1 builds with the project's own dependency script and
 # the release preset; stage 2 is debian:12-slim with only the Debian packages of the shared
 # libraries the binary loads (test/deploy/dockerfile_test.py checks the list against
-# `ldd tessera` and `dpkg -S`) and the stripped binary.
+# `ldd tessera-scheduler` and `dpkg -S`) and the stripped binary.
+#
+# The binary is `tessera-scheduler` (cmd/tessera/CMakeLists.txt): the production subcommands of
+# the `tessera` CLI (serve, explain, decode, rbac, version) without its apisim,
+# simulator and benchmark, and without cpp-httplib. It is installed as /usr/local/bin/tessera,
+# so the manifests' `tessera serve ...` and `docker run tessera:0.1.0 version` are unchanged.
 
 FROM debian:12 AS build
 WORKDIR /src
@@ -16,19 +21,18 @@ RUN bash tools/install_deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN rm -rf build \
  && cmake --preset release -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCHMARKS=OFF \
- && cmake --build --preset release --target tessera \
+ && cmake --build --preset release --target tessera-scheduler \
  && mkdir -p /out \
- && strip --strip-debug -o /out/tessera build/release/cmd/tessera/tessera \
+ && strip --strip-debug -o /out/tessera build/release/cmd/tessera/tessera-scheduler \
  && /out/tessera version
 
 FROM debian:12-slim
-# BEGIN RUNTIME PACKAGES (one per line; every library `ldd tessera` names comes from one of them)
+# BEGIN RUNTIME PACKAGES (one per line; every library `ldd tessera-scheduler` names comes from one)
 ARG RUNTIME_PACKAGES="\
  libabsl20220623 \
  libbrotli1 \
  libc6 \
  libcom-err2 \
- libcpp-httplib0.11 \
  libcurl4 \
  libffi8 \
  libfmt9 \

@@ -32,8 +32,8 @@
 
 #include "tessera/ledger/heap_counter.h"
 #include "tessera/ledger/ledger.h"
-#include "tessera/ledger/ledger_test_fixtures.h"
 #include "tessera/schedule/score.h"
+#include "tessera/testing/ledger_cluster.h"
 
 namespace tessera::ledger {
 namespace {
@@ -48,14 +48,14 @@ struct Cluster {
   std::vector<std::string> node_names;
   Cluster() {
     for (int n = 0; n < kNodes; ++n) {
-      (void)ledger.SetNode(testing::ClusterNode(n, kGpus));
-      node_names.push_back(testing::NodeName(n));
+      (void)ledger.SetNode(::tessera::testing::ClusterNode(n, kGpus));
+      node_names.push_back(::tessera::testing::ClusterNodeName(n));
     }
     gen0.reserve(kRecords);
     gen1.reserve(kRecords);
     for (int i = 0; i < kRecords; ++i) {
-      gen0.push_back(testing::ClusterPod(i, kNodes, kGpus, 0));
-      gen1.push_back(testing::ClusterPod(i, kNodes, kGpus, 1));
+      gen0.push_back(::tessera::testing::ClusterPod(i, kNodes, kGpus, 0));
+      gen1.push_back(::tessera::testing::ClusterPod(i, kNodes, kGpus, 1));
       (void)ledger.Apply(gen0.back());
     }
   }
@@ -118,8 +118,9 @@ void BM_ReserveRelease(benchmark::State& state) {
   const absl::Time expiry = absl::FromUnixSeconds(1'800'000'000);
   std::vector<device::PodDevices> devs;
   for (int n = 0; n < 1000; ++n) {
-    devs.push_back({{device::ContainerDevice{testing::GpuUuid(n, 0), "NVIDIA", 1024, 10},
-                     device::ContainerDevice{testing::GpuUuid(n, 1), "NVIDIA", 1024, 10}}});
+    devs.push_back(
+        {{device::ContainerDevice{::tessera::testing::ClusterGpuUuid(n, 0), "NVIDIA", 1024, 10},
+          device::ContainerDevice{::tessera::testing::ClusterGpuUuid(n, 1), "NVIDIA", 1024, 10}}});
   }
   size_t i = 0;
   for (auto _ : state) {
@@ -223,11 +224,11 @@ void BM_MemoryPerRecord(benchmark::State& state) {
     std::vector<PodAllocation> pods;
     pods.reserve(kRecords);
     for (int i = 0; i < kRecords; ++i) {
-      pods.push_back(testing::ClusterPod(i, kNodes, kGpus));
+      pods.push_back(::tessera::testing::ClusterPod(i, kNodes, kGpus));
     }
     auto ledger = std::make_unique<Ledger>();
     for (int n = 0; n < kNodes; ++n) {
-      (void)ledger->SetNode(testing::ClusterNode(n, kGpus));
+      (void)ledger->SetNode(::tessera::testing::ClusterNode(n, kGpus));
     }
     malloc_trim(0);
     const int64_t heap0 = LiveHeapBytes();

@@ -19,9 +19,9 @@
 
 #include "tessera/base/clock.h"
 #include "tessera/ledger/ledger.h"
-#include "tessera/ledger/ledger_test_fixtures.h"
 #include "tessera/metrics/device_families.h"
 #include "tessera/metrics/registry.h"
+#include "tessera/testing/ledger_cluster.h"
 
 namespace tessera::metrics {
 namespace {
@@ -37,10 +37,10 @@ struct Cluster {
   Registry registry{BuildInfo{"0.1.0", "bench", CompilerId()}, &clock};
   Cluster() {
     for (int n = 0; n < kNodes; ++n) {
-      (void)ledger.SetNode(ledger::testing::ClusterNode(n, kGpus));
+      (void)ledger.SetNode(::tessera::testing::ClusterNode(n, kGpus));
     }
     for (int i = 0; i < kPods; ++i) {
-      (void)ledger.Apply(ledger::testing::ClusterPod(i, kNodes, kGpus));
+      (void)ledger.Apply(::tessera::testing::ClusterPod(i, kNodes, kGpus));
     }
     snapshot = ledger.Full();
     // Some of Tessera's own series, as a running server would have them.

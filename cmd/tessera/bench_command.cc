@@ -4,34 +4,33 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "bench/serve/serve_bench.h"
 #include "cmd/tessera/commands.h"
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
-
-#include "tessera/serve/serve_bench.h"
 
 namespace tessera::cmd {
 namespace {
 
 struct BenchServeFlags {
-  serve::ServeBenchOptions options;
+  bench::ServeBenchOptions options;
   std::string duration = "15s";
   bool json = false;
 };
 
 int RunBenchServe(const BenchServeFlags& f) {
-  serve::ServeBenchOptions o = f.options;
+  bench::ServeBenchOptions o = f.options;
   if (!absl::ParseDuration(f.duration, &o.duration) || o.duration <= absl::ZeroDuration()) {
     fmt::print(stderr, "tessera bench serve: --duration: want a positive duration, got \"{}\"\n",
                f.duration);
     return kExitUsage;
   }
-  absl::StatusOr<serve::ServeBenchResult> r = serve::RunServeBench(o);
+  absl::StatusOr<bench::ServeBenchResult> r = bench::RunServeBench(o);
   if (!r.ok()) {
     fmt::print(stderr, "tessera bench serve: {}\n", std::string(r.status().message()));
     return absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitFailure;
   }
-  std::fputs((f.json ? serve::ServeBenchJson(*r) + "\n" : serve::ServeBenchText(*r)).c_str(),
+  std::fputs((f.json ? bench::ServeBenchJson(*r) + "\n" : bench::ServeBenchText(*r)).c_str(),
              stdout);
   return kExitOk;
 }

@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include <nlohmann/json.hpp>
 
-#include "tessera/kube/apisim_process_testutil.h"
+#include "tessera/testing/apisim_process.h"
 
 namespace {
 
@@ -265,7 +265,7 @@ class ExplainLiveTest : public ::testing::Test {
     char tmpl[] = "/tmp/tessera-explain-live-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = new std::string(tmpl);
-    sim_ = new tessera::kube::testutil::ApisimProcess();
+    sim_ = new tessera::testing::ApisimProcess();
     url_ = new std::string();
     *url_ = sim_->Start(TESSERA_BINARY_PATH, {"--write-kubeconfig", Kubeconfig()});
     ASSERT_FALSE(url_->empty()) << "apisim did not start";
@@ -302,7 +302,7 @@ class ExplainLiveTest : public ::testing::Test {
 
   static inline std::string* dir_ = nullptr;
   static inline std::string* url_ = nullptr;
-  static inline tessera::kube::testutil::ApisimProcess* sim_ = nullptr;
+  static inline tessera::testing::ApisimProcess* sim_ = nullptr;
 };
 
 TEST_F(ExplainLiveTest, LiveClusterGivesTheSameDecisionAsTheManifest) {
@@ -394,7 +394,7 @@ TEST(CliTest, RunsWithLargerAllocatorCachesUnlessTheOperatorTunedTheAllocator) {
     } else {
       unsetenv("GLIBC_TUNABLES");
     }
-    tessera::kube::testutil::ApisimProcess sim;
+    tessera::testing::ApisimProcess sim;
     const std::string url = sim.Start(TESSERA_BINARY_PATH);
     ASSERT_FALSE(url.empty()) << "apisim did not start";
     const std::string seen = EnvironmentOf(sim.pid(), "GLIBC_TUNABLES").value_or("(unset)");
@@ -412,7 +412,7 @@ TEST(CliTest, ExplainWithWrongCredentialsExitsOneNamingTheServer) {
   char tmpl[] = "/tmp/tessera-explain-401-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
-  tessera::kube::testutil::ApisimProcess sim;
+  tessera::testing::ApisimProcess sim;
   const std::string url =
       sim.Start(TESSERA_BINARY_PATH, {"--token", "right", "--write-kubeconfig", dir + "/good"});
   ASSERT_FALSE(url.empty());
@@ -465,7 +465,7 @@ TEST(CliTest, ExplainAgainstAnUnreachableServerExitsOneNamingIt) {
   char tmpl[] = "/tmp/tessera-explain-down-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string kubeconfig = std::string(tmpl) + "/kubeconfig";
-  tessera::kube::testutil::ApisimProcess sim;
+  tessera::testing::ApisimProcess sim;
   const std::string url = sim.Start(TESSERA_BINARY_PATH, {"--write-kubeconfig", kubeconfig});
   ASSERT_FALSE(url.empty());
   sim.Stop();  // the kubeconfig now names a port nobody listens on

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the Dockerfile (docs/deploy.md, "The image").
 
-  dockerfile_test.py <tessera binary> <source dir>
+  dockerfile_test.py <tessera-scheduler binary> <source dir>
 
 - its runtime package list covers every shared library `ldd <tessera>` names (each library
   mapped to its Debian package with `dpkg -S`), and names no package that provides none of them;

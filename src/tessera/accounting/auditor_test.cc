@@ -10,13 +10,13 @@
 #include "gtest/gtest.h"
 
 #include "tessera/accounting/projection.h"
-#include "tessera/accounting/test_objects.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::accounting {
 namespace {
 
-using accounting::testing::AllocatedPod;
-using accounting::testing::GpuNode;
+using ::tessera::testing::AllocatedPod;
+using ::tessera::testing::GpuNode;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 

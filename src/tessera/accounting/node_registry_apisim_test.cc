@@ -6,9 +6,9 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "tessera/accounting/node_registry.h"
-#include "tessera/apisim/server.h"
 #include "tessera/base/clock.h"
 #include "tessera/device/codec.h"
 #include "tessera/device/vendor.h"
@@ -16,6 +16,7 @@
 #include "tessera/kube/config.h"
 #include "tessera/kube/transport.h"
 #include "tessera/ledger/ledger.h"
+#include "tessera/testing/apisim_env.h"
 
 namespace tessera::accounting {
 namespace {
@@ -25,41 +26,18 @@ constexpr char kHs[] = "hami.io/node-handshake";
 class RegistryApisimTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<apisim::Server>> server = apisim::Server::Start({});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    kube::RestConfig config;
-    config.server = server_->url();
-    config.qps = 0;
-    auto transport =
-        kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real()));
-    ASSERT_TRUE(transport.ok()) << transport.status();
-    transport_ = *std::move(transport);
-    client_ = std::make_unique<kube::ApiClient>(transport_.get());
-  }
-  void TearDown() override {
-    client_.reset();
-    transport_.reset();
-    if (server_ != nullptr) {
-      server_->Stop();
-    }
+    ASSERT_NO_FATAL_FAILURE(env_.Start({.server = {}, .max_attempts = 0}));
+    client_ = env_.client();
   }
 
   void CreateNode(const std::string& name, const std::string& reg, const std::string& hs) {
-    kube::Request r;
-    r.method = "POST";
-    r.path = "/api/v1/nodes";
-    r.content_type = "application/json";
-    r.body = R"({"apiVersion":"v1","kind":"Node","metadata":{"name":")" + name +
-             R"(","annotations":{"hami.io/node-nvidia-register":")" + reg +
-             R"(","hami.io/node-handshake":")" + hs + R"("}}})";
-    absl::StatusOr<kube::Response> resp = kube::Do(*transport_, r);
-    ASSERT_TRUE(resp.ok()) << resp.status();
+    env_.CreateNode(name, nlohmann::json({{"hami.io/node-nvidia-register", reg},
+                                          {"hami.io/node-handshake", hs}})
+                              .dump());
   }
 
-  std::unique_ptr<apisim::Server> server_;
-  std::unique_ptr<kube::Transport> transport_;
-  std::unique_ptr<kube::ApiClient> client_;
+  ::tessera::testing::ApisimEnv env_;  // default retries, as HandshakeWriter's client has
+  kube::ApiClient* client_ = nullptr;
 };
 
 TEST_F(RegistryApisimTest, RequestingLandsAndAStaleResourceVersionIsAConflict) {
@@ -76,7 +54,7 @@ TEST_F(RegistryApisimTest, RequestingLandsAndAStaleResourceVersionIsAConflict) {
   ASSERT_EQ(patches.size(), 1u);
   EXPECT_EQ(patches[0].resource_version, node->meta.resource_version);
 
-  HandshakeWriter writer(client_.get());
+  HandshakeWriter writer(client_);
   EXPECT_EQ(writer.Write(patches[0]), HandshakeWriter::Outcome::kWritten);
   absl::StatusOr<kube::Node> after = client_->GetNode("g1");
   ASSERT_TRUE(after.ok()) << after.status();
@@ -99,7 +77,7 @@ TEST_F(RegistryApisimTest, RequestingLandsAndAStaleResourceVersionIsAConflict) {
 
   // A node that is gone, and a follower.
   EXPECT_EQ(writer.Write(NodePatch{"nope", kHs, "x", ""}), HandshakeWriter::Outcome::kNotFound);
-  HandshakeWriter follower(client_.get(), {.is_leader = [] { return false; }});
+  HandshakeWriter follower(client_, {.is_leader = [] { return false; }});
   HandshakeWriter::Summary s = follower.WriteAll({NodePatch{"g1", kHs, "Requesting_x", ""}});
   EXPECT_EQ(s.skipped, 1u);
   EXPECT_EQ(client_->GetNode("g1")->meta.annotations.Get(kHs), "Requesting_2027-01-15 08:00:00");

@@ -8,15 +8,15 @@
 #include "gtest/gtest.h"
 
 #include "tessera/accounting/projection.h"
-#include "tessera/accounting/test_objects.h"
 #include "tessera/device/vendor.h"
 #include "tessera/schedule/fit.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::accounting {
 namespace {
 
-using accounting::testing::AllocatedPod;
-using accounting::testing::GpuNode;
+using ::tessera::testing::AllocatedPod;
+using ::tessera::testing::GpuNode;
 
 constexpr char kRegister[] =
     R"([{"id":"GPU-1","count":10,"devmem":8192,"devcore":100,"type":"NVIDIA-T4","health":true}])";

@@ -2,14 +2,14 @@
 
 #include "gtest/gtest.h"
 
-#include "tessera/accounting/test_objects.h"
 #include "tessera/device/vendor.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::accounting {
 namespace {
 
-using testing::AllocatedPod;
-using testing::GpuNode;
+using ::tessera::testing::AllocatedPod;
+using ::tessera::testing::GpuNode;
 
 class ProjectionTest : public ::testing::Test {
  protected:

@@ -19,10 +19,13 @@
 #include "tessera/apisim/server.h"
 #include "tessera/kube/config.h"
 #include "tessera/kube/transport.h"
+#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::accounting {
 namespace {
 
+using ::tessera::testing::Eventually;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 
@@ -55,32 +58,12 @@ std::string PlainNode(const std::string& name) {
       .dump();
 }
 
-template <typename F>
-bool Eventually(F f) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < deadline) {
-    if (f()) {
-      return true;
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return f();
-}
-
 class ResyncerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto sim = apisim::Server::Start({});
-    ASSERT_TRUE(sim.ok()) << sim.status();
-    sim_ = *std::move(sim);
-    sim_->store().EnsureDefaultNamespaces();
-    kube::RestConfig config;
-    config.server = sim_->url();
-    config.qps = 0;
-    auto transport = kube::CurlTransport::Create(config, kube::MakeTokenSource(config, &clock_));
-    ASSERT_TRUE(transport.ok()) << transport.status();
-    transport_ = *std::move(transport);
-    client_ = std::make_unique<kube::ApiClient>(transport_.get());
+    ASSERT_NO_FATAL_FAILURE(env_.Start({.server = {}, .max_attempts = 0}));
+    sim_ = env_.server();
+    client_ = env_.client();
   }
 
   void TearDown() override {
@@ -96,7 +79,7 @@ class ResyncerTest : public ::testing::Test {
   void StartInformers() {
     kube::Informer<kube::Pod>::Options po;
     po.name = "pods";
-    pods_ = std::make_unique<kube::Informer<kube::Pod>>(client_.get(), po, feed_.Handlers());
+    pods_ = std::make_unique<kube::Informer<kube::Pod>>(client_, po, feed_.Handlers());
     kube::Informer<kube::Node>::Options no;
     no.name = "nodes";
     kube::EventHandlers<kube::Node> nh;
@@ -106,13 +89,13 @@ class ResyncerTest : public ::testing::Test {
         node_tombstones_.insert(n.meta.name);
       }
     };
-    nodes_ = std::make_unique<kube::Informer<kube::Node>>(client_.get(), no, std::move(nh));
+    nodes_ = std::make_unique<kube::Informer<kube::Node>>(client_, no, std::move(nh));
     pods_->Start();
     nodes_->Start();
     ASSERT_TRUE(pods_->WaitForSync(absl::Seconds(10)));
     ASSERT_TRUE(nodes_->WaitForSync(absl::Seconds(10)));
     resyncer_ =
-        std::make_unique<Resyncer>(client_.get(), pods_.get(), nodes_.get(),
+        std::make_unique<Resyncer>(client_, pods_.get(), nodes_.get(),
                                    ResyncOptions{.period = absl::ZeroDuration(), .page_size = 2},
                                    [this](const ResyncReport&) { ++reports_; });
   }
@@ -151,9 +134,9 @@ class ResyncerTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  std::unique_ptr<apisim::Server> sim_;
-  std::unique_ptr<kube::CurlTransport> transport_;
-  std::unique_ptr<kube::ApiClient> client_;
+  ::tessera::testing::ApisimEnv env_;  // apisim, its transport and a client with default retries
+  apisim::Server* sim_ = nullptr;
+  kube::ApiClient* client_ = nullptr;
   std::unique_ptr<device::Vendor> vendor_ = device::NewNvidiaVendor(device::DefaultNvidiaConfig());
   ledger::Ledger ledger_;
   PodFeed feed_{vendor_.get(), &ledger_, &clock_};
@@ -283,7 +266,7 @@ TEST_F(ResyncerTest, ANodeDeletedBehindTheWatchIsDeliveredAsATombstone) {
 
 TEST_F(ResyncerTest, ItsThreadRunsPassesEveryPeriodAndStops) {
   StartInformers();
-  Resyncer resyncer(client_.get(), pods_.get(), nodes_.get(),
+  Resyncer resyncer(client_, pods_.get(), nodes_.get(),
                     ResyncOptions{.period = absl::Milliseconds(50)}, nullptr);
   resyncer.Start();
   DropEvents("pods", "DELETED");
@@ -318,13 +301,13 @@ TEST_F(ResyncerTest, APassCostsOneListRequestPer500ObjectsAsTheServerCountsThem)
     kube::Request r;
     r.method = "GET";
     r.path = "/simulator/v1/stats";
-    absl::StatusOr<kube::Response> res = kube::Do(*transport_, r);
+    absl::StatusOr<kube::Response> res = kube::Do(*env_.transport(), r);
     EXPECT_TRUE(res.ok()) << res.status();
     return res.ok()
                ? nlohmann::json::parse(res->body)["requests"].get<std::map<std::string, int64_t>>()
                : std::map<std::string, int64_t>{};
   };
-  Resyncer resyncer(client_.get(), pods_.get(), nodes_.get(), ResyncOptions{}, nullptr);
+  Resyncer resyncer(client_, pods_.get(), nodes_.get(), ResyncOptions{}, nullptr);
   // Both informers have opened their watch: from now on only the resync sends requests.
   ASSERT_TRUE(Eventually([&] { return requests()["watch"] >= 2; }));
   std::map<std::string, int64_t> before = requests();
@@ -350,7 +333,7 @@ TEST_F(ResyncerTest, PaceZeroListsThePagesBackToBack) {
     CreatePod("p" + std::to_string(i));
   }
   StartInformers();
-  Resyncer resyncer(client_.get(), pods_.get(), nodes_.get(),
+  Resyncer resyncer(client_, pods_.get(), nodes_.get(),
                     ResyncOptions{.period = absl::ZeroDuration(), .page_size = 2, .pace = 0},
                     nullptr);
   ResyncReport report = resyncer.RunOnce();
@@ -365,7 +348,7 @@ TEST_F(ResyncerTest, StopEndsAPassDuringItsPause) {
   }
   StartInformers();
   // A pause of at least a minute after every page: only Stop can end the pass in time.
-  Resyncer resyncer(client_.get(), pods_.get(), nodes_.get(),
+  Resyncer resyncer(client_, pods_.get(), nodes_.get(),
                     ResyncOptions{.period = absl::ZeroDuration(),
                                   .page_size = 2,
                                   .pace = 1e9,
@@ -382,10 +365,10 @@ TEST_F(ResyncerTest, StopEndsAPassDuringItsPause) {
 
 TEST_F(ResyncerTest, APassBeforeTheInformersSyncedRepairsNothing) {
   kube::Informer<kube::Pod>::Options po;
-  pods_ = std::make_unique<kube::Informer<kube::Pod>>(client_.get(), po, feed_.Handlers());
+  pods_ = std::make_unique<kube::Informer<kube::Pod>>(client_, po, feed_.Handlers());
   nodes_ = std::make_unique<kube::Informer<kube::Node>>(
-      client_.get(), kube::Informer<kube::Node>::Options{}, kube::EventHandlers<kube::Node>{});
-  Resyncer resyncer(client_.get(), pods_.get(), nodes_.get(), ResyncOptions{}, nullptr);
+      client_, kube::Informer<kube::Node>::Options{}, kube::EventHandlers<kube::Node>{});
+  Resyncer resyncer(client_, pods_.get(), nodes_.get(), ResyncOptions{}, nullptr);
   ResyncReport report = resyncer.RunOnce();
   EXPECT_THAT(report.error, HasSubstr("not synced"));
   EXPECT_EQ(report.requests, 0);

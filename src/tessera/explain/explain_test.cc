@@ -4,14 +4,14 @@
 #include "gtest/gtest.h"
 #include <nlohmann/json.hpp>
 
-#include "tessera/accounting/test_objects.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::explain {
 namespace {
 
-using accounting::testing::AllocatedPod;
-using accounting::testing::GpuContainer;
-using accounting::testing::GpuNode;
+using ::tessera::testing::AllocatedPod;
+using ::tessera::testing::GpuContainer;
+using ::tessera::testing::GpuNode;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/core.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,7 +16,7 @@
 #include "tessera/base/mutex.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
-#include "tessera/extender/scheduler_testutil.h"
+#include "tessera/testing/apisim_env.h"
 
 namespace tessera::extender {
 namespace {
@@ -72,7 +73,7 @@ class NodeLockTest : public ::testing::Test {
     return AcquireNodeLock(env_.client(), "n1", "default", name, kNow, options_, exists);
   }
 
-  testing::ApisimEnv env_;
+  ::tessera::testing::ApisimEnv env_;
   NodeLockOptions options_;
   std::vector<absl::Duration> sleeps_;
 };

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -32,88 +33,41 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/base/mutex.h"
-#include "tessera/kube/apisim_process_testutil.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/config.h"
 #include "tessera/kube/informer.h"
 #include "tessera/kube/transport.h"
+#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/apisim_process.h"
+#include "tessera/testing/objects.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::kube {
 namespace {
 
-using ::tessera::kube::testutil::ApisimProcess;
+using ::tessera::testing::ApisimProcess;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
 // key → (uid, resourceVersion)
 using State = std::map<std::string, std::pair<std::string, std::string>>;
 
-template <typename F>
-bool Eventually(F f, absl::Duration timeout = absl::Seconds(30)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (f()) {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return f();
+bool Eventually(const std::function<bool()>& f, absl::Duration timeout = absl::Seconds(30)) {
+  return ::tessera::testing::Eventually(f, timeout, absl::Milliseconds(20));
 }
 
-std::string PodBody(const std::string& name) {
-  return fmt::format(
-      R"({{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{}","namespace":"default"}},)"
-      R"("spec":{{"containers":[{{"name":"c","image":"x"}}]}}}})",
-      name);
-}
+std::string PodBody(const std::string& name) { return ::tessera::testing::MinimalPodJson(name); }
 
 int64_t Rv(const std::string& rv) {
   int64_t v = -1;
   return absl::SimpleAtoi(rv, &v) ? v : -1;
 }
 
-// A transport and a client for one server.
-struct Conn {
-  explicit Conn(RestConfig config) {
-    auto t = CurlTransport::Create(config, MakeTokenSource(config, Clock::Real()));
-    EXPECT_TRUE(t.ok()) << t.status();
-    if (t.ok()) {
-      transport = *std::move(t);
-      client = std::make_unique<ApiClient>(transport.get());
-    }
-  }
-  static RestConfig Plain(const std::string& url) {
-    RestConfig c;
-    c.server = url;
-    c.qps = 0;
-    return c;
-  }
+// A transport and a client for one server, and the calls the tests make through them.
+struct Conn : ::tessera::testing::ApiConnection {
+  using ApiConnection::ApiConnection;
+  static RestConfig Plain(const std::string& url) { return PlainConfig(url); }
 
-  absl::StatusOr<Response> Call(const std::string& method, const std::string& path,
-                                const std::string& body = "",
-                                const std::string& content_type = "application/json") {
-    Request r;
-    r.method = method;
-    r.path = path;
-    r.body = body;
-    if (!body.empty()) {
-      r.content_type = content_type;
-    }
-    return Do(*transport, r);
-  }
-  void MustCall(const std::string& method, const std::string& path, const std::string& body = "",
-                const std::string& content_type = "application/json") {
-    absl::StatusOr<Response> r = Call(method, path, body, content_type);
-    ASSERT_TRUE(r.ok()) << method << " " << path << ": " << r.status();
-  }
-  void CreatePod(const std::string& name) {
-    MustCall("POST", "/api/v1/namespaces/default/pods", PodBody(name));
-  }
-  void DeletePod(const std::string& name) {
-    // Immediate deletion: the pod is unbound, so it goes at once.
-    MustCall("DELETE", "/api/v1/namespaces/default/pods/" + name,
-             R"({"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":0})");
-  }
   void LabelPod(const std::string& name, const std::string& value) {
     MustCall("PATCH", "/api/v1/namespaces/default/pods/" + name,
              fmt::format(R"({{"metadata":{{"labels":{{"x":"{}"}}}}}})", value),
@@ -121,7 +75,7 @@ struct Conn {
   }
   // The server's pods and the list's resourceVersion.
   std::pair<State, std::string> ServerState() {
-    absl::StatusOr<PodList> list = client->ListPods(ListOptions());
+    absl::StatusOr<PodList> list = client()->ListPods(ListOptions());
     EXPECT_TRUE(list.ok()) << list.status();
     State s;
     if (!list.ok()) {
@@ -140,9 +94,6 @@ struct Conn {
     }
     return nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
   }
-
-  std::unique_ptr<CurlTransport> transport;
-  std::unique_ptr<ApiClient> client;
 };
 
 State StoreState(const PodInformer& informer) {
@@ -261,7 +212,7 @@ TEST(InformerApisimFaultsTest, AcknowledgedWritesSurviveASigtermRestart) {
   std::atomic<bool> stop_writing{false};
   std::thread writer([&] {
     Conn conn(Conn::Plain(url));
-    for (int i = 0; !stop_writing.load() && conn.client != nullptr; ++i) {
+    for (int i = 0; !stop_writing.load() && conn.ok(); ++i) {
       const std::string name = fmt::format("w{}", i);
       absl::StatusOr<Response> r =
           conn.Call("POST", "/api/v1/namespaces/default/pods", PodBody(name));
@@ -304,12 +255,12 @@ TEST(InformerApisimFaultsTest, ConvergesAcrossARestartFromTheStateFile) {
   ASSERT_FALSE(url.empty()) << "tessera apisim did not start (set TESSERA_APISIM_BIN); tried '"
                             << bin << "'";
   Conn conn(Conn::Plain(url));
-  ASSERT_NE(conn.client, nullptr);
+  ASSERT_TRUE(conn.ok());
   for (int i = 0; i < 8; ++i) {
     conn.CreatePod(fmt::format("p{}", i));
   }
   Recorder rec;
-  PodInformer informer(conn.client.get(), FastOptions("restart"), rec.Handlers());
+  PodInformer informer(conn.client(), FastOptions("restart"), rec.Handlers());
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(20)));
   conn.DeletePod("p7");  // seen by the watch
@@ -395,13 +346,12 @@ TEST_P(StormTest, BacksOffDuringTheStormAndConvergesAfter) {
   const std::string url = sim.Start(bin);
   ASSERT_FALSE(url.empty()) << "tessera apisim did not start; tried '" << bin << "'";
   Conn conn(Conn::Plain(url));
-  ASSERT_NE(conn.client, nullptr);
+  ASSERT_TRUE(conn.ok());
   for (int i = 0; i < 6; ++i) {
     conn.CreatePod(fmt::format("p{}", i));
   }
   Recorder rec;
-  PodInformer informer(conn.client.get(), FastOptions(fmt::format("storm{}", code)),
-                       rec.Handlers());
+  PodInformer informer(conn.client(), FastOptions(fmt::format("storm{}", code)), rec.Handlers());
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(20)));
   ASSERT_TRUE(Eventually([&] { return informer.counters().reflector.watches >= 1; }));
@@ -506,12 +456,12 @@ TEST(InformerApisimFaultsTest, HttpsWithCaAndTokenAndRefusals) {
   EXPECT_FALSE(config->insecure_skip_tls_verify);
   {
     Conn conn(*config);
-    ASSERT_NE(conn.client, nullptr);
+    ASSERT_TRUE(conn.ok());
     for (int i = 0; i < 5; ++i) {
       conn.CreatePod(fmt::format("p{}", i));
     }
     Recorder rec;
-    PodInformer informer(conn.client.get(), FastOptions("https"), rec.Handlers());
+    PodInformer informer(conn.client(), FastOptions("https"), rec.Handlers());
     informer.Start();
     ASSERT_TRUE(informer.WaitForSync(absl::Seconds(20)));
     conn.DeletePod("p0");
@@ -550,15 +500,15 @@ TEST(InformerApisimFaultsTest, HttpsWithCaAndTokenAndRefusals) {
   ASSERT_TRUE(untrusted.ok()) << untrusted.status();
   {
     Conn conn(*untrusted);
-    ASSERT_NE(conn.client, nullptr);
-    absl::StatusOr<PodList> list = conn.client->ListPods(ListOptions());
+    ASSERT_TRUE(conn.ok());
+    absl::StatusOr<PodList> list = conn.client()->ListPods(ListOptions());
     ASSERT_FALSE(list.ok());
     EXPECT_EQ(list.status().code(), absl::StatusCode::kFailedPrecondition) << list.status();
     EXPECT_THAT(std::string(list.status().message()), HasSubstr("not trusted"));
     EXPECT_THAT(std::string(list.status().message()), Not(HasSubstr(token)));
     // The informer does not sync and reports the same error.
     Recorder rec;
-    PodInformer informer(conn.client.get(), FastOptions("untrusted"), rec.Handlers());
+    PodInformer informer(conn.client(), FastOptions("untrusted"), rec.Handlers());
     informer.Start();
     EXPECT_TRUE(Eventually(
         [&] {
@@ -586,8 +536,8 @@ TEST(InformerApisimFaultsTest, HttpsWithCaAndTokenAndRefusals) {
   ASSERT_TRUE(wrong_config.ok()) << wrong_config.status();
   {
     Conn conn(*wrong_config);
-    ASSERT_NE(conn.client, nullptr);
-    absl::StatusOr<PodList> list = conn.client->ListPods(ListOptions());
+    ASSERT_TRUE(conn.ok());
+    absl::StatusOr<PodList> list = conn.client()->ListPods(ListOptions());
     ASSERT_FALSE(list.ok());
     EXPECT_EQ(list.status().code(), absl::StatusCode::kUnauthenticated) << list.status();
     const std::string message(list.status().message());

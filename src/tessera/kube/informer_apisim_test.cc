@@ -7,6 +7,7 @@
 // The simulator binary: $TESSERA_APISIM_BIN, else the tessera binary of this build tree (a build
 // dependency of this test). The test fails when the simulator does not start.
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -18,69 +19,39 @@
 #include <gtest/gtest.h>
 
 #include "tessera/base/mutex.h"
-#include "tessera/kube/apisim_process_testutil.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/informer.h"
 #include "tessera/kube/transport.h"
+#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/apisim_process.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::kube {
 namespace {
 
-std::string PodBody(const std::string& name) {
-  return fmt::format(
-      R"({{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{}","namespace":"default"}},)"
-      R"("spec":{{"containers":[{{"name":"c","image":"x"}}]}}}})",
-      name);
-}
-
-template <typename F>
-bool Eventually(F f, absl::Duration timeout = absl::Seconds(20)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (f()) {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return f();
+bool Eventually(const std::function<bool()>& f, absl::Duration timeout = absl::Seconds(20)) {
+  return ::tessera::testing::Eventually(f, timeout, absl::Milliseconds(20));
 }
 
 class InformerApisimTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string bin = testutil::ApisimProcess::DefaultBinary();
+    const std::string bin = ::tessera::testing::ApisimProcess::DefaultBinary();
     url_ = sim_.Start(bin);
     if (url_.empty()) {
       FAIL() << "tessera apisim did not start (set TESSERA_APISIM_BIN); tried '" << bin << "'";
     }
-    RestConfig config;
-    config.server = url_;
-    config.qps = 0;
-    auto transport = CurlTransport::Create(config, MakeTokenSource(config, Clock::Real()));
-    ASSERT_TRUE(transport.ok()) << transport.status();
-    transport_ = *std::move(transport);
-    client_ = std::make_unique<ApiClient>(transport_.get());
+    conn_ = std::make_unique<::tessera::testing::ApiConnection>(url_);
+    ASSERT_TRUE(conn_->ok());
+    client_ = conn_->client();
   }
 
   void Call(const std::string& method, const std::string& path, const std::string& body = "") {
-    Request r;
-    r.method = method;
-    r.path = path;
-    r.body = body;
-    if (!body.empty()) {
-      r.content_type = "application/json";
-    }
-    absl::StatusOr<Response> resp = Do(*transport_, r);
-    ASSERT_TRUE(resp.ok()) << method << " " << path << ": " << resp.status();
+    conn_->MustCall(method, path, body);
   }
-  void CreatePod(const std::string& name) {
-    Call("POST", "/api/v1/namespaces/default/pods", PodBody(name));
-  }
-  void DeletePod(const std::string& name) {
-    // Immediate deletion, so that the object is gone rather than terminating.
-    Call("DELETE", "/api/v1/namespaces/default/pods/" + name,
-         R"({"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":0})");
-  }
+  void CreatePod(const std::string& name) { conn_->CreatePod(name); }
+  // Immediate deletion, so that the object is gone rather than terminating.
+  void DeletePod(const std::string& name) { conn_->DeletePod(name); }
   std::vector<std::string> ServerKeys() {
     absl::StatusOr<PodList> list = client_->ListPods(ListOptions());
     EXPECT_TRUE(list.ok()) << list.status();
@@ -94,10 +65,10 @@ class InformerApisimTest : public ::testing::Test {
     return keys;
   }
 
-  testutil::ApisimProcess sim_;
+  ::tessera::testing::ApisimProcess sim_;
   std::string url_;
-  std::unique_ptr<CurlTransport> transport_;
-  std::unique_ptr<ApiClient> client_;
+  std::unique_ptr<::tessera::testing::ApiConnection> conn_;
+  ApiClient* client_ = nullptr;
 };
 
 TEST_F(InformerApisimTest, StoreConvergesAfterLostDeletesSeveredWatchesAndCompaction) {
@@ -126,7 +97,7 @@ TEST_F(InformerApisimTest, StoreConvergesAfterLostDeletesSeveredWatchesAndCompac
   opts.name = "apisim-pods";
   opts.reflector.page_size = 5;  // three pages
   opts.reflector.backoff = {absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.0};
-  PodInformer informer(client_.get(), opts, h);
+  PodInformer informer(client_, opts, h);
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(20)));
   EXPECT_EQ(informer.store().size(), 12u);

@@ -1,6 +1,7 @@
 #include "tessera/kube/informer.h"
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "tessera/kube/decode.h"
 #include "tessera/kube/store.h"
 #include "tessera/kube/transport_fake.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::kube {
 namespace {
@@ -118,15 +120,8 @@ class Recorder {
   std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
 };
 
-template <typename F>
-bool Eventually(F f) {
-  for (int i = 0; i < 500; ++i) {
-    if (f()) {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
+bool Eventually(const std::function<bool()>& f) {
+  return ::tessera::testing::Eventually(f, absl::Seconds(5));
 }
 
 class InformerTest : public ::testing::Test {

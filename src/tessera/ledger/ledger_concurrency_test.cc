@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 
 #include "tessera/ledger/ledger.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::ledger {
 namespace {
@@ -33,13 +34,8 @@ std::shared_ptr<const NodeDevices> MakeNode(const std::string& name, std::mt1993
   auto n = std::make_shared<NodeDevices>();
   n->node = name;
   for (int g = 0; g < kGpus; ++g) {
-    device::DeviceInfo d;
-    d.id = "GPU-" + name + "-" + std::to_string(g);
-    d.index = g;
-    d.count = 100;
-    d.devmem = 100000;
-    d.devcore = 1000;
-    n->devices.push_back(d);
+    n->devices.push_back(::tessera::testing::GpuDevice("GPU-" + name + "-" + std::to_string(g), g,
+                                                       100000, /*type=*/"", 100, 1000));
   }
   if (rng != nullptr) {
     std::shuffle(n->devices.begin(), n->devices.end(), *rng);

@@ -12,7 +12,7 @@
 
 #include "tessera/ledger/heap_counter.h"
 #include "tessera/ledger/ledger.h"
-#include "tessera/ledger/ledger_test_fixtures.h"
+#include "tessera/testing/ledger_cluster.h"
 
 namespace tessera::ledger {
 namespace {
@@ -23,13 +23,13 @@ TEST(LedgerMemoryTest, AtMost256BytesPerRecordAt100kRecords) {
   constexpr int kRecords = 100000;
   Ledger ledger;
   for (int n = 0; n < kNodes; ++n) {
-    ASSERT_TRUE(ledger.SetNode(testing::ClusterNode(n, kGpus)).ok());
+    ASSERT_TRUE(ledger.SetNode(::tessera::testing::ClusterNode(n, kGpus)).ok());
   }
   // Build the inputs first so that only the ledger's own allocations are measured.
   std::vector<PodAllocation> pods;
   pods.reserve(kRecords);
   for (int i = 0; i < kRecords; ++i) {
-    pods.push_back(testing::ClusterPod(i, kNodes, kGpus));
+    pods.push_back(::tessera::testing::ClusterPod(i, kNodes, kGpus));
   }
   const int64_t before = LiveHeapBytes();
   for (const auto& p : pods) {

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 
 #include "tessera/ledger/ledger.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::ledger {
 namespace {
@@ -219,14 +220,8 @@ class Generator {
     n->node = name;
     for (int j = 0; j < kUuidsPerNode; ++j) {
       if (Chance(75)) {
-        device::DeviceInfo d;
-        d.id = "GPU-" + name + "-" + std::to_string(j);
-        d.index = j;
-        d.count = 10;
-        d.devmem = 16384;
-        d.devcore = 100;
-        d.type = "NVIDIA-A10";
-        n->devices.push_back(d);
+        n->devices.push_back(::tessera::testing::GpuDevice("GPU-" + name + "-" + std::to_string(j),
+                                                           j, 16384, "NVIDIA-A10"));
       }
     }
     std::shuffle(n->devices.begin(), n->devices.end(), rng_);

@@ -7,6 +7,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "tessera/testing/objects.h"
+
 namespace tessera::ledger {
 namespace {
 
@@ -20,19 +22,7 @@ using ::testing::SizeIs;
 
 std::shared_ptr<const NodeDevices> MakeNode(const std::string& name,
                                             const std::vector<std::string>& uuids) {
-  auto n = std::make_shared<NodeDevices>();
-  n->node = name;
-  for (size_t i = 0; i < uuids.size(); ++i) {
-    device::DeviceInfo d;
-    d.id = uuids[i];
-    d.index = static_cast<int32_t>(i);
-    d.count = 10;
-    d.devmem = 16384;
-    d.devcore = 100;
-    d.type = "NVIDIA-Tesla T4";
-    n->devices.push_back(d);
-  }
-  return n;
+  return ::tessera::testing::GpuNodeDevices(name, uuids);
 }
 
 ContainerDevice Dev(const std::string& uuid, int32_t mem, int32_t cores) {

@@ -24,6 +24,7 @@
 #include "tessera/ledger/ledger.h"
 #include "tessera/metrics/device_families.h"
 #include "tessera/metrics/registry.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::metrics {
 namespace {
@@ -37,14 +38,7 @@ std::shared_ptr<const device::NodeDevices> Node(
   n->node = std::move(name);
   int index = 0;
   for (auto& [uuid, mem, cores, type] : devs) {
-    device::DeviceInfo d;
-    d.id = uuid;
-    d.index = index++;
-    d.count = 10;
-    d.devmem = mem;
-    d.devcore = cores;
-    d.type = type;
-    n->devices.push_back(d);
+    n->devices.push_back(::tessera::testing::GpuDevice(uuid, index++, mem, type, 10, cores));
   }
   return n;
 }

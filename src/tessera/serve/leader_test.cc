@@ -13,7 +13,8 @@
 
 #include "tessera/base/clock.h"
 #include "tessera/kube/client.h"
-#include "tessera/serve/apisim_client_testutil.h"
+#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::serve {
 namespace {
@@ -31,9 +32,9 @@ std::string Micro(absl::Time t) {
 class LeaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(api_.Start());
-    server_ = api_.server.get();
-    client_ = api_.client.get();
+    ASSERT_NO_FATAL_FAILURE(api_.Start({.server = {}, .max_attempts = 2}));
+    server_ = api_.server();
+    client_ = api_.client();
   }
   void TearDown() override {
     electors_.clear();
@@ -86,7 +87,7 @@ class LeaderTest : public ::testing::Test {
   void FailRequests(std::vector<std::string> verbs) { api_.FailRequests(std::move(verbs)); }
 
   FakeClock clock_{absl::FromUnixSeconds(1800000000)};
-  ApisimClient api_;
+  ::tessera::testing::ApisimEnv api_;
   apisim::Server* server_ = nullptr;
   kube::ApiClient* client_ = nullptr;
   std::vector<std::unique_ptr<Elector>> electors_;
@@ -400,11 +401,7 @@ TEST_F(LeaderTest, StartRunsRoundsOnAThreadAndStopReleases) {
   absl::StatusOr<std::unique_ptr<Elector>> e = Elector::Create(client_, o);
   ASSERT_TRUE(e.ok()) << e.status();
   (*e)->Start();
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!(*e)->IsLeader() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_TRUE((*e)->IsLeader());
+  ASSERT_TRUE(::tessera::testing::Eventually([&] { return (*e)->IsLeader(); }));
   (*e)->Stop();
   EXPECT_FALSE((*e)->IsLeader());
   EXPECT_EQ(Get().holder_identity, "");

@@ -40,6 +40,7 @@
 
 #include "tessera/apisim/server.h"
 #include "tessera/serve/service.h"
+#include "tessera/testing/apisim_env.h"
 
 namespace tessera::serve {
 namespace {
@@ -163,22 +164,15 @@ using Truth = std::map<std::string, DeviceTruth>;  // by uuid, registered device
 class LeakPathsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto sim = apisim::Server::Start({});
-    ASSERT_TRUE(sim.ok()) << sim.status();
-    sim_ = *std::move(sim);
-    sim_->store().EnsureDefaultNamespaces();
-    char dir[] = "/tmp/tessera-leak-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    kubeconfig_ = dir_ + "/kubeconfig";
-    std::ofstream(kubeconfig_) << sim_->Kubeconfig();
+    ASSERT_NO_FATAL_FAILURE(env_.Start());
+    sim_ = env_.server();
+    dir_ = env_.ScratchDir();
+    kubeconfig_ = env_.KubeconfigPath();
   }
 
   void TearDown() override {
     StopService();
-    sim_.reset();
-    std::remove(kubeconfig_.c_str());
-    rmdir(dir_.c_str());
+    env_.Stop();
   }
 
   void StartService() {
@@ -365,7 +359,7 @@ class LeakPathsTest : public ::testing::Test {
     const absl::Duration took = absl::Now() - start;
     if (AtDefaultPeriods()) {
       std::printf("[converged] %s #%d after %.1f s\n",
-                  testing::UnitTest::GetInstance()->current_test_info()->name(), ++convergences_,
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), ++convergences_,
                   absl::ToDoubleSeconds(took));
       std::fflush(stdout);
     }
@@ -442,7 +436,8 @@ class LeakPathsTest : public ::testing::Test {
   }
   Json Reservations() { return Json::parse(service_->DebugLedgerJson())["reservations"]; }
 
-  std::unique_ptr<apisim::Server> sim_;
+  ::tessera::testing::ApisimEnv env_;  // the server, and dir_ with the kubeconfig
+  apisim::Server* sim_ = nullptr;
   std::unique_ptr<Service> service_;
   std::unique_ptr<httplib::Client> client_;
   std::string dir_, kubeconfig_;
@@ -464,7 +459,7 @@ TEST_F(LeakPathsTest, PodDeletedWhileTheWatchIsSeveredIsFreedByTheRelistTombston
 
   Outage([&] { DeletePod("gone"); });
   ExpectConverged({});
-  EXPECT_THAT(Repairs("apply"), testing::Contains(HasSubstr("tombstone default/gone")));
+  EXPECT_THAT(Repairs("apply"), ::testing::Contains(HasSubstr("tombstone default/gone")));
 }
 
 // 1b. A pod created, filtered, bound and deleted while the watch is down never reaches the
@@ -483,7 +478,7 @@ TEST_F(LeakPathsTest, APodTesseraNeverSawLosesItsReservationAtTheRelist) {
   });
   ExpectConverged({});
   EXPECT_TRUE(Reservations().empty()) << Reservations().dump();
-  EXPECT_THAT(Repairs("apply"), testing::Contains(HasSubstr("absent_reservation default/ghost")));
+  EXPECT_THAT(Repairs("apply"), ::testing::Contains(HasSubstr("absent_reservation default/ghost")));
   EXPECT_EQ(Audit()["totals"]["apply"]["absent_reservation"], 1);
 }
 
@@ -505,7 +500,8 @@ TEST_F(LeakPathsTest, APodTesseraNeverSawLosesItsReservationAtTheResync) {
   ClearFaults();
   ExpectConverged({});
   EXPECT_TRUE(Reservations().empty()) << Reservations().dump();
-  EXPECT_THAT(Repairs("resync"), testing::Contains(HasSubstr("absent_reservation default/ghost")));
+  EXPECT_THAT(Repairs("resync"),
+              ::testing::Contains(HasSubstr("absent_reservation default/ghost")));
 }
 
 // 2. A DELETED event dropped for good and no relist: only the resync can see it.
@@ -518,7 +514,7 @@ TEST_F(LeakPathsTest, ADeletedEventLostForGoodIsRepairedByTheResync) {
   Drop("pods", "DELETED");
   DeletePod("lost");
   ExpectConverged({});
-  EXPECT_THAT(Repairs("resync"), testing::Contains(HasSubstr("pods gone default/lost")));
+  EXPECT_THAT(Repairs("resync"), ::testing::Contains(HasSubstr("pods gone default/lost")));
   Json doc = Audit();
   EXPECT_EQ(doc["totals"]["resync"]["gone"], 1) << doc.dump(1);
   // The metric counts it too.
@@ -537,7 +533,7 @@ TEST_F(LeakPathsTest, PodsThatFinishWhileTheWatchIsDownReleaseTheirDevices) {
   Drop("pods", "MODIFIED");
   PatchPod("crashed", "status", {{"status", {{"phase", "Failed"}}}});
   ExpectConverged({});
-  EXPECT_THAT(Repairs("resync"), testing::Contains(HasSubstr("pods stale default/crashed")));
+  EXPECT_THAT(Repairs("resync"), ::testing::Contains(HasSubstr("pods stale default/crashed")));
 
   Outage([&] { PatchPod("done", "status", {{"status", {{"phase", "Succeeded"}}}}); });
   ExpectConverged({});
@@ -581,7 +577,7 @@ TEST_F(LeakPathsTest, AFilterNeverFollowedByABindExpires) {
   ExpectConverged({}, absl::Seconds(3));
   EXPECT_TRUE(Reservations().empty());
   EXPECT_THAT(Repairs("expiry"),
-              testing::Contains(HasSubstr("reservation default/orphaned-filter")));
+              ::testing::Contains(HasSubstr("reservation default/orphaned-filter")));
 }
 
 // 6. A bind that fails after the node lock was taken: the reservation and the lock are released
@@ -646,7 +642,7 @@ TEST_F(LeakPathsTest, ANodeDeletedWithPodsOnItLeavesTheLedger) {
   ExpectConverged({});
   EXPECT_EQ(ByDevice(Scrape(), "hami_gpu_memory_allocated_bytes", "device_uuid").count("GPU-b-1"),
             0u);
-  EXPECT_THAT(Repairs("resync"), testing::Contains(HasSubstr("nodes gone b")));
+  EXPECT_THAT(Repairs("resync"), ::testing::Contains(HasSubstr("nodes gone b")));
   Json unregistered = Audit()["problems"]["unregistered"];
   ASSERT_EQ(unregistered.size(), 1u) << unregistered.dump();
   EXPECT_EQ(unregistered[0]["name"], "on-b");
@@ -725,7 +721,7 @@ TEST_F(LeakPathsTest, APodRecreatedWithANewUidDuringAnOutageIsAccountedOnce) {
   EXPECT_EQ(mem["GPU-a-0"], 0);
   EXPECT_EQ(mem["GPU-a-1"], 3000 * kMiB);
   EXPECT_THAT(Repairs("apply"),
-              testing::Contains(HasSubstr("uid_change default/phoenix uid=" + old_uid + "->")));
+              ::testing::Contains(HasSubstr("uid_change default/phoenix uid=" + old_uid + "->")));
 }
 
 // 12. A scheduler stopped after a bind took the node lock and wrote bind-phase, before the

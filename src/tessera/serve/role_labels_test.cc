@@ -18,8 +18,8 @@
 #include "tessera/base/logging.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/decode.h"
-#include "tessera/serve/apisim_client_testutil.h"
 #include "tessera/serve/leader.h"
+#include "tessera/testing/apisim_env.h"
 
 namespace tessera::serve {
 namespace {
@@ -51,9 +51,9 @@ nlohmann::json SchedulerLabels() {
 class RoleLabelsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(api_.Start());
-    server_ = api_.server.get();
-    client_ = api_.client.get();
+    ASSERT_NO_FATAL_FAILURE(api_.Start({.server = {}, .max_attempts = 2}));
+    server_ = api_.server();
+    client_ = api_.client();
 
     // Three replicas of the scheduler (sched-c already labelled as a follower by an earlier
     // leader), an unrelated pod in the same namespace, and a pod with the component label in
@@ -166,7 +166,7 @@ class RoleLabelsTest : public ::testing::Test {
   uint64_t Revision() { return server_->store().CurrentRevision(); }
 
   FakeClock clock_{absl::FromUnixSeconds(1800000000)};
-  ApisimClient api_;
+  ::tessera::testing::ApisimEnv api_;
   apisim::Server* server_ = nullptr;
   kube::ApiClient* client_ = nullptr;
   std::vector<std::string> warnings_;

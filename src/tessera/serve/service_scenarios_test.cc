@@ -31,6 +31,8 @@
 #include "tessera/apisim/tls.h"
 #include "tessera/kube/decode.h"
 #include "tessera/serve/service.h"
+#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::serve {
 namespace {
@@ -158,15 +160,10 @@ class Scrape {
 class ServeScenarioTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto sim = apisim::Server::Start(apisim::ServerOptions{});
-    ASSERT_TRUE(sim.ok()) << sim.status();
-    sim_ = *std::move(sim);
-    sim_->store().EnsureDefaultNamespaces();
-    char dir[] = "/tmp/tessera-serve-scenario-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    kubeconfig_ = dir_ + "/kubeconfig";
-    std::ofstream(kubeconfig_) << sim_->Kubeconfig();
+    ASSERT_NO_FATAL_FAILURE(env_.Start());
+    sim_ = env_.server();
+    dir_ = env_.ScratchDir();
+    kubeconfig_ = env_.KubeconfigPath();
   }
 
   void TearDown() override {
@@ -174,9 +171,7 @@ class ServeScenarioTest : public ::testing::Test {
       service_->Stop();
     }
     service_.reset();
-    sim_.reset();
-    std::remove(kubeconfig_.c_str());
-    rmdir(dir_.c_str());
+    env_.Stop();
   }
 
   void StartService(const std::function<void(ServeOptions&)>& adjust = nullptr) {
@@ -199,15 +194,9 @@ class ServeScenarioTest : public ::testing::Test {
     }
   }
 
+  // Waits (real time, at most 10 s) for `done`.
   static bool Eventually(const std::function<bool()>& done) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (absl::Now() < deadline) {
-      if (done()) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return done();
+    return ::tessera::testing::Eventually(done, absl::Seconds(10), absl::Milliseconds(20));
   }
 
   void AddNode(const std::string& json) {
@@ -294,7 +283,8 @@ class ServeScenarioTest : public ::testing::Test {
                : "<no response>";
   }
 
-  std::unique_ptr<apisim::Server> sim_;
+  ::tessera::testing::ApisimEnv env_;  // the server, and dir_ with the kubeconfig
+  apisim::Server* sim_ = nullptr;
   std::unique_ptr<Service> service_;
   std::unique_ptr<httplib::Client> client_;
   std::string dir_, kubeconfig_;

@@ -30,6 +30,8 @@
 #include "tessera/base/logging.h"
 #include "tessera/kube/decode.h"
 #include "tessera/sim/synthetic.h"
+#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::serve {
 namespace {
@@ -141,16 +143,10 @@ std::string PodJson(const std::string& name, const std::vector<ContainerSpec>& c
 class ServeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    apisim::ServerOptions sim_options;
-    auto sim = apisim::Server::Start(sim_options);
-    ASSERT_TRUE(sim.ok()) << sim.status();
-    sim_ = *std::move(sim);
-    sim_->store().EnsureDefaultNamespaces();
-    char dir[] = "/tmp/tessera-serve-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    kubeconfig_ = dir_ + "/kubeconfig";
-    std::ofstream(kubeconfig_) << sim_->Kubeconfig();
+    ASSERT_NO_FATAL_FAILURE(env_.Start());
+    sim_ = env_.server();
+    dir_ = env_.ScratchDir();
+    kubeconfig_ = env_.KubeconfigPath();
   }
 
   void TearDown() override {
@@ -158,9 +154,7 @@ class ServeTest : public ::testing::Test {
       service_->Stop();
     }
     service_.reset();
-    sim_.reset();
-    std::remove(kubeconfig_.c_str());
-    rmdir(dir_.c_str());
+    env_.Stop();
   }
 
   void AddNode(const std::string& json) {
@@ -234,14 +228,7 @@ class ServeTest : public ::testing::Test {
 
   // Waits (real time, at most 10 s) for `done`.
   static bool Eventually(const std::function<bool()>& done) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (absl::Now() < deadline) {
-      if (done()) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return done();
+    return ::tessera::testing::Eventually(done, absl::Seconds(10), absl::Milliseconds(20));
   }
 
   // POST /filter as kube-scheduler does (nodeCacheCapable: true).
@@ -343,7 +330,8 @@ class ServeTest : public ::testing::Test {
     return reply;
   }
 
-  std::unique_ptr<apisim::Server> sim_;
+  ::tessera::testing::ApisimEnv env_;  // the server, and dir_ with the kubeconfig
+  apisim::Server* sim_ = nullptr;
   std::unique_ptr<Service> service_;
   std::unique_ptr<httplib::Client> client_;
   std::string dir_, kubeconfig_;

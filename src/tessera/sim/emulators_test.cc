@@ -11,6 +11,7 @@
 #include "tessera/apisim/server.h"
 #include "tessera/device/codec.h"
 #include "tessera/kube/transport_fake.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::sim {
 namespace {
@@ -154,14 +155,8 @@ class ClusterTest : public ::testing::Test {
   std::vector<device::DeviceInfo> Devices() {
     std::vector<device::DeviceInfo> out;
     for (const char* id : {kA, kB, kC}) {
-      device::DeviceInfo d;
-      d.id = id;
-      d.index = static_cast<int32_t>(out.size());
-      d.count = 10;
-      d.devmem = 40960;
-      d.devcore = 100;
-      d.type = "NVIDIA-A100";
-      out.push_back(d);
+      out.push_back(::tessera::testing::GpuDevice(id, static_cast<int32_t>(out.size()), 40960,
+                                                  "NVIDIA-A100"));
     }
     return out;
   }

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 
 #include "tessera/device/codec.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::sim {
 namespace {
@@ -18,14 +19,8 @@ kube::Node GpuNode(const std::string& name, const std::vector<std::string>& uuid
                    bool delimited = false) {
   std::vector<device::DeviceInfo> devices;
   for (size_t i = 0; i < uuids.size(); ++i) {
-    device::DeviceInfo d;
-    d.id = uuids[i];
-    d.index = static_cast<int32_t>(i);
-    d.count = 2;
-    d.devmem = 10000;
-    d.devcore = 100;
-    d.type = "NVIDIA-A100";
-    devices.push_back(d);
+    devices.push_back(
+        ::tessera::testing::GpuDevice(uuids[i], static_cast<int32_t>(i), 10000, "NVIDIA-A100", 2));
   }
   kube::Node n;
   n.meta.name = name;

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/apisim/tls.h"
+#include "tessera/base/child_process.h"
 #include "tessera/base/clock.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/mutex.h"
@@ -35,7 +36,6 @@
 #include "tessera/kube/config.h"
 #include "tessera/kube/transport.h"
 #include "tessera/sim/emulators.h"
-#include "tessera/sim/process.h"
 #include "tessera/sim/synthetic.h"
 
 namespace tessera::sim {

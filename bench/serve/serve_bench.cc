@@ -1,4 +1,4 @@
-#include "tessera/serve/serve_bench.h"
+#include "bench/serve/serve_bench.h"
 
 #include <algorithm>
 #include <atomic>
@@ -32,7 +32,11 @@
 #include "tessera/serve/service.h"
 #include "tessera/sim/synthetic.h"
 
-namespace tessera::serve {
+namespace tessera::bench {
+
+using serve::ServeOptions;
+using serve::Service;
+
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
@@ -586,4 +590,4 @@ std::string ServeBenchText(const ServeBenchResult& r) {
       r.filter_cpu_ms, r.baseline_cpu_ms, r.baseline_cpu_ratio);
 }
 
-}  // namespace tessera::serve
+}  // namespace tessera::bench

@@ -1,4 +1,4 @@
-// File: tessera/serve/serve_bench.h
+// File: bench/serve/serve_bench.h
 //
 // `tessera bench serve`: the extender measured end to end over loopback, as kube-scheduler sees
 // it, against an in-process apisim holding a synthetic cluster (tessera/sim/synthetic.h).
@@ -42,7 +42,7 @@
 
 #include "tessera/accounting/resyncer.h"
 
-namespace tessera::serve {
+namespace tessera::bench {
 
 struct ServeBenchOptions {
   int nodes = 5000;
@@ -115,4 +115,4 @@ std::string ServeBenchJson(const ServeBenchResult& result);
 // A few lines for people.
 std::string ServeBenchText(const ServeBenchResult& result);
 
-}  // namespace tessera::serve
+}  // namespace tessera::bench

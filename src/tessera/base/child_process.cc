@@ -1,4 +1,4 @@
-#include "tessera/sim/process.h"
+#include "tessera/base/child_process.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -18,7 +18,7 @@
 
 extern char** environ;
 
-namespace tessera::sim {
+namespace tessera {
 
 ChildProcess::~ChildProcess() { Stop(absl::Seconds(5)); }
 
@@ -41,8 +41,10 @@ absl::StatusOr<std::string> ChildProcess::Start(const std::string& binary,
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (!log_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+  }
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   // The child must not inherit the parent's blocked signals (serve blocks SIGTERM itself).
   posix_spawnattr_t attr;
@@ -91,6 +93,9 @@ absl::StatusOr<std::string> ChildProcess::Start(const std::string& binary,
     line.append(buf, static_cast<size_t>(got));
   }
   line = line.substr(0, line.find('\n'));
+  while (!line.empty() && line.back() == '\r') {
+    line.pop_back();
+  }
   const int fd = out_fd_;
   drain_ = std::thread([fd] {
     char buf[4096];
@@ -165,4 +170,4 @@ void ChildProcess::Kill() {
   Reap(&status);
 }
 
-}  // namespace tessera::sim
+}  // namespace tessera

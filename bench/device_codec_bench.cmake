@@ -1,2 +1,0 @@
-add_executable(device_codec_bench device_codec_bench.cc)
-target_link_libraries(device_codec_bench PRIVATE tessera::device_codec benchmark::benchmark_main)

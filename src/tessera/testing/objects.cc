@@ -1,0 +1,79 @@
+#include "tessera/testing/objects.h"
+
+#include <utility>
+
+namespace tessera::testing {
+
+device::DeviceInfo GpuDevice(std::string id, int32_t index, int32_t devmem, std::string type,
+                             int32_t count, int32_t devcore) {
+  device::DeviceInfo d;
+  d.id = std::move(id);
+  d.index = index;
+  d.count = count;
+  d.devmem = devmem;
+  d.devcore = devcore;
+  d.type = std::move(type);
+  return d;
+}
+
+std::shared_ptr<const device::NodeDevices> GpuNodeDevices(std::string node,
+                                                          const std::vector<std::string>& uuids,
+                                                          int32_t devmem, std::string type,
+                                                          int32_t count, int32_t devcore) {
+  auto n = std::make_shared<device::NodeDevices>();
+  n->node = std::move(node);
+  for (size_t i = 0; i < uuids.size(); ++i) {
+    n->devices.push_back(
+        GpuDevice(uuids[i], static_cast<int32_t>(i), devmem, type, count, devcore));
+  }
+  return n;
+}
+
+std::string MinimalPodJson(const std::string& name, const std::string& ns) {
+  return R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":")" + name + R"(","namespace":")" +
+         ns + R"("},"spec":{"containers":[{"name":"c","image":"x"}]}})";
+}
+
+kube::Node GpuNode(std::string name, std::string register_value) {
+  kube::Node node;
+  node.meta.name = std::move(name);
+  node.meta.uid = "uid-" + node.meta.name;
+  node.meta.annotations.Set("hami.io/node-nvidia-register", std::move(register_value));
+  node.ready = kube::ConditionStatus::kTrue;
+  return node;
+}
+
+kube::Container GpuContainer(std::string name, std::string count, std::string mem,
+                             std::string cores) {
+  kube::Container c;
+  c.name = std::move(name);
+  if (!count.empty()) {
+    c.limits.Set("nvidia.com/gpu", std::move(count));
+  }
+  if (!mem.empty()) {
+    c.limits.Set("nvidia.com/gpumem", std::move(mem));
+  }
+  if (!cores.empty()) {
+    c.limits.Set("nvidia.com/gpucores", std::move(cores));
+  }
+  return c;
+}
+
+kube::Pod AllocatedPod(std::string name, std::string node, std::string allocated) {
+  kube::Pod pod;
+  pod.meta.ns = "ml";
+  pod.meta.name = std::move(name);
+  pod.meta.uid = "uid-" + pod.meta.name;
+  pod.node_name = node;
+  pod.phase = kube::PodPhase::kRunning;
+  if (!allocated.empty()) {
+    pod.meta.annotations.Set("hami.io/vgpu-node", node);
+    pod.meta.annotations.Set("hami.io/vgpu-devices-allocated", std::move(allocated));
+    pod.meta.annotations.Set("hami.io/vgpu-devices-to-allocate", ";");
+    pod.meta.annotations.Set("hami.io/bind-phase", "success");
+  }
+  pod.containers.push_back(GpuContainer("main", "1", "1000", "10"));
+  return pod;
+}
+
+}  // namespace tessera::testing
