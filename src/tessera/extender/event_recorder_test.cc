@@ -12,7 +12,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tessera/extender/scheduler_testutil.h"
+#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/gate_transport.h"
 
 namespace tessera::extender {
 namespace {

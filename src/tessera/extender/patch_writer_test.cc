@@ -10,7 +10,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "tessera/extender/scheduler_testutil.h"
+#include "tessera/base/mutex.h"
+#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/gate_transport.h"
 
 namespace tessera::extender {
 namespace {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include <fmt/core.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -20,7 +21,8 @@
 #include "tessera/accounting/projection.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
-#include "tessera/extender/scheduler_testutil.h"
+#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::extender {
 namespace {
@@ -501,20 +503,15 @@ TEST_F(SchedulerTest, SimultaneousFiltersForTheLastSlotHaveOneWinner) {
   constexpr int kThreads = 4;
   std::vector<std::string> small;
   for (int k = 0; k < 400; ++k) {
-    auto node = std::make_shared<device::NodeDevices>();
-    node->node = fmt::format("small-{}", k);
+    std::vector<std::string> uuids;
     for (int g = 0; g < 4; ++g) {
-      device::DeviceInfo d;
-      d.id = fmt::format("GPU-s{}-{}", k, g);
-      d.index = g;
-      d.count = 10;
-      d.devmem = 100;
-      d.devcore = 100;
-      d.type = "NVIDIA-T4";
-      node->devices.push_back(d);
+      uuids.push_back(fmt::format("GPU-s{}-{}", k, g));
     }
+    const std::string name = fmt::format("small-{}", k);
+    auto node = testing::GpuNodeDevices(name, uuids, /*devmem=*/100, "NVIDIA-T4", /*count=*/10,
+                                        /*devcore=*/100);
     ASSERT_TRUE(ledger_.SetNode(node).ok());
-    small.push_back(node->node);
+    small.push_back(name);
   }
   std::vector<std::vector<FilterArgs>> args(kRounds);
   for (int r = 0; r < kRounds; ++r) {
