@@ -31,6 +31,7 @@
 #include "tessera/ledger/ledger.h"
 #include "tessera/metrics/registry.h"
 #include "tessera/schedule/fit.h"
+#include "tessera/serve/debug_json.h"
 
 #ifndef TESSERA_VERSION
 #define TESSERA_VERSION "0.0.0"
@@ -620,180 +621,19 @@ extender::BindResult Service::Impl::Bind(const extender::BindArgs& args) {
   return result;
 }
 
-namespace {
-
-std::string Rfc3339(absl::Time t) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
-}
-
-nlohmann::json ProblemsJson(const ledger::Problems& problems) {
-  nlohmann::json conflicts = nlohmann::json::array();
-  for (const ledger::Conflict& c : problems.conflicts) {
-    conflicts.push_back({{"namespace", c.ns},
-                         {"name", c.name},
-                         {"uid", c.uid},
-                         {"annotated_node", c.node},
-                         {"bound_node", c.bound_node}});
-  }
-  nlohmann::json orphans = nlohmann::json::array();
-  for (const ledger::Orphan& o : problems.orphans) {
-    orphans.push_back({{"namespace", o.ns},
-                       {"name", o.name},
-                       {"uid", o.uid},
-                       {"node", o.node},
-                       {"uuid", o.uuid},
-                       {"container", o.container},
-                       {"reserved", o.reserved}});
-  }
-  nlohmann::json unregistered = nlohmann::json::array();
-  for (const ledger::Unregistered& u : problems.unregistered) {
-    unregistered.push_back({{"namespace", u.ns},
-                            {"name", u.name},
-                            {"uid", u.uid},
-                            {"node", u.node},
-                            {"reserved", u.reserved}});
-  }
-  nlohmann::json unreadable = nlohmann::json::array();
-  for (const ledger::Unreadable& u : problems.unreadable) {
-    unreadable.push_back({{"namespace", u.ns}, {"name", u.name}, {"uid", u.uid}, {"node", u.node}});
-  }
-  return {{"conflicts", std::move(conflicts)},
-          {"orphans", std::move(orphans)},
-          {"unregistered", std::move(unregistered)},
-          {"unreadable", std::move(unreadable)}};
-}
-
-nlohmann::json ForeignJson(const std::vector<accounting::ForeignAllocation>& foreign) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const accounting::ForeignAllocation& f : foreign) {
-    out.push_back({{"namespace", f.ns},
-                   {"name", f.name},
-                   {"uid", f.uid},
-                   {"scheduler", f.scheduler},
-                   {"node", f.node}});
-  }
-  return out;
-}
-
-nlohmann::json ResyncJson(const accounting::ResyncReport& r, absl::Duration period) {
-  if (r.at == absl::InfinitePast()) {
-    return nullptr;  // not run yet
-  }
-  return {{"at", Rfc3339(r.at)},
-          {"took_ms", absl::ToDoubleMilliseconds(r.took)},
-          {"paused_ms", absl::ToDoubleMilliseconds(r.paused)},
-          {"period_s", absl::ToDoubleSeconds(period)},
-          {"pods", r.pods},
-          {"nodes", r.nodes},
-          {"list_requests", r.requests},
-          {"corrections", r.corrections},
-          {"details", r.details},
-          {"error", r.error}};
-}
-
-nlohmann::json AuditJson(const accounting::AuditReport& r) {
-  if (r.at == absl::InfinitePast()) {
-    return nullptr;  // not run yet
-  }
-  return {{"at", absl::FormatTime(absl::RFC3339_sec, r.at, absl::UTCTimeZone())},
-          {"took_ms", absl::ToDoubleMilliseconds(r.took)},
-          {"pods", r.pods},
-          {"nodes", r.nodes},
-          {"corrections", r.corrections},
-          {"details", r.details},
-          {"conflicts", r.problems.conflicts.size()},
-          {"orphans", r.problems.orphans.size()},
-          {"unregistered", r.problems.unregistered.size()},
-          {"unreadable", r.problems.unreadable.size()},
-          {"foreign_allocations", ForeignJson(r.foreign)}};
-}
-
-}  // namespace
-
 std::string Service::Impl::DebugLedgerJson() {
-  const ledger::FullSnapshot full = ledger_.Full();
-  nlohmann::json nodes = nlohmann::json::array();
-  for (const ledger::NodeView& view : full.nodes) {
-    nlohmann::json devices = nlohmann::json::array();
-    for (size_t i = 0; i < view.devices->devices.size(); ++i) {
-      const device::DeviceInfo& d = view.devices->devices[i];
-      const device::DeviceUsage& u = view.usage[i];
-      nlohmann::json holders = nlohmann::json::array();
-      for (const ledger::Holder& h : view.holders[i]) {
-        holders.push_back({{"namespace", h.ns},
-                           {"name", h.name},
-                           {"uid", h.uid},
-                           {"container", h.container},
-                           {"init", h.init},
-                           {"usedmem_mib", h.usedmem},
-                           {"usedcores", h.usedcores},
-                           {"reserved", h.reserved}});
-      }
-      devices.push_back({{"uuid", d.id},
-                         {"index", d.index},
-                         {"type", d.type},
-                         {"health", d.health},
-                         {"cordoned", view.devices->IsCordoned(d.id)},
-                         {"count", d.count},
-                         {"devmem_mib", d.devmem},
-                         {"devcore", d.devcore},
-                         {"used", u.used},
-                         {"usedmem_mib", u.usedmem},
-                         {"usedcores", u.usedcores},
-                         {"pods", std::move(holders)}});
-    }
-    nlohmann::json node = {{"name", view.devices->node}, {"devices", std::move(devices)}};
-    if (std::optional<accounting::NodeStatus> s = registry_->Find(view.devices->node)) {
-      node["format"] = std::string(accounting::NodeFormatName(s->format));
-      node["availability"] = std::string(accounting::AvailabilityName(s->availability));
-      node["detail"] = s->detail;
-    }
-    nodes.push_back(std::move(node));
-  }
-  nlohmann::json reservations = nlohmann::json::array();
-  for (const ledger::Reservation& r : ledger_.Reservations()) {
-    reservations.push_back(
-        {{"namespace", r.ns},
-         {"name", r.name},
-         {"uid", r.uid},
-         {"node", r.node},
-         {"expires_at", absl::FormatTime(absl::RFC3339_sec, r.expires_at, absl::UTCTimeZone())}});
-  }
-  const accounting::PodFeedStats feed = feed_->stats();
   const ElectorStatus leader = elector_->status();
-  nlohmann::json leadership = {{"role", leader.leader ? "leader" : "follower"},
-                               {"mode", std::string(LeaderModeName(leader.mode))},
-                               {"lease", leader.lease},
-                               {"holder", leader.holder},
-                               {"identity", leader.identity},
-                               {"detail", elector_->Describe()},
-                               {"handshake_writes", writer_->written()},
-                               {"handshake_conflicts", writer_->conflicts()},
-                               {"handshake_failures", writer_->failures()}};
-  const RoleLabelStats roles = role_labels_->stats();
-  leadership["role_labels"] = {
-      {"enabled", role_labels_->enabled()},
-      {"passes", roles.passes},
-      {"patches", roles.patches},
-      {"failures", roles.failures},
-      {"last_pass", roles.last_pass ? nlohmann::json(Rfc3339(*roles.last_pass)) : nullptr},
-      {"last_error", roles.last_error},
-      {"pods", roles.roles}};
+  nlohmann::json leadership = LeadershipJson(leader, elector_->Describe(), *writer_);
+  leadership["role_labels"] = RoleLabelsJson(role_labels_->enabled(), role_labels_->stats());
+  const ledger::FullSnapshot full = ledger_.Full();
   nlohmann::json doc = {{"synced", Synced()},
                         {"leadership", std::move(leadership)},
                         {"records", full.records},
-                        {"nodes", std::move(nodes)},
-                        {"reservations", std::move(reservations)},
+                        {"nodes", NodesJson(full, *registry_)},
+                        {"reservations", ReservationsJson(ledger_.Reservations())},
                         {"problems", ProblemsJson(ledger_.FindProblems())},
                         {"audit", AuditJson(auditor_->last())},
-                        {"pod_feed",
-                         {{"applied", feed.applied},
-                          {"removed", feed.removed},
-                          {"tombstones", feed.tombstones},
-                          {"uid_changes", feed.uid_changes},
-                          {"projection_errors", feed.projection_errors},
-                          {"rereserved", feed.rereserved},
-                          {"last_error", feed.last_error}}}};
+                        {"pod_feed", PodFeedJson(feed_->stats())}};
   return doc.dump(2) + "\n";
 }
 
@@ -843,7 +683,7 @@ std::string Service::Impl::DebugAuditJson() {
   {
     MutexLock lock(&repairs_mu_);
     for (const Repair& r : repairs_) {
-      recent.push_back({{"at", Rfc3339(r.at)}, {"layer", r.layer}, {"what", r.what}});
+      recent.push_back({{"at", DebugTime(r.at)}, {"layer", r.layer}, {"what", r.what}});
     }
     for (const auto& [layer, counts] : repair_totals_) {
       totals[layer] = counts;
