@@ -174,8 +174,8 @@ class RequestDecoder {
     return true;
   }
 
-  // An object's exact text (without trailing whitespace); the value is consumed.
-  bool RawObject(std::string_view field, od::value& v, std::string* raw) {
+  // v as an object; anything else fails with "expected object".
+  bool Object(std::string_view field, od::value& v, od::object* out) {
     od::json_type t;
     if (auto e = v.type().get(t); e) {
       return JsonFail(field, e);
@@ -183,9 +183,32 @@ class RequestDecoder {
     if (t != od::json_type::object) {
       return Fail(field, "expected object");
     }
-    od::object object;
-    if (auto e = v.get_object().get(object); e) {
+    if (auto e = v.get_object().get(*out); e) {
       return JsonFail(field, e);
+    }
+    return true;
+  }
+
+  // v as an array; anything else fails with `expected`.
+  bool Array(std::string_view field, od::value& v, std::string_view expected, od::array* out) {
+    od::json_type t;
+    if (auto e = v.type().get(t); e) {
+      return JsonFail(field, e);
+    }
+    if (t != od::json_type::array) {
+      return Fail(field, expected);
+    }
+    if (auto e = v.get_array().get(*out); e) {
+      return JsonFail(field, e);
+    }
+    return true;
+  }
+
+  // An object's exact text (without trailing whitespace); the value is consumed.
+  bool RawObject(std::string_view field, od::value& v, std::string* raw) {
+    od::object object;
+    if (!Object(field, v, &object)) {
+      return false;
     }
     std::string_view text;
     if (auto e = object.raw_json().get(text); e) {
@@ -206,16 +229,9 @@ class RequestDecoder {
       out->reset();
       return true;
     }
-    od::json_type t;
-    if (auto e = v.type().get(t); e) {
-      return JsonFail(field, e);
-    }
-    if (t != od::json_type::array) {
-      return Fail(field, "expected array of strings");
-    }
     od::array array;
-    if (auto e = v.get_array().get(array); e) {
-      return JsonFail(field, e);
+    if (!Array(field, v, "expected array of strings", &array)) {
+      return false;
     }
     std::vector<std::string> names;
     size_t index = 0;
@@ -256,16 +272,9 @@ class RequestDecoder {
       out->reset();
       return true;
     }
-    od::json_type t;
-    if (auto e = v.type().get(t); e) {
-      return JsonFail("Nodes", e);
-    }
-    if (t != od::json_type::object) {
-      return Fail("Nodes", "expected object");
-    }
     od::object list;
-    if (auto e = v.get_object().get(list); e) {
-      return JsonFail("Nodes", e);
+    if (!Object("Nodes", v, &list)) {
+      return false;
     }
     static constexpr std::string_view kNames[] = {"items"};
     std::vector<WireNode> nodes;
@@ -278,16 +287,9 @@ class RequestDecoder {
       if (items_null) {
         return true;
       }
-      od::json_type items_type;
-      if (auto e = items.type().get(items_type); e) {
-        return JsonFail("Nodes.items", e);
-      }
-      if (items_type != od::json_type::array) {
-        return Fail("Nodes.items", "expected array");
-      }
       od::array array;
-      if (auto e = items.get_array().get(array); e) {
-        return JsonFail("Nodes.items", e);
+      if (!Array("Nodes.items", items, "expected array", &array)) {
+        return false;
       }
       size_t index = 0;
       for (auto element_result : array) {
