@@ -169,6 +169,28 @@ std::string_view ReasonLabel(std::string_view reason);
 FitResult FitPod(const device::NodeSnapshot& node, const device::PodRequest& request,
                  const device::PodConstraints& constraints, const device::GpuPolicy& policy);
 
+// A node's device totals and usage summed over its devices, and HAMi's node score from them:
+// 10 × (slots used / slots + cores used / cores + memory used / memory), 0 when a total is 0.
+// ComputeNodeScore (score.h) and the Fitter's pass over the devices both sum with this.
+struct NodeUsageTotals {
+  int64_t count = 0;
+  int64_t totalcore = 0;
+  int64_t totalmem = 0;
+  int64_t used = 0;
+  int64_t usedcores = 0;
+  int64_t usedmem = 0;
+
+  void Add(const device::DeviceInfo& d, const device::DeviceUsage& u) {
+    count += d.count;
+    totalcore += d.devcore;
+    totalmem += d.devmem;
+    used += u.used;
+    usedcores += u.usedcores;
+    usedmem += u.usedmem;
+  }
+  double Score() const;
+};
+
 // The reusable fit engine behind FitPod and Decide. Prepare once per pod, then Fit per node;
 // Fit allocates nothing once its buffers have grown to the node size.
 // Not thread-safe: one Fitter per thread.
