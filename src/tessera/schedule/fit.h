@@ -262,14 +262,15 @@ class Fitter {
   bool TypeFilterPasses(const device::DeviceInfo& info) const;
   bool UuidFilterPasses(const device::DeviceInfo& info) const;
 
+  // Members are grouped by size (largest first within each part), so the bools share words.
   const device::PodRequest* request_ = nullptr;
   const device::PodConstraints* constraints_ = nullptr;
   std::string_view primary_type_;  // the type of the first requesting container
-  bool primary_is_nvidia_ = false;
-  int last_app_ = -1;  // the last app container with a request
   SortOrder order_;
-  std::array<int, 3> key_source_{};  // per key: 0 = score, 1 = NUMA, 2 = Used
   std::array<double, 3> key_sign_{};
+  std::array<int, 3> key_source_{};  // per key: 0 = score, 1 = NUMA, 2 = Used
+  int last_app_ = -1;                // the last app container with a request
+  bool primary_is_nvidia_ = false;
   bool mutex_ = false;
   bool has_type_filters_ = false;
   bool has_uuid_filters_ = false;
@@ -286,17 +287,17 @@ class Fitter {
   std::vector<Taken> taken_;
   std::vector<Choice> choices_;
   std::string_view type_key_;
-  bool any_exact_ = false;
-  bool base_tracks_app_ = true;  // base entries reflect app_ (false after a rebuilt container)
-  std::string_view needle_;      // the request type being matched
-  bool needle_valid_ = false;
+  std::string_view needle_;   // the request type being matched
   std::string needle_lower_;  // needle_, lower-cased
-  bool needle_swar_ = false;  // all letters, at most 8: compare the prefix in one word
   uint64_t needle_bits_ = 0;
   uint64_t needle_mask_ = 0;
   double node_score_ = 0;
-  int failed_container_ = -1;
   ReasonParts reasons_;
+  int failed_container_ = -1;
+  bool any_exact_ = false;
+  bool base_tracks_app_ = true;  // base entries reflect app_ (false after a rebuilt container)
+  bool needle_valid_ = false;
+  bool needle_swar_ = false;  // all letters, at most 8: compare the prefix in one word
 };
 
 }  // namespace tessera::schedule
