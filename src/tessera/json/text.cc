@@ -111,32 +111,18 @@ void AppendGoString(std::string* out, std::string_view s) {
     }
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
-      switch (c) {
-        case '"':
-          out->append("\\\"");
-          break;
-        case '\\':
-          out->append("\\\\");
-          break;
-        case '\b':
-          out->append("\\b");
-          break;
-        case '\f':
-          out->append("\\f");
-          break;
-        case '\n':
-          out->append("\\n");
-          break;
-        case '\r':
-          out->append("\\r");
-          break;
-        case '\t':
-          out->append("\\t");
-          break;
-        default:  // the other controls, '<', '>' and '&'
-          out->append("\\u00");
-          out->push_back(kHex[c >> 4]);
-          out->push_back(kHex[c & 0xf]);
+      // '"', '\\' and the controls with a short form are written as backslash and a letter; the
+      // other controls, '<', '>' and '&' as \u00xx.
+      static constexpr std::string_view kShort = "\"\\\b\f\n\r\t";
+      static constexpr std::string_view kShortLetter = "\"\\bfnrt";
+      const size_t k = kShort.find(static_cast<char>(c));
+      if (k != std::string_view::npos) {
+        out->push_back('\\');
+        out->push_back(kShortLetter[k]);
+      } else {
+        out->append("\\u00");
+        out->push_back(kHex[c >> 4]);
+        out->push_back(kHex[c & 0xf]);
       }
       ++i;
       continue;
