@@ -766,7 +766,7 @@ std::string ToStatusJson(const absl::Status& status) {
 // ---- resources ----------------------------------------------------------------------------
 
 const std::vector<ResourceInfo>& Resources() {
-  static const std::vector<ResourceInfo>* kResources = new std::vector<ResourceInfo>{
+  static const std::vector<ResourceInfo>* const kResources = new std::vector<ResourceInfo>{
       {"", "v1", "pods", "pod", "Pod", true, true, {"po"}},
       {"", "v1", "nodes", "node", "Node", false, true, {"no"}},
       {"", "v1", "namespaces", "namespace", "Namespace", false, true, {"ns"}},
