@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   cmake ninja-build g++ clang lld clang-tidy clang-format libclang-rt-14-dev pkg-config
   libssl-dev zlib1g-dev libcurl4-openssl-dev libcpp-httplib-dev libsimdjson-dev nlohmann-json3-dev
-  libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev libabsl-dev prometheus-cpp-dev
+  libfmt-dev libcli11-dev libyaml-cpp-dev libabsl-dev prometheus-cpp-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-kubernetes python3-yaml python3-prometheus-client openssl curl ca-certificates git
   nghttp2-server iproute2 ccache

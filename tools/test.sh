@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test Tessera has, from a fresh clone on Debian 12 as root: installs the packages,
-# checks formatting, then configures, builds and tests the dev (g++) build, runs the end-to-end
-# tests in the real control plane (built from Go modules, cached), then the asan (clang ASan+UBSan;
-# its ctest run includes every libFuzzer target for TESSERA_FUZZ_SECONDS, default 10 s) and tsan
-# (clang TSan, threaded tests) builds. Exits non-zero on the first failure.
+# checks formatting, then configures, builds and tests the dev (g++) build, runs clang-tidy over
+# the product sources (files that passed before and have not changed are skipped), runs the
+# end-to-end tests in the real control plane (built from Go modules, cached), then the asan (clang
+# ASan+UBSan; its ctest run includes every libFuzzer target for TESSERA_FUZZ_SECONDS, default
+# 10 s) and tsan (clang TSan, threaded tests) builds. Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +28,9 @@ bash tools/check_format.sh
 
 stage "dev: g++ Debug, all tests"
 cmake --workflow --preset ci-dev
+
+stage "clang-tidy: .clang-tidy's checks over the product sources (tools/tidy.sh, cached by content)"
+bash tools/tidy.sh build/dev
 
 stage "e2e: Tessera in the real control plane (stock etcd, kube-apiserver, kube-scheduler; docs/e2e.md)"
 # The control plane is built once per version into a cache outside the clone (a cold build takes

@@ -108,6 +108,7 @@ class Candidates {
 
   Candidates(int nodes, int count, uint64_t seed, int sets = 256) {
     std::vector<std::string> all;
+    all.reserve(static_cast<size_t>(nodes));
     for (int i = 0; i < nodes; ++i) {
       all.push_back(sim::NodeName(i));
     }
@@ -401,6 +402,7 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
     const SteadyClock::time_point start = SteadyClock::now();
     const SteadyClock::time_point end = start + absl::ToChronoNanoseconds(o.duration * 2 / 3);
     std::vector<std::thread> threads;
+    threads.reserve(static_cast<size_t>(o.clients));
     for (int c = 0; c < o.clients; ++c) {
       threads.emplace_back([&] {
         httplib::Client client("127.0.0.1", service->port());

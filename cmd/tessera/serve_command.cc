@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include <signal.h>
 
@@ -20,38 +21,29 @@
 namespace tessera::cmd {
 namespace {
 
+// The command line binds to a serve::ServeOptions, so that each flag's default is the field's
+// default in service.h, stated once. Durations, policies and the leader mode are read as text and
+// parsed in RunServe (errors read "tessera serve: --flag: ..."); each text starts as its field's
+// default, formatted, which is also what --help shows.
 struct ServeFlags {
-  std::string http_bind = "127.0.0.1:8080";
-  std::string cert_file;
-  std::string key_file;
-  std::string metrics_bind_address = ":9395";
-  size_t max_connections = 4096;
-  std::string scheduler_name = "hami-scheduler";
-  bool force_overwrite_default_scheduler = true;
-  std::string node_scheduler_policy = "binpack";
-  std::string gpu_scheduler_policy = "spread";
-  std::string device_config_file;
-  std::string node_label_selector;
-  std::string node_lock_timeout = "5m";
-  std::string node_lock_retry_timeout = "28s";
-  std::string reservation_ttl = "5m";
-  std::string audit_period = "30s";
-  std::string resync_period = "5m";
-  double kube_qps = 50;
-  int kube_burst = 100;
-  bool legacy_metrics = false;
-  bool scheduler_role_labels = true;
-  std::string kubeconfig;
-  std::string context;
-  // Leadership. The CLI11 options are kept to tell "not given" from a given empty value.
+  serve::ServeOptions options;
+  std::string node_scheduler_policy = device::NodePolicyName(options.node_policy);
+  std::string gpu_scheduler_policy = device::GpuPolicyName(options.gpu_policy);
+  std::string node_lock_timeout = absl::FormatDuration(options.node_lock_timeout);
+  std::string node_lock_retry_timeout = absl::FormatDuration(options.node_lock_retry_timeout);
+  std::string reservation_ttl = absl::FormatDuration(options.reservation_ttl);
+  std::string audit_period = absl::FormatDuration(options.audit_period);
+  std::string resync_period = absl::FormatDuration(options.resync_period);
+  // Leadership. The CLI11 options are kept to tell "not given" from a given empty value. The
+  // Lease's name and namespace are derived when not given (LeaderOptions), so their flags start
+  // empty rather than at ElectorOptions' defaults.
   bool leader_elect = false;
-  std::string leader_elect_mode = "follow";
+  std::string leader_elect_mode{serve::LeaderModeName(options.leader.mode)};
   std::string leader_elect_resource_name;
   std::string leader_elect_resource_namespace;
-  std::string leader_elect_identity;
-  std::string leader_elect_lease_duration = "15s";
-  std::string leader_elect_renew_deadline = "10s";
-  std::string leader_elect_retry_period = "2s";
+  std::string leader_elect_lease_duration = absl::FormatDuration(options.leader.lease_duration);
+  std::string leader_elect_renew_deadline = absl::FormatDuration(options.leader.renew_deadline);
+  std::string leader_elect_retry_period = absl::FormatDuration(options.leader.retry_period);
   CLI::Option* leader_elect_flag = nullptr;
   CLI::Option* leader_elect_mode_flag = nullptr;
   CLI::Option* leader_elect_name_flag = nullptr;
@@ -108,14 +100,14 @@ int LeaderOptions(const ServeFlags& f, serve::ElectorOptions* out) {
   } else {
     // Follow: the chart names the sidecar's Lease after the scheduler. Lease: a name of its
     // own, never the kube-scheduler's.
-    o.name = o.mode == serve::LeaderMode::kLease ? f.scheduler_name + "-tessera" : f.scheduler_name;
+    const std::string& scheduler = f.options.scheduler_name;
+    o.name = o.mode == serve::LeaderMode::kLease ? scheduler + "-tessera" : scheduler;
   }
   o.ns = f.leader_elect_resource_namespace;
   if (o.ns.empty()) {
     const char* pod_ns = std::getenv("POD_NAMESPACE");
-    o.ns = pod_ns != nullptr && *pod_ns != '\0' ? pod_ns : "kube-system";
+    o.ns = pod_ns != nullptr && *pod_ns != '\0' ? pod_ns : serve::ElectorOptions{}.ns;
   }
-  o.identity = f.leader_elect_identity;
   std::string error;
   if (!ParsePositiveDuration("--leader-elect-lease-duration", f.leader_elect_lease_duration,
                              &o.lease_duration, &error) ||
@@ -129,20 +121,13 @@ int LeaderOptions(const ServeFlags& f, serve::ElectorOptions* out) {
 }
 
 int RunServe(const ServeFlags& f) {
-  serve::ServeOptions o;
-  o.http_bind = f.http_bind;
-  o.cert_file = f.cert_file;
-  o.key_file = f.key_file;
+  serve::ServeOptions o = f.options;
   if (o.cert_file.empty() != o.key_file.empty()) {
     return Usage("--cert_file and --key_file go together: give both for TLS, or neither");
   }
-  o.metrics_bind_address = f.metrics_bind_address;
-  if (f.max_connections < 16) {
+  if (o.max_connections < 16) {
     return Usage("--max-connections must be at least 16");
   }
-  o.max_connections = f.max_connections;
-  o.scheduler_name = f.scheduler_name;
-  o.force_overwrite_default_scheduler = f.force_overwrite_default_scheduler;
   absl::StatusOr<device::NodePolicy> node_policy = device::ParseNodePolicy(f.node_scheduler_policy);
   if (!node_policy.ok()) {
     return Usage("--node-scheduler-policy: " + std::string(node_policy.status().message()));
@@ -153,8 +138,6 @@ int RunServe(const ServeFlags& f) {
     return Usage("--gpu-scheduler-policy: " + std::string(gpu_policy.status().message()));
   }
   o.gpu_policy = *gpu_policy;
-  o.device_config_file = f.device_config_file;
-  o.node_label_selector = f.node_label_selector;
   std::string error;
   if (!ParsePositiveDuration("--reservation-ttl", f.reservation_ttl, &o.reservation_ttl, &error)) {
     return Usage(error);
@@ -170,7 +153,7 @@ int RunServe(const ServeFlags& f) {
   } else {
     std::string warning;
     o.node_lock_timeout = extender::NodeLockTimeoutFromEnv(std::getenv("HAMI_NODELOCK_EXPIRE"),
-                                                           absl::Minutes(5), &warning);
+                                                           f.options.node_lock_timeout, &warning);
     if (!warning.empty()) {
       TESSERA_LOG(kWarning, "serve: {}", warning);
     }
@@ -184,30 +167,20 @@ int RunServe(const ServeFlags& f) {
         "--node-lock-retry-timeout: want a duration such as 28s, or 0 to fail at once, got \"{}\"",
         f.node_lock_retry_timeout));
   }
-  if (f.audit_period != "0" &&
-      !ParsePositiveDuration("--audit-period", f.audit_period, &o.audit_period, &error)) {
-    return Usage(error);
+  // The periods: 0 disables, anything else must be a positive duration.
+  for (auto [flag, text, period] :
+       {std::tuple{"--audit-period", &f.audit_period, &o.audit_period},
+        std::tuple{"--resync-period", &f.resync_period, &o.resync_period}}) {
+    if (*text == "0") {
+      *period = absl::ZeroDuration();
+    } else if (!ParsePositiveDuration(flag, *text, period, &error)) {
+      return Usage(error);
+    }
   }
-  if (f.audit_period == "0") {
-    o.audit_period = absl::ZeroDuration();
-  }
-  if (f.resync_period != "0" &&
-      !ParsePositiveDuration("--resync-period", f.resync_period, &o.resync_period, &error)) {
-    return Usage(error);
-  }
-  if (f.resync_period == "0") {
-    o.resync_period = absl::ZeroDuration();
-  }
-  o.kube_qps = f.kube_qps;
-  o.kube_burst = f.kube_burst;
-  o.legacy_metrics = f.legacy_metrics;
-  o.kube.path = f.kubeconfig;
-  o.kube.context = f.context;
   if (int rc = LeaderOptions(f, &o.leader); rc != kExitOk) {
     return rc;
   }
   // HAMi's scheduler-role labels: the pod's own name and namespace from the downward API.
-  o.role_labels.enabled = f.scheduler_role_labels;
   if (const char* name = std::getenv("POD_NAME"); name != nullptr) {
     o.role_labels.pod_name = name;
   }
@@ -258,29 +231,31 @@ void AddServeCommand(CLI::App& app, Runner* run) {
       "Run the scheduler extender: kube-scheduler calls /filter and /bind, HAMi's device plugin "
       "reads the annotations it writes, Prometheus scrapes /metrics. Flag names follow HAMi's "
       "scheduler, so a deployment can switch images.");
-  sub->add_option("--http_bind", flags->http_bind,
+  sub->add_option("--http_bind", flags->options.http_bind,
                   "Address of the extender routes (/filter /bind /webhook /healthz /readyz), "
                   "host:port; port 0 picks a free one")
       ->capture_default_str();
-  sub->add_option("--cert_file", flags->cert_file,
+  sub->add_option("--cert_file", flags->options.cert_file,
                   "TLS certificate (PEM, leaf first) for the extender; reloaded when the file "
                   "changes. With --key_file; neither = plain HTTP");
-  sub->add_option("--key_file", flags->key_file, "TLS private key (PEM) matching --cert_file");
-  sub->add_option("--metrics-bind-address", flags->metrics_bind_address,
+  sub->add_option("--key_file", flags->options.key_file,
+                  "TLS private key (PEM) matching --cert_file");
+  sub->add_option("--metrics-bind-address", flags->options.metrics_bind_address,
                   "Address of the Prometheus /metrics listener, which also serves the operator "
                   "routes /debug/ledger and /debug/audit (\":9395\" = every interface); "
                   "empty disables it")
       ->capture_default_str();
-  sub->add_option("--max-connections", flags->max_connections,
+  sub->add_option("--max-connections", flags->options.max_connections,
                   "Open connections each listener keeps (one thread each); at the cap the one "
                   "idle longest is closed for a new one, and with none idle the new one gets 503. "
                   "The open-file limit is raised to its hard limit at start")
       ->capture_default_str();
-  sub->add_option("--scheduler-name", flags->scheduler_name,
+  sub->add_option("--scheduler-name", flags->options.scheduler_name,
                   "The scheduler profile name: the source of the events Tessera records and the "
                   "schedulerName the /webhook writes into GPU pods")
       ->capture_default_str();
-  sub->add_flag("--force-overwrite-default-scheduler", flags->force_overwrite_default_scheduler,
+  sub->add_flag("--force-overwrite-default-scheduler",
+                flags->options.force_overwrite_default_scheduler,
                 "The /webhook also gives our scheduler name to pods that carry "
                 "\"default-scheduler\" (default true); =false leaves them to the default scheduler")
       ->capture_default_str();
@@ -292,10 +267,10 @@ void AddServeCommand(CLI::App& app, Runner* run) {
                   "Default GPU policy: binpack, spread, topology-aware, mutex, numa or a chain "
                   "such as binpack,numa (hami.io/gpu-scheduler-policy overrides it)")
       ->capture_default_str();
-  sub->add_option("--device-config-file", flags->device_config_file,
+  sub->add_option("--device-config-file", flags->options.device_config_file,
                   "HAMi's device-config YAML (the hami-scheduler-device ConfigMap); empty = "
                   "HAMi's defaults (nvidia.com/gpu, gpumem, gpucores, ...)");
-  sub->add_option("--node-label-selector", flags->node_label_selector,
+  sub->add_option("--node-label-selector", flags->options.node_label_selector,
                   "Only nodes with all these labels take GPU pods: key=value[,key=value]");
   flags->node_lock_timeout_flag =
       sub->add_option("--node-lock-timeout", flags->node_lock_timeout,
@@ -321,24 +296,25 @@ void AddServeCommand(CLI::App& app, Runner* run) {
                   "server in pages of 500 and the informers repaired where they differ (lost "
                   "watch events; counted in tessera_resync_corrections_total); 0 disables")
       ->capture_default_str();
-  sub->add_option("--kube-qps", flags->kube_qps,
+  sub->add_option("--kube-qps", flags->options.kube_qps,
                   "Client-side limit of API requests per second (0 = unlimited)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--kube-burst", flags->kube_burst, "Burst of the client-side limit")
+  sub->add_option("--kube-burst", flags->options.kube_burst, "Burst of the client-side limit")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_flag("--legacy-metrics", flags->legacy_metrics,
+  sub->add_flag("--legacy-metrics", flags->options.legacy_metrics,
                 "Also export the v2.5-era metric names (GPUDeviceMemoryAllocated, ...)");
-  sub->add_flag("--scheduler-role-labels", flags->scheduler_role_labels,
+  sub->add_flag("--scheduler-role-labels", flags->options.role_labels.enabled,
                 "The leader sets HAMi's label hami.io/scheduler-role (leader/follower) on the "
                 "pods app.kubernetes.io/component=hami-scheduler of $POD_NAMESPACE, its own pod "
                 "being $POD_NAME (default true; off without POD_NAME); =false never writes it")
       ->capture_default_str();
-  sub->add_option("--kubeconfig", flags->kubeconfig,
+  sub->add_option("--kubeconfig", flags->options.kube.path,
                   "kubeconfig file; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else "
                   "$KUBECONFIG, else ~/.kube/config");
-  sub->add_option("--context", flags->context, "kubeconfig context (default: current-context)");
+  sub->add_option("--context", flags->options.kube.context,
+                  "kubeconfig context (default: current-context)");
   flags->leader_elect_flag =
       sub->add_flag("--leader-elect", flags->leader_elect,
                     "HAMi's flag: --leader-elect (=true) follows the kube-scheduler Lease named by "
@@ -359,7 +335,7 @@ void AddServeCommand(CLI::App& app, Runner* run) {
       "<scheduler-name>-tessera. \"\" in follow mode = leader election off");
   sub->add_option("--leader-elect-resource-namespace", flags->leader_elect_resource_namespace,
                   "Namespace of the Lease. Default: $POD_NAMESPACE, else kube-system");
-  sub->add_option("--leader-elect-identity", flags->leader_elect_identity,
+  sub->add_option("--leader-elect-identity", flags->options.leader.identity,
                   "This replica's name: follow mode leads when the holder is <identity>_...; "
                   "lease mode holds the Lease as <identity>_<uuid>. Default: the host name "
                   "(the pod name)");

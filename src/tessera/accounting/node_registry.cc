@@ -258,9 +258,7 @@ std::vector<NodePatch> NodeRegistry::Observe(const kube::Node& node, absl::Time 
   // The registration.
   const std::string* reg = node.meta.annotations.Find(vendor_->RegisterAnnotation());
   s.has_register = reg != nullptr;
-  if (reg == nullptr) {
-    s.decode_error.clear();
-  } else if (s.registered == nullptr || *reg != s.register_value) {
+  if (reg != nullptr && (s.registered == nullptr || *reg != s.register_value)) {
     absl::StatusOr<device::NodeDevices> decoded = vendor_->DecodeNode(node);
     if (decoded.ok()) {
       decoded->cordoned.clear();  // applied from s.cordoned by SyncLedger

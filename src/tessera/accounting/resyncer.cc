@@ -31,7 +31,7 @@ Resyncer::Resyncer(kube::ApiClient* client, kube::Informer<kube::Pod>* pods,
     : client_(client),
       pods_(pods),
       nodes_(nodes),
-      options_(std::move(options)),
+      options_(options),
       on_report_(std::move(on_report)),
       rng_(options_.seed) {}
 

@@ -271,7 +271,7 @@ class Server::Impl {
   // Response compression as kube-apiserver does it: gzip only, and only for bodies of at least
   // 128 KiB (its defaultGzipThresholdBytes); watch streams and small replies go out plain.
   static void Compress(const http::Request& req, http::Response& res) {
-    http::GzipIfAccepted(req, &res, 128 * 1024);
+    http::GzipIfAccepted(req, &res, size_t{128} * 1024);
   }
 
   // ---- dispatch ---------------------------------------------------------------------------
@@ -415,14 +415,15 @@ class Server::Impl {
       Json idx = Json::object();
       idx["paths"] = Json::object();
       for (const auto& [g, v] : gvs) {
-        std::string p = g.empty() ? "api/" + v : "apis/" + g + "/" + v;
+        std::string p = g.empty() ? "api/" + v : fmt::format("apis/{}/{}", g, v);
         idx["paths"][p]["serverRelativeURL"] = "/openapi/v3/" + p + "?hash=tessera1";
       }
       SendJson(res, 200, idx.dump());
       return;
     }
     for (const auto& [g, v] : gvs) {
-      std::string p = g.empty() ? "/openapi/v3/api/" + v : "/openapi/v3/apis/" + g + "/" + v;
+      std::string p =
+          g.empty() ? "/openapi/v3/api/" + v : fmt::format("/openapi/v3/apis/{}/{}", g, v);
       if (req.path != p) {
         continue;
       }
@@ -434,7 +435,7 @@ class Server::Impl {
         if (r.group != g) {
           continue;
         }
-        std::string base = g.empty() ? "/api/" + v : "/apis/" + g + "/" + v;
+        std::string base = g.empty() ? "/api/" + v : fmt::format("/apis/{}/{}", g, v);
         std::string coll =
             r.namespaced ? base + "/namespaces/{namespace}/" + r.name : base + "/" + r.name;
         Json gvk = Json{{"group", g}, {"version", v}, {"kind", r.kind}};

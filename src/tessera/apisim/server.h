@@ -33,7 +33,7 @@ struct ServerOptions {
   size_t watch_history = 10000;
   absl::Duration bookmark_interval = absl::Seconds(60);
   absl::Duration reap_interval = absl::Milliseconds(100);
-  size_t max_body_bytes = 3 * 1024 * 1024;  // larger requests get 413
+  size_t max_body_bytes = size_t{3} * 1024 * 1024;  // larger requests get 413
   size_t max_threads = 4096;
 };
 

@@ -766,7 +766,7 @@ std::string ToStatusJson(const absl::Status& status) {
 // ---- resources ----------------------------------------------------------------------------
 
 const std::vector<ResourceInfo>& Resources() {
-  static const std::vector<ResourceInfo>* kResources = new std::vector<ResourceInfo>{
+  static const std::vector<ResourceInfo>* const kResources = new std::vector<ResourceInfo>{
       {"", "v1", "pods", "pod", "Pod", true, true, {"po"}},
       {"", "v1", "nodes", "node", "Node", false, true, {"no"}},
       {"", "v1", "namespaces", "namespace", "Namespace", false, true, {"ns"}},
@@ -944,7 +944,8 @@ void Store::Remove(size_t r, const ObjectPtr& old) {
   Commit(r, EventType::kDeleted, std::move(last), old);
 }
 
-std::string Store::Finish(size_t r, const ObjectPtr& old, ObjectPtr obj, const WriteOptions& w) {
+std::string Store::Finish(size_t r, const ObjectPtr& old, const ObjectPtr& obj,
+                          const WriteOptions& w) {
   if (w.dry_run) {
     return obj->json;
   }
@@ -1316,7 +1317,7 @@ absl::StatusOr<std::string> Store::UpdateLocked(size_t r, const ObjectPtr& old,
   if (SameButRevision(*obj, *old)) {
     return old->json;  // a no-op write keeps the revision and sends no event
   }
-  return Finish(r, old, std::move(obj), w);
+  return Finish(r, old, obj, w);
 }
 
 absl::StatusOr<std::string> Store::Update(const ResourceInfo& r, std::string_view ns,

@@ -287,7 +287,7 @@ class Store {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publishes `obj` (built at revision rv_ + 1) as the new state of `old`, then deletes it when
   // its deletion is complete. Returns the JSON answered.
-  std::string Finish(size_t r, const ObjectPtr& old, ObjectPtr obj, const WriteOptions& w)
+  std::string Finish(size_t r, const ObjectPtr& old, const ObjectPtr& obj, const WriteOptions& w)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Remove(size_t r, const ObjectPtr& old) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `doc` is the new object as written (a JSON object), `prev` the parsed `old`.

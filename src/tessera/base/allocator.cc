@@ -27,6 +27,9 @@ void ReleaseFreeMemory() {
 
 void TuneAllocator(char** argv) {
 #if defined(__GLIBC__)
+  // setenv and unsetenv race with other threads' getenv; main() calls this first, before any
+  // thread exists (allocator.h).
+  // NOLINTBEGIN(concurrency-mt-unsafe)
   if (ShouldRetuneAllocator(std::getenv("GLIBC_TUNABLES")) && argv != nullptr &&
       argv[0] != nullptr && setenv("GLIBC_TUNABLES", kAllocatorTunables, 1) == 0) {
     execv("/proc/self/exe", argv);
@@ -34,6 +37,7 @@ void TuneAllocator(char** argv) {
     // setting behind that child processes would take for the operator's.
     unsetenv("GLIBC_TUNABLES");
   }
+  // NOLINTEND(concurrency-mt-unsafe)
 #else
   (void)argv;
 #endif

@@ -30,6 +30,7 @@ absl::StatusOr<std::string> ChildProcess::Start(const std::string& binary,
   std::vector<std::string> argv_s = {binary};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(argv_s.size() + 1);
   for (std::string& a : argv_s) {
     argv.push_back(a.data());
   }

@@ -13,6 +13,7 @@
 // Thread safety: macros only; no state.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -36,17 +37,24 @@
 #define TESSERA_ASSIGN_OR_RETURN(lhs, rexpr) \
   TESSERA_ASSIGN_OR_RETURN_IMPL_(TESSERA_STATUS_CONCAT_(tessera_statusor_, __LINE__), lhs, rexpr)
 
+// `statusor` is a name and `lhs` may be a declaration, so neither can be parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define TESSERA_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                                   \
   if (!statusor.ok()) {                                      \
     return std::move(statusor).status();                     \
   }                                                          \
   lhs = std::move(statusor).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 namespace tessera {
 
 // Returns `status` with `prefix` and ": " prepended to its message, keeping the code. An OK
 // status is returned unchanged. Used to add the object and field to a decoder's error.
 absl::Status Annotate(const absl::Status& status, std::string_view prefix);
+
+// The text of an errno value ("No such file or directory"), safe to call from any thread
+// (std::strerror may share one buffer between threads).
+std::string ErrnoText(int err);
 
 }  // namespace tessera

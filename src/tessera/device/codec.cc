@@ -13,6 +13,7 @@
 
 #include "tessera/base/status_macros.h"
 #include "tessera/device/codec_internal.h"
+#include "tessera/json/text.h"
 
 namespace tessera::device {
 namespace {
@@ -302,84 +303,6 @@ absl::StatusOr<std::vector<DeviceInfo>> DecodeRegisterJson(std::string_view valu
   return devices;
 }
 
-// Go encoding/json string escaping with HTML escaping on (the json.Marshal default), Go 1.22+
-// short forms for \b and \f.
-void AppendGoJsonString(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  size_t i = 0;
-  while (i < s.size()) {
-    auto b = static_cast<unsigned char>(s[i]);
-    if (b < 0x80) {
-      switch (b) {
-        case '"':
-          out += "\\\"";
-          break;
-        case '\\':
-          out += "\\\\";
-          break;
-        case '\b':
-          out += "\\b";
-          break;
-        case '\f':
-          out += "\\f";
-          break;
-        case '\n':
-          out += "\\n";
-          break;
-        case '\r':
-          out += "\\r";
-          break;
-        case '\t':
-          out += "\\t";
-          break;
-        default:
-          if (b < 0x20 || b == '<' || b == '>' || b == '&') {
-            out += "\\u00";
-            out += kHex[b >> 4];
-            out += kHex[b & 0xf];
-          } else {
-            out += static_cast<char>(b);
-          }
-      }
-      ++i;
-      continue;
-    }
-    // Validate one UTF-8 sequence the way Go's utf8.DecodeRuneInString does.
-    auto at = [&](size_t k) -> unsigned { return static_cast<unsigned char>(s[i + k]); };
-    size_t size = 0;
-    unsigned lo = 0x80, hi = 0xbf;
-    if (b >= 0xc2 && b <= 0xdf) {
-      size = 2;
-    } else if (b >= 0xe0 && b <= 0xef) {
-      size = 3;
-      lo = b == 0xe0 ? 0xa0 : 0x80;
-      hi = b == 0xed ? 0x9f : 0xbf;
-    } else if (b >= 0xf0 && b <= 0xf4) {
-      size = 4;
-      lo = b == 0xf0 ? 0x90 : 0x80;
-      hi = b == 0xf4 ? 0x8f : 0xbf;
-    }
-    bool valid = size != 0 && i + size <= s.size() && at(1) >= lo && at(1) <= hi;
-    for (size_t k = 2; valid && k < size; ++k) {
-      valid = at(k) >= 0x80 && at(k) <= 0xbf;
-    }
-    if (!valid) {
-      out += "\\ufffd";
-      ++i;
-      continue;
-    }
-    // U+2028 and U+2029 are E2 80 A8 / E2 80 A9.
-    if (size == 3 && b == 0xe2 && at(1) == 0x80 && (at(2) == 0xa8 || at(2) == 0xa9)) {
-      out += at(2) == 0xa8 ? "\\u2028" : "\\u2029";
-    } else {
-      out.append(s.substr(i, size));
-    }
-    i += size;
-  }
-  out += '"';
-}
-
 // ---- Pod devices -----------------------------------------------------------------------------
 
 // Strips a v2.5.2 MIG suffix "[<digits>-<digits>]" when it is the only '[' and ends the UUID.
@@ -454,7 +377,7 @@ std::string EncodeNodeRegisterJson(const std::vector<DeviceInfo>& devices) {
     auto string_field = [&](std::string_view k, const std::string& v) {
       if (!v.empty()) {
         key(k);
-        AppendGoJsonString(out, v);
+        json::AppendGoString(&out, v);
       }
     };
     auto int_field = [&](std::string_view k, int32_t v) {

@@ -161,6 +161,10 @@ absl::StatusOr<NodePolicy> ParseNodePolicy(std::string_view value);
 // together with spread, an empty chain.
 absl::StatusOr<GpuPolicy> ParseGpuPolicy(std::string_view value);
 
+// The texts ParseNodePolicy and ParseGpuPolicy read back: "binpack", "spread,numa".
+std::string NodePolicyName(NodePolicy policy);
+std::string GpuPolicyName(const GpuPolicy& policy);
+
 // Reads the pod-level constraints from a pod's annotations (keys in annotations.h), with HAMi
 // v2.10 semantics: comma lists trimmed, empty tokens dropped, an empty list = no constraint;
 // use- and nouse-gpuuuid both apply. A vgpu-mode or policy value that is empty after trimming

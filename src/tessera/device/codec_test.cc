@@ -377,5 +377,19 @@ TEST(PodDevices, Errors) {
               ErrorContains("container 0 device 0: empty UUID"));
 }
 
+// The names read back through the parsers; the defaults are what `tessera serve --help` shows.
+TEST(PolicyNameTest, RoundTripsThroughTheParsers) {
+  EXPECT_EQ(NodePolicyName(NodePolicy{}), "binpack");
+  EXPECT_EQ(GpuPolicyName(GpuPolicy{}), "spread");
+  for (NodePolicy p : {NodePolicy::kBinpack, NodePolicy::kSpread}) {
+    EXPECT_EQ(*ParseNodePolicy(NodePolicyName(p)), p);
+  }
+  for (const char* chain : {"binpack", "spread,numa", "mutex", "numa,binpack"}) {
+    absl::StatusOr<GpuPolicy> policy = ParseGpuPolicy(chain);
+    ASSERT_TRUE(policy.ok()) << chain;
+    EXPECT_EQ(GpuPolicyName(*policy), chain);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::device

@@ -48,6 +48,21 @@ std::string_view PolicyKeyName(GpuPolicyKey key) {
 
 }  // namespace
 
+std::string NodePolicyName(NodePolicy policy) {
+  return policy == NodePolicy::kSpread ? "spread" : "binpack";
+}
+
+std::string GpuPolicyName(const GpuPolicy& policy) {
+  std::string out;
+  for (GpuPolicyKey key : policy.chain) {
+    if (!out.empty()) {
+      out += ',';
+    }
+    out += PolicyKeyName(key);
+  }
+  return out;
+}
+
 absl::StatusOr<NodePolicy> ParseNodePolicy(std::string_view value) {
   std::string_view v = TrimAscii(value);
   if (v == "binpack") {

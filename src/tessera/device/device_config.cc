@@ -394,7 +394,7 @@ absl::StatusOr<NvidiaConfig> LoadDeviceConfigFile(const std::string& path) {
   if (file == nullptr) {
     int err = errno;
     return absl::Status(absl::ErrnoToStatusCode(err),
-                        fmt::format("device config {}: {}", path, std::strerror(err)));
+                        fmt::format("device config {}: {}", path, ErrnoText(err)));
   }
   std::string content;
   char buffer[1 << 14];
@@ -405,7 +405,7 @@ absl::StatusOr<NvidiaConfig> LoadDeviceConfigFile(const std::string& path) {
   if (std::ferror(file.get()) != 0) {
     int err = errno;
     return absl::Status(absl::ErrnoToStatusCode(err),
-                        fmt::format("device config {}: read failed: {}", path, std::strerror(err)));
+                        fmt::format("device config {}: read failed: {}", path, ErrnoText(err)));
   }
   absl::StatusOr<NvidiaConfig> config = ParseDeviceConfig(content);
   if (!config.ok()) {

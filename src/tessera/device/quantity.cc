@@ -36,6 +36,12 @@ std::string U128ToString(u128 v) {
   return out;
 }
 
+// The suffixes, read by both the parser and ToString: decimal SI ones are powers of 1000 from
+// n (10^-9) to E (10^18), binary SI ones powers of 1024 from Ki to Ei.
+constexpr std::string_view kDecimalSuffixes[] = {"n", "u", "m", "", "k", "M", "G", "T", "P", "E"};
+constexpr int kDecimalSuffixMinExponent = -9;  // kDecimalSuffixes[i] is 10^(-9 + 3i)
+constexpr std::string_view kBinarySuffixes[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
+
 struct Suffix {
   QuantityFormat format = QuantityFormat::kDecimalSI;
   int64_t decimal_exponent = 0;  // power of ten
@@ -48,48 +54,18 @@ std::optional<Suffix> ParseSuffix(std::string_view s) {
   if (s.empty()) {
     return out;
   }
-  if (s.size() == 1) {
-    switch (s[0]) {
-      case 'n':
-        out.decimal_exponent = -9;
-        return out;
-      case 'u':
-        out.decimal_exponent = -6;
-        return out;
-      case 'm':
-        out.decimal_exponent = -3;
-        return out;
-      case 'k':
-        out.decimal_exponent = 3;
-        return out;
-      case 'M':
-        out.decimal_exponent = 6;
-        return out;
-      case 'G':
-        out.decimal_exponent = 9;
-        return out;
-      case 'T':
-        out.decimal_exponent = 12;
-        return out;
-      case 'P':
-        out.decimal_exponent = 15;
-        return out;
-      case 'E':
-        out.decimal_exponent = 18;
-        return out;
-      default:
-        return std::nullopt;
+  for (size_t i = 0; i < std::size(kDecimalSuffixes); ++i) {
+    if (s == kDecimalSuffixes[i]) {
+      out.decimal_exponent = kDecimalSuffixMinExponent + 3 * static_cast<int>(i);
+      return out;
     }
   }
-  if (s.size() == 2 && s[1] == 'i') {
-    constexpr std::string_view kBinary = "KMGTPE";
-    size_t pos = kBinary.find(s[0]);
-    if (pos == std::string_view::npos) {
-      return std::nullopt;
+  for (size_t i = 1; i < std::size(kBinarySuffixes); ++i) {
+    if (s == kBinarySuffixes[i]) {
+      out.format = QuantityFormat::kBinarySI;
+      out.binary_exponent = 10 * static_cast<int>(i);
+      return out;
     }
-    out.format = QuantityFormat::kBinarySI;
-    out.binary_exponent = 10 * static_cast<int>(pos + 1);
-    return out;
   }
   if (s[0] != 'e' && s[0] != 'E') {
     return std::nullopt;
@@ -340,19 +316,18 @@ std::string Quantity::ToString() const {
   std::string sign = negative_ ? "-" : "";
   if (format_ == QuantityFormat::kBinarySI && nanos_ % kNanosPerUnit == 0 &&
       nanos_ >= u128{1024} * kNanosPerUnit) {
-    constexpr std::string_view kBinary[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
     u128 units = nanos_ / kNanosPerUnit;
     size_t k = 0;
-    while (k + 1 < std::size(kBinary) && units % 1024 == 0) {
+    while (k + 1 < std::size(kBinarySuffixes) && units % 1024 == 0) {
       units /= 1024;
       ++k;
     }
-    return sign + U128ToString(units) + std::string(kBinary[k]);
+    return sign + U128ToString(units) + std::string(kBinarySuffixes[k]);
   }
   // Decimal: mantissa * 10^exponent with the exponent a multiple of three, as large as keeps
   // the mantissa whole. The magnitude bound keeps the exponent at or below 18.
   u128 mantissa = nanos_;
-  int exponent = -9;
+  int exponent = kDecimalSuffixMinExponent;
   while (mantissa % 1000 == 0 && exponent < 18) {
     mantissa /= 1000;
     exponent += 3;
@@ -361,8 +336,7 @@ std::string Quantity::ToString() const {
   if (format_ == QuantityFormat::kDecimalExponent) {
     suffix = exponent == 0 ? "" : fmt::format("e{}", exponent);
   } else {
-    constexpr std::string_view kDecimal[] = {"n", "u", "m", "", "k", "M", "G", "T", "P", "E"};
-    suffix = std::string(kDecimal[(exponent + 9) / 3]);
+    suffix = std::string(kDecimalSuffixes[(exponent - kDecimalSuffixMinExponent) / 3]);
   }
   return sign + U128ToString(mantissa) + suffix;
 }

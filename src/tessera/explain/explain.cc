@@ -12,39 +12,12 @@
 #include "tessera/accounting/projection.h"
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
+#include "tessera/device/codec.h"
 #include "tessera/ledger/ledger.h"
 #include "tessera/schedule/score.h"
 
 namespace tessera::explain {
 namespace {
-
-std::string NodePolicyName(device::NodePolicy p) {
-  return p == device::NodePolicy::kSpread ? "spread" : "binpack";
-}
-
-std::string GpuPolicyName(const device::GpuPolicy& p) {
-  std::string out;
-  for (device::GpuPolicyKey k : p.chain) {
-    if (!out.empty()) {
-      out += ',';
-    }
-    switch (k) {
-      case device::GpuPolicyKey::kBinpack:
-        out += "binpack";
-        break;
-      case device::GpuPolicyKey::kSpread:
-        out += "spread";
-        break;
-      case device::GpuPolicyKey::kNuma:
-        out += "numa";
-        break;
-      case device::GpuPolicyKey::kMutex:
-        out += "mutex";
-        break;
-    }
-  }
-  return out;
-}
 
 // The pod's hami.io/vgpu-time as a time, if it parses.
 std::optional<absl::Time> FilterTime(const kube::Pod& pod) {
@@ -67,8 +40,8 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
   TESSERA_ASSIGN_OR_RETURN(device::PodConstraints constraints, vendor.DecodeConstraints(input.pod));
   const device::NodePolicy node_policy = constraints.node_policy.value_or(input.node_policy);
   const device::GpuPolicy gpu_policy = constraints.gpu_policy.value_or(input.gpu_policy);
-  result.node_policy = NodePolicyName(node_policy);
-  result.gpu_policy = GpuPolicyName(gpu_policy);
+  result.node_policy = device::NodePolicyName(node_policy);
+  result.gpu_policy = device::GpuPolicyName(gpu_policy);
   for (const kube::Container& c : input.pod.init_containers) {
     result.container_names.push_back(c.name);
   }

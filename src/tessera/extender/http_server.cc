@@ -53,8 +53,7 @@ struct CertPair {
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in.good()) {
-    return absl::InvalidArgumentError(
-        fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+    return absl::InvalidArgumentError(fmt::format("cannot read {}: {}", path, ErrnoText(errno)));
   }
   std::stringstream ss;
   ss << in.rdbuf();

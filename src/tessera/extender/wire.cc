@@ -10,7 +10,8 @@
 // "Conventions").
 //
 // Encoding is a small hand-written writer: the replies are flat, and Go's escaping rules must be
-// followed exactly (nlohmann escapes differently: it does not escape <, >, & or U+2028).
+// followed exactly (json::AppendGoString; nlohmann escapes differently: it does not escape <, >,
+// & or U+2028).
 #include "tessera/extender/wire.h"
 
 #include <cstring>
@@ -174,8 +175,8 @@ class RequestDecoder {
     return true;
   }
 
-  // An object's exact text (without trailing whitespace); the value is consumed.
-  bool RawObject(std::string_view field, od::value& v, std::string* raw) {
+  // v as an object; anything else fails with "expected object".
+  bool Object(std::string_view field, od::value& v, od::object* out) {
     od::json_type t;
     if (auto e = v.type().get(t); e) {
       return JsonFail(field, e);
@@ -183,9 +184,32 @@ class RequestDecoder {
     if (t != od::json_type::object) {
       return Fail(field, "expected object");
     }
-    od::object object;
-    if (auto e = v.get_object().get(object); e) {
+    if (auto e = v.get_object().get(*out); e) {
       return JsonFail(field, e);
+    }
+    return true;
+  }
+
+  // v as an array; anything else fails with `expected`.
+  bool Array(std::string_view field, od::value& v, std::string_view expected, od::array* out) {
+    od::json_type t;
+    if (auto e = v.type().get(t); e) {
+      return JsonFail(field, e);
+    }
+    if (t != od::json_type::array) {
+      return Fail(field, expected);
+    }
+    if (auto e = v.get_array().get(*out); e) {
+      return JsonFail(field, e);
+    }
+    return true;
+  }
+
+  // An object's exact text (without trailing whitespace); the value is consumed.
+  bool RawObject(std::string_view field, od::value& v, std::string* raw) {
+    od::object object;
+    if (!Object(field, v, &object)) {
+      return false;
     }
     std::string_view text;
     if (auto e = object.raw_json().get(text); e) {
@@ -206,16 +230,9 @@ class RequestDecoder {
       out->reset();
       return true;
     }
-    od::json_type t;
-    if (auto e = v.type().get(t); e) {
-      return JsonFail(field, e);
-    }
-    if (t != od::json_type::array) {
-      return Fail(field, "expected array of strings");
-    }
     od::array array;
-    if (auto e = v.get_array().get(array); e) {
-      return JsonFail(field, e);
+    if (!Array(field, v, "expected array of strings", &array)) {
+      return false;
     }
     std::vector<std::string> names;
     size_t index = 0;
@@ -256,16 +273,9 @@ class RequestDecoder {
       out->reset();
       return true;
     }
-    od::json_type t;
-    if (auto e = v.type().get(t); e) {
-      return JsonFail("Nodes", e);
-    }
-    if (t != od::json_type::object) {
-      return Fail("Nodes", "expected object");
-    }
     od::object list;
-    if (auto e = v.get_object().get(list); e) {
-      return JsonFail("Nodes", e);
+    if (!Object("Nodes", v, &list)) {
+      return false;
     }
     static constexpr std::string_view kNames[] = {"items"};
     std::vector<WireNode> nodes;
@@ -278,16 +288,9 @@ class RequestDecoder {
       if (items_null) {
         return true;
       }
-      od::json_type items_type;
-      if (auto e = items.type().get(items_type); e) {
-        return JsonFail("Nodes.items", e);
-      }
-      if (items_type != od::json_type::array) {
-        return Fail("Nodes.items", "expected array");
-      }
       od::array array;
-      if (auto e = items.get_array().get(array); e) {
-        return JsonFail("Nodes.items", e);
+      if (!Array("Nodes.items", items, "expected array", &array)) {
+        return false;
       }
       size_t index = 0;
       for (auto element_result : array) {
@@ -349,111 +352,6 @@ class RequestDecoder {
 
 // ---- encoding ----------------------------------------------------------------------------------
 
-constexpr char kHex[] = "0123456789abcdef";
-
-// Length of the valid UTF-8 sequence at s[i], or 0 when it is not one (as Go's
-// utf8.DecodeRuneInString judges: no overlongs, no surrogates, at most U+10FFFF).
-size_t Utf8Length(std::string_view s, size_t i, uint32_t* rune) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  const size_t left = s.size() - i;
-  const auto cont = [&](size_t k) { return k < s.size() && (b(k) & 0xC0) == 0x80; };
-  if (c >= 0xC2 && c <= 0xDF && left >= 2 && cont(i + 1)) {
-    *rune = ((c & 0x1Fu) << 6) | (b(i + 1) & 0x3Fu);
-    return 2;
-  }
-  if (c >= 0xE0 && c <= 0xEF && left >= 3 && cont(i + 1) && cont(i + 2)) {
-    const uint32_t r = ((c & 0x0Fu) << 12) | ((b(i + 1) & 0x3Fu) << 6) | (b(i + 2) & 0x3Fu);
-    if (r < 0x800 || (r >= 0xD800 && r <= 0xDFFF)) {
-      return 0;
-    }
-    *rune = r;
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4 && left >= 4 && cont(i + 1) && cont(i + 2) && cont(i + 3)) {
-    const uint32_t r = ((c & 0x07u) << 18) | ((b(i + 1) & 0x3Fu) << 12) |
-                       ((b(i + 2) & 0x3Fu) << 6) | (b(i + 3) & 0x3Fu);
-    if (r < 0x10000 || r > 0x10FFFF) {
-      return 0;
-    }
-    *rune = r;
-    return 4;
-  }
-  return 0;
-}
-
-// A JSON string as Go's encoding/json writes it (with HTML escaping, its default).
-// Bytes that Go writes as they are: printable ASCII other than " \\ < > &.
-constexpr bool IsPlain(unsigned char c) {
-  return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&';
-}
-
-void AppendString(std::string* out, std::string_view s) {
-  out->push_back('"');
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t run = i;
-    while (run < s.size() && IsPlain(static_cast<unsigned char>(s[run]))) {
-      ++run;
-    }
-    if (run > i) {
-      out->append(s.data() + i, run - i);
-      i = run;
-      continue;
-    }
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      switch (c) {
-        case '"':
-          out->append("\\\"");
-          break;
-        case '\\':
-          out->append("\\\\");
-          break;
-        case '\b':
-          out->append("\\b");
-          break;
-        case '\f':
-          out->append("\\f");
-          break;
-        case '\n':
-          out->append("\\n");
-          break;
-        case '\r':
-          out->append("\\r");
-          break;
-        case '\t':
-          out->append("\\t");
-          break;
-        default:
-          if (c < 0x20 || c == '<' || c == '>' || c == '&') {
-            out->append("\\u00");
-            out->push_back(kHex[c >> 4]);
-            out->push_back(kHex[c & 0xF]);
-          } else {
-            out->push_back(static_cast<char>(c));
-          }
-      }
-      ++i;
-      continue;
-    }
-    uint32_t rune = 0;
-    const size_t n = Utf8Length(s, i, &rune);
-    if (n == 0) {
-      out->append("\\ufffd");  // Go replaces each invalid byte with U+FFFD
-      ++i;
-      continue;
-    }
-    if (rune == 0x2028 || rune == 0x2029) {
-      out->append(rune == 0x2028 ? "\\u2028" : "\\u2029");
-    } else {
-      out->append(s.data() + i, n);
-    }
-    i += n;
-  }
-  out->push_back('"');
-}
-
 void AppendStringMap(std::string* out, const std::map<std::string, std::string>& map) {
   out->push_back('{');
   bool first = true;
@@ -462,9 +360,9 @@ void AppendStringMap(std::string* out, const std::map<std::string, std::string>&
       out->push_back(',');
     }
     first = false;
-    AppendString(out, key);
+    json::AppendGoString(out, key);
     out->push_back(':');
-    AppendString(out, value);
+    json::AppendGoString(out, value);
   }
   out->push_back('}');
 }
@@ -611,7 +509,7 @@ std::string EncodeFilterResult(const FilterResult& result) {
       if (i > 0) {
         out.push_back(',');
       }
-      AppendString(&out, (*result.node_names)[i]);
+      json::AppendGoString(&out, (*result.node_names)[i]);
     }
     out.push_back(']');
   } else {
@@ -622,14 +520,14 @@ std::string EncodeFilterResult(const FilterResult& result) {
   out.append(",\"FailedAndUnresolvableNodes\":");
   AppendStringMap(&out, result.failed_and_unresolvable_nodes);
   out.append(",\"Error\":");
-  AppendString(&out, result.error);
+  json::AppendGoString(&out, result.error);
   out.push_back('}');
   return out;
 }
 
 std::string EncodeBindResult(const BindResult& result) {
   std::string out = "{\"Error\":";
-  AppendString(&out, result.error);
+  json::AppendGoString(&out, result.error);
   out.push_back('}');
   return out;
 }

@@ -37,6 +37,7 @@
 
 #include "tessera/base/logging.h"
 #include "tessera/base/mutex.h"
+#include "tessera/base/status_macros.h"
 #include "tessera/http/server_internal.h"
 
 namespace tessera::http {
@@ -1208,7 +1209,7 @@ class Server::Impl {
       }
     }
     if (listen_fd_ < 0) {
-      return absl::UnavailableError(err > 0 ? std::strerror(err) : gai_strerror(err));
+      return absl::UnavailableError(err > 0 ? ErrnoText(err) : gai_strerror(err));
     }
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
@@ -1331,7 +1332,7 @@ class Server::Impl {
           return;
         }
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          TESSERA_LOG(kWarning, "http: accept: {}; retrying", std::strerror(errno));
+          TESSERA_LOG(kWarning, "http: accept: {}; retrying", ErrnoText(errno));
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
         continue;  // EINTR, ECONNABORTED, ...

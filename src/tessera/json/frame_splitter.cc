@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -35,7 +36,8 @@ BlockMasks Classify(const char* block) {  // reads 64 bytes
   const __m128i open = _mm_set1_epi8('{');
   const __m128i close = _mm_set1_epi8('}');
   for (int part = 0; part < 4; ++part) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * part));
+    const __m128i v =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + std::ptrdiff_t{16} * part));
     const __m128i folded = _mm_or_si128(v, case_bit);
     auto bits = [&](__m128i eq) {
       return static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(eq)) & 0xffffu)

@@ -295,7 +295,7 @@ ApiClient::ApiClient(Transport* transport) : ApiClient(transport, Options()) {}
 ApiClient::ApiClient(Transport* transport, Options options)
     : transport_(transport), options_(std::move(options)) {}
 
-absl::StatusOr<Response> ApiClient::Call(Request request) {
+absl::StatusOr<Response> ApiClient::Call(const Request& request) {
   DoOptions opts;
   opts.retry = options_.retry;
   if (options_.sleep) {

@@ -233,7 +233,7 @@ class ApiClient {
   static std::string EventBody(const CoreEvent& event);
 
  private:
-  absl::StatusOr<Response> Call(Request request);
+  absl::StatusOr<Response> Call(const Request& request);
 
   Transport* const transport_;
   Options options_;

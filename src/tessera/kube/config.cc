@@ -374,7 +374,7 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
     if (err == EACCES) {
       return absl::PermissionDeniedError(fmt::format("{}: permission denied", path));
     }
-    return absl::InternalError(fmt::format("{}: cannot open: {}", path, std::strerror(err)));
+    return absl::InternalError(fmt::format("{}: cannot open: {}", path, ErrnoText(err)));
   }
   std::ostringstream buffer;
   buffer << in.rdbuf();

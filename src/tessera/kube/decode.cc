@@ -292,18 +292,29 @@ class Decoder::Impl {
     return is_null || Fail("invalid literal");
   }
 
-  // Reads a string into *out; returns false on error. *present tells whether it was not null.
-  bool StringView(od::value& v, std::string_view* out, bool* present) {
+  // The start of each typed read: reads v's type; a null is consumed and sets *is_null, any
+  // other type than `want` fails with `expected`. False on error (already reported).
+  bool Expect(od::value& v, od::json_type want, const char* expected, bool* is_null) {
     od::json_type t;
     if (!TypeOf(v, &t)) {
       return false;
     }
-    if (t == od::json_type::null) {
-      *present = false;
+    *is_null = t == od::json_type::null;
+    if (*is_null) {
       return ConsumeNull(v);
     }
-    if (t != od::json_type::string) {
-      return Fail("expected string");
+    return t == want || Fail(expected);
+  }
+
+  // Reads a string into *out; returns false on error. *present tells whether it was not null.
+  bool StringView(od::value& v, std::string_view* out, bool* present) {
+    bool is_null = false;
+    if (!Expect(v, od::json_type::string, "expected string", &is_null)) {
+      return false;
+    }
+    if (is_null) {
+      *present = false;
+      return true;
     }
     // Most strings have no escape sequence: view their bytes in the input instead of having
     // simdjson copy them into its string buffer.
@@ -396,15 +407,12 @@ class Decoder::Impl {
   }
 
   bool Bool(od::value& v, bool* out) {
-    od::json_type t;
-    if (!TypeOf(v, &t)) {
+    bool is_null = false;
+    if (!Expect(v, od::json_type::boolean, "expected boolean", &is_null)) {
       return false;
     }
-    if (t == od::json_type::null) {
-      return ConsumeNull(v);
-    }
-    if (t != od::json_type::boolean) {
-      return Fail("expected boolean");
+    if (is_null) {
+      return true;
     }
     if (auto e = v.get_bool().get(*out); e) {
       return JsonFail(e);
@@ -414,16 +422,13 @@ class Decoder::Impl {
 
   template <typename Int>
   bool Integer(od::value& v, std::optional<Int>* out) {
-    od::json_type t;
-    if (!TypeOf(v, &t)) {
+    bool is_null = false;
+    if (!Expect(v, od::json_type::number, "expected integer", &is_null)) {
       return false;
     }
-    if (t == od::json_type::null) {
+    if (is_null) {
       out->reset();
-      return ConsumeNull(v);
-    }
-    if (t != od::json_type::number) {
-      return Fail("expected integer");
+      return true;
     }
     int64_t n = 0;
     auto e = v.get_int64().get(n);
@@ -444,15 +449,12 @@ class Decoder::Impl {
   // Calls f(key, value) for each field of an object; null is an empty object.
   template <typename F>
   bool Fields(od::value& v, F&& f) {
-    od::json_type t;
-    if (!TypeOf(v, &t)) {
+    bool is_null = false;
+    if (!Expect(v, od::json_type::object, "expected object", &is_null)) {
       return false;
     }
-    if (t == od::json_type::null) {
-      return ConsumeNull(v);
-    }
-    if (t != od::json_type::object) {
-      return Fail("expected object");
+    if (is_null) {
+      return true;
     }
     od::object obj;
     if (auto e = v.get_object().get(obj); e) {
@@ -480,15 +482,12 @@ class Decoder::Impl {
   // Calls f(index, value) for each element of an array; null is an empty array.
   template <typename F>
   bool Elements(od::value& v, F&& f) {
-    od::json_type t;
-    if (!TypeOf(v, &t)) {
+    bool is_null = false;
+    if (!Expect(v, od::json_type::array, "expected array", &is_null)) {
       return false;
     }
-    if (t == od::json_type::null) {
-      return ConsumeNull(v);
-    }
-    if (t != od::json_type::array) {
-      return Fail("expected array");
+    if (is_null) {
+      return true;
     }
     od::array arr;
     if (auto e = v.get_array().get(arr); e) {

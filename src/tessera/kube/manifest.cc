@@ -421,7 +421,7 @@ absl::StatusOr<Manifests> LoadManifestFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;
-    std::string message = fmt::format("{}: {}", path, std::strerror(err));
+    std::string message = fmt::format("{}: {}", path, ErrnoText(err));
     if (err == ENOENT) {
       return absl::NotFoundError(message);
     }

@@ -283,7 +283,7 @@ void Reflector<T>::Fail(Retry retry, absl::Status error, bool immediate) {
   }
   UpdateCounters([&](ReflectorCounters& c) {
     c.last_backoff = delay;
-    c.last_error = error;
+    c.last_error = std::move(error);
   });
   phase_ = Phase::kWaiting;
   retry_ = retry;

@@ -234,7 +234,7 @@ bool RateLimiter::TryAcquire() {
 // ---------------------------------------------------------------------------------------------
 // Retrier and Do
 
-Retrier::Retrier(RetryPolicy policy, std::string method, uint64_t seed)
+Retrier::Retrier(RetryPolicy policy, const std::string& method, uint64_t seed)
     : policy_(policy), idempotent_(IsIdempotent(method)), backoff_(policy.backoff, seed) {}
 
 std::optional<absl::Duration> Retrier::NextDelay(const absl::StatusOr<Response>& outcome) {

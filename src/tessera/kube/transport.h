@@ -170,7 +170,7 @@ struct RetryPolicy {
 // The per-request retry state. Not thread-safe; one per logical request.
 class Retrier {
  public:
-  Retrier(RetryPolicy policy, std::string method, uint64_t seed = 0x6b756265);
+  Retrier(RetryPolicy policy, const std::string& method, uint64_t seed = 0x6b756265);
   // Given the outcome of an attempt, the delay before the next attempt, or nullopt when the
   // outcome is final (success, not retryable, or attempts exhausted).
   std::optional<absl::Duration> NextDelay(const absl::StatusOr<Response>& outcome);

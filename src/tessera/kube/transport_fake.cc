@@ -171,7 +171,7 @@ bool FakeTransport::Drive(StreamId id, Step step, const Response* head, std::str
   return true;
 }
 
-bool FakeTransport::StreamOpen(StreamId id, Response head) {
+bool FakeTransport::StreamOpen(StreamId id, const Response& head) {
   return Drive(id, Step::kOpen, &head, {});
 }
 

@@ -79,7 +79,7 @@ class FakeTransport : public Transport {
 
   // Drive a stream. Each returns false (and does nothing) when the stream has ended or was
   // cancelled. StreamOpen must come before StreamData.
-  bool StreamOpen(StreamId id, Response head = OkHead());
+  bool StreamOpen(StreamId id, const Response& head = OkHead());
   static Response OkHead() {
     Response head;
     head.status_code = 200;

@@ -159,8 +159,8 @@ void Ledger::AddUsage(const Entries& entries, uint16_t init_count, NodeSlot* slo
     if (e.dev >= 0) {
       device::DeviceUsage& u = slot->usage[static_cast<size_t>(e.dev)];
       u.used += sign;
-      u.usedmem += sign * e.usedmem;
-      u.usedcores += sign * e.usedcores;
+      u.usedmem += int64_t{sign} * e.usedmem;
+      u.usedcores += int64_t{sign} * e.usedcores;
     }
     return;
   }
@@ -608,7 +608,8 @@ bool Ledger::Remove(std::string_view uid) {
   Unlink(id);
   Pod& p = pods_[id];
   const uint32_t old_node = p.has_record ? p.node : kNone;
-  const uint32_t old_res_node = p.res != nullptr ? p.res->node : kNone;
+  const Res* res = p.res.get();
+  const uint32_t old_res_node = res != nullptr ? res->node : kNone;
   DropReservation(id);
   ReleaseEntries(p.entries);
   p.entries.clear();

@@ -143,6 +143,15 @@ int64_t PercentOf(int32_t total, int32_t pct) { return static_cast<int64_t>(tota
 
 }  // namespace
 
+double NodeUsageTotals::Score() const {
+  if (count == 0 || totalcore == 0 || totalmem == 0) {
+    return 0;
+  }
+  return 10.0 * (static_cast<double>(used) / static_cast<double>(count) +
+                 static_cast<double>(usedcores) / static_cast<double>(totalcore) +
+                 static_cast<double>(usedmem) / static_cast<double>(totalmem));
+}
+
 std::string_view ReasonName(Reason reason) {
   auto i = static_cast<size_t>(reason);
   return i < kReasonNames.size() ? kReasonNames[i] : std::string_view("Unknown");
@@ -437,12 +446,7 @@ void Fitter::BuildImpl(const NodeSnapshot& node, absl::Span<const DeviceUsage> u
   }
   SortEntry* e = out->data();
   size_t m = 0;
-  int64_t count = 0;
-  int64_t totalcore = 0;
-  int64_t totalmem = 0;
-  int64_t used = 0;
-  int64_t usedcores = 0;
-  int64_t usedmem = 0;
+  NodeUsageTotals totals;
   // Nodes are usually homogeneous: reuse the inverses of the previous device's totals.
   int32_t last_count = -1;
   int32_t last_core = -1;
@@ -458,12 +462,7 @@ void Fitter::BuildImpl(const NodeSnapshot& node, absl::Span<const DeviceUsage> u
     const DeviceInfo& d = devs[i];
     const DeviceUsage& u = usage[i];
     if constexpr (base) {
-      count += d.count;
-      totalcore += d.devcore;
-      totalmem += d.devmem;
-      used += u.used;
-      usedcores += u.usedcores;
-      usedmem += u.usedmem;
+      totals.Add(d, u);
     }
     const bool exact = d.type == type;
     if (!exact && !TypeMatches(d.type, type)) {
@@ -503,13 +502,7 @@ void Fitter::BuildImpl(const NodeSnapshot& node, absl::Span<const DeviceUsage> u
   }
   out->resize(m);
   if constexpr (base) {
-    if (count == 0 || totalcore == 0 || totalmem == 0) {
-      node_score_ = 0;
-    } else {
-      node_score_ = 10.0 * (static_cast<double>(used) / static_cast<double>(count) +
-                            static_cast<double>(usedcores) / static_cast<double>(totalcore) +
-                            static_cast<double>(usedmem) / static_cast<double>(totalmem));
-    }
+    node_score_ = totals.Score();
   }
 }
 

@@ -169,6 +169,28 @@ std::string_view ReasonLabel(std::string_view reason);
 FitResult FitPod(const device::NodeSnapshot& node, const device::PodRequest& request,
                  const device::PodConstraints& constraints, const device::GpuPolicy& policy);
 
+// A node's device totals and usage summed over its devices, and HAMi's node score from them:
+// 10 × (slots used / slots + cores used / cores + memory used / memory), 0 when a total is 0.
+// ComputeNodeScore (score.h) and the Fitter's pass over the devices both sum with this.
+struct NodeUsageTotals {
+  int64_t count = 0;
+  int64_t totalcore = 0;
+  int64_t totalmem = 0;
+  int64_t used = 0;
+  int64_t usedcores = 0;
+  int64_t usedmem = 0;
+
+  void Add(const device::DeviceInfo& d, const device::DeviceUsage& u) {
+    count += d.count;
+    totalcore += d.devcore;
+    totalmem += d.devmem;
+    used += u.used;
+    usedcores += u.usedcores;
+    usedmem += u.usedmem;
+  }
+  double Score() const;
+};
+
 // The reusable fit engine behind FitPod and Decide. Prepare once per pod, then Fit per node;
 // Fit allocates nothing once its buffers have grown to the node size.
 // Not thread-safe: one Fitter per thread.
@@ -240,14 +262,15 @@ class Fitter {
   bool TypeFilterPasses(const device::DeviceInfo& info) const;
   bool UuidFilterPasses(const device::DeviceInfo& info) const;
 
+  // Members are grouped by size (largest first within each part), so the bools share words.
   const device::PodRequest* request_ = nullptr;
   const device::PodConstraints* constraints_ = nullptr;
   std::string_view primary_type_;  // the type of the first requesting container
-  bool primary_is_nvidia_ = false;
-  int last_app_ = -1;  // the last app container with a request
   SortOrder order_;
-  std::array<int, 3> key_source_{};  // per key: 0 = score, 1 = NUMA, 2 = Used
   std::array<double, 3> key_sign_{};
+  std::array<int, 3> key_source_{};  // per key: 0 = score, 1 = NUMA, 2 = Used
+  int last_app_ = -1;                // the last app container with a request
+  bool primary_is_nvidia_ = false;
   bool mutex_ = false;
   bool has_type_filters_ = false;
   bool has_uuid_filters_ = false;
@@ -264,17 +287,17 @@ class Fitter {
   std::vector<Taken> taken_;
   std::vector<Choice> choices_;
   std::string_view type_key_;
-  bool any_exact_ = false;
-  bool base_tracks_app_ = true;  // base entries reflect app_ (false after a rebuilt container)
-  std::string_view needle_;      // the request type being matched
-  bool needle_valid_ = false;
+  std::string_view needle_;   // the request type being matched
   std::string needle_lower_;  // needle_, lower-cased
-  bool needle_swar_ = false;  // all letters, at most 8: compare the prefix in one word
   uint64_t needle_bits_ = 0;
   uint64_t needle_mask_ = 0;
   double node_score_ = 0;
-  int failed_container_ = -1;
   ReasonParts reasons_;
+  int failed_container_ = -1;
+  bool any_exact_ = false;
+  bool base_tracks_app_ = true;  // base entries reflect app_ (false after a rebuilt container)
+  bool needle_valid_ = false;
+  bool needle_swar_ = false;  // all letters, at most 8: compare the prefix in one word
 };
 
 }  // namespace tessera::schedule

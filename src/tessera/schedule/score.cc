@@ -9,27 +9,12 @@ double ComputeNodeScore(const device::NodeSnapshot& node) {
   if (node.devices == nullptr || node.usage.size() != node.devices->devices.size()) {
     return 0;
   }
-  int64_t count = 0;
-  int64_t totalcore = 0;
-  int64_t totalmem = 0;
-  int64_t used = 0;
-  int64_t usedcores = 0;
-  int64_t usedmem = 0;
+  NodeUsageTotals totals;
   const auto& devs = node.devices->devices;
   for (size_t i = 0; i < devs.size(); ++i) {
-    count += devs[i].count;
-    totalcore += devs[i].devcore;
-    totalmem += devs[i].devmem;
-    used += node.usage[i].used;
-    usedcores += node.usage[i].usedcores;
-    usedmem += node.usage[i].usedmem;
+    totals.Add(devs[i], node.usage[i]);
   }
-  if (count == 0 || totalcore == 0 || totalmem == 0) {
-    return 0;
-  }
-  return 10.0 * (static_cast<double>(used) / static_cast<double>(count) +
-                 static_cast<double>(usedcores) / static_cast<double>(totalcore) +
-                 static_cast<double>(usedmem) / static_cast<double>(totalmem));
+  return totals.Score();
 }
 
 namespace {

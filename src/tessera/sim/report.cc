@@ -17,7 +17,9 @@ std::string Ms(absl::Duration d) { return fmt::format("{:.2f} ms", absl::ToDoubl
 const Divergence* Longest(const RunResult& r, absl::Time end) {
   const Divergence* best = nullptr;
   for (const Divergence& d : r.divergences) {
-    if (best == nullptr || d.Length(end) > best->Length(end)) best = &d;
+    if (best == nullptr || d.Length(end) > best->Length(end)) {
+      best = &d;
+    }
   }
   return best;
 }
@@ -92,8 +94,12 @@ Rows Figures(const RunResult& r, bool compact) {
   std::string kinds;
   {
     std::map<std::string, int> by;
-    for (const FaultRecord& f : r.faults) ++by[f.kind];
-    for (const auto& [k, n] : by) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", n, k);
+    for (const FaultRecord& f : r.faults) {
+      ++by[f.kind];
+    }
+    for (const auto& [k, n] : by) {
+      kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", n, k);
+    }
   }
   row("faults injected",
       fmt::format("{}{}", r.faults.size(), kinds.empty() ? "" : " (" + kinds + ")"));
@@ -205,7 +211,9 @@ std::string SummaryTable(const RunResult& r, const RunResult* c) {
   left.emplace_back("verdict", VerdictText(r, false));
   right.emplace_back("verdict", VerdictText(*c, true));
   size_t width = 0;
-  for (const auto& [k, v] : left) width = std::max(width, v.size());
+  for (const auto& [k, v] : left) {
+    width = std::max(width, v.size());
+  }
   for (size_t i = 0; i < left.size() && i < right.size(); ++i) {
     out +=
         fmt::format("  {:<30} {:<{}}  {}\n", left[i].first, left[i].second, width, right[i].second);
@@ -320,7 +328,7 @@ namespace {
 // the drain; `tmax` seconds and `ymax` MiB are the axes' ends (shared by both runs' charts).
 std::string Chart(const RunResult& r, double tmax, double ymax) {
   const absl::Time end = r.start + r.elapsed;
-  const double W = 1000, H = 360, L = 70, R = 20, T = 20, B = 40;
+  const double width = 1000, height = 360, left = 70, right = 20, top = 20, bottom = 40;
   // A round GiB step for the y axis: 1, 2 or 5 × 10^k, about five lines.
   double step_gib = 1;
   while (ymax / 1024 / step_gib > 5) {
@@ -329,33 +337,35 @@ std::string Chart(const RunResult& r, double tmax, double ymax) {
   }
   const int ylines = static_cast<int>(std::ceil(ymax / 1024 / step_gib));
   ymax = std::max(1.0, ylines * step_gib * 1024);
-  auto x = [&](double t) { return L + (W - L - R) * std::min(t, tmax) / tmax; };
-  auto y = [&](double v) { return T + (H - T - B) * (1 - v / ymax); };
+  auto x = [&](double t) { return left + (width - left - right) * std::min(t, tmax) / tmax; };
+  auto y = [&](double v) { return top + (height - top - bottom) * (1 - v / ymax); };
   std::string svg = fmt::format(
-      "<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {} {}' width='100%'>\n", W, H);
+      "<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {} {}' width='100%'>\n", width, height);
   // axes and grid
   for (int i = 0; i <= ylines; ++i) {
     const double v = i * step_gib * 1024;
     svg += fmt::format(
         "<line x1='{}' x2='{}' y1='{:.1f}' y2='{:.1f}' stroke='#e5e5e5'/>"
         "<text x='{}' y='{:.1f}' font-size='11' text-anchor='end' fill='#555'>{:.0f} GiB</text>\n",
-        L, W - R, y(v), y(v), L - 6, y(v) + 4, v / 1024);
+        left, width - right, y(v), y(v), left - 6, y(v) + 4, v / 1024);
   }
   const int step = tmax > 120 ? 30 : (tmax > 40 ? 10 : 5);
   for (int t = 0; t <= static_cast<int>(tmax); t += step) {
     svg += fmt::format(
         "<text x='{:.1f}' y='{}' font-size='11' text-anchor='middle' fill='#555'>{}s</text>\n",
-        x(t), H - B + 16, t);
+        x(t), height - bottom + 16, t);
   }
-  svg +=
-      fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#333'/>", L, W - R, H - B, H - B);
-  svg += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#333'/>\n", L, L, T, H - B);
+  svg += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#333'/>", left, width - right,
+                     height - bottom, height - bottom);
+  svg += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#333'/>\n", left, left, top,
+                     height - bottom);
   // drain region
   const double drain_x = x(absl::ToDoubleSeconds(r.duration));
   svg += fmt::format(
       "<rect x='{:.1f}' y='{}' width='{:.1f}' height='{}' fill='#f4f4f4'/>"
       "<text x='{:.1f}' y='{}' font-size='11' fill='#777'>drain</text>\n",
-      drain_x, T, std::max(0.0, W - R - drain_x), H - T - B, drain_x + 4, T + 12);
+      drain_x, top, std::max(0.0, width - right - drain_x), height - top - bottom, drain_x + 4,
+      top + 12);
   // divergence spans
   for (const Divergence& d : r.divergences) {
     const double a = absl::ToDoubleSeconds(d.start - r.start);
@@ -364,7 +374,7 @@ std::string Chart(const RunResult& r, double tmax, double ymax) {
     svg += fmt::format(
         "<rect x='{:.1f}' y='{}' width='{:.1f}' height='6' fill='{}' opacity='0.6'>"
         "<title>{} {}: {}</title></rect>\n",
-        x(a), H - B - 6, std::max(1.5, x(b) - x(a)), d.violation ? "#d62728" : "#ff9f1c",
+        x(a), height - bottom - 6, std::max(1.5, x(b) - x(a)), d.violation ? "#d62728" : "#ff9f1c",
         Escape(Subject(d)), Escape(d.cause), Escape(d.detail));
   }
   // fault markers
@@ -375,7 +385,7 @@ std::string Chart(const RunResult& r, double tmax, double ymax) {
         "stroke-dasharray='4 3'><title>{3}: {4}</title></line>"
         "<text x='{5:.1f}' y='{6}' font-size='10' fill='#9467bd' "
         "transform='rotate(-90 {5:.1f} {6})' text-anchor='end'>{3}</text>\n",
-        fx, T, H - B, Escape(f.kind), Escape(f.detail), fx + 3, T + 2);
+        fx, top, height - bottom, Escape(f.kind), Escape(f.detail), fx + 3, top + 2);
   }
   auto polyline = [&](bool exported, const char* color, const char* dash) {
     std::string pts;
@@ -470,7 +480,9 @@ std::string ReportHtml(const RunResult& r, const RunResult* c) {
   double tmax = 1;
   double ymax = 1;
   for (const RunResult* run : {&r, c}) {
-    if (run == nullptr) continue;
+    if (run == nullptr) {
+      continue;
+    }
     for (const Sample& s : run->samples) {
       tmax = std::max(tmax, absl::ToDoubleSeconds(s.at));
       ymax =
@@ -521,7 +533,9 @@ std::string ReportHtml(const RunResult& r, const RunResult* c) {
         Escape(r.label), Escape(c->label), Escape(ArgsText(r)), Escape(ArgsText(*c)));
   }
   left.emplace_back("verdict", VerdictText(r, false));
-  if (c != nullptr) right.emplace_back("verdict", VerdictText(*c, true));
+  if (c != nullptr) {
+    right.emplace_back("verdict", VerdictText(*c, true));
+  }
   for (size_t i = 0; i < left.size(); ++i) {
     html += fmt::format("<tr><th>{}</th><td>{}</td>{}</tr>\n", Escape(left[i].first),
                         Escape(left[i].second),

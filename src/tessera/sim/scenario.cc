@@ -41,7 +41,7 @@ absl::Status CheckKeys(const YAML::Node& map, const std::string& where,
       known = known || want == k;
     }
     if (!known) {
-      return Bad(where.empty() ? k : where + "." + k, "unknown key");
+      return Bad(where.empty() ? k : fmt::format("{}.{}", where, k), "unknown key");
     }
   }
   return absl::OkStatus();
@@ -51,7 +51,7 @@ absl::Status CheckKeys(const YAML::Node& map, const std::string& where,
   do {                                \
     auto _v = (expr);                 \
     if (!_v.ok()) return _v.status(); \
-    lhs = *_v;                        \
+    (lhs) = *_v;                      \
   } while (false)
 
 absl::StatusOr<FaultSpec> ParseFault(const YAML::Node& f, size_t i) {
@@ -89,8 +89,12 @@ absl::StatusOr<FaultSpec> ParseFault(const YAML::Node& f, size_t i) {
     return Bad(where + ".at", "missing");
   }
   TESSERA_SCN_ASSIGN(s.at, Dur(f["at"], where + ".at"));
-  if (f["every"]) TESSERA_SCN_ASSIGN(s.every, Dur(f["every"], where + ".every"));
-  if (f["duration"]) TESSERA_SCN_ASSIGN(s.duration, Dur(f["duration"], where + ".duration"));
+  if (f["every"]) {
+    TESSERA_SCN_ASSIGN(s.every, Dur(f["every"], where + ".every"));
+  }
+  if (f["duration"]) {
+    TESSERA_SCN_ASSIGN(s.duration, Dur(f["duration"], where + ".duration"));
+  }
   if (f["type"]) {
     s.event_type = f["type"].as<std::string>();
     if (s.event_type != "" && s.event_type != "ADDED" && s.event_type != "MODIFIED" &&
@@ -98,20 +102,32 @@ absl::StatusOr<FaultSpec> ParseFault(const YAML::Node& f, size_t i) {
       return Bad(where + ".type", "want ADDED, MODIFIED, DELETED or \"\"");
     }
   }
-  if (f["probability"]) s.probability = f["probability"].as<double>();
+  if (f["probability"]) {
+    s.probability = f["probability"].as<double>();
+  }
   if (s.probability < 0 || s.probability > 1) {
     return Bad(where + ".probability", "want a number in [0, 1]");
   }
-  if (f["code"]) s.code = f["code"].as<int>();
+  if (f["code"]) {
+    s.code = f["code"].as<int>();
+  }
   if (s.code != 429 && (s.code < 500 || s.code > 599)) {
     return Bad(where + ".code", "want 429 or a 5xx code");
   }
-  if (f["count"]) s.count = f["count"].as<int>();
-  if (f["delete_burst"]) s.delete_burst = f["delete_burst"].as<int>();
+  if (f["count"]) {
+    s.count = f["count"].as<int>();
+  }
+  if (f["delete_burst"]) {
+    s.delete_burst = f["delete_burst"].as<int>();
+  }
   s.compact = true;
-  if (f["compact"]) s.compact = f["compact"].as<bool>();
+  if (f["compact"]) {
+    s.compact = f["compact"].as<bool>();
+  }
   s.force = false;
-  if (f["force"]) s.force = f["force"].as<bool>();
+  if (f["force"]) {
+    s.force = f["force"].as<bool>();
+  }
   return s;
 }
 
@@ -146,7 +162,9 @@ absl::StatusOr<Comparison> ParseComparison(const YAML::Node& c, const std::strin
     return Bad("compare.scheduler_args",
                "the same as scheduler_args: the comparison would repeat the primary run");
   }
-  if (c["label"]) TESSERA_SCN_ASSIGN(out.label, Text(c["label"], "compare.label"));
+  if (c["label"]) {
+    TESSERA_SCN_ASSIGN(out.label, Text(c["label"], "compare.label"));
+  }
   if (c["primary_label"]) {
     TESSERA_SCN_ASSIGN(out.primary_label, Text(c["primary_label"], "compare.primary_label"));
   }
@@ -184,12 +202,24 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
         CheckKeys(root, "",
                   {"name", "description", "seed", "duration", "drain", "convergence_window",
                    "scheduler_args", "compare", "cluster", "workload", "faults"});
-    if (!keys.ok()) return keys;
-    if (root["name"]) s.name = root["name"].as<std::string>();
-    if (root["description"]) s.description = root["description"].as<std::string>();
-    if (root["seed"]) s.seed = root["seed"].as<uint64_t>();
-    if (root["duration"]) TESSERA_SCN_ASSIGN(s.duration, Dur(root["duration"], "duration"));
-    if (root["drain"]) TESSERA_SCN_ASSIGN(s.drain, Dur(root["drain"], "drain"));
+    if (!keys.ok()) {
+      return keys;
+    }
+    if (root["name"]) {
+      s.name = root["name"].as<std::string>();
+    }
+    if (root["description"]) {
+      s.description = root["description"].as<std::string>();
+    }
+    if (root["seed"]) {
+      s.seed = root["seed"].as<uint64_t>();
+    }
+    if (root["duration"]) {
+      TESSERA_SCN_ASSIGN(s.duration, Dur(root["duration"], "duration"));
+    }
+    if (root["drain"]) {
+      TESSERA_SCN_ASSIGN(s.drain, Dur(root["drain"], "drain"));
+    }
     if (root["convergence_window"]) {
       TESSERA_SCN_ASSIGN(s.window, Dur(root["convergence_window"], "convergence_window"));
     }
@@ -203,23 +233,47 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
       keys = CheckKeys(
           c, "cluster",
           {"nodes", "gpus_per_node", "slots", "delimited_share", "gpu_types", "devmem_mib"});
-      if (!keys.ok()) return keys;
-      if (c["nodes"]) s.nodes = c["nodes"].as<int>();
-      if (c["gpus_per_node"]) s.gpus_per_node = c["gpus_per_node"].as<int>();
-      if (c["slots"]) s.slots = c["slots"].as<int>();
-      if (c["delimited_share"]) s.delimited_share = c["delimited_share"].as<double>();
-      if (c["gpu_types"]) s.gpu_types = c["gpu_types"].as<std::vector<std::string>>();
-      if (c["devmem_mib"]) s.devmem_mib = c["devmem_mib"].as<std::vector<int>>();
+      if (!keys.ok()) {
+        return keys;
+      }
+      if (c["nodes"]) {
+        s.nodes = c["nodes"].as<int>();
+      }
+      if (c["gpus_per_node"]) {
+        s.gpus_per_node = c["gpus_per_node"].as<int>();
+      }
+      if (c["slots"]) {
+        s.slots = c["slots"].as<int>();
+      }
+      if (c["delimited_share"]) {
+        s.delimited_share = c["delimited_share"].as<double>();
+      }
+      if (c["gpu_types"]) {
+        s.gpu_types = c["gpu_types"].as<std::vector<std::string>>();
+      }
+      if (c["devmem_mib"]) {
+        s.devmem_mib = c["devmem_mib"].as<std::vector<int>>();
+      }
     }
     if (const YAML::Node w = root["workload"]; w) {
       keys = CheckKeys(
           w, "workload",
           {"create_rate", "pods", "delete_rate", "lifetime", "full_nodes_share", "shapes"});
-      if (!keys.ok()) return keys;
-      if (w["create_rate"]) s.create_rate = w["create_rate"].as<double>();
-      if (w["pods"]) s.max_pods = w["pods"].as<int>();
-      if (w["delete_rate"]) s.delete_rate = w["delete_rate"].as<double>();
-      if (w["full_nodes_share"]) s.full_nodes_share = w["full_nodes_share"].as<double>();
+      if (!keys.ok()) {
+        return keys;
+      }
+      if (w["create_rate"]) {
+        s.create_rate = w["create_rate"].as<double>();
+      }
+      if (w["pods"]) {
+        s.max_pods = w["pods"].as<int>();
+      }
+      if (w["delete_rate"]) {
+        s.delete_rate = w["delete_rate"].as<double>();
+      }
+      if (w["full_nodes_share"]) {
+        s.full_nodes_share = w["full_nodes_share"].as<double>();
+      }
       if (const YAML::Node l = w["lifetime"]; l) {
         if (!l.IsSequence() || l.size() != 2) {
           return Bad("workload.lifetime", "want [min, max]");
@@ -248,7 +302,9 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
       }
       for (size_t i = 0; i < f.size(); ++i) {
         absl::StatusOr<FaultSpec> spec = ParseFault(f[i], i);
-        if (!spec.ok()) return spec.status();
+        if (!spec.ok()) {
+          return spec.status();
+        }
         s.faults.push_back(*spec);
       }
     }

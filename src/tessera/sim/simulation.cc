@@ -187,14 +187,14 @@ class Simulation {
   void Progress(absl::Duration elapsed, bool final);
 
   // pod pipeline (worker threads)
-  void CreateTask(std::string name);
-  void ScheduleTask(std::string name);
-  void AllocateTask(std::string name, int tries);
-  void StartTask(std::string name);
-  void FinishTask(std::string name);
-  void CleanupTask(std::string name);
-  void DeleteTask(std::string name, bool force);
-  void TerminateTask(std::string name);
+  void CreateTask(const std::string& name);
+  void ScheduleTask(const std::string& name);
+  void AllocateTask(const std::string& name, int tries);
+  void StartTask(const std::string& name);
+  void FinishTask(const std::string& name);
+  void CleanupTask(const std::string& name);
+  void DeleteTask(const std::string& name, bool force);
+  void TerminateTask(const std::string& name);
   void DeleteRandomLive(int n, bool force = false);
 
   // faults
@@ -210,7 +210,9 @@ class Simulation {
     MutexLock l(&mu_);
     std::vector<std::string> out;
     for (const SimNode& n : nodes_) {
-      if (n.alive) out.push_back(n.name);
+      if (n.alive) {
+        out.push_back(n.name);
+      }
     }
     return out;
   }
@@ -304,7 +306,9 @@ absl::Status Simulation::StartServe(bool restart) {
     std::vector<std::string> args = ch_.serve_args;
     if (restart) {
       for (size_t i = 0; i + 1 < args.size(); ++i) {
-        if (args[i] == "--http_bind") args[i + 1] = fmt::format("127.0.0.1:{}", ch_.http_port);
+        if (args[i] == "--http_bind") {
+          args[i + 1] = fmt::format("127.0.0.1:{}", ch_.http_port);
+        }
         if (args[i] == "--metrics-bind-address") {
           args[i + 1] = fmt::format("127.0.0.1:{}", ch_.metrics_port);
         }
@@ -431,7 +435,7 @@ absl::Status Simulation::WaitReady() {
 
 // ---- pod pipeline ---------------------------------------------------------------------------
 
-void Simulation::CreateTask(std::string name) {
+void Simulation::CreateTask(const std::string& name) {
   std::string body;
   bool full_nodes;
   {
@@ -463,7 +467,7 @@ void Simulation::CreateTask(std::string name) {
   }
 }
 
-void Simulation::ScheduleTask(std::string name) {
+void Simulation::ScheduleTask(const std::string& name) {
   std::string pod_json, uid;
   bool full_nodes;
   std::vector<std::string> node_json;
@@ -478,7 +482,9 @@ void Simulation::ScheduleTask(std::string name) {
     full_nodes = it->second.full_nodes;
     if (full_nodes) {
       for (const SimNode& n : nodes_) {
-        if (n.alive) node_json.push_back(n.json);
+        if (n.alive) {
+          node_json.push_back(n.json);
+        }
       }
     }
   }
@@ -537,7 +543,7 @@ void Simulation::ScheduleTask(std::string name) {
   }
 }
 
-void Simulation::AllocateTask(std::string name, int tries) {
+void Simulation::AllocateTask(const std::string& name, int tries) {
   DevicePlugin* plugin = nullptr;
   {
     MutexLock l(&mu_);
@@ -569,7 +575,7 @@ void Simulation::AllocateTask(std::string name, int tries) {
   }
 }
 
-void Simulation::StartTask(std::string name) {
+void Simulation::StartTask(const std::string& name) {
   {
     MutexLock l(&mu_);
     auto it = pods_.find(name);
@@ -597,7 +603,7 @@ void Simulation::StartTask(std::string name) {
   }
 }
 
-void Simulation::FinishTask(std::string name) {
+void Simulation::FinishTask(const std::string& name) {
   {
     MutexLock l(&mu_);
     auto it = pods_.find(name);
@@ -620,7 +626,7 @@ void Simulation::FinishTask(std::string name) {
   }
 }
 
-void Simulation::CleanupTask(std::string name) {
+void Simulation::CleanupTask(const std::string& name) {
   absl::Status s = DeletePod(*api_t_, kNamespace, name, 0);
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
@@ -634,12 +640,14 @@ void Simulation::CleanupTask(std::string name) {
   }
 }
 
-void Simulation::DeleteTask(std::string name, bool force) {
+void Simulation::DeleteTask(const std::string& name, bool force) {
   Stage before;
   {
     MutexLock l(&mu_);
     auto it = pods_.find(name);
-    if (it == pods_.end()) return;
+    if (it == pods_.end()) {
+      return;
+    }
     before = it->second.stage;
     if (before != Stage::kPending && before != Stage::kBound && before != Stage::kRunning) {
       return;
@@ -666,7 +674,7 @@ void Simulation::DeleteTask(std::string name, bool force) {
   tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { TerminateTask(name); });
 }
 
-void Simulation::TerminateTask(std::string name) {
+void Simulation::TerminateTask(const std::string& name) {
   absl::Status s = Kubelet::Finish(*api_t_, kNamespace, name);
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
@@ -685,7 +693,9 @@ void Simulation::DeleteRandomLive(int n, bool force) {
   {
     MutexLock l(&mu_);
     for (int attempt = 0; attempt < n * 20 && static_cast<int>(picked.size()) < n; ++attempt) {
-      if (pod_names_.empty()) break;
+      if (pod_names_.empty()) {
+        break;
+      }
       const std::string& name = pod_names_[Rand() % pod_names_.size()];
       const Stage st = pods_[name].stage;
       if ((st == Stage::kRunning || st == Stage::kBound || st == Stage::kPending) &&
@@ -796,7 +806,9 @@ void Simulation::Fault(const FaultSpec& f) {
           MutexLock l(&fault_mu_);
           fail_.reset();
         }
-        if (compact) (void)simulator("/simulator/v1/compact");
+        if (compact) {
+          (void)simulator("/simulator/v1/compact");
+        }
         PushFaults();
       });
       break;
@@ -835,7 +847,9 @@ void Simulation::Fault(const FaultSpec& f) {
         MutexLock l(&mu_);
         std::vector<size_t> alive;
         for (size_t i = 0; i < nodes_.size(); ++i) {
-          if (nodes_[i].alive) alive.push_back(i);
+          if (nodes_[i].alive) {
+            alive.push_back(i);
+          }
         }
         for (int k = 0; k < f.count && alive.size() > 1; ++k) {
           const size_t pick = Rand() % alive.size();
@@ -865,7 +879,9 @@ void Simulation::Fault(const FaultSpec& f) {
         }
       }
       std::string names;
-      for (const std::string& v : victims) names += (names.empty() ? "" : ", ") + v;
+      for (const std::string& v : victims) {
+        names += (names.empty() ? "" : ", ") + v;
+      }
       RecordFault(kind, fmt::format("{} deleted with {} pods", names, pods.size()));
       break;
     }
@@ -881,7 +897,9 @@ void Simulation::Fault(const FaultSpec& f) {
           }
         }
       }
-      if (victim.empty()) break;
+      if (victim.empty()) {
+        break;
+      }
       RecordFault(kind, fmt::format("device plugin of {} silent for {}", victim,
                                     absl::FormatDuration(f.duration)));
       fault_tasks_.Post(Now() + f.duration, [this, victim] {
@@ -925,13 +943,19 @@ void Simulation::Observe() {
     if (!page.ok()) {
       return;  // apisim down or failing: no observation
     }
-    for (kube::Pod& p : page->items) pods.push_back(std::move(p));
-    if (page->meta.continue_token.empty()) break;
+    for (kube::Pod& p : page->items) {
+      pods.push_back(std::move(p));
+    }
+    if (page->meta.continue_token.empty()) {
+      break;
+    }
     lo.continue_token = page->meta.continue_token;
   }
   kube::ListOptions no;
   absl::StatusOr<kube::NodeList> nl = client_->ListNodes(no);
-  if (!nl.ok()) return;
+  if (!nl.ok()) {
+    return;
+  }
   nodes = std::move(nl->items);
   const absl::Time now = Now();
   kube::Request r;
@@ -942,13 +966,17 @@ void Simulation::Observe() {
   std::optional<Exported> exported;
   if (resp.ok()) {
     absl::StatusOr<Exported> e = ParseMetrics(resp->body);
-    if (e.ok()) exported = std::move(*e);
+    if (e.ok()) {
+      exported = std::move(*e);
+    }
   }
   const Truth truth = ComputeTruth(nodes, pods);
   std::string cause;
   {
     MutexLock l(&mu_);
-    if (now - last_fault_at_ <= s_.window) cause = last_fault_;
+    if (now - last_fault_at_ <= s_.window) {
+      cause = last_fault_;
+    }
   }
   Sample sample;
   sample.at = now - start_;
@@ -956,7 +984,9 @@ void Simulation::Observe() {
   sample.live_pods = static_cast<int64_t>(pods.size());
   if (exported.has_value()) {
     sample.exported_mib = 0;
-    for (const auto& [uuid, d] : exported->devices) sample.exported_mib += d.usedmem;
+    for (const auto& [uuid, d] : exported->devices) {
+      sample.exported_mib += d.usedmem;
+    }
   }
   {
     MutexLock l(&oracle_mu_);
@@ -1019,7 +1049,9 @@ void Simulation::Tick(absl::Time now, absl::Duration elapsed) {
 }
 
 void Simulation::Progress(absl::Duration elapsed, bool final) {
-  if (o_.progress == nullptr) return;
+  if (o_.progress == nullptr) {
+    return;
+  }
   const absl::Duration total = s_.duration + s_.drain;
   int64_t created, scheduled, deleted, faults, diverging;
   {
@@ -1041,7 +1073,9 @@ void Simulation::Progress(absl::Duration elapsed, bool final) {
     const int filled = static_cast<int>(frac * width);
     fmt::print(o_.progress, "\r[{}{}] {}\x1b[K", std::string(static_cast<size_t>(filled), '#'),
                std::string(static_cast<size_t>(width - filled), '.'), counts);
-    if (final) fmt::print(o_.progress, "\n");
+    if (final) {
+      fmt::print(o_.progress, "\n");
+    }
   } else {
     fmt::print(o_.progress, "simulate: {}\n", counts);
   }
@@ -1059,7 +1093,9 @@ std::vector<std::string> SplitArgs(const std::string& s) {
 absl::StatusOr<RunResult> Simulation::Run() {
   if (o_.work_dir.empty()) {
     char tmpl[] = "/tmp/tessera-simulate-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
+    if (mkdtemp(tmpl) == nullptr) {
+      return absl::InternalError("mkdtemp failed");
+    }
     dir_ = tmpl;
   } else {
     dir_ = o_.work_dir;
@@ -1101,15 +1137,21 @@ absl::StatusOr<RunResult> Simulation::Run() {
   std::vector<std::string> user = SplitArgs(o_.scheduler_args);
   auto has = [&](std::string_view flag) {
     for (const std::string& a : user) {
-      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) return true;
+      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) {
+        return true;
+      }
     }
     return false;
   };
   ch_.serve_args = {"serve",       "--kubeconfig",           dir_ + "/kubeconfig", "--http_bind",
                     "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"};
   // The simulated cluster is busier than HAMi's default client limit (50 qps) allows.
-  if (!has("--kube-qps")) ch_.serve_args.insert(ch_.serve_args.end(), {"--kube-qps", "2000"});
-  if (!has("--kube-burst")) ch_.serve_args.insert(ch_.serve_args.end(), {"--kube-burst", "4000"});
+  if (!has("--kube-qps")) {
+    ch_.serve_args.insert(ch_.serve_args.end(), {"--kube-qps", "2000"});
+  }
+  if (!has("--kube-burst")) {
+    ch_.serve_args.insert(ch_.serve_args.end(), {"--kube-burst", "4000"});
+  }
   // serve runs with its default --reservation-ttl (5m): since a relist ends the reservations of
   // pods it does not return, a shorter TTL is no longer needed to bound them (docs/simulate.md,
   // "Findings" 1).
@@ -1149,7 +1191,9 @@ absl::StatusOr<RunResult> Simulation::Run() {
   for (const FaultSpec& f : s_.faults) {
     for (absl::Duration at = f.at; at < s_.duration; at += f.every) {
       schedule.emplace_back(at, &f);
-      if (f.every <= absl::ZeroDuration()) break;
+      if (f.every <= absl::ZeroDuration()) {
+        break;
+      }
     }
   }
   std::sort(schedule.begin(), schedule.end(),
@@ -1162,7 +1206,9 @@ absl::StatusOr<RunResult> Simulation::Run() {
   while (true) {
     const absl::Time now = Now();
     const absl::Duration elapsed = now - start_;
-    if (elapsed >= s_.duration + s_.drain) break;
+    if (elapsed >= s_.duration + s_.drain) {
+      break;
+    }
     if (elapsed < s_.duration) {
       Tick(now, elapsed);
       while (next_fault < schedule.size() && schedule[next_fault].first <= elapsed) {
@@ -1193,10 +1239,14 @@ absl::StatusOr<RunResult> Simulation::Run() {
           PushFaults();
           {
             MutexLock cl(&child_mu_);
-            if (!ch_.serve.running()) (void)StartServe(true);  // a kill whose restart is due
+            if (!ch_.serve.running()) {
+              (void)StartServe(true);  // a kill whose restart is due
+            }
           }
           MutexLock l(&mu_);
-          for (SimNode& n : nodes_) n.stopped = false;
+          for (SimNode& n : nodes_) {
+            n.stopped = false;
+          }
         });
       }
       Tick(now, elapsed);
@@ -1224,7 +1274,9 @@ absl::StatusOr<RunResult> Simulation::Run() {
     kube::DoOptions once;
     once.retry.max_attempts = 1;
     absl::StatusOr<kube::Response> ledger = kube::Do(*met_t_, r, std::move(once));  // /debug
-    if (ledger.ok()) (void)WriteFile(dir_ + "/ledger-at-end.json", ledger->body);
+    if (ledger.ok()) {
+      (void)WriteFile(dir_ + "/ledger-at-end.json", ledger->body);
+    }
     // Close the kept-alive connections first: an HTTP server waits for its idle keep-alive
     // connections when it shuts down.
     extender_.reset();
@@ -1249,7 +1301,9 @@ absl::StatusOr<RunResult> Simulation::Run() {
     std::vector<double> ms = filter_ms_;
     std::sort(ms.begin(), ms.end());
     auto pct = [&](double q) {
-      if (ms.empty()) return absl::ZeroDuration();
+      if (ms.empty()) {
+        return absl::ZeroDuration();
+      }
       const size_t i =
           std::min(ms.size() - 1, static_cast<size_t>(q * static_cast<double>(ms.size())));
       return absl::Microseconds(static_cast<int64_t>(ms[i] * 1000));
