@@ -770,9 +770,9 @@ absl::Status Scheduler::Recheck(const kube::Pod& pod, std::string_view node,
   // From here until the bind fails or the pod is observed bound, expiry leaves it alone.
   binding_[uid] = absl::InfiniteFuture();
   std::vector<std::optional<device::NodeSnapshot>> snap = ledger_->Snapshot({node});
-  auto refuse = [&](std::string message) {
+  auto refuse = [&](const std::string& message) {
     ledger_->Release(uid);
-    return absl::FailedPreconditionError(std::move(message));
+    return absl::FailedPreconditionError(message);
   };
   if (!snap[0] || !snap[0]->devices) {
     return refuse(

@@ -11,9 +11,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/time/time.h"
+#include <nlohmann/json.hpp>
 
 #include "tessera/accounting/auditor.h"
 #include "tessera/accounting/node_registry.h"

@@ -19,6 +19,7 @@ std::string ClusterGpuUuid(int node, int gpu) {
 
 std::shared_ptr<const device::NodeDevices> ClusterNode(int n, int gpus) {
   std::vector<std::string> uuids;
+  uuids.reserve(static_cast<size_t>(gpus));
   for (int g = 0; g < gpus; ++g) {
     uuids.push_back(ClusterGpuUuid(n, g));
   }

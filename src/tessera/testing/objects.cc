@@ -18,7 +18,7 @@ device::DeviceInfo GpuDevice(std::string id, int32_t index, int32_t devmem, std:
 
 std::shared_ptr<const device::NodeDevices> GpuNodeDevices(std::string node,
                                                           const std::vector<std::string>& uuids,
-                                                          int32_t devmem, std::string type,
+                                                          int32_t devmem, const std::string& type,
                                                           int32_t count, int32_t devcore) {
   auto n = std::make_shared<device::NodeDevices>();
   n->node = std::move(node);
@@ -43,23 +43,23 @@ kube::Node GpuNode(std::string name, std::string register_value) {
   return node;
 }
 
-kube::Container GpuContainer(std::string name, std::string count, std::string mem,
-                             std::string cores) {
+kube::Container GpuContainer(std::string name, const std::string& count, const std::string& mem,
+                             const std::string& cores) {
   kube::Container c;
   c.name = std::move(name);
   if (!count.empty()) {
-    c.limits.Set("nvidia.com/gpu", std::move(count));
+    c.limits.Set("nvidia.com/gpu", count);
   }
   if (!mem.empty()) {
-    c.limits.Set("nvidia.com/gpumem", std::move(mem));
+    c.limits.Set("nvidia.com/gpumem", mem);
   }
   if (!cores.empty()) {
-    c.limits.Set("nvidia.com/gpucores", std::move(cores));
+    c.limits.Set("nvidia.com/gpucores", cores);
   }
   return c;
 }
 
-kube::Pod AllocatedPod(std::string name, std::string node, std::string allocated) {
+kube::Pod AllocatedPod(std::string name, const std::string& node, std::string allocated) {
   kube::Pod pod;
   pod.meta.ns = "ml";
   pod.meta.name = std::move(name);

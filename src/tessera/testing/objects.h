@@ -29,7 +29,7 @@ device::DeviceInfo GpuDevice(std::string id, int32_t index, int32_t devmem,
 // Node `node`'s devices: GpuDevice(uuids[i], i, devmem, type, count, devcore) for each UUID.
 std::shared_ptr<const device::NodeDevices> GpuNodeDevices(
     std::string node, const std::vector<std::string>& uuids, int32_t devmem = 16384,
-    std::string type = "NVIDIA-Tesla T4", int32_t count = 10, int32_t devcore = 100);
+    const std::string& type = "NVIDIA-Tesla T4", int32_t count = 10, int32_t devcore = 100);
 
 // The JSON of a pod `ns`/`name` with one container "c" (image "x") and nothing else.
 std::string MinimalPodJson(const std::string& name, const std::string& ns = "default");
@@ -38,12 +38,12 @@ std::string MinimalPodJson(const std::string& name, const std::string& ns = "def
 kube::Node GpuNode(std::string name, std::string register_value);
 
 // A container limiting nvidia.com/gpu, gpumem and gpucores (an empty value: no such limit).
-kube::Container GpuContainer(std::string name, std::string count, std::string mem,
-                             std::string cores);
+kube::Container GpuContainer(std::string name, const std::string& count, const std::string& mem,
+                             const std::string& cores);
 
 // A running pod bound to `node` whose allocation is `allocated` (the
 // hami.io/vgpu-devices-allocated value; empty: no HAMi annotations), one container "main" of
 // 1 GPU, 1000 MiB, 10 cores.
-kube::Pod AllocatedPod(std::string name, std::string node, std::string allocated);
+kube::Pod AllocatedPod(std::string name, const std::string& node, std::string allocated);
 
 }  // namespace tessera::testing
