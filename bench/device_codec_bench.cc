@@ -1,5 +1,5 @@
 // Throughput of the HAMi wire codecs on realistic values: an 8-GPU node registration in both
-// formats and a pod allocation string (hami-device-plugin.md §2.5 case 2). The ledger decodes
+// formats and a pod allocation string (docs/hami-device-plugin.md §2.5 case 2). The ledger decodes
 // one allocation per pod watch event, the node registry one registration per node update.
 #include <string>
 #include <vector>

@@ -188,7 +188,8 @@ int RunServe(const ServeFlags& f) {
     o.role_labels.ns = ns;
   }
 
-  // One descriptor per connection: make room for --max-connections (docs/serve.md "Limits").
+  // One descriptor per connection: make room for --max-connections (docs/serve.md "Listener
+  // limits").
   if (absl::StatusOr<uint64_t> files = RaiseOpenFileLimit(); !files.ok()) {
     TESSERA_LOG(kWarning, "{}; keeping the open-file limit", std::string(files.status().message()));
   } else if (*files < 2 * o.max_connections + 256) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hostile and slow clients against `tessera serve` (issue #21, docs/serve.md "Limits").
+"""Hostile and slow clients against `tessera serve` (issue #21, docs/serve.md "Listener limits").
 
 Starts `tessera apisim` and `tessera serve` (plain HTTP, and a second serve with TLS) on
 127.0.0.1, or uses --target/--metrics-target/--tls-target of a running serve, then:

@@ -27,7 +27,7 @@ absl::Time Utc(int y, int mo, int d, int h, int mi, int s) {
 
 // ---- Node lock -------------------------------------------------------------------------------
 
-// hami-protocol.md §2.1.3 (both versions): "<RFC3339>,<ns>,<name>" with a local offset.
+// docs/hami-protocol.md §2.1.3 (both versions): "<RFC3339>,<ns>,<name>" with a local offset.
 TEST(NodeLock, ParsesOwnerAndOffset) {
   auto lock = ParseNodeLock("2025-05-26T10:00:00+08:00,default,gpu-pod");
   ASSERT_TRUE(lock.ok()) << lock.status();
@@ -47,7 +47,7 @@ TEST(NodeLock, NegativeOffsetAndFraction) {
   EXPECT_EQ(lock->time, Utc(2026, 1, 1, 1, 0, 0) + absl::Milliseconds(250));
 }
 
-// hami-protocol.md §2.1.3: the legacy value is a bare time; it has no owner.
+// docs/hami-protocol.md §2.1.3: the legacy value is a bare time; it has no owner.
 TEST(NodeLock, LegacyBareTime) {
   auto lock = ParseNodeLock("2024-02-29T00:00:00Z");
   ASSERT_TRUE(lock.ok()) << lock.status();
@@ -86,7 +86,7 @@ TEST(NodeLock, Errors) {
 
 // ---- Handshake -------------------------------------------------------------------------------
 
-// hami-protocol.md §2.1.2: Requesting_<time.DateTime>, written by every HAMi scheduler.
+// docs/hami-protocol.md §2.1.2: Requesting_<time.DateTime>, written by every HAMi scheduler.
 TEST(Handshake, Requesting) {
   Handshake h = ParseHandshake("Requesting_2024-01-23 04:30:04");
   EXPECT_EQ(h.kind, HandshakeKind::kRequesting);

@@ -257,7 +257,7 @@ ContainerDevice Cd(std::string uuid, int32_t mem, int32_t cores) {
   return ContainerDevice{std::move(uuid), "NVIDIA", mem, cores};
 }
 
-// hami-device-plugin.md §2.5 case 1: [c0 (no GPU), c1 (1 GPU), c2 (2 GPUs)].
+// docs/hami-device-plugin.md §2.5 case 1: [c0 (no GPU), c1 (1 GPU), c2 (2 GPUs)].
 TEST(PodDevices, DevicePluginCase1ExactString) {
   PodDevices pod = {{}, {Cd(kA, 3000, 30)}, {Cd(kB, 4000, 50), Cd(kC, 4000, 50)}};
   const std::string want =
@@ -270,7 +270,7 @@ TEST(PodDevices, DevicePluginCase1ExactString) {
   EXPECT_EQ(*decoded, pod);
 }
 
-// hami-device-plugin.md §2.5 case 2: the same pod plus init container i0 (1 GPU, D).
+// docs/hami-device-plugin.md §2.5 case 2: the same pod plus init container i0 (1 GPU, D).
 TEST(PodDevices, DevicePluginCase2ExactString) {
   PodDevices pod = {
       {Cd(kD, 2000, 20)}, {}, {Cd(kA, 3000, 30)}, {Cd(kB, 4000, 50), Cd(kC, 4000, 50)}};
@@ -285,7 +285,7 @@ TEST(PodDevices, DevicePluginCase2ExactString) {
   EXPECT_EQ(*decoded, pod);
 }
 
-// hami-protocol.md §2.2 (both versions): two containers, one GPU each; one container, 2 GPUs.
+// docs/hami-protocol.md §2.2 (both versions): two containers, one GPU each; one container, 2 GPUs.
 TEST(PodDevices, ProtocolExamples) {
   auto two = DecodePodDevices(
       "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448,NVIDIA,3000,0:;"

@@ -306,7 +306,7 @@ class HttpServer::Impl {
     server_options.header_timeout = options_.header_timeout;
     server_options.tls_handshake_timeout = options_.tls_handshake_timeout;
     server_options.thread_name = "extender-http";
-    // A large /filter decodes into tens of MB; give them back (docs/serve.md "Limits").
+    // A large /filter decodes into tens of MB; give them back (docs/serve.md "Listener limits").
     server_options.after_large_request = [this] {
       ReleaseFreeMemory();
       if (options_.after_large_request) {

@@ -1,6 +1,6 @@
 // File: tessera/extender/scheduler.h
 //
-// Scheduler answers kube-scheduler's /filter and /bind for `tessera serve` (hami-protocol.md
+// Scheduler answers kube-scheduler's /filter and /bind for `tessera serve` (docs/hami-protocol.md
 // §4.2, §4.8) over the ledger (tessera/ledger/ledger.h) and the Kubernetes client. The HTTP
 // layer decodes the extender JSON (wire.h) and calls these. The steps of each call, and how
 // reservations survive a bind, are in docs/serve.md ("Filter and bind").

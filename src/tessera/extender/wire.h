@@ -1,8 +1,8 @@
 // File: tessera/extender/wire.h
 //
-// The kube-scheduler extender wire types (k8s-protocol.md §1.1, hami-protocol.md §3) and their
-// JSON codecs. The scheduler sends Go field names without JSON tags ("Pod", "NodeNames", ...);
-// Go decodes keys case-insensitively, so the decoders here accept any case ("nodenames",
+// The kube-scheduler extender wire types (docs/k8s-protocol.md §1.1, docs/hami-protocol.md §3) and
+// their JSON codecs. The scheduler sends Go field names without JSON tags ("Pod", "NodeNames",
+// ...); Go decodes keys case-insensitively, so the decoders here accept any case ("nodenames",
 // "NODENAMES"): a key goes to the field whose name equals it, else to the one it equals under
 // ASCII case folding, and when several keys reach one field the last one wins, as encoding/json
 // does. `null` is accepted for every optional member.

@@ -23,7 +23,7 @@ std::string Body(const std::string& pod_key, const std::string& nodes_key,
          "\":[\"node1\",\"node2\"]}";
 }
 
-// The request kube-scheduler sends with nodeCacheCapable: true (k8s-protocol.md §1.1).
+// The request kube-scheduler sends with nodeCacheCapable: true (docs/k8s-protocol.md §1.1).
 TEST(DecodeFilterArgs, PascalCaseNodeNames) {
   absl::StatusOr<FilterArgs> args = DecodeFilterArgs(Body("Pod", "Nodes", "NodeNames"));
   ASSERT_TRUE(args.ok()) << args.status();
@@ -125,7 +125,7 @@ TEST(DecodeFilterArgs, NotAnObjectOrMalformed) {
   }
 }
 
-// Go's json.Decoder reads one value and ignores what follows (k8s-protocol.md §1.3).
+// Go's json.Decoder reads one value and ignores what follows (docs/k8s-protocol.md §1.3).
 TEST(DecodeFilterArgs, TrailingDataIgnored) {
   const std::string body = std::string("\n {\"Pod\":") + kPod + R"(,"NodeNames":["n"]})";
   for (const std::string& trailer : {std::string("\n"), std::string(" {\"Pod\":null}"),
@@ -251,7 +251,7 @@ TEST(DecodeBindArgs, NamesMustBeKubernetesNames) {
   }
 }
 
-// The vectors of kube-scheduler's extender/v1 TestCompatibility (k8s-protocol.md §1.1).
+// The vectors of kube-scheduler's extender/v1 TestCompatibility (docs/k8s-protocol.md §1.1).
 TEST(EncodeFilterResult, GoVectors) {
   FilterResult result;
   result.node_names = std::vector<std::string>{"node1"};

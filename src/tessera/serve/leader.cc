@@ -13,7 +13,7 @@
 namespace tessera::serve {
 namespace {
 
-// MicroTime: RFC 3339, UTC, exactly six fractional digits (k8s-protocol.md §5).
+// MicroTime: RFC 3339, UTC, exactly six fractional digits (docs/k8s-protocol.md §5).
 std::string FormatMicroTime(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", t, absl::UTCTimeZone());
 }

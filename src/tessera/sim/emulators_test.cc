@@ -28,7 +28,7 @@ std::string Dev(const char* uuid, int mem, int cores) {
 }
 
 TEST(EraseNextEntryTest, FollowsBothPluginGenerations) {
-  // hami-device-plugin.md §2.5 case 1: [c0 no GPU, c1 A, c2 B+C].
+  // docs/hami-device-plugin.md §2.5 case 1: [c0 no GPU, c1 A, c2 B+C].
   const std::string v = ";" + Dev(kA, 3000, 30) + ";" + Dev(kB, 4000, 50) + Dev(kC, 4000, 50) + ";";
   int n = 0;
   // G1/G2 compact: ;A:;B:C:; -> ;B:C:; -> ;  (the string shrinks)
