@@ -29,7 +29,7 @@
 #include "tessera/kube/decode.h"
 #include "tessera/kube/informer.h"
 #include "tessera/kube/store.h"
-#include "tessera/kube/transport_fake.h"
+#include "tessera/testing/fake_transport.h"
 
 namespace tessera::kube {
 namespace {

@@ -5,7 +5,8 @@
 
 - `nm -C` of <tessera-scheduler> names no symbol of the API server simulator (tessera::apisim),
   the simulator (tessera::sim), the benchmarks (tessera::bench), the test fixtures
-  (tessera::testing) or cpp-httplib (httplib::);
+  (tessera::testing, and kube::FakeTransport from testing/fake_transport.h) or cpp-httplib
+  (httplib::);
 - `ldd` of it lists no libcpp-httplib;
 - it runs (`version`) and offers none of the development subcommands (apisim, simulate, bench);
 - the all-in-one <tessera> does name tessera::apisim symbols, so the check above can see them.
@@ -17,7 +18,8 @@ import shutil
 import subprocess
 import sys
 
-FORBIDDEN = re.compile(r"\btessera::(apisim|sim|bench|testing)::|\bhttplib::")
+FORBIDDEN = re.compile(
+    r"\btessera::(apisim|sim|bench|testing)::|\btessera::kube::FakeTransport\b|\bhttplib::")
 
 
 def symbols(binary):

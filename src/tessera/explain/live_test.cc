@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-#include "tessera/kube/transport_fake.h"
+#include "tessera/testing/fake_transport.h"
 
 namespace tessera::explain {
 namespace {

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "tessera/json/text.h"
-#include "tessera/kube/transport_fake.h"
+#include "tessera/testing/fake_transport.h"
 
 namespace tessera::kube {
 namespace {

@@ -16,7 +16,7 @@
 #include "tessera/kube/client.h"
 #include "tessera/kube/decode.h"
 #include "tessera/kube/store.h"
-#include "tessera/kube/transport_fake.h"
+#include "tessera/testing/fake_transport.h"
 #include "tessera/testing/wait.h"
 
 namespace tessera::kube {

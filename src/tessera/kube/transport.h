@@ -1,10 +1,10 @@
 // File: tessera/kube/transport.h
 //
 // The HTTP edge of the Kubernetes client: the `Transport` interface (FakeTransport in
-// transport_fake.h provokes every outcome) and `CurlTransport`, its libcurl implementation — one
-// I/O thread ("kube-io") drives streams and Send()s over shared connections, Perform() (so Do())
-// runs a blocking exchange on the caller's thread with a pooled handle; requests are rate limited
-// by a token bucket (qps/burst). Details: docs/kube-client.md "The transport".
+// testing/fake_transport.h provokes every outcome) and `CurlTransport`, its libcurl implementation
+// — one I/O thread ("kube-io") drives streams and Send()s over shared connections, Perform() (so
+// Do()) runs a blocking exchange on the caller's thread with a pooled handle; requests are rate
+// limited by a token bucket (qps/burst). Details: docs/kube-client.md "The transport".
 //
 //   auto transport = CurlTransport::Create(config, MakeTokenSource(config, Clock::Real()));
 //   absl::StatusOr<Response> r = Do(**transport, get);   // get.path = "/api/v1/nodes"

@@ -24,7 +24,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
-#include "tessera/kube/transport_fake.h"
+#include "tessera/testing/fake_transport.h"
 
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)

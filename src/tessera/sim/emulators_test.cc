@@ -10,7 +10,7 @@
 
 #include "tessera/apisim/server.h"
 #include "tessera/device/codec.h"
-#include "tessera/kube/transport_fake.h"
+#include "tessera/testing/fake_transport.h"
 #include "tessera/testing/objects.h"
 
 namespace tessera::sim {

@@ -1,4 +1,4 @@
-#include "tessera/kube/transport_fake.h"
+#include "tessera/testing/fake_transport.h"
 
 #include <chrono>
 #include <utility>

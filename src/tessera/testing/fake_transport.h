@@ -1,4 +1,4 @@
-// File: tessera/kube/transport_fake.h
+// File: tessera/testing/fake_transport.h
 //
 // FakeTransport: a Transport driven by the test, so code built on Transport (client, reflector)
 // can be shown every outcome — any status code, transport error, partial stream, stall or close —
