@@ -67,10 +67,11 @@ std::optional<Suffix> ParseSuffix(std::string_view s) {
       return out;
     }
   }
-  if (s[0] != 'e' && s[0] != 'E') {
+  // A decimal exponent: [eE][+-]?digits, the digits fitting an int64 (as Kubernetes requires).
+  // A lone "E" is exa (above); a lone "e" is nothing.
+  if (s.size() < 2 || (s[0] != 'e' && s[0] != 'E')) {
     return std::nullopt;
   }
-  // A decimal exponent: [eE][+-]?digits, the digits fitting an int64 (as Kubernetes requires).
   size_t i = 1;
   bool negative = false;
   if (s[i] == '+' || s[i] == '-') {
