@@ -20,6 +20,9 @@ fail() { echo "FAIL: $*" >&2; echo "--- apisim stderr:" >&2; tail -20 "$tmp/err"
 start() {
   local args=(apisim --listen 127.0.0.1:0 --write-kubeconfig "$tmp/kc" --state "$tmp/state.json")
   if [ "$MODE" = https ]; then args+=(--tls-self-signed --token conformance-t0ken); fi
+  # A restart must not read the last run's first line: the background shell truncates the file
+  # only when it gets to run, which can be after the wait below has looked.
+  rm -f "$tmp/out"
   "$BIN" "${args[@]}" >"$tmp/out" 2>"$tmp/err" &
   pid=$!
   for _ in $(seq 300); do [ -s "$tmp/out" ] && break; sleep 0.1; done  # 30 s: a loaded CI machine
