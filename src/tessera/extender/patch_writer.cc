@@ -110,13 +110,15 @@ std::optional<PatchWriter::Landed> PatchWriter::Take(const std::string& uid) {
     }
     done_cv_.WaitFor(&mu_, absl::ToChronoMilliseconds(left) + std::chrono::milliseconds(1));
   }
+  bool consumed = false;  // this call removed the slot: the pod is moved out, not copied
   if (auto again = slots_.find(uid); again != slots_.end() && again->second == slot) {
     slots_.erase(again);
+    consumed = true;
   }
   Landed landed;
   landed.done = true;
   landed.status = absl::Status(slot->code, slot->message);
-  landed.pod = slot->pod;
+  landed.pod = consumed ? std::exchange(slot->pod, std::nullopt) : slot->pod;
   return landed;
 }
 

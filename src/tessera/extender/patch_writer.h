@@ -13,7 +13,8 @@
 // Ordering: the patches of one pod never overtake each other. Submit first waits (up to
 // `wait`) for the pod's earlier patch, so the last decision is the one left on the pod. Take
 // waits up to `wait` for the pod's latest patch and removes it; a patch still in flight then is
-// returned with done == false.
+// returned with done == false. The patched pod goes to the call that removes the patch (another
+// call waiting for the same patch gets its status without the pod).
 //
 // Errors: a failed patch is not retried. `settle(job, status)` runs on the writer thread once
 // the patch is written or has failed, before Take can see the result: the Scheduler uses it to
