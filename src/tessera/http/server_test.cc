@@ -1923,7 +1923,6 @@ TEST(Server, PlainHttpToAnHttpsServerIsNotServed) {
   close(fd);
 }
 
-// What inflating a gzip member gives; "<bad gzip>" when zlib refuses it.
 TEST(Server, TlsHandshakeHasADeadline) {
   std::unique_ptr<SSL_CTX, SslCtxFree> server_ctx = ServerContext();
   ASSERT_NE(server_ctx, nullptr);
