@@ -166,6 +166,149 @@ metric_is() { # metric_is DEVICE BYTES: Tessera's hami_gpu_memory_allocated_byte
     | grep -E "^hami_gpu_memory_allocated_bytes\{.*device_uuid=\"$1\".*\} $2\$"
 }
 
+# ==== shapes and truth helpers (shapes_test.sh, seed_test.sh; issue #20 item 4) =============
+# gpu_json ID TYPE MIB [NUMA] [INDEX]: one device of HAMi v2.8+'s JSON register annotation, keys
+# in the struct order the device plugin marshals (id,index,count,devmem,devcore,type,numa,mode,
+# health), zero index and numa omitted (omitempty); split count 10, 100 cores, healthy.
+gpu_json() {
+  local id="$1" type="$2" mib="$3" numa="${4:-0}" index="${5:-0}" out
+  out="{\"id\":\"$id\""
+  ((index != 0)) && out+=",\"index\":$index"
+  out+=",\"count\":10,\"devmem\":$mib,\"devcore\":100,\"type\":\"$type\""
+  ((numa != 0)) && out+=",\"numa\":$numa"
+  echo "$out,\"mode\":\"hami-core\",\"health\":true}"
+}
+# make_gpu_node NAME DEVICE_JSON...: a node whose device plugin registered these devices (the
+# register annotation is '[' the arguments joined by ',' ']', byte for byte), with what a kubelet
+# reports (allocatable nvidia.com/gpu = 10 per device) and Ready; the not-ready taint removed as
+# make_node does. make_node stays the shorthand for N identical 8192 MiB T4s.
+make_gpu_node() {
+  local name="$1"; shift
+  local devs; devs="$(IFS=,; echo "$*")"
+  k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  labels:
+    kubernetes.io/hostname: $name
+  annotations:
+    hami.io/node-nvidia-register: '[$devs]'
+YAML
+  local now; now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  local res="{\"cpu\":\"32\",\"memory\":\"128Gi\",\"pods\":\"110\",\"nvidia.com/gpu\":\"$(($# * 10))\"}"
+  k patch node "$name" --subresource=status --type=merge -p "{\"status\":{\"capacity\":$res,\"allocatable\":$res,\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"e2e\",\"lastHeartbeatTime\":\"$now\",\"lastTransitionTime\":\"$now\"}]}}" >/dev/null
+  k taint node "$name" node.kubernetes.io/not-ready:NoSchedule- >/dev/null
+}
+# wait_quick SECONDS DESCRIPTION COMMAND...: wait_until, polling every 0.1 s (for measured steps).
+wait_quick() {
+  local secs="$1" what="$2"; shift 2
+  local deadline; deadline=$(($(date +%s%N) + secs * 1000000000))
+  until "$@" >/dev/null 2>&1; do
+    if (($(date +%s%N) >= deadline)); then fail "$what: not within ${secs}s"; return 1; fi
+    sleep 0.1
+  done
+}
+# audit_period_seconds: the --audit-period tessera serve runs with here: its recorded command line
+# ($DIR/tessera.cmd), else the default that `tessera serve --help` prints. In seconds.
+audit_period_seconds() {
+  local -a argv; local i v=""
+  eval "argv=($(cat "$DIR/tessera.cmd"))"
+  for ((i = 0; i < ${#argv[@]}; i++)); do
+    case "${argv[i]}" in
+      --audit-period) v="${argv[i + 1]}" ;;
+      --audit-period=*) v="${argv[i]#--audit-period=}" ;;
+    esac
+  done
+  [[ -n "$v" ]] || v="$("${argv[0]}" serve --help 2>&1 | sed -n 's/.*--audit-period TEXT=\([^ ]*\).*/\1/p')"
+  python3 - "$v" <<'PY'
+import re, sys
+v = sys.argv[1]
+units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", v)
+if not v or "".join(n + u for n, u in parts) != v:
+    sys.exit(f"audit_period_seconds: cannot read the duration {v!r}")
+print(sum(float(n) * units[u] for n, u in parts))
+PY
+}
+# truth_snapshot FILE: what the API server's objects say every registered GPU holds, as JSON
+# {"<node>/<uuid>": bytes}. The rule of docs/self-healing.md "Which pods hold devices", computed
+# here without Tessera: a pod holds the MiB of each device entry of hami.io/vgpu-devices-allocated
+# (UUID,Type,MiB,cores: per container, ';' after each) when its phase is not Succeeded/Failed
+# and it is bound to the node its hami.io/vgpu-node names, on a device that node registers
+# (JSON register annotations, the only form these tests write). With one entry per container
+# (init containers first), a device holds max(init containers' peak, app containers' sum) — HAMi
+# v2.10's collapse; otherwise the sum. A pod carrying an allocation but not bound is an
+# in-flight reservation whose truth this cannot know: the snapshot fails.
+truth_snapshot() {
+  local pods nodes
+  pods="$(k get pods -A -o json)" && nodes="$(k get nodes -o json)" || return 1
+  python3 - "$1" "$pods" "$nodes" <<'PY'
+import json, sys
+out, pods, nodes = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+truth = {}
+for n in nodes["items"]:
+    reg = (n["metadata"].get("annotations") or {}).get("hami.io/node-nvidia-register")
+    for d in json.loads(reg) if reg else []:
+        truth[n["metadata"]["name"] + "/" + d["id"]] = 0
+for p in pods["items"]:
+    a = p["metadata"].get("annotations") or {}
+    alloc = a.get("hami.io/vgpu-devices-allocated")
+    if alloc is None or p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+        continue
+    node = p["spec"].get("nodeName", "")
+    if not node:
+        sys.exit(f"truth_snapshot: {p['metadata']['name']} carries an allocation but is not bound")
+    if node != a.get("hami.io/vgpu-node"):
+        continue  # a conflict holds nothing
+    entries = alloc.split(";")
+    if entries[-1] == "":
+        entries.pop()  # ';' ends an entry
+    n_init = len(p["spec"].get("initContainers") or [])
+    collapse = len(entries) == n_init + len(p["spec"]["containers"])
+    init_peak, app_sum = {}, {}
+    for i, entry in enumerate(entries):
+        for piece in entry.split(":"):
+            f = piece.split(",")
+            if len(f) >= 4 and node + "/" + f[0] in truth:
+                key, mib = node + "/" + f[0], int(f[2])
+                if collapse and i < n_init:  # init containers run one at a time
+                    init_peak[key] = max(init_peak.get(key, 0), mib)
+                else:
+                    app_sum[key] = app_sum.get(key, 0) + mib
+    for key in set(init_peak) | set(app_sum):
+        truth[key] += max(init_peak.get(key, 0), app_sum.get(key, 0)) * 1048576
+json.dump(truth, open(out, "w"), sort_keys=True)
+PY
+}
+# metrics_match_truth FILE: Tessera's hami_gpu_memory_allocated_bytes has exactly the devices of
+# the snapshot, each with its value; /debug/ledger's usedmem_mib (× 1 MiB) likewise. Prints the
+# differences on stderr.
+metrics_match_truth() {
+  local m l
+  m="$(curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/metrics")" || return 1
+  l="$(curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/debug/ledger")" || return 1
+  python3 - "$1" "$m" "$l" <<'PY'
+import json, re, sys
+truth, text, ledger = json.load(open(sys.argv[1])), sys.argv[2], json.loads(sys.argv[3])
+metric, book = {}, {}
+for line in text.splitlines():
+    if line.startswith("hami_gpu_memory_allocated_bytes{"):
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', line[: line.rindex("}")]))
+        metric[labels["node"] + "/" + labels["device_uuid"]] = float(line.rsplit(" ", 1)[1])
+for n in ledger["nodes"]:
+    for d in n["devices"]:
+        book[n["name"] + "/" + d["uuid"]] = d["usedmem_mib"] * 1048576
+bad = [f"{name} {k}: {got.get(k)} (truth {truth.get(k)})"
+       for name, got in (("metric", metric), ("ledger", book))
+       for k in sorted(set(truth) | set(got)) if got.get(k) != truth.get(k)]
+if bad:
+    print("\n".join(bad), file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+}
+# ==== end of the shapes and truth helpers ====================================================
+
 jp() { k -n e2e get pod "$1" -o jsonpath="$2"; }   # jp POD JSONPATH
 bound_node() { kubectl --request-timeout=5s -n e2e get pod "$1" -o jsonpath='{.spec.nodeName}'; }
 is_bound() { [[ -n "$(bound_node "$1")" ]]; }
