@@ -227,7 +227,7 @@ YAML
 TRUTH="$DIR/truth.json"
 booked_as_truth() {
   truth_snapshot "$TRUTH" &&
-    check "init-multi: Tessera's metrics and ledger book what the API server's pods hold (a-1 3000, a-0 1000 MiB)" \
+    check "init-multi: Tessera's metrics and ledger book what the API server's pods hold" \
       wait_quick 10 "metrics = truth" metrics_match_truth "$TRUTH"
   check "init-multi: the truth itself is a-1 3000 MiB, a-0 1000 MiB" python3 -c '
 import json, sys
