@@ -142,8 +142,8 @@ kill -CONT "$TESSERA_PID"
 thawed=$(date +%s%N)
 converged=""
 while (($(date +%s%N) - thawed < 60000000000)); do
+  if metrics_match_truth "$TRUTH" 2>/dev/null; then converged=$(date +%s%N); ghost_counted; break; fi
   ghost_counted
-  if metrics_match_truth "$TRUTH" 2>/dev/null; then converged=$(date +%s%N); break; fi
   sleep 0.05
 done
 if [[ -n "$converged" ]]; then
