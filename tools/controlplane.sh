@@ -76,8 +76,18 @@ alive() {
   [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
   # Guard against a recycled pid: the command line must name this control plane's directory
   # and the process name (every process gets a path under DIR on its command line).
-  local cmdline state
-  cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+  local cmdline state i
+  for ((i = 0; i < 10; i++)); do
+    cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+    [[ -n "$cmdline" ]] && break
+    # Empty: a zombie, or a process in the middle of an exec, which shows an empty command line
+    # for a moment. tessera executes itself again at start (base/allocator.h), and a check that
+    # landed there declared a starting serve dead ("tessera exited while waiting for tessera
+    # serve /healthz"; 2 of about 10 ups under load). Look again unless it is a zombie.
+    state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" || return 1
+    [[ "$state" != Z ]] || return 1
+    sleep 0.05
+  done
   [[ "$cmdline" == *"$1"* && "$cmdline" == *"$DIR"* ]] || return 1
   state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" || return 1
   [[ "$state" != Z ]]
