@@ -281,31 +281,40 @@ for p in pods["items"]:
 json.dump(truth, open(out, "w"), sort_keys=True)
 PY
 }
-# metrics_match_truth FILE: Tessera's hami_gpu_memory_allocated_bytes has exactly the devices of
-# the snapshot, each with its value; /debug/ledger's usedmem_mib (× 1 MiB) likewise. Prints the
-# differences on stderr.
-metrics_match_truth() {
-  local m l
-  m="$(curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/metrics")" || return 1
-  l="$(curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/debug/ledger")" || return 1
-  python3 - "$1" "$m" "$l" <<'PY'
+# truth_diff TRUTH METRICS LEDGER [METRICS LEDGER]...: for each pair of files (a scrape of
+# /metrics and one of /debug/ledger), one line on stdout: "equal", or "differs:" and the devices
+# whose hami_gpu_memory_allocated_bytes or usedmem_mib (× 1 MiB) differ from the snapshot TRUTH
+# (truth_snapshot), or which only one side has. Exit 0 when every pair is equal.
+truth_diff() {
+  python3 - "$@" <<'PY'
 import json, re, sys
-truth, text, ledger = json.load(open(sys.argv[1])), sys.argv[2], json.loads(sys.argv[3])
-metric, book = {}, {}
-for line in text.splitlines():
-    if line.startswith("hami_gpu_memory_allocated_bytes{"):
-        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', line[: line.rindex("}")]))
-        metric[labels["node"] + "/" + labels["device_uuid"]] = float(line.rsplit(" ", 1)[1])
-for n in ledger["nodes"]:
-    for d in n["devices"]:
-        book[n["name"] + "/" + d["uuid"]] = d["usedmem_mib"] * 1048576
-bad = [f"{name} {k}: {got.get(k)} (truth {truth.get(k)})"
-       for name, got in (("metric", metric), ("ledger", book))
-       for k in sorted(set(truth) | set(got)) if got.get(k) != truth.get(k)]
-if bad:
-    print("\n".join(bad), file=sys.stderr)
-sys.exit(1 if bad else 0)
+truth, files, rc = json.load(open(sys.argv[1])), sys.argv[2:], 0
+for m, l in zip(files[0::2], files[1::2]):
+    metric, book = {}, {}
+    for line in open(m).read().splitlines():
+        if line.startswith("hami_gpu_memory_allocated_bytes{"):
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', line[: line.rindex("}")]))
+            metric[labels["node"] + "/" + labels["device_uuid"]] = float(line.rsplit(" ", 1)[1])
+    for n in json.load(open(l))["nodes"]:
+        for d in n["devices"]:
+            book[n["name"] + "/" + d["uuid"]] = d["usedmem_mib"] * 1048576
+    bad = [f"{name} {k}: {got.get(k)} (truth {truth.get(k)})"
+           for name, got in (("metric", metric), ("ledger", book))
+           for k in sorted(set(truth) | set(got)) if got.get(k) != truth.get(k)]
+    print("differs: " + "; ".join(bad) if bad else "equal")
+    rc |= bool(bad)
+sys.exit(rc)
 PY
+}
+# metrics_match_truth TRUTH: Tessera's /metrics and /debug/ledger, scraped now, equal the
+# snapshot TRUTH (truth_diff); the differences go to stderr.
+metrics_match_truth() {
+  local m="$DIR/.scrape.metrics" l="$DIR/.scrape.ledger" out
+  curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/metrics" -o "$m" || return 1
+  curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/debug/ledger" -o "$l" || return 1
+  out="$(truth_diff "$1" "$m" "$l")" && return 0
+  echo "$out" >&2
+  return 1
 }
 # ==== end of the shapes and truth helpers ====================================================
 
