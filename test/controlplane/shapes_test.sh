@@ -186,6 +186,11 @@ placed mib node-a "GPU-node-a-1,NVIDIA,3000,0:;" main:nvidia.com/gpu=1 main:nvid
 # gpumem-percentage 33 of a 15360 MiB T4: 15360 × 33 / 100 = 506880 / 100 = 5068 (5068.8 truncated).
 one_container_pod percent '{nvidia.com/gpumem-percentage: 33}'
 placed percent node-a "GPU-node-a-1,NVIDIA,5068,0:;" main:nvidia.com/gpu=1 main:nvidia.com/gpucores='<absent>'
+# gpumem-percentage 100 alone: count 1 added, and the memory is the whole card, so the request is
+# exclusive like whole-1's and gets gpucores 100 (HAMi v2.10's webhook rule: a count, no cores,
+# 100 % or no memory asked).
+one_container_pod percent-100 '{nvidia.com/gpumem-percentage: 100}'
+placed percent-100 node-a "GPU-node-a-1,NVIDIA,15360,100:;" main:nvidia.com/gpu=1 main:nvidia.com/gpucores=100
 # gpucores 30 alone: count 1 added; no memory asked, so the whole card, with 30 cores.
 one_container_pod cores '{nvidia.com/gpucores: 30}'
 placed cores node-a "GPU-node-a-1,NVIDIA,15360,30:;" main:nvidia.com/gpu=1 main:nvidia.com/gpucores=30
