@@ -123,7 +123,8 @@ all_procs() {
     n="$(basename "$f" .cmd)"; n="${n#tessera-}"
     tesseras+=("tessera-$n"); schedulers+=("kube-scheduler-$n")
   done
-  echo etcd kube-apiserver tessera "${tesseras[@]}" kube-scheduler "${schedulers[@]}"
+  local service=(); [[ -e "$DIR/webhook-service.cmd" ]] && service=(webhook-service)
+  echo etcd kube-apiserver tessera "${tesseras[@]}" "${service[@]}" kube-scheduler "${schedulers[@]}"
 }
 # The host name of pair I when there are several: like a pod's, it differs per replica.
 replica_host() { echo "tessera-replica-$1"; }
@@ -353,6 +354,9 @@ ENV
     if ((REPLICAS > 1)); then
       for ((i = 1; i <= REPLICAS; i++)); do echo "REPLICA_HOST_$i=$(replica_host "$i")"; done
     fi
+    if ((REPLICAS > 1)); then
+      WEBHOOK_SERVICE_PORT="$(free_port)"; echo "WEBHOOK_SERVICE_PORT=$WEBHOOK_SERVICE_PORT"
+    fi
     for ((i = 2; i <= REPLICAS; i++)); do
       TESSERA_PORTS[i]="$(free_port)"; TESSERA_METRICS_PORTS[i]="$(free_port)"; SCHEDULER_PORTS[i]="$(free_port)"
       echo "TESSERA_PORT_$i=${TESSERA_PORTS[i]}"
@@ -429,9 +433,22 @@ ENV
   host_prefix 1
   start_tessera tessera "$TESSERA_PORT" "$TESSERA_METRICS_PORT" "$DIR/tessera.kubeconfig"
 
-  step "registering Tessera's MutatingWebhookConfiguration (url https://127.0.0.1:$TESSERA_PORT/webhook)"
+  local webhook_port="$TESSERA_PORT"
+  if ((REPLICAS > 1)); then
+    # deploy/base's webhook goes to the Service tessera-webhook, i.e. to any ready replica: a
+    # local stand-in relays each connection to the next Tessera that accepts it.
+    step "starting webhook-service on 127.0.0.1:$WEBHOOK_SERVICE_PORT (every Tessera in turn, as the Service tessera-webhook)"
+    local backends=("127.0.0.1:$TESSERA_PORT")
+    for ((i = 2; i <= REPLICAS; i++)); do backends+=("127.0.0.1:${TESSERA_PORTS[i]}"); done
+    start webhook-service python3 "$ROOT/tools/controlplane_service.py" --tag "$DIR/webhook-service" \
+      "127.0.0.1:$WEBHOOK_SERVICE_PORT" "${backends[@]}"
+    wait_for "webhook-service listening" 10 webhook-service \
+      bash -c "[[ -n \"\$(ss -ltnH 'sport = :$WEBHOOK_SERVICE_PORT')\" ]]"
+    webhook_port="$WEBHOOK_SERVICE_PORT"
+  fi
+  step "registering Tessera's MutatingWebhookConfiguration (url https://127.0.0.1:$webhook_port/webhook)"
   python3 "$ROOT/tools/controlplane_manifests.py" webhook "$DIR/base-webhook.yaml" \
-    "https://127.0.0.1:$TESSERA_PORT/webhook" "$DIR/ca.crt" >"$DIR/webhook.yaml" 2>"$DIR/manifests.log" \
+    "https://127.0.0.1:$webhook_port/webhook" "$DIR/ca.crt" >"$DIR/webhook.yaml" 2>"$DIR/manifests.log" \
     || fail "could not rewrite the webhook" "$DIR/manifests.log"
   kc apply -f "$DIR/webhook.yaml" >>"$DIR/apply.log" 2>&1 \
     || fail "kubectl apply of the MutatingWebhookConfiguration failed" "$DIR/apply.log"
@@ -507,7 +524,9 @@ Usage:
                              with N > 1 each pair runs in its own UTS namespace with host name
                              tessera-replica-I (needs root), its kube-scheduler's extender is its
                              own Tessera; "ready" once the Lease holder's Tessera leads and the
-                             others follow. The webhook points at pair 1's Tessera.
+                             others follow. The webhook goes through webhook-service
+                             (tools/controlplane_service.py), which relays each connection
+                             to the next Tessera that accepts it, as the Service would.
   restart [--kill] DIR NAME
           Stop one process (etcd, kube-apiserver, tessera, kube-scheduler, tessera-I,
           kube-scheduler-I; SIGTERM, or SIGKILL

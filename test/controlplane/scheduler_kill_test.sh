@@ -27,7 +27,7 @@ burst_start_plugin
 OLD_HOLDER="$(holder)"
 phase_done "nodes"
 
-burst_pods
+burst_pods 1 "$BURST_PODS"
 T_BURST=$(now)
 wait_until 60 "a fifth of the burst bound" bound_at_least $((BURST_FIT / 5)) || exit 1
 "$CP" restart --kill "$DIR" kube-scheduler
