@@ -114,8 +114,8 @@ stop_one() { # stop_one NAME [SIGNAL]: SIGNAL (default TERM), then KILL after ST
 }
 
 # --- replicas (up --replicas N) ---------------------------------------------------------------
-# Pair I (I >= 2) is tessera-I + kube-scheduler-I. all_procs: PROCS plus the pairs DIR has
-# command lines for, in start order (every tessera before every kube-scheduler).
+# Pair I (I >= 2) is tessera-I + kube-scheduler-I. all_procs: PROCS, then the other pairs' and
+# webhook-service that DIR has command lines for (down stops them first).
 all_procs() {
   local f n tesseras=() schedulers=()
   for f in "$DIR"/tessera-[0-9]*.cmd; do
@@ -124,7 +124,7 @@ all_procs() {
     tesseras+=("tessera-$n"); schedulers+=("kube-scheduler-$n")
   done
   local service=(); [[ -e "$DIR/webhook-service.cmd" ]] && service=(webhook-service)
-  echo etcd kube-apiserver tessera "${tesseras[@]}" "${service[@]}" kube-scheduler "${schedulers[@]}"
+  echo "${PROCS[@]}" "${tesseras[@]}" "${service[@]}" "${schedulers[@]}"
 }
 # The host name of pair I when there are several: like a pod's, it differs per replica.
 replica_host() { echo "tessera-replica-$1"; }
