@@ -76,11 +76,18 @@ alive() {
   [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
   # Guard against a recycled pid: the command line must name this control plane's directory
   # and the process name (every process gets a path under DIR on its command line).
-  local cmdline state
-  cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
-  [[ "$cmdline" == *"$1"* && "$cmdline" == *"$DIR"* ]] || return 1
-  state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" || return 1
-  [[ "$state" != Z ]]
+  local cmdline state i
+  for ((i = 0; i < 20; i++)); do
+    state="$(sed -n 's/.*) \([A-Za-z]\) .*/\1/p' "/proc/$pid/stat" 2>/dev/null)" || return 1
+    [[ -n "$state" && "$state" != Z ]] || return 1
+    cmdline="$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" || return 1
+    # The command line reads empty while the process is inside execve (its new memory is mapped,
+    # its arguments not yet), which the chains setsid → program and unshare → sh → program,
+    # and tessera's own re-execution, go through at start: look again, do not call it gone.
+    [[ -n "$cmdline" ]] && break
+    sleep 0.05
+  done
+  [[ "$cmdline" == *"$1"* && "$cmdline" == *"$DIR"* ]]
 }
 
 stop_one() { # stop_one NAME [SIGNAL]: SIGNAL (default TERM), then KILL after STOP_TIMEOUT
