@@ -22,6 +22,7 @@ PLUGIN_PID=""
 burst_stop_plugin() {
   [[ -n "$PLUGIN_PID" ]] || return 0
   kill "$PLUGIN_PID" 2>/dev/null || true
+  kill -CONT "$PLUGIN_PID" 2>/dev/null || true   # a paused one (SIGSTOP) must see the TERM
   wait "$PLUGIN_PID" 2>/dev/null || true
   PLUGIN_PID=""
 }
