@@ -8,11 +8,19 @@
 # that fits is bound within a printed deadline, no GPU is over-committed, no pod is bound twice,
 # Tessera's metrics equal the pods' truth, no 403. docs/e2e.md.
 #
-#   test/controlplane/scheduler_kill_test.sh [--tessera PATH] [--keep] [--up-arg ARG]...
+#   test/controlplane/scheduler_kill_test.sh [--stall] [--tessera PATH] [--keep] [--up-arg ARG]...
+#
+# --stall: the device-plugin stand-in is paused (SIGSTOP) from just before the kill until 20 s
+# after it, as a slow Allocate would: Tessera's binds from the dead kube-scheduler then wait for
+# node locks (up to --node-lock-retry-timeout, 28 s) while the restarted kube-scheduler, which
+# leads after about 15 s, filters the same pods again through the same Tessera.
 #
 # Exit 0 = pass, 1 = fail, 77 = skipped (a tool is missing). The control plane is always torn
 # down (trap), and every wait has a deadline.
 set -euo pipefail
+
+STALL=0
+if [[ "${1:-}" == --stall ]]; then STALL=1; shift; fi
 
 # shellcheck source=test/controlplane/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -30,6 +38,7 @@ phase_done "nodes"
 burst_pods 1 "$BURST_PODS"
 T_BURST=$(now)
 wait_until 60 "a fifth of the burst bound" bound_at_least $((BURST_FIT / 5)) || exit 1
+((STALL)) && kill -STOP "$PLUGIN_PID"
 "$CP" restart --kill "$DIR" kube-scheduler
 T_KILL=$(now)
 AT_KILL=$(bound_count)
@@ -43,6 +52,11 @@ phase_done "burst until the kill"
 new_holder() { local h; h="$(holder)" && [[ -n "$h" && "$h" != "$OLD_HOLDER" ]]; }
 wait_until 60 "the restarted kube-scheduler holds the Lease" new_holder || exit 1
 echo "e2e: the restarted kube-scheduler held the Lease $(secs_since "$T_KILL")s after the kill ($(holder))"
+if ((STALL)); then
+  sleep "$(python3 -c "print(max(0.0, 20 - $(secs_since "$T_KILL")))")"
+  kill -CONT "$PLUGIN_PID"
+  echo "e2e: the device-plugin stand-in resumed $(secs_since "$T_KILL")s after the kill"
+fi
 DEADLINE=90
 echo "e2e: deadline for every pod that fits to be bound: ${DEADLINE}s after the kill"
 if wait_until "$DEADLINE" "all $BURST_FIT pods that fit bound" bound_at_least "$BURST_FIT"; then
