@@ -360,8 +360,6 @@ ENV
     echo "REPLICAS=$REPLICAS"
     if ((REPLICAS > 1)); then
       for ((i = 1; i <= REPLICAS; i++)); do echo "REPLICA_HOST_$i=$(replica_host "$i")"; done
-    fi
-    if ((REPLICAS > 1)); then
       WEBHOOK_SERVICE_PORT="$(free_port)"; echo "WEBHOOK_SERVICE_PORT=$WEBHOOK_SERVICE_PORT"
     fi
     for ((i = 2; i <= REPLICAS; i++)); do
