@@ -77,20 +77,17 @@ alive() {
   # Guard against a recycled pid: the command line must name this control plane's directory
   # and the process name (every process gets a path under DIR on its command line).
   local cmdline state i
-  for ((i = 0; i < 10; i++)); do
-    cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+  for ((i = 0; i < 20; i++)); do
+    state="$(sed -n 's/.*) \([A-Za-z]\) .*/\1/p' "/proc/$pid/stat" 2>/dev/null)" || return 1
+    [[ -n "$state" && "$state" != Z ]] || return 1
+    cmdline="$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" || return 1
+    # The command line reads empty while the process is inside execve (its new memory is mapped,
+    # its arguments not yet), which the chains setsid → program and unshare → sh → program,
+    # and tessera's own re-execution, go through at start: look again, do not call it gone.
     [[ -n "$cmdline" ]] && break
-    # Empty: a zombie, or a process in the middle of an exec, which shows an empty command line
-    # for a moment. tessera executes itself again at start (base/allocator.h), and a check that
-    # landed there declared a starting serve dead ("tessera exited while waiting for tessera
-    # serve /healthz"; 2 of about 10 ups under load). Look again unless it is a zombie.
-    state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" || return 1
-    [[ "$state" != Z ]] || return 1
     sleep 0.05
   done
-  [[ "$cmdline" == *"$1"* && "$cmdline" == *"$DIR"* ]] || return 1
-  state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" || return 1
-  [[ "$state" != Z ]]
+  [[ "$cmdline" == *"$1"* && "$cmdline" == *"$DIR"* ]]
 }
 
 stop_one() { # stop_one NAME [SIGNAL]: SIGNAL (default TERM), then KILL after STOP_TIMEOUT
@@ -123,13 +120,82 @@ stop_one() { # stop_one NAME [SIGNAL]: SIGNAL (default TERM), then KILL after ST
   rm -f "$DIR/$name.pid"
 }
 
+# --- replicas (up --replicas N) ---------------------------------------------------------------
+# Pair I (I >= 2) is tessera-I + kube-scheduler-I. all_procs: PROCS, then the other pairs' and
+# webhook-service that DIR has command lines for (down stops them first).
+all_procs() {
+  local f n tesseras=() schedulers=()
+  for f in "$DIR"/tessera-[0-9]*.cmd; do
+    [[ -e "$f" ]] || continue
+    n="$(basename "$f" .cmd)"; n="${n#tessera-}"
+    tesseras+=("tessera-$n"); schedulers+=("kube-scheduler-$n")
+  done
+  local service=(); [[ -e "$DIR/webhook-service.cmd" ]] && service=(webhook-service)
+  echo "${PROCS[@]}" "${tesseras[@]}" "${service[@]}" "${schedulers[@]}"
+}
+# The host name of pair I when there are several: like a pod's, it differs per replica.
+replica_host() { echo "tessera-replica-$1"; }
+# host_prefix I: sets HOST_PREFIX, the command prefix of pair I. One pair runs as before, under
+# the machine's host name. With several, each pair runs in a UTS namespace of its own whose host
+# name is replica_host I, as each replica of deploy/base's pod has its own: kube-scheduler's
+# Lease identity is then `<that host>_<uuid>` and Tessera (follow mode, identity = host name)
+# leads exactly when its own kube-scheduler holds the Lease. Needs root (unshare --uts).
+host_prefix() {
+  HOST_PREFIX=()
+  ((REPLICAS > 1)) || return 0
+  # shellcheck disable=SC2016  # $0 and $@ belong to the inner shell
+  HOST_PREFIX=(unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "$(replica_host "$1")")
+}
+# start_tessera NAME PORT METRICS_PORT KUBECONFIG: tessera serve of one pair.
+start_tessera() {
+  start "$1" ${HOST_PREFIX[@]+"${HOST_PREFIX[@]}"} "$TESSERA_BIN" serve \
+    --kubeconfig "$4" \
+    --http_bind "127.0.0.1:$2" \
+    --cert_file "$DIR/tessera.crt" --key_file "$DIR/tessera.key" \
+    --metrics-bind-address "127.0.0.1:$3" \
+    --scheduler-name hami-scheduler \
+    --device-config-file "$DIR/device-config.yaml" \
+    --leader-elect-resource-name hami-scheduler \
+    --leader-elect-resource-namespace tessera-system
+  wait_for "$1 /healthz" 30 "$1" \
+    curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:$2/healthz"
+}
+# start_scheduler NAME CONFIG PORT CERT_DIR KUBECONFIG: kube-scheduler of one pair.
+start_scheduler() {
+  start "$1" ${HOST_PREFIX[@]+"${HOST_PREFIX[@]}"} "$BINDIR/kube-scheduler" \
+    --config="$2" \
+    --bind-address=127.0.0.1 --secure-port="$3" \
+    --cert-dir="$4" \
+    --authentication-kubeconfig="$5" \
+    --authorization-kubeconfig="$5"
+}
+# roles_agree: the Lease has a holder, and the Tessera of the holder's pair says "role: leader"
+# in /readyz while every other Tessera says "role: follower".
+roles_agree() {
+  local holder host i port body
+  holder="$(kc -n tessera-system get lease hami-scheduler -o jsonpath='{.spec.holderIdentity}')" || return 1
+  [[ -n "$holder" ]] || return 1
+  host="${holder%_*}"
+  for ((i = 1; i <= REPLICAS; i++)); do
+    port="$TESSERA_PORT"; ((i > 1)) && port="${TESSERA_PORTS[i]}"
+    body="$(curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:$port/readyz")" || return 1
+    if [[ "$host" == "$(replica_host "$i")" ]]; then
+      [[ "$body" == *"role: leader"* ]] || return 1
+    else
+      [[ "$body" == *"role: follower"* ]] || return 1
+    fi
+  done
+}
+# ---------------------------------------------------------------------------------------------
+
 cmd_down() {
   DIR="${1:?usage: tools/controlplane.sh down DIR}"
   [[ -d "$DIR" ]] || die "$DIR is not a directory"
   DIR="$(cd "$DIR" && pwd)"
-  local rc=0 i
-  for ((i = ${#PROCS[@]} - 1; i >= 0; i--)); do
-    stop_one "${PROCS[i]}" || rc=1
+  local rc=0 i procs
+  read -r -a procs <<<"$(all_procs)"
+  for ((i = ${#procs[@]} - 1; i >= 0; i--)); do
+    stop_one "${procs[i]}" || rc=1
   done
   [[ $rc == 0 ]] && log "stopped the control plane in $DIR"
   return $rc
@@ -222,7 +288,8 @@ find_tessera() {
 }
 
 cmd_up() {
-  local compaction="" bindir="" tessera=""
+  local compaction="" bindir="" tessera="" i
+  REPLICAS=1
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --etcd-compaction-interval) compaction="${2:?}"; shift 2 ;;
@@ -231,11 +298,18 @@ cmd_up() {
       --tessera=*) tessera="${1#*=}"; shift ;;
       --bin-dir) bindir="${2:?}"; shift 2 ;;
       --bin-dir=*) bindir="${1#*=}"; shift ;;
+      --replicas) REPLICAS="${2:?}"; shift 2 ;;
+      --replicas=*) REPLICAS="${1#*=}"; shift ;;
       -*) die "up: unknown option $1 (see --help)" ;;
       *) [[ -z "${DIR:-}" ]] || die "up: one DIR only"; DIR="$1"; shift ;;
     esac
   done
   [[ -n "${DIR:-}" ]] || die "usage: tools/controlplane.sh up [options] DIR"
+  [[ "$REPLICAS" =~ ^[1-9]$ ]] || die "up: --replicas takes 1 to 9, not $REPLICAS"
+  if ((REPLICAS > 1)); then
+    unshare --uts true 2>/dev/null \
+      || die "up: --replicas $REPLICAS runs each pair in its own UTS namespace (unshare --uts), which needs root"
+  fi
   for t in kubectl openssl python3 curl setsid ss; do
     command -v "$t" >/dev/null || die "$t is not on PATH"
   done
@@ -250,11 +324,11 @@ cmd_up() {
 
   mkdir -p "$DIR"
   DIR="$(cd "$DIR" && pwd)"
-  for p in "${PROCS[@]}"; do
+  for p in $(all_procs); do
     alive "$p" && die "$p is already running from $DIR (pid $(cat "$DIR/$p.pid")): run tools/controlplane.sh down $DIR first"
   done
   # A DIR from an earlier run starts from scratch (etcd's member would remember old ports).
-  rm -rf "$DIR/etcd-data" "$DIR/apiserver-certs" "$DIR/scheduler-certs"
+  rm -rf "$DIR/etcd-data" "$DIR/apiserver-certs" "$DIR/scheduler-certs" "$DIR"/kube-scheduler-[0-9]*-certs
   rm -f "$DIR"/*.log "$DIR"/*.pid "$DIR"/*.cmd
   # From here on, a failure stops whatever was started.
   trap 'rc=$?; if [[ $rc != 0 ]]; then log "cleaning up after the failure"; cmd_down "$DIR" || true; fi' EXIT
@@ -280,6 +354,21 @@ KUBECONFIG=$DIR/kubeconfig
 SCHEDULER_NAME=hami-scheduler
 TESSERA_NAMESPACE=tessera-system
 ENV
+  # --replicas: pair I >= 2 listens on TESSERA_PORT_I, TESSERA_METRICS_PORT_I, SCHEDULER_PORT_I.
+  TESSERA_PORTS=(); TESSERA_METRICS_PORTS=(); SCHEDULER_PORTS=()
+  {
+    echo "REPLICAS=$REPLICAS"
+    if ((REPLICAS > 1)); then
+      for ((i = 1; i <= REPLICAS; i++)); do echo "REPLICA_HOST_$i=$(replica_host "$i")"; done
+      WEBHOOK_SERVICE_PORT="$(free_port)"; echo "WEBHOOK_SERVICE_PORT=$WEBHOOK_SERVICE_PORT"
+    fi
+    for ((i = 2; i <= REPLICAS; i++)); do
+      TESSERA_PORTS[i]="$(free_port)"; TESSERA_METRICS_PORTS[i]="$(free_port)"; SCHEDULER_PORTS[i]="$(free_port)"
+      echo "TESSERA_PORT_$i=${TESSERA_PORTS[i]}"
+      echo "TESSERA_METRICS_PORT_$i=${TESSERA_METRICS_PORTS[i]}"
+      echo "SCHEDULER_PORT_$i=${SCHEDULER_PORTS[i]}"
+    done
+  } >>"$DIR/env"
 
   step "generating the CA, serving and client certificates and the service-account key pair"
   openssl req -x509 -newkey rsa:2048 -nodes -keyout "$DIR/ca.key" -out "$DIR/ca.crt" -days 7 \
@@ -346,21 +435,25 @@ ENV
   write_kubeconfig "$DIR/tessera.kubeconfig" --token "$token"
 
   step "starting tessera serve on https://127.0.0.1:$TESSERA_PORT as ServiceAccount tessera"
-  start tessera "$TESSERA_BIN" serve \
-    --kubeconfig "$DIR/tessera.kubeconfig" \
-    --http_bind "127.0.0.1:$TESSERA_PORT" \
-    --cert_file "$DIR/tessera.crt" --key_file "$DIR/tessera.key" \
-    --metrics-bind-address "127.0.0.1:$TESSERA_METRICS_PORT" \
-    --scheduler-name hami-scheduler \
-    --device-config-file "$DIR/device-config.yaml" \
-    --leader-elect-resource-name hami-scheduler \
-    --leader-elect-resource-namespace tessera-system
-  wait_for "tessera serve /healthz" 30 tessera \
-    curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:$TESSERA_PORT/healthz"
+  host_prefix 1
+  start_tessera tessera "$TESSERA_PORT" "$TESSERA_METRICS_PORT" "$DIR/tessera.kubeconfig"
 
-  step "registering Tessera's MutatingWebhookConfiguration (url https://127.0.0.1:$TESSERA_PORT/webhook)"
+  local webhook_port="$TESSERA_PORT"
+  if ((REPLICAS > 1)); then
+    # deploy/base's webhook goes to the Service tessera-webhook, i.e. to any ready replica: a
+    # local stand-in relays each connection to the next Tessera that accepts it.
+    step "starting webhook-service on 127.0.0.1:$WEBHOOK_SERVICE_PORT (every Tessera in turn, as the Service tessera-webhook)"
+    local backends=("127.0.0.1:$TESSERA_PORT")
+    for ((i = 2; i <= REPLICAS; i++)); do backends+=("127.0.0.1:${TESSERA_PORTS[i]}"); done
+    start webhook-service python3 "$ROOT/tools/controlplane_service.py" --tag "$DIR/webhook-service" \
+      "127.0.0.1:$WEBHOOK_SERVICE_PORT" "${backends[@]}"
+    wait_for "webhook-service listening" 10 webhook-service \
+      bash -c "[[ -n \"\$(ss -ltnH 'sport = :$WEBHOOK_SERVICE_PORT')\" ]]"
+    webhook_port="$WEBHOOK_SERVICE_PORT"
+  fi
+  step "registering Tessera's MutatingWebhookConfiguration (url https://127.0.0.1:$webhook_port/webhook)"
   python3 "$ROOT/tools/controlplane_manifests.py" webhook "$DIR/base-webhook.yaml" \
-    "https://127.0.0.1:$TESSERA_PORT/webhook" "$DIR/ca.crt" >"$DIR/webhook.yaml" 2>"$DIR/manifests.log" \
+    "https://127.0.0.1:$webhook_port/webhook" "$DIR/ca.crt" >"$DIR/webhook.yaml" 2>"$DIR/manifests.log" \
     || fail "could not rewrite the webhook" "$DIR/manifests.log"
   kc apply -f "$DIR/webhook.yaml" >>"$DIR/apply.log" 2>&1 \
     || fail "kubectl apply of the MutatingWebhookConfiguration failed" "$DIR/apply.log"
@@ -371,18 +464,36 @@ ENV
     "https://127.0.0.1:$TESSERA_PORT" "$DIR/ca.crt" "$DIR/scheduler.kubeconfig" \
     >"$DIR/scheduler-config.yaml" 2>"$DIR/manifests.log" \
     || fail "could not rewrite the scheduler configuration" "$DIR/manifests.log"
-  start kube-scheduler "$bindir/kube-scheduler" \
-    --config="$DIR/scheduler-config.yaml" \
-    --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" \
-    --cert-dir="$DIR/scheduler-certs" \
-    --authentication-kubeconfig="$DIR/scheduler.kubeconfig" \
-    --authorization-kubeconfig="$DIR/scheduler.kubeconfig"
+  BINDIR="$bindir"
+  start_scheduler kube-scheduler "$DIR/scheduler-config.yaml" "$SCHEDULER_PORT" "$DIR/scheduler-certs" \
+    "$DIR/scheduler.kubeconfig"
+  # --replicas: the other pairs, each kube-scheduler's extender being its own Tessera.
+  for ((i = 2; i <= REPLICAS; i++)); do
+    step "starting pair $i: tessera-$i on https://127.0.0.1:${TESSERA_PORTS[i]} and kube-scheduler-$i (host name $(replica_host "$i"))"
+    host_prefix "$i"
+    cp "$DIR/tessera.kubeconfig" "$DIR/tessera-$i.kubeconfig"
+    start_tessera "tessera-$i" "${TESSERA_PORTS[i]}" "${TESSERA_METRICS_PORTS[i]}" "$DIR/tessera-$i.kubeconfig"
+    python3 "$ROOT/tools/controlplane_manifests.py" scheduler "$DIR/scheduler-config-base.yaml" \
+      "https://127.0.0.1:${TESSERA_PORTS[i]}" "$DIR/ca.crt" "$DIR/scheduler.kubeconfig" \
+      >"$DIR/kube-scheduler-$i-config.yaml" 2>"$DIR/manifests.log" \
+      || fail "could not rewrite the scheduler configuration of pair $i" "$DIR/manifests.log"
+    start_scheduler "kube-scheduler-$i" "$DIR/kube-scheduler-$i-config.yaml" "${SCHEDULER_PORTS[i]}" \
+      "$DIR/kube-scheduler-$i-certs" "$DIR/scheduler.kubeconfig"
+  done
   wait_for "kube-scheduler holding the Lease tessera-system/hami-scheduler" 60 kube-scheduler \
     bash -c "[[ -n \"\$(kubectl --kubeconfig '$DIR/kubeconfig' --request-timeout=5s -n tessera-system get lease hami-scheduler -o jsonpath='{.spec.holderIdentity}')\" ]]"
 
   step "waiting for tessera serve /readyz"
   wait_for "tessera serve /readyz = 200" 60 tessera \
     curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:$TESSERA_PORT/readyz"
+  for ((i = 2; i <= REPLICAS; i++)); do
+    wait_for "tessera-$i /readyz = 200" 60 "tessera-$i" \
+      curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:${TESSERA_PORTS[i]}/readyz"
+  done
+  if ((REPLICAS > 1)); then
+    step "waiting until the Tessera of the Lease holder's pair leads and the others follow"
+    wait_for "the Lease holder's Tessera reporting role: leader, the others follower" 30 "" roles_agree
+  fi
   trap - EXIT
   echo ready
 }
@@ -391,7 +502,8 @@ usage() {
   cat <<USAGE
 Usage:
   tools/controlplane.sh build
-  tools/controlplane.sh up [--tessera PATH] [--bin-dir DIR] [--etcd-compaction-interval D] DIR
+  tools/controlplane.sh up [--tessera PATH] [--bin-dir DIR] [--etcd-compaction-interval D]
+                          [--replicas N] DIR
   tools/controlplane.sh down DIR
   tools/controlplane.sh restart [--kill] DIR NAME
 
@@ -411,8 +523,18 @@ Usage:
             --bin-dir DIR    the control-plane binaries (or \$TESSERA_CONTROLPLANE_BIN; default:
                              the output of build, which builds if needed)
             --etcd-compaction-interval D   kube-apiserver's compaction interval (default 5m)
+            --replicas N     N tessera serve + kube-scheduler pairs (default 1), as deploy/base
+                             runs N replicas of its pod: pair I >= 2 is tessera-I and
+                             kube-scheduler-I (logs, pids, .cmd, ports TESSERA_PORT_I ... in env);
+                             with N > 1 each pair runs in its own UTS namespace with host name
+                             tessera-replica-I (needs root), its kube-scheduler's extender is its
+                             own Tessera; "ready" once the Lease holder's Tessera leads and the
+                             others follow. The webhook goes through webhook-service
+                             (tools/controlplane_service.py), which relays each connection
+                             to the next Tessera that accepts it, as the Service would.
   restart [--kill] DIR NAME
-          Stop one process (etcd, kube-apiserver, tessera, kube-scheduler; SIGTERM, or SIGKILL
+          Stop one process (etcd, kube-apiserver, tessera, kube-scheduler, tessera-I,
+          kube-scheduler-I; SIGTERM, or SIGKILL
           with --kill) and start it again with the same command line, its log continued; does
           not wait for it to be ready.
   down    Stop every process of DIR (SIGTERM, SIGKILL after \$TESSERA_CONTROLPLANE_STOP_TIMEOUT
