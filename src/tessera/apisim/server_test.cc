@@ -427,6 +427,21 @@ TEST_F(ApisimTest, BookmarksAndWatchList) {
   ExpectStatus(cli_->Get("/api/v1/pods?watch=true&resourceVersionMatch=NotOlderThan"), 422,
                "Invalid");
   ExpectStatus(cli_->Get("/api/v1/pods?sendInitialEvents=true"), 422, "Invalid");
+  // In kube-apiserver v1.37.2's words (docs/apisim.md, "Checked against kube-apiserver").
+  auto r = cli_->Get("/api/v1/pods?watch=true&sendInitialEvents=true");
+  EXPECT_EQ(Json::parse(r->body)["details"]["causes"][0]["field"], "resourceVersionMatch");
+  EXPECT_EQ(Json::parse(r->body)["details"]["causes"][0]["message"],
+            "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
+  r = cli_->Get("/api/v1/pods?sendInitialEvents=true");
+  EXPECT_EQ(Json::parse(r->body)["details"]["causes"][0]["field"], "sendInitialEvents");
+  // A watch that ends within 2 s gets no bookmark (the last one is due 2 s before the end).
+  {
+    WatchReader w(server_->port(), "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" +
+                                       std::to_string(Rv()) +
+                                       "&allowWatchBookmarks=true&timeoutSeconds=1");
+    EXPECT_TRUE(w.WaitDone(4000));
+    EXPECT_EQ(w.RawLines().size(), 0u);
+  }
 }
 
 // §10.9: limit/continue from a consistent snapshot; 410 for an expired token.
@@ -947,6 +962,14 @@ TEST_F(ApisimTest, OnlyPodsHaveAGenerationAndNamesAreRefusedInTheServersWords) {
   }
   EXPECT_EQ(list["kind"], "ConfigMapList");
   EXPECT_EQ(GetJson("/api/v1/namespaces/default/configmaps/order")["data"]["k"], "v");
+
+  // A negative limit is no limit; one that is no number is refused as Go's parser words it.
+  list = GetJson("/api/v1/namespaces/default/configmaps?limit=-1");
+  EXPECT_EQ(list["items"].size(), 3u);
+  EXPECT_FALSE(list["metadata"].contains("continue"));
+  r = cli_->Get("/api/v1/namespaces/default/configmaps?limit=abc");
+  ExpectStatus(r, 400, "BadRequest");
+  EXPECT_EQ(Json::parse(r->body)["message"], "strconv.ParseInt: parsing \"abc\": invalid syntax");
 }
 
 // §10.18: fault injection.

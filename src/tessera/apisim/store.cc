@@ -1093,9 +1093,6 @@ absl::StatusOr<std::string> Store::List(const ResourceInfo& r, std::string_view 
                                 "\"0\"");
     }
   }
-  if (o.limit < 0) {
-    return ApiError(400, "BadRequest", "limit must be a non-negative integer");
-  }
   TESSERA_ASSIGN_OR_RETURN(auto selectors, ParseSelectors(r, o.label_selector, o.field_selector));
   const LabelSelector& lsel = selectors.first;
   const FieldSelector& fsel = selectors.second;
@@ -1104,7 +1101,7 @@ absl::StatusOr<std::string> Store::List(const ResourceInfo& r, std::string_view 
   StoreLock l(this);
   uint64_t at = rv_;
   std::string start;
-  int64_t limit = o.limit;
+  int64_t limit = std::max<int64_t>(o.limit, 0);  // kube-apiserver: a negative limit is none
   int64_t known_total = -1;
   int64_t offset = 0;
   if (!o.continue_token.empty()) {
@@ -1853,9 +1850,9 @@ absl::StatusOr<std::unique_ptr<WatchStream>> Store::Watch(const ResourceInfo& r,
                                                           const WatchOptions& o) {
   if (o.send_initial_events_set) {
     if (o.resource_version_match != "NotOlderThan") {
-      return ListOptionsInvalid("sendInitialEvents", "Forbidden",
-                                "sendInitialEvents is forbidden for watch unless "
-                                "resourceVersionMatch is set to NotOlderThan");
+      return ListOptionsInvalid("resourceVersionMatch", "Forbidden",
+                                "sendInitialEvents requires setting resourceVersionMatch to "
+                                "NotOlderThan");
     }
   } else if (!o.resource_version_match.empty()) {
     return ListOptionsInvalid("resourceVersionMatch", "Forbidden",
@@ -1881,6 +1878,11 @@ absl::StatusOr<std::unique_ptr<WatchStream>> Store::Watch(const ResourceInfo& r,
   }
   w->deadline_ = now + absl::Seconds(timeout);
   w->next_bookmark_ = std::min(now + options_.bookmark_interval, w->deadline_ - absl::Seconds(2));
+  if (w->next_bookmark_ <= now) {
+    // As kube-apiserver's watch cache: a watch that ends within 2 s gets no bookmark.
+    w->final_bookmark_sent_ = true;
+    w->next_bookmark_ = absl::InfiniteFuture();
+  }
   const bool legacy_initial =
       !o.send_initial_events_set && (o.resource_version.empty() || o.resource_version == "0");
   const bool initial = legacy_initial || o.send_initial_events;

@@ -9,8 +9,9 @@ The expected values below were taken from kube-apiserver v1.37.2 (test/controlpl
 apisim_conformance_test.sh runs this file against it), and apisim must give the same: error
 Status objects (404, 409 AlreadyExists and Conflict, 422 with causes, 400) field by field, the
 Status of a deletion, list metadata (resourceVersion, continue, remainingItemCount only without a
-selector, none on the last page), which kinds carry metadata.generation, and the watch framing
-(one JSON object per line, exactly "type" and "object"). Where only the wording of a message
+selector, none on the last page, a negative limit), ListOptions validation, which kinds carry
+metadata.generation, the watch framing (one JSON object per line, exactly "type" and "object"),
+a watch list's closing bookmark, and a selector watch's DELETED/ADDED on a label change. Where only the wording of a message
 differs (decoder errors), the code, reason and shape are compared and docs/apisim.md says so.
 Runs in a namespace of its own (wire-<pid>), which it removes from an existing server.
 """
@@ -197,6 +198,25 @@ def checks(s, ns, base):
           (["resourceVersion"], 3))
     check("list kind and apiVersion", (page.get("kind"), page.get("apiVersion")),
           ("ConfigMapList", "v1"))
+    _, neg = s.json("GET", base + "/configmaps?limit=-1", want=200)
+    check("a negative limit is no limit", (sorted(neg.get("metadata", {})),
+                                           len(neg.get("items", []))), (["resourceVersion"], 3))
+    _, got = s.json("GET", base + "/configmaps?limit=abc", want=400)
+    check("400 limit not a number", got,
+          status_object(400, "BadRequest", 'strconv.ParseInt: parsing "abc": invalid syntax'))
+    for query, field, msg in [
+            ("watch=true&sendInitialEvents=true", "resourceVersionMatch",
+             "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),
+            ("watch=true&resourceVersionMatch=NotOlderThan", "resourceVersionMatch",
+             "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents "
+             "is provided"),
+            ("sendInitialEvents=true", "sendInitialEvents",
+             "Forbidden: sendInitialEvents is forbidden for list")]:
+        _, got = s.json("GET", base + "/configmaps?" + query, want=422)
+        check("422 " + query, got, status_object(
+            422, "Invalid", 'ListOptions.meta.k8s.io "" is invalid: %s: %s' % (field, msg),
+            {"group": "meta.k8s.io", "kind": "ListOptions",
+             "causes": [{"reason": "FieldValueForbidden", "message": msg, "field": field}]}))
 
     # --- watch framing ---------------------------------------------------------------------
     rv = meta.get("resourceVersion")
@@ -214,6 +234,46 @@ def checks(s, ns, base):
     check("watch: the event", [(e["type"], e["object"].get("kind"), e["object"].get("apiVersion"),
                                 e["object"]["metadata"]["name"]) for e in events],
           [("ADDED", "Pod", "v1", "y")])
+
+    # A watch list: ADDED for each object, then the BOOKMARK that ends the initial events (and
+    # no other bookmark: the watch ends within 2 s).
+    _, now_list = s.json("GET", base + "/configmaps", want=200)
+    now_rv = now_list.get("metadata", {}).get("resourceVersion")
+    _, _, text = s.request("GET", base + "/configmaps?watch=true&sendInitialEvents=true&"
+                           "resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&"
+                           "timeoutSeconds=1")
+    events = [json.loads(l) for l in text.split("\n") if l.strip()]
+    check("watch list: events", [(e["type"], e["object"]["metadata"].get("name")) for e in events],
+          [("ADDED", "l1"), ("ADDED", "l2"), ("ADDED", "l3"), ("BOOKMARK", None)])
+    if events:
+        bookmark = events[-1]["object"]
+        rv_end = bookmark.get("metadata", {}).get("resourceVersion")
+        check("watch list: the bookmark", bookmark, {
+            "kind": "ConfigMap", "apiVersion": "v1",
+            "metadata": {"resourceVersion": rv_end,
+                         "annotations": {"k8s.io/initial-events-end": "true"}}})
+        check("watch list: the bookmark is at least the list's revision",
+              int(rv_end or 0) >= int(now_rv or 0), True)
+
+    # A label-selector watch: an object that stops matching is DELETED (its last matching
+    # state, stamped with the revision of the change), one that starts matching ADDED.
+    s.json("POST", base + "/configmaps", {"metadata": {"name": "sel", "labels": {"app": "a"}}},
+           want=201)
+    _, lst = s.json("GET", base + "/configmaps?labelSelector=app%3Da", want=200)
+    sel_rv = lst.get("metadata", {}).get("resourceVersion")
+    merge = "application/merge-patch+json"
+    _, off = s.json("PATCH", base + "/configmaps/sel", {"metadata": {"labels": {"app": "b"}}},
+                    ctype=merge, want=200)
+    _, on = s.json("PATCH", base + "/configmaps/sel", {"metadata": {"labels": {"app": "a"}}},
+                   ctype=merge, want=200)
+    _, _, text = s.request("GET", base + "/configmaps?watch=true&labelSelector=app%%3Da&"
+                           "timeoutSeconds=1&resourceVersion=%s" % sel_rv)
+    events = [json.loads(l) for l in text.split("\n") if l.strip()]
+    check("selector watch: events", [(e["type"], e["object"]["metadata"].get("labels"),
+                                      e["object"]["metadata"].get("resourceVersion"))
+                                     for e in events],
+          [("DELETED", {"app": "a"}, off.get("metadata", {}).get("resourceVersion")),
+           ("ADDED", {"app": "a"}, on.get("metadata", {}).get("resourceVersion"))])
 
 
 def main():
