@@ -584,6 +584,10 @@ bool ParseRv(const std::string& s, uint64_t* out) { return absl::SimpleAtoi(s, o
 
 // The token also carries the snapshot's item count and how many were returned before, so
 // that remainingItemCount costs nothing on later pages (total < 0: unknown, with selectors).
+// A continue token whose revision is this one continues at the latest revision (kube-apiserver
+// writes -1); revisions start at 1.
+constexpr uint64_t kLatestRevisionToken = 0;
+
 std::string EncodeContinue(uint64_t rv, const std::string& start, int64_t total, int64_t offset) {
   Json t = Json::object();
   t["v"] = "meta.k8s.io/v1";
@@ -743,6 +747,9 @@ absl::Status ApiError(int code, std::string_view reason, std::string_view messag
   if (details.retry_after_seconds > 0) {
     p["details"]["retryAfterSeconds"] = details.retry_after_seconds;
   }
+  if (!details.list_continue.empty()) {
+    p["metadata"]["continue"] = details.list_continue;
+  }
   s.SetPayload(kApiPayload, absl::Cord(p.dump()));
   return s;
 }
@@ -792,6 +799,9 @@ std::string ToStatusJson(const absl::Status& status) {
   o["status"] = status.ok() ? "Success" : "Failure";
   o["message"] = std::string(status.message());
   Json p = PayloadOf(status);
+  if (p.is_object() && p.contains("metadata")) {
+    o["metadata"] = p["metadata"];
+  }
   o["reason"] = ReasonOf(status);
   if (p.is_object() && p.contains("details")) {
     o["details"] = p["details"];
@@ -1113,15 +1123,23 @@ absl::StatusOr<std::string> Store::List(const ResourceInfo& r, std::string_view 
       return ApiError(400, "BadRequest",
                       "invalid continue token: continue key is not valid: malformed token");
     }
+    if (at == kLatestRevisionToken) {
+      at = rv_;  // the successor of an expired token: the rest at the latest revision
+    }
     if (at < oldest_rv_ || at > rv_) {
       expired_answers_.fetch_add(1);
+      // As kube-apiserver: the Status carries a token that lists the rest of the items at the
+      // latest revision, which the message offers.
+      ApiErrorDetails d;
+      d.list_continue = EncodeContinue(kLatestRevisionToken, start, -1, 0);
       return ApiError(410, "Expired",
                       "The provided continue parameter is too old to display a consistent list "
                       "result. You can start a new list without the continue parameter, or use "
                       "the continue token in this response to retrieve the remainder of the "
                       "results. Continuing with the provided token results in an inconsistent "
                       "list - objects that were created, modified, or deleted between the time "
-                      "the first chunk was returned and now may show up in the list.");
+                      "the first chunk was returned and now may show up in the list.",
+                      d);
     }
   } else if (o.resource_version == "0") {
     limit = 0;  // the watch cache ignores limit for resourceVersion=0

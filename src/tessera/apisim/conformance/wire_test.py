@@ -2,8 +2,10 @@
 """Response bodies as a client sees them, compared with what kube-apiserver v1.37.2 sends.
 
     /usr/bin/python3 wire_test.py TESSERA_BINARY      `tessera apisim` (http), started here
-    /usr/bin/python3 wire_test.py --kubeconfig FILE   an existing server, e.g. the real
-                                                      kube-apiserver of tools/controlplane.sh
+    /usr/bin/python3 wire_test.py --kubeconfig FILE [--etcd URL]
+        an existing server, e.g. the real kube-apiserver of tools/controlplane.sh; with its
+        etcd's client URL, the 410 checks compact etcd at its current revision (apisim:
+        /simulator/v1/compact)
 
 The expected values below were taken from kube-apiserver v1.37.2 (test/controlplane/
 apisim_conformance_test.sh runs this file against it), and apisim must give the same: error
@@ -11,7 +13,9 @@ Status objects (404, 409 AlreadyExists and Conflict, 422 with causes, 400) field
 Status of a deletion, list metadata (resourceVersion, continue, remainingItemCount only without a
 selector, none on the last page, a negative limit), ListOptions validation, which kinds carry
 metadata.generation, the watch framing (one JSON object per line, exactly "type" and "object"),
-a watch list's closing bookmark, and a selector watch's DELETED/ADDED on a label change. Where only the wording of a message
+a watch list's closing bookmark, a selector watch's DELETED/ADDED on a label change, and 410
+Expired for an exact list at a compacted revision and for a continue token from before it (whose
+Status offers a token for the rest at the latest revision). Where only the wording of a message
 differs (decoder errors), the code, reason and shape are compared and docs/apisim.md says so.
 Runs in a namespace of its own (wire-<pid>), which it removes from an existing server.
 """
@@ -24,7 +28,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.parse
+
+import urllib3
 
 from kubernetes import client, config
 
@@ -65,6 +72,17 @@ class Server:
             return status, {}
 
 
+def etcd_compact(url):
+    """Compacts etcd (its JSON gateway) at its current revision: every earlier one is gone."""
+    pool = urllib3.PoolManager()
+    head = json.loads(pool.request("POST", url + "/v3/kv/range", body=json.dumps({"key": "AA=="}),
+                                   timeout=10).data)["header"]
+    r = pool.request("POST", url + "/v3/kv/compaction",
+                     body=json.dumps({"revision": head["revision"], "physical": True}), timeout=30)
+    if r.status != 200:
+        sys.exit("FAIL: etcd compaction: HTTP %d %s" % (r.status, r.data[:200]))
+
+
 def status_object(code, reason, message, details=None):
     s = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
          "message": message, "reason": reason, "code": code}
@@ -84,7 +102,7 @@ def pod(name):
             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
 
 
-def run(s, existing):
+def run(s, existing, compact=None):
     ns = "wire-%d" % os.getpid()
     base = "/api/v1/namespaces/" + ns
     s.json("POST", "/api/v1/namespaces",
@@ -93,6 +111,10 @@ def run(s, existing):
         s.json("POST", base + "/serviceaccounts", {"metadata": {"name": "default"}}, want=201)
     try:
         checks(s, ns, base)
+        if compact is not None:
+            expiry(s, base, compact)
+        else:
+            print("SKIPPED: 410 for compacted revisions (no --etcd URL to compact with)")
     finally:
         if existing:
             for name in ("x", "y"):
@@ -276,11 +298,57 @@ def checks(s, ns, base):
            ("ADDED", {"app": "a"}, on.get("metadata", {}).get("resourceVersion"))])
 
 
+def expiry(s, base, compact):
+    """410 Expired for a list at a compacted revision and for a continue token from before the
+    compaction; the latter's Status offers a token for the rest at the latest revision."""
+    _, first = s.json("GET", base + "/configmaps?limit=2", want=200)
+    meta = first.get("metadata", {})
+    old_rv, token = meta.get("resourceVersion"), meta.get("continue", "")
+    check("expiry: the first page", [i["metadata"]["name"] for i in first.get("items", [])],
+          ["l1", "l2"])
+    _, m1 = s.json("POST", base + "/configmaps", {"metadata": {"name": "m1"}}, want=201)
+    compact()
+    exact = base + "/configmaps?resourceVersionMatch=Exact&resourceVersion=%s" % old_rv
+    deadline = time.time() + 30
+    status, got = s.json("GET", exact)
+    while status != 410 and time.time() < deadline:  # the watch cache learns of a compaction
+        time.sleep(0.5)
+        status, got = s.json("GET", exact)
+    check("410 list at a compacted revision", got, {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "The resourceVersion for the provided list is too old.", "reason": "Expired",
+        "code": 410})
+    _, got = s.json("GET", base + "/configmaps?limit=2&continue=" +
+                    urllib.parse.quote(token, safe=""), want=410)
+    rest = got.get("metadata", {}).get("continue", "")
+    got.get("metadata", {}).pop("continue", None)
+    check("410 continue token from before a compaction", got, status_object(
+        410, "Expired", "The provided continue parameter is too old to display a consistent "
+        "list result. You can start a new list without the continue parameter, or use the "
+        "continue token in this response to retrieve the remainder of the results. Continuing "
+        "with the provided token results in an inconsistent list - objects that were created, "
+        "modified, or deleted between the time the first chunk was returned and now may show "
+        "up in the list."))
+    check("the 410 offers a continue token", bool(rest), True)
+    _, page = s.json("GET", base + "/configmaps?limit=10&continue=" +
+                     urllib.parse.quote(rest, safe=""), want=200)
+    check("its token lists the rest at the latest revision",
+          ([i["metadata"]["name"] for i in page.get("items", [])],
+           int(page.get("metadata", {}).get("resourceVersion", 0)) >=
+           int(m1.get("metadata", {}).get("resourceVersion", 1))),
+          (["l3", "m1", "sel"], True))
+
+
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--kubeconfig":
+    if len(sys.argv) in (3, 5) and sys.argv[1] == "--kubeconfig":
         signal.signal(signal.SIGALRM, lambda *_: sys.exit("FAIL: not done within 120 s"))
         signal.alarm(120)
-        run(Server(sys.argv[2]), existing=True)
+        compact = None
+        if len(sys.argv) == 5 and sys.argv[3] == "--etcd":
+            compact = lambda: etcd_compact(sys.argv[4])  # noqa: E731
+        elif len(sys.argv) == 5:
+            sys.exit("usage: wire_test.py --kubeconfig FILE [--etcd URL]")
+        run(Server(sys.argv[2]), existing=True, compact=compact)
         name = "existing server"
     elif len(sys.argv) == 2:
         tmp = tempfile.mkdtemp()
@@ -294,7 +362,9 @@ def main():
             first = proc.stdout.readline().strip()
             if not re.fullmatch(r"listening on http://127\.0\.0\.1:\d+", first):
                 sys.exit("FAIL: first line %r" % first)
-            run(Server(kc), existing=False)
+            server = Server(kc)
+            run(server, existing=False,
+                compact=lambda: server.json("POST", "/simulator/v1/compact", want=200))
         finally:
             watchdog.cancel()
             proc.send_signal(signal.SIGTERM)
