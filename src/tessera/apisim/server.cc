@@ -697,13 +697,22 @@ class Server::Impl {
       o.resource_version_match = req.Param("resourceVersionMatch");
       o.continue_token = req.Param("continue");
       if (req.HasParam("sendInitialEvents")) {
+        ApiErrorDetails d;
+        d.group = "meta.k8s.io";
+        d.kind = "ListOptions";
+        d.cause_reason = "FieldValueForbidden";
+        d.cause_field = "sendInitialEvents";
+        d.cause_message = "Forbidden: sendInitialEvents is forbidden for list";
         SendError(res, ApiError(422, "Invalid",
                                 "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: "
-                                "Forbidden: sendInitialEvents is forbidden for list"));
+                                "Forbidden: sendInitialEvents is forbidden for list",
+                                d));
         return;
       }
       if (req.HasParam("limit") && !absl::SimpleAtoi(req.Param("limit"), &o.limit)) {
-        SendError(res, ApiError(400, "BadRequest", "limit must be an integer"));
+        SendError(res, ApiError(400, "BadRequest",
+                                fmt::format("strconv.ParseInt: parsing \"{}\": invalid syntax",
+                                            req.Param("limit"))));
         return;
       }
       Reply(res, 200, store_.List(r, t.ns, o));

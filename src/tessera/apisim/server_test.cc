@@ -239,13 +239,14 @@ TEST_F(ApisimTest, WatchResumeFramingAndExpiry) {
   {
     WatchReader w(server_->port(), "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" +
                                        std::to_string(rv) + "&timeoutSeconds=1");
-    auto lines = w.WaitLines(2);
-    ASSERT_EQ(lines.size(), 2u);
+    auto lines = w.WaitLines(3);
+    ASSERT_EQ(lines.size(), 3u);
     EXPECT_EQ(lines[0]["type"], "ADDED");
     EXPECT_EQ(lines[0]["object"]["metadata"]["name"], "b");
     EXPECT_EQ(lines[0]["object"]["kind"], "Pod");
-    EXPECT_EQ(lines[1]["type"], "DELETED");
-    EXPECT_EQ(lines[1]["object"]["metadata"]["resourceVersion"], std::to_string(Rv()));
+    EXPECT_EQ(lines[1]["type"], "MODIFIED");  // deletionTimestamp, then
+    EXPECT_EQ(lines[2]["type"], "DELETED");
+    EXPECT_EQ(lines[2]["object"]["metadata"]["resourceVersion"], std::to_string(Rv()));
     EXPECT_TRUE(w.WaitDone(3000));  // timeoutSeconds=1 ends the body cleanly
     EXPECT_TRUE(w.clean());
     EXPECT_TRUE(w.chunked());
@@ -426,6 +427,21 @@ TEST_F(ApisimTest, BookmarksAndWatchList) {
   ExpectStatus(cli_->Get("/api/v1/pods?watch=true&resourceVersionMatch=NotOlderThan"), 422,
                "Invalid");
   ExpectStatus(cli_->Get("/api/v1/pods?sendInitialEvents=true"), 422, "Invalid");
+  // In kube-apiserver v1.37.2's words (docs/apisim.md, "Checked against kube-apiserver").
+  auto r = cli_->Get("/api/v1/pods?watch=true&sendInitialEvents=true");
+  EXPECT_EQ(Json::parse(r->body)["details"]["causes"][0]["field"], "resourceVersionMatch");
+  EXPECT_EQ(Json::parse(r->body)["details"]["causes"][0]["message"],
+            "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
+  r = cli_->Get("/api/v1/pods?sendInitialEvents=true");
+  EXPECT_EQ(Json::parse(r->body)["details"]["causes"][0]["field"], "sendInitialEvents");
+  // A watch that ends within 2 s gets no bookmark (the last one is due 2 s before the end).
+  {
+    WatchReader w(server_->port(), "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" +
+                                       std::to_string(Rv()) +
+                                       "&allowWatchBookmarks=true&timeoutSeconds=1");
+    EXPECT_TRUE(w.WaitDone(4000));
+    EXPECT_EQ(w.RawLines().size(), 0u);
+  }
 }
 
 // §10.9: limit/continue from a consistent snapshot; 410 for an expired token.
@@ -463,8 +479,17 @@ TEST_F(ApisimTest, PagedListIsConsistentSnapshot) {
       400, "BadRequest");
   CreatePod("late");                  // the token's revision is now history ...
   Post("/simulator/v1/compact", "");  // ... and compacted away
-  ExpectStatus(cli_->Get(("/api/v1/namespaces/default/pods?limit=2&continue=" + token).c_str()),
-               410, "Expired");
+  auto expired = cli_->Get(("/api/v1/namespaces/default/pods?limit=2&continue=" + token).c_str());
+  ExpectStatus(expired, 410, "Expired");
+  // The Status offers a token for the rest at the latest revision, as kube-apiserver's does.
+  const std::string rest = Json::parse(expired->body)["metadata"].value("continue", "");
+  ASSERT_FALSE(rest.empty()) << expired->body;
+  page = GetJson("/api/v1/namespaces/default/pods?limit=2&continue=" + rest);
+  EXPECT_EQ(page["metadata"]["resourceVersion"], std::to_string(Rv()));
+  ASSERT_EQ(page["items"].size(), 2u);
+  EXPECT_EQ(page["items"][0]["metadata"]["name"], "p2");  // after the first page's p0, p1
+  EXPECT_EQ(page["items"][1]["metadata"]["name"], "p4");  // p3 is gone; p9 follows ("late"
+  EXPECT_EQ(page["metadata"]["remainingItemCount"], 1);   // sorts before the start)
   // Exact list at a compacted revision: 410; from the future: 504 with Retry-After.
   ExpectStatus(
       cli_->Get(("/api/v1/pods?resourceVersion=" + snap + "&resourceVersionMatch=Exact").c_str()),
@@ -687,9 +712,26 @@ TEST_F(ApisimTest, AFinalizerRemovedAfterTheGraceEndedDeletesThePod) {
 
 TEST_F(ApisimTest, GracefulDeletion) {
   CreatePod("unbound");
+  // kube-apiserver v1.37.2 deletes even a pod that goes at once in two writes: MODIFIED with
+  // deletionTimestamp, deletionGracePeriodSeconds 0 and generation + 1, then DELETED; the
+  // answer is the object as deleted (docs/apisim.md, "Checked against kube-apiserver").
+  WatchReader u(server_->port(), "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" +
+                                     std::to_string(Rv()) +
+                                     "&fieldSelector=metadata.name%3Dunbound");
   auto r = cli_->Delete("/api/v1/namespaces/default/pods/unbound");
   ASSERT_EQ(r->status, 200);
   GetJson("/api/v1/namespaces/default/pods/unbound", 404);  // no node: deleted at once
+  auto ulines = u.WaitLines(2, 4000);
+  ASSERT_EQ(ulines.size(), 2u);
+  EXPECT_EQ(ulines[0]["type"], "MODIFIED");
+  EXPECT_EQ(ulines[0]["object"]["metadata"]["deletionGracePeriodSeconds"], 0);
+  EXPECT_TRUE(ulines[0]["object"]["metadata"].contains("deletionTimestamp"));
+  EXPECT_EQ(ulines[0]["object"]["metadata"]["generation"], 2);
+  EXPECT_EQ(ulines[1]["type"], "DELETED");
+  Json answer = Json::parse(r->body);
+  EXPECT_EQ(answer["metadata"]["resourceVersion"],
+            ulines[1]["object"]["metadata"]["resourceVersion"]);
+  EXPECT_EQ(answer["metadata"]["deletionGracePeriodSeconds"], 0);
 
   Json b = CreatePod("bound", "n1");
   ExpectStatus(cli_->Delete("/api/v1/namespaces/default/pods/bound",
@@ -703,11 +745,16 @@ TEST_F(ApisimTest, GracefulDeletion) {
   Json d = Json::parse(r->body);
   EXPECT_TRUE(d["metadata"].contains("deletionTimestamp"));
   EXPECT_EQ(d["metadata"]["deletionGracePeriodSeconds"], 1);
+  EXPECT_EQ(d["metadata"]["generation"], 2);
   GetJson("/api/v1/namespaces/default/pods/bound", 200);  // still there during the grace
-  auto lines = w.WaitLines(2, 4000);
-  ASSERT_EQ(lines.size(), 2u);
+  // The built-in kubelet ends it as a kubelet does: DELETE with grace 0 (MODIFIED), DELETED.
+  auto lines = w.WaitLines(3, 4000);
+  ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0]["type"], "MODIFIED");
-  EXPECT_EQ(lines[1]["type"], "DELETED");
+  EXPECT_EQ(lines[1]["type"], "MODIFIED");
+  EXPECT_EQ(lines[1]["object"]["metadata"]["deletionGracePeriodSeconds"], 0);
+  EXPECT_EQ(lines[1]["object"]["metadata"]["generation"], 2);  // + 1 only the first time
+  EXPECT_EQ(lines[2]["type"], "DELETED");
   GetJson("/api/v1/namespaces/default/pods/bound", 404);
 
   // DeleteOptions as query parameters, as kube-apiserver accepts them (simulate finding 5).
@@ -864,6 +911,76 @@ TEST_F(ApisimTest, LeasesEventsAndOthers) {
   EXPECT_EQ(Json::parse(del->body)["status"], "Success");
 }
 
+// Found by running the conformance tests and a few requests against kube-apiserver v1.37.2
+// (docs/apisim.md, "Checked against kube-apiserver"): of the kinds served here only pods get a
+// metadata.generation; the others keep the one the client sent, and an update cannot change it.
+// An invalid name is refused with the API server's words, example and regular expression.
+TEST_F(ApisimTest, OnlyPodsHaveAGenerationAndNamesAreRefusedInTheServersWords) {
+  auto r = Post("/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"plain"}})");
+  ASSERT_EQ(r->status, 201) << r->body;
+  EXPECT_FALSE(Json::parse(r->body)["metadata"].contains("generation")) << r->body;
+  r = Post("/api/v1/nodes", R"({"metadata":{"name":"n-gen"}})");
+  ASSERT_EQ(r->status, 201) << r->body;
+  EXPECT_FALSE(Json::parse(r->body)["metadata"].contains("generation")) << r->body;
+  r = Post("/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"g","generation":5}})");
+  ASSERT_EQ(r->status, 201) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["metadata"]["generation"], 5);
+  r = cli_->Put("/api/v1/namespaces/default/configmaps/g",
+                R"({"metadata":{"name":"g","generation":7},"data":{"a":"b"}})", "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["metadata"]["generation"], 5);
+  EXPECT_EQ(CreatePod("p")["metadata"]["generation"], 1);
+
+  r = Post("/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"Bad_Name"}})");
+  ExpectStatus(r, 422, "Invalid");
+  EXPECT_EQ(Json::parse(r->body)["message"],
+            "ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a "
+            "lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+            "'-' or '.', and must start and end with an alphanumeric character (e.g. "
+            "'example.com', regex used for validation is "
+            "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
+  r = Post("/api/v1/namespaces", R"({"metadata":{"name":"Bad_NS"}})");
+  ExpectStatus(r, 422, "Invalid");
+  EXPECT_EQ(Json::parse(r->body)["message"],
+            "Namespace \"Bad_NS\" is invalid: metadata.name: Invalid value: \"Bad_NS\": a "
+            "lowercase RFC 1123 label must consist of lower case alphanumeric characters or "
+            "'-', and must start and end with an alphanumeric character (e.g. 'my-name',  or "
+            "'123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')");
+  ExpectStatus(cli_->Get("/api/v1/namespaces/default/pods?limit=1&continue=garbage"), 400,
+               "BadRequest");
+  // A resource of a group is named with its group.
+  r = cli_->Get("/apis/coordination.k8s.io/v1/namespaces/default/leases/nope");
+  ExpectStatus(r, 404, "NotFound");
+  EXPECT_EQ(Json::parse(r->body)["message"], "leases.coordination.k8s.io \"nope\" not found");
+
+  // A List's items carry no kind and apiVersion; an object on its own starts with them, in
+  // that order, whatever order the client wrote them in.
+  r = Post(
+      "/api/v1/namespaces/default/configmaps",
+      R"({"data":{"k":"v"},"metadata":{"name":"order"},"apiVersion":"v1","kind":"ConfigMap"})");
+  ASSERT_EQ(r->status, 201) << r->body;
+  EXPECT_EQ(
+      r->body.rfind(R"({"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"order",)", 0), 0u)
+      << r->body;
+  Json list = GetJson("/api/v1/namespaces/default/configmaps");
+  ASSERT_EQ(list["items"].size(), 3u);
+  for (const Json& item : list["items"]) {
+    EXPECT_FALSE(item.contains("kind")) << item.dump();
+    EXPECT_FALSE(item.contains("apiVersion")) << item.dump();
+    EXPECT_TRUE(item["metadata"].contains("name")) << item.dump();
+  }
+  EXPECT_EQ(list["kind"], "ConfigMapList");
+  EXPECT_EQ(GetJson("/api/v1/namespaces/default/configmaps/order")["data"]["k"], "v");
+
+  // A negative limit is no limit; one that is no number is refused as Go's parser words it.
+  list = GetJson("/api/v1/namespaces/default/configmaps?limit=-1");
+  EXPECT_EQ(list["items"].size(), 3u);
+  EXPECT_FALSE(list["metadata"].contains("continue"));
+  r = cli_->Get("/api/v1/namespaces/default/configmaps?limit=abc");
+  ExpectStatus(r, 400, "BadRequest");
+  EXPECT_EQ(Json::parse(r->body)["message"], "strconv.ParseInt: parsing \"abc\": invalid syntax");
+}
+
 // §10.18: fault injection.
 TEST_F(ApisimTest, DroppedDeleteIsGoneForGood) {
   CreatePod("a");
@@ -876,18 +993,24 @@ TEST_F(ApisimTest, DroppedDeleteIsGoneForGood) {
   ASSERT_EQ(f->status, 200) << f->body;
   WatchReader w(server_->port(),
                 "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" + rv);
-  cli_->Delete("/api/v1/namespaces/default/pods/a");  // dropped
+  cli_->Delete("/api/v1/namespaces/default/pods/a");  // DELETED dropped
   cli_->Delete("/api/v1/namespaces/default/pods/b");  // delivered (count exhausted)
-  auto lines = w.WaitLines(1);
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(lines[0]["object"]["metadata"]["name"], "b");
+  // Each deletion is MODIFIED (deletionTimestamp) then DELETED; only a's DELETED is lost.
+  auto lines = w.WaitLines(3);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["type"], "MODIFIED");
+  EXPECT_EQ(lines[0]["object"]["metadata"]["name"], "a");
+  EXPECT_EQ(lines[1]["type"], "MODIFIED");
+  EXPECT_EQ(lines[1]["object"]["metadata"]["name"], "b");
+  EXPECT_EQ(lines[2]["type"], "DELETED");
+  EXPECT_EQ(lines[2]["object"]["metadata"]["name"], "b");
   // Also lost for a watch that resumes from before the deletion.
   WatchReader resume(server_->port(),
                      "/api/v1/namespaces/default/pods?watch=true&"
                      "timeoutSeconds=1&resourceVersion=" +
                          rv);
   EXPECT_TRUE(resume.WaitDone(4000));
-  ASSERT_EQ(resume.RawLines().size(), 1u);
+  ASSERT_EQ(resume.RawLines().size(), 3u);
   // Only a relist discovers it.
   EXPECT_EQ(GetJson("/api/v1/pods")["items"].size(), 0u);
   Json stats = GetJson("/simulator/v1/stats");

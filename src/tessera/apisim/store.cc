@@ -71,6 +71,12 @@ absl::Status TypeError(const Json& got, std::string_view want, std::string_view 
                               JsonTypeName(got), field, want));
 }
 
+// A resource or kind as kube-apiserver names it in messages: "pods", "leases.coordination.k8s.io",
+// "Lease.coordination.k8s.io".
+std::string Qualified(std::string_view name, std::string_view group) {
+  return group.empty() ? std::string(name) : fmt::format("{}.{}", name, group);
+}
+
 absl::Status Invalid(const ResourceInfo& r, std::string_view name, std::string_view field,
                      std::string_view what, std::string_view detail) {
   ApiErrorDetails d;
@@ -80,9 +86,10 @@ absl::Status Invalid(const ResourceInfo& r, std::string_view name, std::string_v
   d.cause_reason = what == "Required value" ? "FieldValueRequired" : "FieldValueInvalid";
   d.cause_field = std::string(field);
   d.cause_message = fmt::format("{}: {}", what, detail);
-  return ApiError(
-      422, "Invalid",
-      fmt::format("{} \"{}\" is invalid: {}: {}: {}", r.kind, name, field, what, detail), d);
+  return ApiError(422, "Invalid",
+                  fmt::format("{} \"{}\" is invalid: {}: {}: {}", Qualified(r.kind, r.group), name,
+                              field, what, detail),
+                  d);
 }
 
 absl::Status NotFound(const ResourceInfo& r, std::string_view name) {
@@ -90,7 +97,8 @@ absl::Status NotFound(const ResourceInfo& r, std::string_view name) {
   d.name = std::string(name);
   d.group = r.group;
   d.kind = r.name;
-  return ApiError(404, "NotFound", fmt::format("{} \"{}\" not found", r.name, name), d);
+  return ApiError(404, "NotFound",
+                  fmt::format("{} \"{}\" not found", Qualified(r.name, r.group), name), d);
 }
 
 absl::Status Conflict(const ResourceInfo& r, std::string_view name, std::string_view why) {
@@ -99,7 +107,8 @@ absl::Status Conflict(const ResourceInfo& r, std::string_view name, std::string_
   d.group = r.group;
   d.kind = r.name;
   return ApiError(409, "Conflict",
-                  fmt::format("Operation cannot be fulfilled on {} \"{}\": {}", r.name, name, why),
+                  fmt::format("Operation cannot be fulfilled on {} \"{}\": {}",
+                              Qualified(r.name, r.group), name, why),
                   d);
 }
 
@@ -336,6 +345,24 @@ absl::Status CheckOptionalType(const Json& parent, const char* field, Json::valu
   return absl::OkStatus();
 }
 
+// An object as a list item: without kind and apiVersion, which kube-apiserver leaves out of the
+// items of a List (the List's own kind says what they are).
+std::string ItemPrefix(const ResourceInfo& r) {
+  return fmt::format(R"({{"kind":"{}","apiVersion":"{}",)", r.kind, r.api_version());
+}
+void AppendItemJson(const std::string& prefix, const StoredObject& obj, std::string* out) {
+  if (obj.json.compare(0, prefix.size(), prefix) == 0) {
+    *out += '{';
+    out->append(obj.json, prefix.size(), std::string::npos);
+    return;
+  }
+  // Stored in another order (a state file from before 2026-12-05, or a patch that moved them).
+  Json doc = Json::parse(obj.json);
+  doc.erase("kind");
+  doc.erase("apiVersion");
+  *out += doc.dump();
+}
+
 // Shape checks shared by create and update: kind/apiVersion, metadata types (400) and the
 // resource's own required fields (422).
 absl::Status ValidateDocument(const ResourceInfo& r, Json& doc) {
@@ -357,8 +384,18 @@ absl::Status ValidateDocument(const ResourceInfo& r, Json& doc) {
                                   doc["apiVersion"].dump(), r.api_version()));
     }
   }
-  doc["kind"] = r.kind;
-  doc["apiVersion"] = r.api_version();
+  // kind, apiVersion and metadata first, as kube-apiserver writes them; List drops exactly the
+  // kind and apiVersion prefix from each item (AppendItemJson).
+  Json ordered = Json::object();
+  ordered["kind"] = r.kind;
+  ordered["apiVersion"] = r.api_version();
+  ordered["metadata"] = doc.contains("metadata") ? std::move(doc["metadata"]) : Json();
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (it.key() != "kind" && it.key() != "apiVersion" && it.key() != "metadata") {
+      ordered[it.key()] = std::move(it.value());
+    }
+  }
+  doc = std::move(ordered);
   if (!doc.contains("metadata") || doc["metadata"].is_null()) {
     doc["metadata"] = Json::object();
   }
@@ -547,6 +584,10 @@ bool ParseRv(const std::string& s, uint64_t* out) { return absl::SimpleAtoi(s, o
 
 // The token also carries the snapshot's item count and how many were returned before, so
 // that remainingItemCount costs nothing on later pages (total < 0: unknown, with selectors).
+// A continue token whose revision is this one continues at the latest revision (kube-apiserver
+// writes -1); revisions start at 1.
+constexpr uint64_t kLatestRevisionToken = 0;
+
 std::string EncodeContinue(uint64_t rv, const std::string& start, int64_t total, int64_t offset) {
   Json t = Json::object();
   t["v"] = "meta.k8s.io/v1";
@@ -706,6 +747,9 @@ absl::Status ApiError(int code, std::string_view reason, std::string_view messag
   if (details.retry_after_seconds > 0) {
     p["details"]["retryAfterSeconds"] = details.retry_after_seconds;
   }
+  if (!details.list_continue.empty()) {
+    p["metadata"]["continue"] = details.list_continue;
+  }
   s.SetPayload(kApiPayload, absl::Cord(p.dump()));
   return s;
 }
@@ -755,6 +799,9 @@ std::string ToStatusJson(const absl::Status& status) {
   o["status"] = status.ok() ? "Success" : "Failure";
   o["message"] = std::string(status.message());
   Json p = PayloadOf(status);
+  if (p.is_object() && p.contains("metadata")) {
+    o["metadata"] = p["metadata"];
+  }
   o["reason"] = ReasonOf(status);
   if (p.is_object() && p.contains("details")) {
     o["details"] = p["details"];
@@ -1056,9 +1103,6 @@ absl::StatusOr<std::string> Store::List(const ResourceInfo& r, std::string_view 
                                 "\"0\"");
     }
   }
-  if (o.limit < 0) {
-    return ApiError(400, "BadRequest", "limit must be a non-negative integer");
-  }
   TESSERA_ASSIGN_OR_RETURN(auto selectors, ParseSelectors(r, o.label_selector, o.field_selector));
   const LabelSelector& lsel = selectors.first;
   const FieldSelector& fsel = selectors.second;
@@ -1067,7 +1111,7 @@ absl::StatusOr<std::string> Store::List(const ResourceInfo& r, std::string_view 
   StoreLock l(this);
   uint64_t at = rv_;
   std::string start;
-  int64_t limit = o.limit;
+  int64_t limit = std::max<int64_t>(o.limit, 0);  // kube-apiserver: a negative limit is none
   int64_t known_total = -1;
   int64_t offset = 0;
   if (!o.continue_token.empty()) {
@@ -1076,17 +1120,26 @@ absl::StatusOr<std::string> Store::List(const ResourceInfo& r, std::string_view 
                       "specifying resource version is not allowed when using continue");
     }
     if (!DecodeContinue(o.continue_token, &at, &start, &known_total, &offset)) {
-      return ApiError(400, "BadRequest", "continue key is not valid: malformed token");
+      return ApiError(400, "BadRequest",
+                      "invalid continue token: continue key is not valid: malformed token");
+    }
+    if (at == kLatestRevisionToken) {
+      at = rv_;  // the successor of an expired token: the rest at the latest revision
     }
     if (at < oldest_rv_ || at > rv_) {
       expired_answers_.fetch_add(1);
+      // As kube-apiserver: the Status carries a token that lists the rest of the items at the
+      // latest revision, which the message offers.
+      ApiErrorDetails d;
+      d.list_continue = EncodeContinue(kLatestRevisionToken, start, -1, 0);
       return ApiError(410, "Expired",
                       "The provided continue parameter is too old to display a consistent list "
                       "result. You can start a new list without the continue parameter, or use "
                       "the continue token in this response to retrieve the remainder of the "
                       "results. Continuing with the provided token results in an inconsistent "
                       "list - objects that were created, modified, or deleted between the time "
-                      "the first chunk was returned and now may show up in the list.");
+                      "the first chunk was returned and now may show up in the list.",
+                      d);
     }
   } else if (o.resource_version == "0") {
     limit = 0;  // the watch cache ignores limit for resourceVersion=0
@@ -1120,6 +1173,7 @@ absl::StatusOr<std::string> Store::List(const ResourceInfo& r, std::string_view 
   const bool no_selector = lsel.empty() && fsel.empty();
   // Count the rest of the snapshot only when the token does not already know the total.
   const bool count_rest = no_selector && known_total < 0;
+  const std::string item_prefix = ItemPrefix(r);
   ForEachAt(idx, ns, at, start, [&](const ObjectPtr& obj) {
     if (!Matches(*obj, lsel, fsel)) {
       return true;
@@ -1134,7 +1188,7 @@ absl::StatusOr<std::string> Store::List(const ResourceInfo& r, std::string_view 
     if (n > 0) {
       items += ',';
     }
-    items += obj->json;
+    AppendItemJson(item_prefix, *obj, &items);
     ++n;
     return true;
   });
@@ -1188,10 +1242,17 @@ absl::StatusOr<std::string> Store::Create(const ResourceInfo& r, std::string_vie
   }
   const bool name_ok = r.name == "namespaces" ? kube::IsDnsLabel(name) : kube::IsDnsSubdomain(name);
   if (!name_ok) {
+    // kube-apiserver v1.37.2's words, example and regular expression included.
     return Invalid(r, name, "metadata.name", fmt::format("Invalid value: \"{}\"", name),
-                   "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                   "characters, '-' or '.', and must start and end with an alphanumeric "
-                   "character");
+                   r.name == "namespaces"
+                       ? "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+                         "characters or '-', and must start and end with an alphanumeric "
+                         "character (e.g. 'my-name',  or '123-abc', regex used for validation "
+                         "is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+                       : "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                         "characters, '-' or '.', and must start and end with an alphanumeric "
+                         "character (e.g. 'example.com', regex used for validation is "
+                         "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
   }
   if (r.namespaced && objects_[kNamespaces].count(std::string(ns)) == 0) {
     ApiErrorDetails d;
@@ -1205,7 +1266,8 @@ absl::StatusOr<std::string> Store::Create(const ResourceInfo& r, std::string_vie
     d.name = name;
     d.group = r.group;
     d.kind = r.name;
-    return ApiError(409, "AlreadyExists", fmt::format("{} \"{}\" already exists", r.name, name), d);
+    return ApiError(409, "AlreadyExists",
+                    fmt::format("{} \"{}\" already exists", Qualified(r.name, r.group), name), d);
   }
   md.erase("resourceVersion");
   md.erase("deletionTimestamp");
@@ -1213,8 +1275,10 @@ absl::StatusOr<std::string> Store::Create(const ResourceInfo& r, std::string_vie
   md.erase("managedFields");
   md["uid"] = RandomUid(uid_rng_);
   md["creationTimestamp"] = FormatTimeRfc(clock_->Now());
-  md["generation"] = 1;
   if (r.group.empty() && r.name == "pods") {
+    // kube-apiserver gives only pods (of the kinds served here) a generation; the others keep
+    // whatever the client sent (docs/apisim.md, "Checked against kube-apiserver").
+    md["generation"] = 1;
     Json& spec = doc["spec"];
     if (!spec.contains("schedulerName")) {
       spec["schedulerName"] = "default-scheduler";
@@ -1307,8 +1371,8 @@ absl::StatusOr<std::string> Store::UpdateLocked(size_t r, const ObjectPtr& old,
                        "pod updates may not change spec.nodeName once it is set");
       }
     }
-    // What moves metadata.generation: a change outside metadata and status.
-    if (!SameValue(next, prev, {"metadata", "status"})) {
+    // What moves a pod's metadata.generation: a change outside metadata and status.
+    if (r == kPods && !SameValue(next, prev, {"metadata", "status"})) {
       nmd["generation"] = pmd.value("generation", 0) + 1;
     }
   }
@@ -1442,7 +1506,13 @@ absl::StatusOr<std::string> Store::Delete(const ResourceInfo& r, std::string_vie
     }
   }
   const absl::Time now = clock_->Now();
-  if (g == 0 && !old->has_finalizers) {
+  // kube-apiserver deletes a pod in two writes even when it goes at once (unbound, terminal,
+  // grace 0): MODIFIED with deletionTimestamp and deletionGracePeriodSeconds, then DELETED
+  // (docs/apisim.md, "Checked against kube-apiserver"). Other kinds, and a pod whose deletion
+  // already has grace 0, go in one.
+  const bool old_grace_zero =
+      old->has_deletion && md.value("deletionGracePeriodSeconds", int64_t{-1}) == 0;
+  if (g == 0 && !old->has_finalizers && (idx != kPods || old_grace_zero)) {
     if (w.dry_run) {
       return deleted_answer(old);
     }
@@ -1453,9 +1523,14 @@ absl::StatusOr<std::string> Store::Delete(const ResourceInfo& r, std::string_vie
   absl::Time deadline = now + absl::Seconds(g);
   if (old->has_deletion) {
     absl::Time current;
-    if (!ParseRfc3339(md.value("deletionTimestamp", ""), &current) || deadline >= current) {
+    const bool shortened_to_zero = idx == kPods && g == 0 && !old_grace_zero;
+    if (!shortened_to_zero &&
+        (!ParseRfc3339(md.value("deletionTimestamp", ""), &current) || deadline >= current)) {
       return old->json;  // already being deleted, at least as soon
     }
+  } else if (idx == kPods && md.value("generation", int64_t{0}) > 0) {
+    // As kube-apiserver's graceful deletion does when it first sets deletionTimestamp.
+    md["generation"] = md.value("generation", int64_t{0}) + 1;
   }
   md["deletionTimestamp"] = FormatTimeRfc(deadline);
   md["deletionGracePeriodSeconds"] = g;
@@ -1476,6 +1551,7 @@ absl::StatusOr<std::string> Store::Delete(const ResourceInfo& r, std::string_vie
   Commit(idx, EventType::kModified, obj, old);
   if (g == 0 && !obj->has_finalizers) {
     Remove(idx, obj);
+    answer = deleted_answer(history_.back().obj);  // the object as deleted, as kube-apiserver
   }
   return answer;
 }
@@ -1606,8 +1682,15 @@ int Store::Reap() {
       blocked.push_back(std::move(entry));
       continue;
     }
+    // What a kubelet does when the containers have stopped: DELETE with grace 0, which
+    // kube-apiserver turns into MODIFIED (deletionTimestamp now, grace 0), then DELETED.
     ObjectPtr old = it->second;
-    Remove(kPods, old);
+    Json doc = Json::parse(old->json);
+    doc["metadata"]["deletionTimestamp"] = FormatTimeRfc(now);
+    doc["metadata"]["deletionGracePeriodSeconds"] = 0;
+    ObjectPtr zero = MakeObject(Resources()[kPods], doc, rv_ + 1);
+    Commit(kPods, EventType::kModified, zero, old);
+    Remove(kPods, zero);
     ++n;
   }
   for (auto& entry : blocked) {
@@ -1785,9 +1868,9 @@ absl::StatusOr<std::unique_ptr<WatchStream>> Store::Watch(const ResourceInfo& r,
                                                           const WatchOptions& o) {
   if (o.send_initial_events_set) {
     if (o.resource_version_match != "NotOlderThan") {
-      return ListOptionsInvalid("sendInitialEvents", "Forbidden",
-                                "sendInitialEvents is forbidden for watch unless "
-                                "resourceVersionMatch is set to NotOlderThan");
+      return ListOptionsInvalid("resourceVersionMatch", "Forbidden",
+                                "sendInitialEvents requires setting resourceVersionMatch to "
+                                "NotOlderThan");
     }
   } else if (!o.resource_version_match.empty()) {
     return ListOptionsInvalid("resourceVersionMatch", "Forbidden",
@@ -1813,6 +1896,11 @@ absl::StatusOr<std::unique_ptr<WatchStream>> Store::Watch(const ResourceInfo& r,
   }
   w->deadline_ = now + absl::Seconds(timeout);
   w->next_bookmark_ = std::min(now + options_.bookmark_interval, w->deadline_ - absl::Seconds(2));
+  if (w->next_bookmark_ <= now) {
+    // As kube-apiserver's watch cache: a watch that ends within 2 s gets no bookmark.
+    w->final_bookmark_sent_ = true;
+    w->next_bookmark_ = absl::InfiniteFuture();
+  }
   const bool legacy_initial =
       !o.send_initial_events_set && (o.resource_version.empty() || o.resource_version == "0");
   const bool initial = legacy_initial || o.send_initial_events;

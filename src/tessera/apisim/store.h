@@ -56,6 +56,7 @@ struct ApiErrorDetails {
   std::string cause_reason;  // details.causes[0].reason, when set
   std::string cause_message;
   std::string cause_field;
+  std::string list_continue;  // the Status's metadata.continue (an expired token's successor)
 };
 
 // An error as the API server reports it. `code` is the HTTP status, `reason` the Status reason.
