@@ -7,11 +7,16 @@
 #include <pthread.h>
 
 #include "tessera/base/logging.h"
+#include "tessera/base/status_macros.h"
 
 namespace tessera::extender {
 
-PatchWriter::PatchWriter(Options options, kube::ApiClient* client, Settle settle)
-    : options_(options), client_(client), settle_(std::move(settle)) {
+PatchWriter::PatchWriter(Options options, kube::ApiClient* client, Settle settle,
+                         StillApplies still_applies)
+    : options_(options),
+      client_(client),
+      settle_(std::move(settle)),
+      still_applies_(std::move(still_applies)) {
   TESSERA_CHECK(client_ != nullptr);
   for (int i = 0; i < options_.threads; ++i) {
     threads_.emplace_back([this] {
@@ -48,8 +53,32 @@ void PatchWriter::Submit(Job job) {
 
 absl::StatusOr<kube::Pod> PatchWriter::Write(const Job& job) { return WriteAndSettle(job); }
 
+absl::StatusOr<kube::Pod> PatchWriter::WritePatch(const Job& job) {
+  constexpr int kWrites = 3;
+  kube::MetadataPatch patch = job.patch;
+  for (int write = 1;; ++write) {
+    absl::StatusOr<kube::Pod> patched = client_->PatchPodMetadata(job.ns, job.name, patch);
+    if (patched.ok() || !absl::IsAborted(patched.status()) || !patch.resource_version ||
+        !still_applies_ || write == kWrites) {
+      return patched;
+    }
+    // The pod changed since the filter read it: look again before writing at its new version.
+    absl::StatusOr<kube::Pod> current = client_->GetPod(job.ns, job.name);
+    if (!current.ok()) {
+      return current.status();
+    }
+    if (current->meta.uid != job.uid) {
+      return absl::FailedPreconditionError(
+          fmt::format("pod {} has uid {}, not {}: it was recreated", current->Key(),
+                      current->meta.uid, job.uid));
+    }
+    TESSERA_RETURN_IF_ERROR(still_applies_(*current));
+    patch.resource_version = current->meta.resource_version;
+  }
+}
+
 absl::StatusOr<kube::Pod> PatchWriter::WriteAndSettle(const Job& job) {
-  absl::StatusOr<kube::Pod> patched = client_->PatchPodMetadata(job.ns, job.name, job.patch);
+  absl::StatusOr<kube::Pod> patched = WritePatch(job);
   absl::Status status = patched.status();
   if (!status.ok()) {
     status = absl::Status(status.code(), fmt::format("patch pod {}/{} annotations: {}", job.ns,

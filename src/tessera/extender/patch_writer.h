@@ -1,7 +1,8 @@
 // File: tessera/extender/patch_writer.h
 //
 // PatchWriter writes the filter's annotation patch of a pod (hami.io/vgpu-node and the rest, a
-// JSON merge patch with metadata.uid as precondition) behind the /filter reply, on a pool of
+// JSON merge patch with metadata.uid and, when the job names one, metadata.resourceVersion as
+// preconditions) behind the /filter reply, on a pool of
 // writer threads, and hands the result to the pod's Bind. /filter then answers in the time of
 // its decision, not of an API round trip: the decision is held by a ledger reservation, and
 // nothing reads the annotations before Bind, which first takes the pod's patch here.
@@ -16,7 +17,11 @@
 // returned with done == false. The patched pod goes to the call that removes the patch (another
 // call waiting for the same patch gets its status without the pod).
 //
-// Errors: a failed patch is not retried. `settle(job, status)` runs on the writer thread once
+// A 409 to a patch that names a resourceVersion (the pod changed since the filter checked it) is
+// answered by a fresh GET: the patch is written again at the new version only while
+// `still_applies(current)` is OK (the filter's rule: the pod is still pending), at most three
+// writes in all; otherwise the patch fails with the reason it gives (docs/serve.md "Filter and
+// bind"). Other errors are not retried. `settle(job, status)` runs on the writer thread once
 // the patch is written or has failed, before Take can see the result: the Scheduler uses it to
 // undo the reservation of a failed patch. The status of a failure reads "patch pod <ns>/<name>
 // annotations: <API error>".
@@ -69,8 +74,12 @@ class PatchWriter {
     std::optional<kube::Pod> pod;  // the patched pod, when done and ok
   };
   using Settle = std::function<void(const Job& job, const absl::Status& status)>;
+  // Whether a patch still applies to the pod as the API server now holds it (same uid checked
+  // already); nullptr: a 409 fails the patch.
+  using StillApplies = std::function<absl::Status(const kube::Pod& current)>;
 
-  PatchWriter(Options options, kube::ApiClient* client, Settle settle);
+  PatchWriter(Options options, kube::ApiClient* client, Settle settle,
+              StillApplies still_applies = nullptr);
   ~PatchWriter();
   PatchWriter(const PatchWriter&) = delete;
   PatchWriter& operator=(const PatchWriter&) = delete;
@@ -100,10 +109,12 @@ class PatchWriter {
   };
   void WriteLoop();
   absl::StatusOr<kube::Pod> WriteAndSettle(const Job& job);
+  absl::StatusOr<kube::Pod> WritePatch(const Job& job);
 
   const Options options_;
   kube::ApiClient* const client_;
   const Settle settle_;
+  const StillApplies still_applies_;
 
   Mutex mu_;
   // Two conditions: a finished patch wakes only those waiting for one, a new job one writer.

@@ -137,6 +137,29 @@ std::string_view BindCodeName(BindCode code) {
   return "error";
 }
 
+namespace {
+
+// Why `pod` can no longer be given a decision: bound, being deleted or finished; OK when none.
+absl::Status NotPending(const kube::Pod& pod) {
+  if (!pod.node_name.empty()) {
+    return absl::FailedPreconditionError(
+        fmt::format("pod {} is already bound to node {}: only a pending pod can be filtered",
+                    pod.Key(), pod.node_name));
+  }
+  if (pod.Deleting()) {
+    return absl::FailedPreconditionError(
+        fmt::format("pod {} is being deleted: only a pending pod can be filtered", pod.Key()));
+  }
+  if (pod.Terminal()) {
+    return absl::FailedPreconditionError(
+        fmt::format("pod {} has finished (phase {}): only a pending pod can be filtered", pod.Key(),
+                    kube::PodPhaseName(pod.phase)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Scheduler::Scheduler(Options options, Deps deps)
     : options_(std::move(options)),
       ledger_(deps.ledger),
@@ -145,11 +168,14 @@ Scheduler::Scheduler(Options options, Deps deps)
       lookup_(std::move(deps.lookup)),
       events_({.component = options_.scheduler_name, .queue_limit = options_.event_queue_limit},
               client_, clock_),
-      patches_({.threads = options_.write_behind ? std::max(options_.patch_threads, 1) : 0,
-                .wait = options_.patch_wait},
-               client_, [this](const PatchWriter::Job& job, const absl::Status& status) {
-                 SettlePatch(job, status);
-               }) {
+      patches_(
+          {.threads = options_.write_behind ? std::max(options_.patch_threads, 1) : 0,
+           .wait = options_.patch_wait},
+          client_,
+          [this](const PatchWriter::Job& job, const absl::Status& status) {
+            SettlePatch(job, status);
+          },
+          NotPending) {
   TESSERA_CHECK(options_.vendor != nullptr);
   TESSERA_CHECK(ledger_ != nullptr);
 }
@@ -212,8 +238,9 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     return fail(absl::InvalidArgumentError(
         fmt::format("pod {} has no metadata.uid: cannot reserve for it", pod.Key())));
   }
-  if (absl::Status pending = CheckPending(pod); !pending.ok()) {
-    return fail(pending);
+  absl::StatusOr<std::string> checked_version = CheckPending(pod);
+  if (!checked_version.ok()) {
+    return fail(checked_version.status());
   }
 
   const std::vector<std::string> names = CandidateNames(args);
@@ -290,6 +317,11 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   job.patch = ToPatch(device::FilterAnnotations(*options_.vendor, winner, decision.devices, now),
                       device::FilterLabels(winner));
   job.patch.uid = pod.meta.uid;  // this pod, never another of the same name
+  if (!checked_version->empty()) {
+    // ... and only while it is the pending pod the check saw: a pod bound meanwhile (by another
+    // replica across a handover) is refused with 409, not re-annotated (PatchWriter re-checks).
+    job.patch.resource_version = *std::move(checked_version);
+  }
   if (options_.write_behind) {
     patches_.Submit(std::move(job));
   } else if (absl::StatusOr<kube::Pod> written = patches_.Write(job); !written.ok()) {
@@ -403,30 +435,7 @@ void Scheduler::SettlePatch(const PatchWriter::Job& job, const absl::Status& sta
   }
 }
 
-namespace {
-
-// Why `pod` can no longer be given a decision: bound, being deleted or finished; OK when none.
-absl::Status NotPending(const kube::Pod& pod) {
-  if (!pod.node_name.empty()) {
-    return absl::FailedPreconditionError(
-        fmt::format("pod {} is already bound to node {}: only a pending pod can be filtered",
-                    pod.Key(), pod.node_name));
-  }
-  if (pod.Deleting()) {
-    return absl::FailedPreconditionError(
-        fmt::format("pod {} is being deleted: only a pending pod can be filtered", pod.Key()));
-  }
-  if (pod.Terminal()) {
-    return absl::FailedPreconditionError(
-        fmt::format("pod {} has finished (phase {}): only a pending pod can be filtered", pod.Key(),
-                    kube::PodPhaseName(pod.phase)));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status Scheduler::CheckPending(const kube::Pod& claimed) {
+absl::StatusOr<std::string> Scheduler::CheckPending(const kube::Pod& claimed) {
   TESSERA_RETURN_IF_ERROR(NotPending(claimed));
   std::optional<kube::Pod> current;
   if (lookup_) {
@@ -446,7 +455,8 @@ absl::Status Scheduler::CheckPending(const kube::Pod& claimed) {
         fmt::format("pod {} has uid {}, not {}: the request names a pod that no longer exists",
                     claimed.Key(), current->meta.uid, claimed.meta.uid));
   }
-  return NotPending(*current);
+  TESSERA_RETURN_IF_ERROR(NotPending(*current));
+  return current->meta.resource_version;
 }
 
 // ---- bind ---------------------------------------------------------------------------------
@@ -648,9 +658,42 @@ BindResult Scheduler::Bind(const BindArgs& args, BindOutcome* outcome) {
   return result;
 }
 
-bool Scheduler::StillBound(const kube::Pod& pod) {
-  absl::StatusOr<kube::Pod> now = client_->GetPod(pod.meta.ns, pod.meta.name);
-  return now.ok() && now->meta.uid == pod.meta.uid && !now->node_name.empty();
+absl::Status Scheduler::PostBinding(const kube::Pod& pod, std::string_view node,
+                                    const kube::ApiClient::Annotations& annotations,
+                                    bool* bound_already) {
+  constexpr int kPosts = 3;
+  std::string version = pod.meta.resource_version;
+  for (int post = 1;; ++post) {
+    absl::Status b =
+        client_->BindPod(pod.meta.ns, pod.meta.name, pod.meta.uid, node, annotations, version);
+    if (b.ok() || !absl::IsAborted(b)) {
+      return b;
+    }
+    absl::StatusOr<kube::Pod> now = client_->GetPod(pod.meta.ns, pod.meta.name);
+    if (!now.ok() || now->meta.uid != pod.meta.uid || now->Deleting()) {
+      return b;  // gone, recreated or being deleted: the 409 says it
+    }
+    if (!now->node_name.empty()) {
+      *bound_already = true;
+      return absl::AbortedError(fmt::format("pod {} is already assigned to node {} ({})", pod.Key(),
+                                            now->node_name, Message(b)));
+    }
+    // The decision this bind checked is the one on the pod, or another scheduler replica (or a
+    // newer filter) has decided again: then that decision is the one to bind, not this.
+    for (std::string_view key :
+         {device::kVgpuNodeAnnotation, device::kDevicesToAllocateAnnotation}) {
+      if (now->meta.annotations.Get(key) != pod.meta.annotations.Get(key)) {
+        return absl::FailedPreconditionError(fmt::format(
+            "pod {} was filtered again since this bind read it: {} is now \"{}\" (another "
+            "scheduler replica or a newer filter decided); not binding it to {}",
+            pod.Key(), key, std::string(now->meta.annotations.Get(key)), node));
+      }
+    }
+    if (post == kPosts) {
+      return b;
+    }
+    version = now->meta.resource_version;
+  }
 }
 
 absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
@@ -728,11 +771,11 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
       {std::string(device::kBindPhaseAnnotation), std::string(device::kBindPhaseAllocating)},
       {std::string(device::kBindTimeAnnotation), std::to_string(absl::ToUnixSeconds(now))}};
   const absl::Time t_binding = absl::Now();
-  if (absl::Status b = client_->BindPod(pod.meta.ns, pod.meta.name, pod.meta.uid, node, phase);
-      !b.ok()) {
+  bool bound_already = false;
+  if (absl::Status b = PostBinding(pod, node, phase, &bound_already); !b.ok()) {
     unlock();
     outcome->code = BindCode::kBindingRejected;
-    if (absl::IsAborted(b) && StillBound(pod)) {
+    if (bound_already) {
       // A 409 because the pod is bound already (a duplicate bind, or someone else's): its
       // devices are in use, so the reservation holds them until the informer observes the
       // binding (or bound_hold passes), as after a binding of our own.

@@ -197,8 +197,12 @@ class Scheduler {
   // reservation then stays (docs/serve.md, "Reservations and bind").
   absl::Status BindManaged(const kube::Pod& pod, const BindArgs& args, BindOutcome* outcome,
                            bool* still_held);
-  // Whether the API server has pod (same uid) bound to a node now; false on any error.
-  bool StillBound(const kube::Pod& pod);
+  // Posts the Binding at the resourceVersion of `pod`, the copy whose decision was checked. A 409
+  // is answered by a GET: a pod bound meanwhile sets *bound_already; one whose decision changed
+  // (another replica filtered it again) is refused; an unrelated change is bound again at the new
+  // version.
+  absl::Status PostBinding(const kube::Pod& pod, std::string_view node,
+                           const kube::ApiClient::Annotations& annotations, bool* bound_already);
   // Replaces the pod's reservation by `devices` on `node` and checks every device is within
   // capacity; on failure nothing stays reserved.
   absl::Status Recheck(const kube::Pod& pod, std::string_view node,
@@ -206,8 +210,9 @@ class Scheduler {
   // The state of the pod a node lock names: from the lookup unless `fresh`, else a GET.
   absl::StatusOr<NodeLockHolder> LockHolder(std::string_view ns, std::string_view name, bool fresh);
   // Filter step 2 (docs/serve.md): OK when `claimed` and the stored pod of its name are the same
-  // pending pod.
-  absl::Status CheckPending(const kube::Pod& claimed);
+  // pending pod; returns the resourceVersion of the stored copy checked (the filter patch's
+  // precondition).
+  absl::StatusOr<std::string> CheckPending(const kube::Pod& claimed);
   absl::StatusOr<kube::Pod> FindPod(std::string_view ns, std::string_view name);
   // PatchWriter's settle: ends the filter's reservation when its patch failed (unless a newer
   // filter of the pod replaced it).

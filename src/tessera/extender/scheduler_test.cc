@@ -23,6 +23,7 @@
 #include "tessera/device/codec.h"
 #include "tessera/testing/apisim_env.h"
 #include "tessera/testing/objects.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::extender {
 namespace {
@@ -1419,50 +1420,124 @@ TEST_F(SchedulerTest, WriteBehindReFilterLeavesTheLastDecisionOnThePod) {
   EXPECT_EQ(ledger_.Reservations()[0].node, "n2");
 }
 
-// Two replicas during a handover (docs/e2e.md, "Found: a filter's annotation patch lands on a
-// pod that the stopping replica has just bound"; failover_test.sh --graceful): replica A filters
-// p1 to n1 and binds it, while replica B, whose kube-scheduler now leads and whose informer has
-// not yet seen that Binding, filters the same pod to n2. B's decision must not land on the bound
-// pod: p1 would run on n1 with annotations naming n2's device, which the device plugin on n1
-// cannot allocate and every ledger counts as a conflict holding nothing. (The other order is
-// safe: a bind checks that the annotations still name its node.) Disabled: B's patch, whose only
-// precondition is the pod's uid, lands (the bug); enable with the fix.
-TEST_F(SchedulerTest, DISABLED_AFilterOnAStaleCopyDoesNotReannotateABoundPod) {
-  AddNode("n1", {{"GPU-a"}});
-  AddNode("n2", {{"GPU-b"}});
-  env_.CreatePod("p1", Limits(1000, 30));
-  Scheduler& a = Make();
-  FilterResult ra = a.Filter(Args("p1", {"n1"}));
-  ASSERT_TRUE(ra.node_names.has_value());
-  ASSERT_THAT(*ra.node_names, ElementsAre("n1"));
-  const kube::Pod before_bind = Pod("p1");  // what B's informer still holds
-  ASSERT_EQ(a.Bind(BindFor("p1", "n1")).error, "");
-  ASSERT_EQ(Pod("p1").node_name, "n1");
+// Two replicas across a leadership handover (test/controlplane/failover_test.sh --graceful,
+// docs/e2e.md): the stopping replica's filter patch has landed and its bind is in flight when
+// the new leader filters the same, still unbound pod to another node. The stopping replica's
+// Binding must not land on a pod that now carries the other replica's decision: before the
+// Binding named the resourceVersion it checked, the pod ended bound to n1 with n2's GPU in its
+// annotations, and every ledger counted it nowhere.
+TEST_F(SchedulerTest, ABindIsRefusedOnceAnotherReplicaDecidedAgainForThePod) {
+  AddNode("n1", {{"GPU-a", 1, 8000}});
+  AddNode("n2", {{"GPU-b", 1, 8000}});
+  env_.CreatePod("p1", Limits(8000));
+  options_.write_behind = true;
+  Scheduler& stopping = Make();
+  ASSERT_THAT(*stopping.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_TRUE(testing::Eventually(
+      [&] { return Pod("p1").meta.annotations.Get(device::kVgpuNodeAnnotation) == "n1"; }));
 
-  // Replica B: its own ledger and informer copy, the same API server.
-  ledger::Ledger ledger_b;
-  for (const char* name : {"n1", "n2"}) {
-    absl::StatusOr<kube::Node> node = env_.client()->GetNode(name);
-    ASSERT_TRUE(node.ok()) << node.status();
-    auto devices = accounting::ProjectNode(*vendor_, *node);
-    ASSERT_TRUE(devices.ok()) << devices.status();
-    ASSERT_TRUE(ledger_b.SetNode(*devices).ok());
+  // The new leader: its own ledger, the same API server.
+  ledger::Ledger other_ledger;
+  for (const char* n : {"n1", "n2"}) {
+    absl::StatusOr<std::shared_ptr<const device::NodeDevices>> devices =
+        accounting::ProjectNode(*vendor_, *env_.client()->GetNode(n));
+    ASSERT_TRUE(devices.ok());
+    ASSERT_TRUE(other_ledger.SetNode(*devices).ok());
   }
-  Scheduler b(options_, Scheduler::Deps{&ledger_b, env_.client(), &clock_,
-                                        [&](std::string_view, std::string_view name) {
-                                          return name == "p1" ? std::optional(before_bind)
-                                                              : std::nullopt;
-                                        }});
-  FilterArgs args;
-  args.pod = before_bind;  // kube-scheduler's copy lags the same way
-  args.node_names = {"n2"};
-  (void)b.Filter(args);
+  Scheduler::Options leader_options = options_;
+  leader_options.write_behind = false;
+  Scheduler leader(leader_options, Scheduler::Deps{&other_ledger, env_.client(), &clock_, nullptr});
+  ASSERT_THAT(*leader.Filter(Args("p1", {"n2"})).node_names, ElementsAre("n2"));
 
-  const kube::Pod pod = Pod("p1");
-  EXPECT_EQ(pod.node_name, "n1");
-  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-node"), "n1")
-      << "p1 is bound to n1 but annotated " << pod.meta.annotations.Get("hami.io/vgpu-node")
-      << " / " << pod.meta.annotations.Get("hami.io/vgpu-devices-allocated");
+  BindOutcome outcome;
+  BindResult late = stopping.Bind(BindFor("p1", "n1"), &outcome);
+  EXPECT_THAT(late.error, HasSubstr("n2"));
+  EXPECT_EQ(outcome.code, BindCode::kBindingRejected);
+  EXPECT_EQ(Pod("p1").node_name, "");
+  EXPECT_EQ(Lock("n1"), "<none>");
+
+  ASSERT_EQ(leader.Bind(BindFor("p1", "n2")).error, "");
+  const kube::Pod bound = Pod("p1");
+  EXPECT_EQ(bound.node_name, "n2");
+  EXPECT_EQ(bound.meta.annotations.Get(device::kVgpuNodeAnnotation), "n2");
+  EXPECT_THAT(std::string(bound.meta.annotations.Get(device::kDevicesAllocatedAnnotation)),
+              HasSubstr("GPU-b"));
 }
+
+// The other order of the same handover: the stopping replica's Binding landed first, and the
+// new leader's informer has not seen it yet. Its filter must not re-annotate a bound pod: the
+// patch names the resourceVersion its pending check read, and the API server's 409 is answered
+// by a fresh read that finds the pod bound.
+TEST_F(SchedulerTest, AFilterPatchIsRefusedOnceAnotherReplicaBoundThePod) {
+  AddNode("n1", {{"GPU-a", 1, 8000}});
+  AddNode("n2", {{"GPU-b", 1, 8000}});
+  env_.CreatePod("p1", Limits(8000));
+  const kube::Pod unbound = Pod("p1");  // what the new leader's informer still holds
+  Scheduler& stopping = Make();
+  ASSERT_THAT(*stopping.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  ASSERT_EQ(stopping.Bind(BindFor("p1", "n1")).error, "");
+  const kube::Pod bound = Pod("p1");
+
+  for (const bool write_behind : {false, true}) {
+    ledger::Ledger other_ledger;
+    for (const char* n : {"n1", "n2"}) {
+      absl::StatusOr<std::shared_ptr<const device::NodeDevices>> devices =
+          accounting::ProjectNode(*vendor_, *env_.client()->GetNode(n));
+      ASSERT_TRUE(devices.ok());
+      ASSERT_TRUE(other_ledger.SetNode(*devices).ok());
+    }
+    Scheduler::Options leader_options = options_;
+    leader_options.write_behind = write_behind;
+    Scheduler leader(leader_options, Scheduler::Deps{&other_ledger, env_.client(), &clock_,
+                                                     [&](std::string_view, std::string_view) {
+                                                       return std::optional<kube::Pod>(unbound);
+                                                     }});
+    FilterArgs args;
+    args.pod = unbound;
+    args.node_names = std::vector<std::string>{"n2"};
+    FilterResult r = leader.Filter(args);
+    if (write_behind) {
+      // The decision was answered before the patch; the bind finds the patch refused.
+      BindResult b = leader.Bind(BindFor("p1", "n2"));
+      EXPECT_THAT(b.error, HasSubstr("already bound to node n1"));
+    } else {
+      EXPECT_THAT(r.error, HasSubstr("already bound to node n1"));
+    }
+    EXPECT_EQ(Pod("p1"), bound) << "write_behind " << write_behind;
+    EXPECT_THAT(other_ledger.Reservations(), IsEmpty()) << "write_behind " << write_behind;
+  }
+}
+
+// The preconditions refuse only a changed decision: a pod changed in some other way between the
+// check and the write (a label added; a cache a version behind) is written at its new version.
+TEST_F(SchedulerTest, ChangesOtherThanADecisionDoNotFailFilterOrBind) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(1000));
+  const kube::Pod stale = Pod("p1");
+  kube::MetadataPatch label;
+  label.labels.emplace_back("team", "a");
+  ASSERT_TRUE(env_.client()->PatchPodMetadata("default", "p1", label).ok());
+  options_.write_behind = true;
+  Scheduler& s = Make([&](std::string_view, std::string_view) -> std::optional<kube::Pod> {
+    return stale;  // an informer a version behind
+  });
+  FilterArgs args;
+  args.pod = stale;
+  args.node_names = std::vector<std::string>{"n1"};
+  ASSERT_THAT(*s.Filter(args).node_names, ElementsAre("n1"));
+  ASSERT_TRUE(testing::Eventually(
+      [&] { return Pod("p1").meta.annotations.Get(device::kVgpuNodeAnnotation) == "n1"; }));
+  label.labels = {{"team", "b"}};
+  ASSERT_TRUE(env_.client()->PatchPodMetadata("default", "p1", label).ok());
+
+  BindResult b = s.Bind(BindFor("p1", "n1"));
+  EXPECT_EQ(b.error, "");
+  EXPECT_EQ(Pod("p1").node_name, "n1");
+  // label, the filter's 409 and its write at the new version, the second label
+  EXPECT_EQ(PodPatches("p1").size(), 4u);
+  // the Binding at the filter's version (409), then at the label's
+  EXPECT_EQ(env_.faults()->Matching("POST", std::string(kPodPath) + "p1/binding").size(), 2u);
+}
+
 }  // namespace
 }  // namespace tessera::extender

@@ -415,10 +415,14 @@ template WatchHandle ApiClient::Watch<Lease>(const WatchOptions&, WatchCallbacks
 // --- bodies -------------------------------------------------------------------------------------
 
 std::string ApiClient::BindingBody(std::string_view ns, std::string_view name, std::string_view uid,
-                                   std::string_view node, const Annotations& annotations) {
+                                   std::string_view resource_version, std::string_view node,
+                                   const Annotations& annotations) {
   nlohmann::json meta = {{"name", std::string(name)}, {"namespace", std::string(ns)}};
   if (!uid.empty()) {
     meta["uid"] = std::string(uid);
+  }
+  if (!resource_version.empty()) {
+    meta["resourceVersion"] = std::string(resource_version);
   }
   if (!annotations.empty()) {
     nlohmann::json a = nlohmann::json::object();
@@ -571,9 +575,11 @@ absl::StatusOr<Node> ApiClient::JsonPatchNode(std::string_view name,
 
 // RBAC: api_calls.cc "create pods/binding".
 absl::Status ApiClient::BindPod(std::string_view ns, std::string_view name, std::string_view uid,
-                                std::string_view node, const Annotations& annotations) {
+                                std::string_view node, const Annotations& annotations,
+                                std::string_view resource_version) {
   return Call(WithBody("POST", PodPath(ns, name) + "/binding",
-                       BindingBody(ns, name, uid, node, annotations), "application/json"))
+                       BindingBody(ns, name, uid, resource_version, node, annotations),
+                       "application/json"))
       .status();
 }
 

@@ -206,13 +206,15 @@ class ApiClient {
   absl::StatusOr<Pod> JsonPatchPod(std::string_view ns, std::string_view name,
                                    const std::vector<JsonPatchOp>& ops);
   absl::StatusOr<Node> JsonPatchNode(std::string_view name, const std::vector<JsonPatchOp>& ops);
-  // POST .../pods/{name}/binding. `uid`, when non-empty, is a precondition (409 on mismatch).
-  // 409 kAborted also when the pod is already bound or being deleted; 404 when it is gone.
-  // `annotations` go into the Binding's metadata: the API server merges them into the pod's in
-  // the same write that sets spec.nodeName (docs/k8s-protocol.md §4.1), or not at all.
+  // POST .../pods/{name}/binding. `uid` and `resource_version`, when non-empty, are
+  // preconditions (409 when the pod is another or has changed since). 409 kAborted also when the
+  // pod is already bound or being deleted; 404 when it is gone. `annotations` go into the
+  // Binding's metadata: the API server merges them into the pod's in the same write that sets
+  // spec.nodeName (docs/k8s-protocol.md §4.1), or not at all.
   using Annotations = std::vector<std::pair<std::string, std::string>>;
   absl::Status BindPod(std::string_view ns, std::string_view name, std::string_view uid,
-                       std::string_view node, const Annotations& annotations = {});
+                       std::string_view node, const Annotations& annotations = {},
+                       std::string_view resource_version = {});
 
   // Leases (coordination.k8s.io/v1).
   absl::StatusOr<Lease> GetLease(std::string_view ns, std::string_view name);
@@ -226,7 +228,8 @@ class ApiClient {
 
   // The JSON bodies, exposed for tests and for callers that send them some other way.
   static std::string BindingBody(std::string_view ns, std::string_view name, std::string_view uid,
-                                 std::string_view node, const Annotations& annotations = {});
+                                 std::string_view resource_version, std::string_view node,
+                                 const Annotations& annotations = {});
   static std::string MetadataPatchBody(const MetadataPatch& patch);
   static std::string JsonPatchBody(const std::vector<JsonPatchOp>& ops);
   static std::string LeaseBody(const Lease& lease);
