@@ -263,6 +263,10 @@ class Simulation {
 
   std::unique_ptr<kube::CurlTransport> api_t_, ext_t_, met_t_;
   std::unique_ptr<kube::ApiClient> client_;
+  // Connections of their own for the node side (device plugins, kubelets) and for the
+  // oracle's LISTs, so that neither waits behind the other's traffic.
+  std::unique_ptr<kube::CurlTransport> node_t_, obs_t_;
+  std::unique_ptr<kube::ApiClient> node_client_, obs_client_;
   std::unique_ptr<ExtenderClient> extender_;
   TaskQueue tasks_;
   // Node-side work (device plugins, kubelets) on workers of its own, so that a backlog of
@@ -368,11 +372,20 @@ absl::Status Simulation::MakeTransports() {
   config.connect_timeout = absl::Seconds(3);
   TESSERA_ASSIGN_OR_RETURN(
       api_t_, kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real())));
-  kube::ApiClient::Options co;
-  co.retry.max_attempts = 3;
-  co.retry.backoff = {absl::Milliseconds(50), absl::Milliseconds(500), 2.0, 0.5};
-  co.retry.max_retry_after = absl::Seconds(1);
-  client_ = std::make_unique<kube::ApiClient>(api_t_.get(), std::move(co));
+  auto options = [] {
+    kube::ApiClient::Options co;
+    co.retry.max_attempts = 3;
+    co.retry.backoff = {absl::Milliseconds(50), absl::Milliseconds(500), 2.0, 0.5};
+    co.retry.max_retry_after = absl::Seconds(1);
+    return co;
+  };
+  client_ = std::make_unique<kube::ApiClient>(api_t_.get(), options());
+  TESSERA_ASSIGN_OR_RETURN(
+      node_t_, kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real())));
+  node_client_ = std::make_unique<kube::ApiClient>(node_t_.get(), options());
+  TESSERA_ASSIGN_OR_RETURN(
+      obs_t_, kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real())));
+  obs_client_ = std::make_unique<kube::ApiClient>(obs_t_.get(), options());
   kube::RestConfig ext;
   ext.server = fmt::format("http://127.0.0.1:{}", ch_.http_port);
   ext.qps = 0;
@@ -611,7 +624,7 @@ void Simulation::AllocateTask(const std::string& name, int tries) {
     }
     plugin = n->plugin.get();
   }
-  absl::StatusOr<AllocateResult> a = plugin->Allocate(*client_, kNamespace, name);
+  absl::StatusOr<AllocateResult> a = plugin->Allocate(*node_client_, kNamespace, name);
   MutexLock l(&mu_);
   if (a.ok() && a->success && a->name == name) {
     ++r_.allocations;
@@ -632,7 +645,7 @@ void Simulation::StartTask(const std::string& name) {
       return;
     }
   }
-  absl::Status s = Kubelet::Start(*api_t_, kNamespace, name);
+  absl::Status s = Kubelet::Start(*node_t_, kNamespace, name);
   absl::Duration life;
   {
     MutexLock l(&rng_mu_);
@@ -660,7 +673,7 @@ void Simulation::FinishTask(const std::string& name) {
       return;
     }
   }
-  absl::Status s = Kubelet::Finish(*api_t_, kNamespace, name);
+  absl::Status s = Kubelet::Finish(*node_t_, kNamespace, name);
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
   if (!s.ok()) {
@@ -725,11 +738,11 @@ void Simulation::DeleteTask(const std::string& name, bool force) {
 }
 
 void Simulation::TerminateTask(const std::string& name) {
-  absl::Status s = Kubelet::Finish(*api_t_, kNamespace, name);
+  absl::Status s = Kubelet::Finish(*node_t_, kNamespace, name);
   if (real_ && (s.ok() || absl::IsNotFound(s))) {
     // A real API server keeps a gracefully deleted pod until its kubelet deletes it with grace
     // 0 once the containers stopped.
-    s = DeletePod(*api_t_, kNamespace, name, 0);
+    s = DeletePod(*node_t_, kNamespace, name, 0);
   }
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
@@ -1216,7 +1229,7 @@ void Simulation::Poll() {
                          cont.empty() ? "" : "&continue=" + escaped);
     kube::DoOptions once;
     once.retry.max_attempts = 1;
-    absl::StatusOr<kube::Response> resp = kube::Do(*api_t_, r, std::move(once));
+    absl::StatusOr<kube::Response> resp = kube::Do(*obs_t_, r, std::move(once));
     if (!resp.ok()) {
       return;  // the API server restarting: the next poll
     }
@@ -1291,7 +1304,7 @@ void Simulation::Observe() {
   kube::ListOptions lo;
   lo.limit = 500;
   while (true) {
-    absl::StatusOr<kube::PodList> page = client_->ListPods(lo);
+    absl::StatusOr<kube::PodList> page = obs_client_->ListPods(lo);
     if (!page.ok()) {
       return;  // apisim down or failing: no observation
     }
@@ -1304,7 +1317,7 @@ void Simulation::Observe() {
     lo.continue_token = page->meta.continue_token;
   }
   kube::ListOptions no;
-  absl::StatusOr<kube::NodeList> nl = client_->ListNodes(no);
+  absl::StatusOr<kube::NodeList> nl = obs_client_->ListNodes(no);
   if (!nl.ok()) {
     return;
   }
@@ -1679,6 +1692,10 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
   if (real_) {
     client_.reset();
     api_t_.reset();
+    node_client_.reset();
+    node_t_.reset();
+    obs_client_.reset();
+    obs_t_.reset();
     const absl::Time t0 = Now();
     absl::Status down = cp_->Down();
     TESSERA_LOG(kInfo, "simulate: the control plane stopped in {}",
@@ -1694,6 +1711,10 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
     const absl::Time t1 = Now();
     client_.reset();
     api_t_.reset();
+    node_client_.reset();
+    node_t_.reset();
+    obs_client_.reset();
+    obs_t_.reset();
     ch_.apisim.Stop();
     TESSERA_LOG(kInfo, "simulate: serve stopped in {}, apisim in {}", absl::FormatDuration(t1 - t0),
                 absl::FormatDuration(Now() - t1));
