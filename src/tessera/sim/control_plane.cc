@@ -69,7 +69,10 @@ std::vector<std::string> ProcessesNaming(const std::string& needle) {
       continue;  // a zombie holds nothing
     }
     if (cmdline.find(needle) != std::string::npos) {
-      out.push_back(pid + ": " + cmdline);
+      std::string line = pid;
+      line += ": ";
+      line += cmdline;
+      out.push_back(std::move(line));
     }
   }
   return out;
@@ -151,6 +154,7 @@ absl::StatusOr<std::string> FindControlPlaneScript(const std::string& flag,
 absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, const std::string& log,
                                absl::Duration timeout) {
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& a : argv) {
     args.push_back(const_cast<char*>(a.c_str()));
   }

@@ -1260,13 +1260,14 @@ void Simulation::Poll() {
     cont = j["metadata"].is_object() ? j["metadata"].value("continue", "") : "";
   } while (!cont.empty());
   MutexLock l(&mu_);
-  for (const auto& [name, node] : bound) {
+  for (const auto& binding : bound) {
+    const std::string name = binding.first;
     auto it = pods_.find(name);
     if (it == pods_.end() || it->second.stage != Stage::kPending) {
       continue;
     }
     it->second.stage = Stage::kBound;
-    it->second.node = node;
+    it->second.node = binding.second;
     ++r_.scheduled;
     node_tasks_.Post(Now(), [this, name] { AllocateTask(name, 0); });
   }
