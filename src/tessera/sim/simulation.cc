@@ -219,6 +219,9 @@ class Simulation {
   // graceful deletions for the kubelet); the poll loop's thread.
   void PollLoop();
   void Poll();
+  // kReal: what the kubelet does for kube-scheduler's static pod: start it again when it exits
+  // (stock kube-scheduler exits when it loses its Lease, e.g. over a kube-apiserver restart).
+  void SuperviseLoop();
   // kReal: a pod as the informer delivered it; bound → the node's plugin and kubelet start,
   // bound and being deleted → the kubelet finishes it.
   void OnPodSeen(const kube::Pod& pod);
@@ -1153,16 +1156,16 @@ void Simulation::RealFault(const FaultSpec& f) {
       break;
     case FaultKind::kSeverWatches:
     case FaultKind::kCompact:
-      restart_apiserver(true);
       RecordFault(kind, f.kind == FaultKind::kSeverWatches
                             ? "kube-apiserver SIGKILLed and restarted: every watch cut"
                             : "kube-apiserver SIGKILLed and restarted: every watch cut, the new "
                               "watch cache starts at the current revision (compaction every 2 s)");
+      restart_apiserver(true);
       DeleteRandomLive(f.delete_burst);
       break;
     case FaultKind::kApisimRestart:
-      restart_apiserver(false);
       RecordFault(kind, "kube-apiserver restarted (SIGTERM, graceful), etcd kept");
+      restart_apiserver(false);
       break;
     case FaultKind::kTesseraKill: {
       absl::Status s = cp_->Signal("tessera", SIGKILL);
@@ -1283,6 +1286,24 @@ void Simulation::Poll() {
   for (const std::string& name : terminating) {
     if (terminating_.insert(name).second) {
       node_tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { TerminateTask(name); });
+    }
+  }
+}
+
+void Simulation::SuperviseLoop() {
+  while (!oracle_stop_.load()) {
+    absl::SleepFor(absl::Seconds(1));
+    if (oracle_stop_.load() || cp_->Alive("kube-scheduler")) {
+      continue;
+    }
+    RecordFault("scheduler_restart",
+                fmt::format("kube-scheduler had exited (see {}/kube-scheduler.log; stock "
+                            "kube-scheduler exits when it loses its Lease): started again, as "
+                            "its kubelet would",
+                            cp_->env().dir));
+    absl::Status s = cp_->Restart("kube-scheduler", false);
+    if (!s.ok()) {
+      TESSERA_LOG(kError, "simulate: restarting kube-scheduler: {}", s.ToString());
     }
   }
 }
@@ -1568,9 +1589,11 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
   }
   tasks_.Start(o_.workers);
   node_tasks_.Start(3);
-  fault_tasks_.Start(2);
+  // On the real control plane a fault blocks its worker for the restarts it waits out (seconds
+  // each, serialised); more workers keep a due restart of serve from waiting behind them.
+  fault_tasks_.Start(real_ ? 4 : 2);
   std::thread oracle([this] { OracleLoop(); });
-  std::thread poll;
+  std::thread poll, supervise;
   if (real_) {
     kube::Informer<kube::Pod>::Options io;
     io.name = "sim-kubelet";
@@ -1581,6 +1604,7 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
     pod_informer_ = std::make_unique<kube::Informer<kube::Pod>>(client_.get(), io, std::move(h));
     pod_informer_->Start();
     poll = std::thread([this] { PollLoop(); });
+    supervise = std::thread([this] { SuperviseLoop(); });
   }
 
   // The fault schedule, expanded.
@@ -1662,6 +1686,9 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
   oracle.join();
   if (poll.joinable()) {
     poll.join();
+  }
+  if (supervise.joinable()) {
+    supervise.join();
   }
   if (pod_informer_ != nullptr) {
     pod_informer_->Stop();
