@@ -8,6 +8,7 @@
 #include <string>
 #include <system_error>
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,6 +42,13 @@ bool WriteText(const std::string& path, const std::string& text) {
   out << text;
   out.close();
   return static_cast<bool>(out);
+}
+
+// SIGINT / SIGTERM end the run early and tear it down (a real control plane runs in sessions of
+// its own and would outlive this process); a second one kills as usual.
+void OnStopSignal(int sig) {
+  sim::SimulationInterrupted().store(true);
+  signal(sig, SIG_DFL);
 }
 
 int RunSimulate(const SimulateFlags& f) {
@@ -121,7 +129,18 @@ int RunSimulate(const SimulateFlags& f) {
              compare.has_value()
                  ? fmt::format(", run twice: {} then comparison: {}", o.label, compare->label)
                  : "");
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   absl::StatusOr<sim::RunResult> r = sim::RunSimulation(o);
+  if (sim::SimulationInterrupted().load()) {
+    fmt::print(
+        stderr, "tessera simulate: interrupted; {} torn down\n",
+        o.control_plane == sim::ControlPlaneKind::kReal ? "the control plane was" : "the run was");
+    return 130;
+  }
   if (!r.ok()) {
     fmt::print(stderr, "tessera simulate: {}\n", std::string(r.status().message()));
     return kExitFailure;

@@ -152,7 +152,7 @@ absl::StatusOr<std::string> FindControlPlaneScript(const std::string& flag,
 }
 
 absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, const std::string& log,
-                               absl::Duration timeout) {
+                               absl::Duration timeout, const std::atomic<bool>* interrupt) {
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
   for (const std::string& a : argv) {
@@ -193,12 +193,16 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, const std::
     if (w < 0 && errno != EINTR) {
       return absl::InternalError(fmt::format("waitpid for {}: errno {}", argv[0], errno));
     }
-    if (absl::Now() >= deadline) {
+    const bool interrupted = interrupt != nullptr && interrupt->load();
+    if (absl::Now() >= deadline || interrupted) {
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
       std::string cmd;
       for (const std::string& a : argv) {
         cmd += (cmd.empty() ? "" : " ") + a;
+      }
+      if (interrupted) {
+        return absl::CancelledError(fmt::format("`{}` interrupted and killed", cmd));
       }
       return absl::DeadlineExceededError(
           fmt::format("`{}` did not finish within {} and was killed (read {})", cmd,
@@ -208,8 +212,12 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, const std::
   }
 }
 
-RealControlPlane::RealControlPlane(std::string script, std::string dir, std::string log)
-    : script_(std::move(script)), dir_(std::move(dir)), log_(std::move(log)) {}
+RealControlPlane::RealControlPlane(std::string script, std::string dir, std::string log,
+                                   const std::atomic<bool>* interrupt)
+    : script_(std::move(script)),
+      dir_(std::move(dir)),
+      log_(std::move(log)),
+      interrupt_(interrupt) {}
 
 RealControlPlane::~RealControlPlane() {
   absl::Status s = Down();
@@ -218,8 +226,8 @@ RealControlPlane::~RealControlPlane() {
   }
 }
 
-absl::Status RealControlPlane::Script(const std::vector<std::string>& args,
-                                      absl::Duration timeout) {
+absl::Status RealControlPlane::Script(const std::vector<std::string>& args, absl::Duration timeout,
+                                      bool interruptible) {
   std::vector<std::string> argv = {"/bin/bash", script_};
   argv.insert(argv.end(), args.begin(), args.end());
   std::string cmd = "tools/controlplane.sh";
@@ -230,7 +238,7 @@ absl::Status RealControlPlane::Script(const std::vector<std::string>& args,
   absl::StatusOr<int> rc;
   {
     MutexLock l(&mu_);
-    rc = RunCommand(argv, log_, timeout);
+    rc = RunCommand(argv, log_, timeout, interruptible ? interrupt_ : nullptr);
   }
   if (!rc.ok()) {
     return rc.status();
@@ -334,7 +342,7 @@ absl::Status RealControlPlane::Down() {
   }
   up_ = false;
   (void)Signal("tessera", SIGCONT);  // a frozen serve would hold up its SIGTERM
-  absl::Status s = Script({"down", dir_}, absl::Seconds(120));
+  absl::Status s = Script({"down", dir_}, absl::Seconds(120), /*interruptible=*/false);
   // Nothing of this control plane may survive (its processes name DIR on their command line).
   std::vector<std::string> left;
   for (int i = 0; i < 50; ++i) {

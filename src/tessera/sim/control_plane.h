@@ -20,6 +20,7 @@
 // serialised); Up and Down from one thread while nothing else runs.
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -56,12 +57,16 @@ absl::StatusOr<std::string> FindControlPlaneScript(const std::string& flag,
 
 // Runs `argv` (argv[0] a path) with stdin /dev/null and stdout+stderr appended to `log`, in its
 // own process group; returns its exit code. DeadlineExceeded (the group killed) after `timeout`.
+// With `interrupt`, a run still going when it becomes true is killed the same way (Cancelled).
 absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, const std::string& log,
-                               absl::Duration timeout);
+                               absl::Duration timeout,
+                               const std::atomic<bool>* interrupt = nullptr);
 
 class RealControlPlane {
  public:
-  RealControlPlane(std::string script, std::string dir, std::string log);
+  // `interrupt` (may be null): Up, Restart and AddServeArgs give up when it is set; Down never.
+  RealControlPlane(std::string script, std::string dir, std::string log,
+                   const std::atomic<bool>* interrupt = nullptr);
   ~RealControlPlane();
   RealControlPlane(const RealControlPlane&) = delete;
   RealControlPlane& operator=(const RealControlPlane&) = delete;
@@ -86,9 +91,11 @@ class RealControlPlane {
 
  private:
   absl::StatusOr<pid_t> Pid(const std::string& name);
-  absl::Status Script(const std::vector<std::string>& args, absl::Duration timeout);
+  absl::Status Script(const std::vector<std::string>& args, absl::Duration timeout,
+                      bool interruptible = true);
 
   const std::string script_, dir_, log_;
+  const std::atomic<bool>* const interrupt_;
   ControlPlaneEnv env_;
   Mutex mu_;  // one script run at a time
   bool up_ = false;

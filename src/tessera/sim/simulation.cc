@@ -477,7 +477,7 @@ absl::Status Simulation::WaitReady() {
   // Ready, and every registered device visible in /metrics.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   const size_t want = static_cast<size_t>(s_.nodes) * static_cast<size_t>(s_.gpus_per_node);
-  while (absl::Now() < deadline) {
+  while (absl::Now() < deadline && !SimulationInterrupted().load()) {
     kube::Request r;
     r.path = "/metrics";
     kube::DoOptions once;
@@ -1023,7 +1023,7 @@ absl::Status Simulation::StartReal(const std::vector<std::string>& serve_args) {
         fmt::format("cannot resolve the tessera binary {}: {}", o_.binary, ec.message()));
   }
   cp_ = std::make_unique<RealControlPlane>(o_.controlplane_script, dir_ + "/controlplane",
-                                           dir_ + "/controlplane.log");
+                                           dir_ + "/controlplane.log", &SimulationInterrupted());
   if (o_.progress != nullptr) {
     fmt::print(o_.progress, "simulate: starting the real control plane ({} up {}/controlplane)\n",
                o_.controlplane_script, dir_);
@@ -1630,6 +1630,11 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
     if (elapsed >= s_.duration + s_.drain) {
       break;
     }
+    if (SimulationInterrupted().load()) {
+      MutexLock l(&mu_);
+      r_.interrupted = true;
+      break;
+    }
     if (elapsed < s_.duration) {
       Tick(now, elapsed);
       while (next_fault < schedule.size() && schedule[next_fault].first <= elapsed) {
@@ -1777,6 +1782,11 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
 }
 
 }  // namespace
+
+std::atomic<bool>& SimulationInterrupted() {
+  static std::atomic<bool> interrupted{false};
+  return interrupted;
+}
 
 absl::StatusOr<RunResult> RunSimulation(const SimulationOptions& options) {
   Simulation sim(options);

@@ -33,6 +33,7 @@
 // Thread safety: RunSimulation is self-contained; run one at a time per working directory.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -105,9 +106,15 @@ struct RunResult {
   absl::Time start;
   std::string work_dir;
   std::string scheduler_args;
+  bool interrupted = false;  // SimulationInterrupted() ended it early
 };
 
 absl::StatusOr<RunResult> RunSimulation(const SimulationOptions& options);
+
+// Set (a signal handler may: it is lock-free) to end the runs early: the workload stops, the run
+// is torn down (the real control plane stopped too) and returns with RunResult::interrupted; a
+// control-plane script that is still starting is killed (the run then fails with Cancelled).
+std::atomic<bool>& SimulationInterrupted();
 
 // Divergences that outlived the convergence window (violations of invariant 2): what a
 // comparison run with self-healing off is expected to show.
