@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 #include <system_error>
+#include <thread>
 
 #include <stdlib.h>
 
@@ -104,6 +105,21 @@ TEST(RunCommandTest, APastDeadlineRunIsKilledWithItsChildren) {
   EXPECT_TRUE(gone) << "the child " << child << " survived the deadline";
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+}
+
+TEST(RunCommandTest, AnInterruptKillsTheRun) {
+  std::atomic<bool> interrupt{false};
+  std::thread t([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    interrupt = true;
+  });
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<int> rc =
+      RunCommand({"/bin/sh", "-c", "sleep 30"}, "/dev/null", absl::Seconds(60), &interrupt);
+  t.join();
+  ASSERT_FALSE(rc.ok());
+  EXPECT_TRUE(absl::IsCancelled(rc.status())) << rc.status();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
 }
 
 TEST(RunCommandTest, AMissingProgramIsAnError) {
