@@ -634,7 +634,10 @@ void Simulation::AllocateTask(const std::string& name, int tries) {
     node_tasks_.Post(Now(), [this, name] { StartTask(name); });
     return;
   }
-  if (tries < 60) {
+  // On the real control plane kube-apiserver restarts (several seconds each, back to back under
+  // chaos) can outlast 60 tries; a kubelet keeps retrying, and giving up would leave the node
+  // lock held by a bound pod that is never allocated.
+  if (tries < (real_ ? 600 : 60)) {
     node_tasks_.Post(Now() + absl::Milliseconds(250),
                      [this, name, tries] { AllocateTask(name, tries + 1); });
   }
