@@ -8,6 +8,7 @@
 #include <string>
 #include <system_error>
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "tessera/sim/control_plane.h"
 #include "tessera/sim/scenario.h"
 #include "tessera/sim/simulation.h"
 
@@ -29,6 +31,8 @@ struct SimulateFlags {
   std::string report;
   std::string scheduler_args;
   std::string work_dir;
+  std::string control_plane = "apisim";
+  std::string controlplane_script;
   bool list = false;
   bool no_compare = false;
 };
@@ -38,6 +42,13 @@ bool WriteText(const std::string& path, const std::string& text) {
   out << text;
   out.close();
   return static_cast<bool>(out);
+}
+
+// SIGINT / SIGTERM end the run early and tear it down (a real control plane runs in sessions of
+// its own and would outlive this process); a second one kills as usual.
+void OnStopSignal(int sig) {
+  sim::SimulationInterrupted().store(true);
+  signal(sig, SIG_DFL);
 }
 
 int RunSimulate(const SimulateFlags& f) {
@@ -73,6 +84,20 @@ int RunSimulate(const SimulateFlags& f) {
     }
   }
   sim::SimulationOptions o;
+  if (f.control_plane == "real") {
+    o.control_plane = sim::ControlPlaneKind::kReal;
+    absl::StatusOr<std::string> script =
+        sim::FindControlPlaneScript(f.controlplane_script, sim::DefaultControlPlaneScripts());
+    if (!script.ok()) {
+      fmt::print(stderr, "tessera simulate: {}\n", std::string(script.status().message()));
+      return kExitUsage;
+    }
+    o.controlplane_script = *script;
+  } else if (f.control_plane != "apisim") {
+    fmt::print(stderr, "tessera simulate: --control-plane: want apisim or real, not {}\n",
+               f.control_plane);
+    return kExitUsage;
+  }
   o.scenario = *scenario;
   o.binary = "/proc/self/exe";
   o.scheduler_args = f.scheduler_args.empty() ? scenario->scheduler_args : f.scheduler_args;
@@ -99,12 +124,23 @@ int RunSimulate(const SimulateFlags& f) {
                     : "primary";
     }
   }
-  fmt::print(stderr, "tessera simulate: scenario {} ({}), seed {}{}\n", scenario->name,
-             scenario->description, scenario->seed,
+  fmt::print(stderr, "tessera simulate: scenario {} ({}), seed {}, control plane {}{}\n",
+             scenario->name, scenario->description, scenario->seed, f.control_plane,
              compare.has_value()
                  ? fmt::format(", run twice: {} then comparison: {}", o.label, compare->label)
                  : "");
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   absl::StatusOr<sim::RunResult> r = sim::RunSimulation(o);
+  if (sim::SimulationInterrupted().load()) {
+    fmt::print(
+        stderr, "tessera simulate: interrupted; {} torn down\n",
+        o.control_plane == sim::ControlPlaneKind::kReal ? "the control plane was" : "the run was");
+    return 130;
+  }
   if (!r.ok()) {
     fmt::print(stderr, "tessera simulate: {}\n", std::string(r.status().message()));
     return kExitFailure;
@@ -175,6 +211,18 @@ void AddSimulateCommand(CLI::App& app, Runner* run) {
   sub->add_flag("--no-compare", flags->no_compare,
                 "Skip the scenario's comparison run (its `compare` section, e.g. seed-bug's run "
                 "with self-healing off)");
+  sub->add_option("--control-plane", flags->control_plane,
+                  "apisim: tessera apisim and serve as child processes, kube-scheduler emulated; "
+                  "real: the stock etcd, kube-apiserver and kube-scheduler of "
+                  "tools/controlplane.sh up (in WORK_DIR/controlplane, serve as their extender "
+                  "under deploy/base's RBAC), the emulated workload, device plugins and kubelets "
+                  "against that API server, faults mapped onto real ones (apisim-only faults "
+                  "skipped and reported); needs kubectl, openssl, curl, python3 with PyYAML, "
+                  "setsid, ss (docs/simulate.md)")
+      ->capture_default_str();
+  sub->add_option("--controlplane-script", flags->controlplane_script,
+                  "With --control-plane=real: tools/controlplane.sh to run (default: the one of "
+                  "the source tree this binary was built from, else ./tools/controlplane.sh)");
   sub->add_flag("--list", flags->list, "List the built-in scenarios");
   sub->callback([run, flags] { *run = [flags] { return RunSimulate(*flags); }; });
 }

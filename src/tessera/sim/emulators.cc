@@ -104,6 +104,50 @@ absl::Status DeleteNode(kube::Transport& t, std::string_view name) {
   return absl::OkStatus();
 }
 
+absl::Status MakeNodeReady(kube::Transport& t, std::string_view name,
+                           const std::string& status_json) {
+  kube::Request r;
+  r.method = "PATCH";
+  r.path = fmt::format("/api/v1/nodes/{}/status", name);
+  r.content_type = "application/merge-patch+json";
+  r.body = fmt::format("{{\"status\":{}}}", status_json);
+  absl::StatusOr<kube::Response> resp = kube::Do(t, r, QuickRetry());
+  if (!resp.ok()) {
+    return absl::Status(resp.status().code(), fmt::format("PATCH node {} status: {}", name,
+                                                          std::string(resp.status().message())));
+  }
+  kube::Request untaint;
+  untaint.method = "PATCH";
+  untaint.path = fmt::format("/api/v1/nodes/{}", name);
+  untaint.content_type = "application/merge-patch+json";
+  untaint.body = R"({"spec":{"taints":null}})";
+  resp = kube::Do(t, untaint, QuickRetry());
+  if (!resp.ok()) {
+    return absl::Status(resp.status().code(), fmt::format("removing node {}'s taints: {}", name,
+                                                          std::string(resp.status().message())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CreateDefaultServiceAccount(kube::Transport& t, std::string_view ns) {
+  kube::Request r;
+  r.method = "POST";
+  r.path = fmt::format("/api/v1/namespaces/{}/serviceaccounts", ns);
+  r.content_type = "application/json";
+  r.body = json{{"apiVersion", "v1"},
+                {"kind", "ServiceAccount"},
+                {"metadata", {{"name", "default"}, {"namespace", ns}}}}
+               .dump();
+  absl::StatusOr<kube::Response> resp = kube::Do(t, r, QuickRetry());
+  if (!resp.ok() &&
+      !(absl::IsAborted(resp.status()) && kube::ReasonOf(resp.status()) == "AlreadyExists")) {
+    return absl::Status(resp.status().code(),
+                        fmt::format("creating ServiceAccount {}/default: {}", ns,
+                                    std::string(resp.status().message())));
+  }
+  return absl::OkStatus();
+}
+
 // ---- workload -------------------------------------------------------------------------------
 
 namespace {

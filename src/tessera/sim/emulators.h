@@ -61,6 +61,15 @@ absl::Status SetPodPhase(kube::Transport& t, std::string_view ns, std::string_vi
                          std::string_view phase);
 absl::Status CreateNode(kube::Transport& t, const std::string& json);
 absl::Status DeleteNode(kube::Transport& t, std::string_view name);
+// What a kubelet and the node lifecycle controller do for a node on a real API server, which
+// ignores `status` on create and taints a new node not-ready (TaintNodesByCondition): a merge
+// patch of the status subresource (`status_json`: capacity, allocatable, conditions), then the
+// node's taints removed.
+absl::Status MakeNodeReady(kube::Transport& t, std::string_view name,
+                           const std::string& status_json);
+// What kube-controller-manager would create: a namespace's `default` ServiceAccount, which the
+// ServiceAccount admission plugin requires of every pod. AlreadyExists is OK.
+absl::Status CreateDefaultServiceAccount(kube::Transport& t, std::string_view ns);
 
 // ---- workload -------------------------------------------------------------------------------
 

@@ -80,6 +80,9 @@ Rows Figures(const RunResult& r, bool compact) {
   const absl::Time end = r.start + r.elapsed;
   Rows rows;
   auto row = [&](std::string k, std::string v) { rows.emplace_back(std::move(k), std::move(v)); };
+  row("control plane", r.control_plane == "real"
+                           ? (compact ? "real" : "real (etcd, kube-apiserver, kube-scheduler)")
+                           : (compact ? "apisim" : "apisim (kube-scheduler emulated)"));
   row("pods created", std::to_string(r.created));
   row("pods scheduled", std::to_string(r.scheduled));
   row("pods unschedulable (once+)",
@@ -88,9 +91,14 @@ Rows Figures(const RunResult& r, bool compact) {
                             r.unschedulable_attempts));
   row("pods deleted", fmt::format("{} ({} ran to completion)", r.deleted, r.completed));
   row("device plugin allocations", std::to_string(r.allocations));
-  row("filter latency p50 / p99", Ms(r.filter_p50) + " / " + Ms(r.filter_p99));
-  row("filter errors / bind refusals", fmt::format("{} / {}", r.filter_errors, r.bind_errors));
-  row("full-Nodes filters", std::to_string(r.full_nodes_filters));
+  if (r.control_plane == "real") {
+    // kube-scheduler calls the extender; its latencies are not seen here.
+    row("filter latency p50 / p99", "n/a (kube-scheduler's calls)");
+  } else {
+    row("filter latency p50 / p99", Ms(r.filter_p50) + " / " + Ms(r.filter_p99));
+    row("filter errors / bind refusals", fmt::format("{} / {}", r.filter_errors, r.bind_errors));
+    row("full-Nodes filters", std::to_string(r.full_nodes_filters));
+  }
   std::string kinds;
   {
     std::map<std::string, int> by;
@@ -103,6 +111,17 @@ Rows Figures(const RunResult& r, bool compact) {
   }
   row("faults injected",
       fmt::format("{}{}", r.faults.size(), kinds.empty() ? "" : " (" + kinds + ")"));
+  if (!r.skipped_faults.empty()) {
+    std::map<std::string, int> by;
+    for (const FaultRecord& f : r.skipped_faults) {
+      ++by[f.kind];
+    }
+    std::string skipped;
+    for (const auto& [k, n] : by) {
+      skipped += fmt::format("{}{} {}", skipped.empty() ? "" : ", ", n, k);
+    }
+    row("faults skipped", fmt::format("{} ({}: apisim only)", r.skipped_faults.size(), skipped));
+  }
   row("oracle samples (compared)", fmt::format("{} ({})", r.observations, r.compared));
   const size_t shares = PodShareDivergences(r, false);
   if (compact) {
@@ -245,6 +264,7 @@ nlohmann::json RunJson(const RunResult& r) {
   using nlohmann::json;
   const absl::Time end = r.start + r.elapsed;
   json j = {{"scenario", r.scenario},
+            {"control_plane", r.control_plane},
             {"label", r.label},
             {"seed", r.seed},
             {"scheduler_args", r.scheduler_args},
@@ -279,6 +299,12 @@ nlohmann::json RunJson(const RunResult& r) {
         {{"at_s", absl::ToDoubleSeconds(f.at)}, {"kind", f.kind}, {"detail", f.detail}});
   }
   j["faults"] = faults;
+  json skipped = json::array();
+  for (const FaultRecord& f : r.skipped_faults) {
+    skipped.push_back(
+        {{"at_s", absl::ToDoubleSeconds(f.at)}, {"kind", f.kind}, {"reason", f.detail}});
+  }
+  j["skipped_faults"] = skipped;
   json divs = json::array();
   for (const Divergence& d : r.divergences) {
     divs.push_back(
@@ -507,9 +533,12 @@ std::string ReportHtml(const RunResult& r, const RunResult* c) {
       "</style></head><body>\n";
   html += fmt::format("<h1>tessera simulate — {} <span class='{}'>{}</span></h1>\n",
                       Escape(r.scenario), ok ? "pass" : "fail", ok ? "PASS" : "FAIL");
-  html +=
-      fmt::format("<p>seed {}, {} nodes, {} GPUs, workload {} then drain, convergence window {}",
-                  r.seed, r.nodes, r.gpus, Secs(r.duration), Secs(r.window));
+  html += fmt::format(
+      "<p>control plane <b>{}</b>, seed {}, {} nodes, {} GPUs, workload {} then "
+      "drain, convergence window {}",
+      r.control_plane == "real" ? "real (etcd, kube-apiserver, kube-scheduler)"
+                                : "apisim (kube-scheduler emulated)",
+      r.seed, r.nodes, r.gpus, Secs(r.duration), Secs(r.window));
   if (c != nullptr) {
     html += fmt::format(
         "; run twice with the same seed: <b>{}</b> (<code>{}</code>), the verdict, and "

@@ -147,5 +147,29 @@ TEST(ReportTest, AnOverCommitInTheComparisonFailsTheRun) {
   EXPECT_FALSE(Succeeded(bad, nullptr));
 }
 
+TEST(ReportTest, SaysWhichControlPlaneRanAndWhichFaultsItSkipped) {
+  RunResult apisim = SeedBugRun("", "", false);
+  EXPECT_THAT(SummaryTable(apisim),
+              HasSubstr("  control plane                  apisim (kube-scheduler emulated)\n"));
+  EXPECT_THAT(SummaryTable(apisim), Not(HasSubstr("faults skipped")));
+  EXPECT_EQ(nlohmann::json::parse(SummaryJson(apisim))["control_plane"], "apisim");
+
+  RunResult real = SeedBugRun("", "", false);
+  real.control_plane = "real";
+  real.skipped_faults.push_back({absl::Seconds(8), "error_storm", "apisim only"});
+  const std::string table = SummaryTable(real);
+  EXPECT_THAT(table, HasSubstr("  control plane                  real (etcd, kube-apiserver, "
+                               "kube-scheduler)\n"));
+  EXPECT_THAT(table,
+              HasSubstr("  faults skipped                 1 (1 error_storm: apisim only)\n"));
+  EXPECT_THAT(table, HasSubstr("filter latency p50 / p99       n/a"));
+  nlohmann::json j = nlohmann::json::parse(SummaryJson(real));
+  EXPECT_EQ(j["control_plane"], "real");
+  ASSERT_EQ(j["skipped_faults"].size(), 1u);
+  EXPECT_EQ(j["skipped_faults"][0]["kind"], "error_storm");
+  EXPECT_THAT(ReportHtml(real), HasSubstr("control plane <b>real (etcd, kube-apiserver, "
+                                          "kube-scheduler)</b>"));
+}
+
 }  // namespace
 }  // namespace tessera::sim

@@ -10,6 +10,7 @@
 #include <memory>
 #include <queue>
 #include <random>
+#include <set>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -34,7 +35,9 @@
 #include "tessera/device/annotations.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/config.h"
+#include "tessera/kube/informer.h"
 #include "tessera/kube/transport.h"
+#include "tessera/sim/control_plane.h"
 #include "tessera/sim/emulators.h"
 #include "tessera/sim/synthetic.h"
 
@@ -171,6 +174,7 @@ class Simulation {
   explicit Simulation(const SimulationOptions& o)
       : o_(o),
         s_(o.scenario),
+        real_(o.control_plane == ControlPlaneKind::kReal),
         rng_(s_.seed),
         oracle_(s_.window),
         workload_(s_.shapes, "hami-scheduler", s_.gpu_types.front()) {}
@@ -178,7 +182,11 @@ class Simulation {
   absl::StatusOr<RunResult> Run();
 
  private:
+  absl::Status StartChildren(const std::vector<std::string>& serve_extra);
+  absl::StatusOr<RunResult> RunWorkload();
   absl::Status StartApisim(bool restart);
+  // kReal: tools/controlplane.sh up, serve's flags, the kubeconfig and ports.
+  absl::Status StartReal(const std::vector<std::string>& serve_args);
   absl::Status StartServe(bool restart);
   absl::Status MakeTransports();
   absl::Status CreateNodes();
@@ -199,6 +207,24 @@ class Simulation {
 
   // faults
   void Fault(const FaultSpec& f);
+  // kReal: the scenario's fault on the real control plane, or recorded as skipped.
+  void RealFault(const FaultSpec& f);
+  // kReal: serve frozen (SIGSTOP), kube-apiserver killed and restarted (every watch cut),
+  // `burst` live pods deleted, until the revision before the deletions is compacted and at least
+  // `duration` passed; then serve thawed: its watches resume into 410 and relist.
+  void RealWatchLoss(const FaultSpec& f, bool force);
+  bool WaitApiserver(absl::Duration limit);
+  std::vector<std::string> PickLive(int n);
+  // kReal: the pods as kube-scheduler and the API server left them (bindings, unschedulable,
+  // graceful deletions for the kubelet); the poll loop's thread.
+  void PollLoop();
+  void Poll();
+  // kReal: what the kubelet does for kube-scheduler's static pod: start it again when it exits
+  // (stock kube-scheduler exits when it loses its Lease, e.g. over a kube-apiserver restart).
+  void SuperviseLoop();
+  // kReal: a pod as the informer delivered it; bound → the node's plugin and kubelet start,
+  // bound and being deleted → the kubelet finishes it.
+  void OnPodSeen(const kube::Pod& pod);
   void PushFaults();
   void RecordFault(std::string kind, std::string detail);
 
@@ -228,7 +254,11 @@ class Simulation {
 
   const SimulationOptions& o_;
   const Scenario& s_;
+  const bool real_;
   std::string dir_;
+  std::unique_ptr<RealControlPlane> cp_;  // kReal
+  // kReal: what a kubelet watches (bindings, deletions); Poll() is its backstop.
+  std::unique_ptr<kube::Informer<kube::Pod>> pod_informer_;
   Children ch_;
   Mutex child_mu_;  // restarts of children
   Mutex rng_mu_;
@@ -236,6 +266,10 @@ class Simulation {
 
   std::unique_ptr<kube::CurlTransport> api_t_, ext_t_, met_t_;
   std::unique_ptr<kube::ApiClient> client_;
+  // Connections of their own for the node side (device plugins, kubelets) and for the
+  // oracle's LISTs, so that neither waits behind the other's traffic.
+  std::unique_ptr<kube::CurlTransport> node_t_, obs_t_;
+  std::unique_ptr<kube::ApiClient> node_client_, obs_client_;
   std::unique_ptr<ExtenderClient> extender_;
   TaskQueue tasks_;
   // Node-side work (device plugins, kubelets) on workers of its own, so that a backlog of
@@ -270,6 +304,7 @@ class Simulation {
   Mutex oracle_mu_;
   Oracle oracle_ ABSL_GUARDED_BY(oracle_mu_);
   std::atomic<bool> oracle_stop_{false};
+  std::set<std::string> terminating_ ABSL_GUARDED_BY(mu_);  // kReal: the kubelet is on it
   absl::Time start_;
   Workload workload_;
 };
@@ -333,25 +368,36 @@ absl::Status Simulation::StartServe(bool restart) {
 
 absl::Status Simulation::MakeTransports() {
   kube::KubeconfigOptions ko;
-  ko.path = dir_ + "/kubeconfig";
+  ko.path = real_ ? cp_->env().kubeconfig : dir_ + "/kubeconfig";
   TESSERA_ASSIGN_OR_RETURN(kube::RestConfig config, kube::LoadKubeconfig(ko));
   config.qps = 0;  // the emulators are many clients; no client-side limit
   config.request_timeout = absl::Seconds(20);
   config.connect_timeout = absl::Seconds(3);
   TESSERA_ASSIGN_OR_RETURN(
       api_t_, kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real())));
-  kube::ApiClient::Options co;
-  co.retry.max_attempts = 3;
-  co.retry.backoff = {absl::Milliseconds(50), absl::Milliseconds(500), 2.0, 0.5};
-  co.retry.max_retry_after = absl::Seconds(1);
-  client_ = std::make_unique<kube::ApiClient>(api_t_.get(), std::move(co));
+  auto options = [] {
+    kube::ApiClient::Options co;
+    co.retry.max_attempts = 3;
+    co.retry.backoff = {absl::Milliseconds(50), absl::Milliseconds(500), 2.0, 0.5};
+    co.retry.max_retry_after = absl::Seconds(1);
+    return co;
+  };
+  client_ = std::make_unique<kube::ApiClient>(api_t_.get(), options());
+  TESSERA_ASSIGN_OR_RETURN(
+      node_t_, kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real())));
+  node_client_ = std::make_unique<kube::ApiClient>(node_t_.get(), options());
+  TESSERA_ASSIGN_OR_RETURN(
+      obs_t_, kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real())));
+  obs_client_ = std::make_unique<kube::ApiClient>(obs_t_.get(), options());
   kube::RestConfig ext;
   ext.server = fmt::format("http://127.0.0.1:{}", ch_.http_port);
   ext.qps = 0;
   ext.request_timeout = absl::Seconds(30);
   ext.connect_timeout = absl::Seconds(2);
-  TESSERA_ASSIGN_OR_RETURN(ext_t_, kube::CurlTransport::Create(ext, nullptr));
-  extender_ = std::make_unique<ExtenderClient>(ext_t_.get());
+  if (!real_) {  // on the real control plane kube-scheduler calls the extender
+    TESSERA_ASSIGN_OR_RETURN(ext_t_, kube::CurlTransport::Create(ext, nullptr));
+    extender_ = std::make_unique<ExtenderClient>(ext_t_.get());
+  }
   kube::RestConfig met = ext;
   met.server = fmt::format("http://127.0.0.1:{}", ch_.metrics_port);
   met.request_timeout = absl::Seconds(5);
@@ -396,6 +442,22 @@ absl::Status Simulation::CreateNodes() {
             {"nvidia.com/gpu", std::to_string(s_.gpus_per_node * s_.slots)}}},
           {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}};
     TESSERA_RETURN_IF_ERROR(CreateNode(*api_t_, node.dump()));
+    if (real_) {
+      // A real API server takes the status only through its subresource, and tainted the node
+      // not-ready; kube-scheduler needs `pods` in allocatable.
+      json status = node["status"];
+      status["allocatable"]["pods"] = "1000";
+      status["capacity"] = status["allocatable"];
+      const std::string now =
+          absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
+      status["conditions"] = {{{"type", "Ready"},
+                               {"status", "True"},
+                               {"reason", "KubeletReady"},
+                               {"message", "tessera simulate's kubelet"},
+                               {"lastHeartbeatTime", now},
+                               {"lastTransitionTime", now}}};
+      TESSERA_RETURN_IF_ERROR(MakeNodeReady(*api_t_, n.name, status.dump()));
+    }
     TESSERA_RETURN_IF_ERROR(n.plugin->Register(*client_, absl::Now()));
     node["metadata"]["annotations"] = {
         {std::string(device::kNodeRegisterAnnotation), n.plugin->RegisterValue()}};
@@ -415,7 +477,7 @@ absl::Status Simulation::WaitReady() {
   // Ready, and every registered device visible in /metrics.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   const size_t want = static_cast<size_t>(s_.nodes) * static_cast<size_t>(s_.gpus_per_node);
-  while (absl::Now() < deadline) {
+  while (absl::Now() < deadline && !SimulationInterrupted().load()) {
     kube::Request r;
     r.path = "/metrics";
     kube::DoOptions once;
@@ -429,8 +491,9 @@ absl::Status Simulation::WaitReady() {
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
-  return absl::DeadlineExceededError(fmt::format(
-      "tessera serve did not export the {} devices within 60 s (see {}/serve.log)", want, dir_));
+  return absl::DeadlineExceededError(
+      fmt::format("tessera serve did not export the {} devices within 60 s (see {})", want,
+                  real_ ? cp_->env().dir + "/tessera.log" : dir_ + "/serve.log"));
 }
 
 // ---- pod pipeline ---------------------------------------------------------------------------
@@ -463,7 +526,9 @@ void Simulation::CreateTask(const std::string& name) {
   if (p.stage == Stage::kCreating) {
     p.stage = Stage::kPending;
     ++r_.created;
-    tasks_.Post(Now(), [this, name] { ScheduleTask(name); });
+    if (!real_) {  // else the real kube-scheduler's
+      tasks_.Post(Now(), [this, name] { ScheduleTask(name); });
+    }
   }
 }
 
@@ -562,14 +627,17 @@ void Simulation::AllocateTask(const std::string& name, int tries) {
     }
     plugin = n->plugin.get();
   }
-  absl::StatusOr<AllocateResult> a = plugin->Allocate(*client_, kNamespace, name);
+  absl::StatusOr<AllocateResult> a = plugin->Allocate(*node_client_, kNamespace, name);
   MutexLock l(&mu_);
   if (a.ok() && a->success && a->name == name) {
     ++r_.allocations;
     node_tasks_.Post(Now(), [this, name] { StartTask(name); });
     return;
   }
-  if (tries < 60) {
+  // On the real control plane kube-apiserver restarts (several seconds each, back to back under
+  // chaos) can outlast 60 tries; a kubelet keeps retrying, and giving up would leave the node
+  // lock held by a bound pod that is never allocated.
+  if (tries < (real_ ? 600 : 60)) {
     node_tasks_.Post(Now() + absl::Milliseconds(250),
                      [this, name, tries] { AllocateTask(name, tries + 1); });
   }
@@ -583,7 +651,7 @@ void Simulation::StartTask(const std::string& name) {
       return;
     }
   }
-  absl::Status s = Kubelet::Start(*api_t_, kNamespace, name);
+  absl::Status s = Kubelet::Start(*node_t_, kNamespace, name);
   absl::Duration life;
   {
     MutexLock l(&rng_mu_);
@@ -611,7 +679,7 @@ void Simulation::FinishTask(const std::string& name) {
       return;
     }
   }
-  absl::Status s = Kubelet::Finish(*api_t_, kNamespace, name);
+  absl::Status s = Kubelet::Finish(*node_t_, kNamespace, name);
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
   if (!s.ok()) {
@@ -670,12 +738,18 @@ void Simulation::DeleteTask(const std::string& name, bool force) {
     return;
   }
   // The kubelet stops the containers, then reports the pod terminal; the API server then
-  // removes it (graceful deletion).
+  // removes it (graceful deletion; on a real one the kubelet's DELETE with grace 0 does).
+  terminating_.insert(name);
   tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { TerminateTask(name); });
 }
 
 void Simulation::TerminateTask(const std::string& name) {
-  absl::Status s = Kubelet::Finish(*api_t_, kNamespace, name);
+  absl::Status s = Kubelet::Finish(*node_t_, kNamespace, name);
+  if (real_ && (s.ok() || absl::IsNotFound(s))) {
+    // A real API server keeps a gracefully deleted pod until its kubelet deletes it with grace
+    // 0 once the containers stopped.
+    s = DeletePod(*node_t_, kNamespace, name, 0);
+  }
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
   if (!s.ok()) {
@@ -689,6 +763,12 @@ void Simulation::TerminateTask(const std::string& name) {
 }
 
 void Simulation::DeleteRandomLive(int n, bool force) {
+  for (std::string& name : PickLive(n)) {
+    tasks_.Post(Now(), [this, name, force] { DeleteTask(name, force); });
+  }
+}
+
+std::vector<std::string> Simulation::PickLive(int n) {
   std::vector<std::string> picked;
   {
     MutexLock l(&mu_);
@@ -704,9 +784,7 @@ void Simulation::DeleteRandomLive(int n, bool force) {
       }
     }
   }
-  for (std::string& name : picked) {
-    tasks_.Post(Now(), [this, name, force] { DeleteTask(name, force); });
-  }
+  return picked;
 }
 
 // ---- faults ---------------------------------------------------------------------------------
@@ -750,6 +828,10 @@ void Simulation::PushFaults() {
 }
 
 void Simulation::Fault(const FaultSpec& f) {
+  if (real_ && f.kind != FaultKind::kNodeDelete && f.kind != FaultKind::kPluginStop) {
+    RealFault(f);  // the emulators' own faults (node, plugin) run below on both
+    return;
+  }
   const std::string kind(FaultKindName(f.kind));
   auto simulator = [this](const char* path) {
     kube::Request r;
@@ -931,6 +1013,314 @@ void Simulation::Fault(const FaultSpec& f) {
   }
 }
 
+// ---- the real control plane ------------------------------------------------------------------
+
+absl::Status Simulation::StartReal(const std::vector<std::string>& serve_args) {
+  if (o_.controlplane_script.empty()) {
+    return absl::FailedPreconditionError("--control-plane=real needs the control-plane script");
+  }
+  std::error_code ec;
+  const std::string binary = std::filesystem::canonical(o_.binary, ec).string();
+  if (ec) {
+    return absl::FailedPreconditionError(
+        fmt::format("cannot resolve the tessera binary {}: {}", o_.binary, ec.message()));
+  }
+  cp_ = std::make_unique<RealControlPlane>(o_.controlplane_script, dir_ + "/controlplane",
+                                           dir_ + "/controlplane.log", &SimulationInterrupted());
+  if (o_.progress != nullptr) {
+    fmt::print(o_.progress, "simulate: starting the real control plane ({} up {}/controlplane)\n",
+               o_.controlplane_script, dir_);
+    std::fflush(o_.progress);
+  }
+  // Compaction every 2 s: a watch resumed after an outage meets a compacted revision (410),
+  // as in test/controlplane/seed_test.sh.
+  TESSERA_RETURN_IF_ERROR(cp_->Up(binary, {"--etcd-compaction-interval", "2s"}));
+  // serve runs with the scenario's flags: appended to its command line, then restarted.
+  TESSERA_RETURN_IF_ERROR(cp_->AddServeArgs(serve_args));
+  ch_.http_port = cp_->env().tessera_port;
+  ch_.metrics_port = cp_->env().metrics_port;
+  return absl::OkStatus();
+}
+
+bool Simulation::WaitApiserver(absl::Duration limit) {
+  const absl::Time deadline = Now() + limit;
+  while (Now() < deadline) {
+    kube::Request r;
+    r.path = "/readyz";
+    kube::DoOptions once;
+    once.retry.max_attempts = 1;
+    if (kube::Do(*api_t_, r, std::move(once)).ok()) {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return false;
+}
+
+void Simulation::RealWatchLoss(const FaultSpec& f, bool force) {
+  const std::string kind(FaultKindName(f.kind));
+  const absl::Time t0 = Now();
+  absl::Status frozen = cp_->Signal("tessera", SIGSTOP);
+  if (!frozen.ok()) {
+    TESSERA_LOG(kError, "simulate: {}: cannot freeze serve: {}", kind, frozen.ToString());
+    return;
+  }
+  // Every watch cut while serve cannot reconnect; the new API server's watch cache starts at
+  // the current revision.
+  absl::Status restarted = cp_->Restart("kube-apiserver", true);
+  const bool ready = restarted.ok() && WaitApiserver(absl::Seconds(60));
+  if (!ready) {
+    TESSERA_LOG(kError, "simulate: {}: kube-apiserver not ready again after its restart: {}", kind,
+                restarted.ToString());
+  }
+  // The revision before the deletions.
+  std::string rv;
+  {
+    kube::Request r;
+    r.path = fmt::format("/api/v1/namespaces/{}/pods?limit=1", kNamespace);
+    absl::StatusOr<kube::Response> resp = kube::Do(*api_t_, r, QuickRetry());
+    if (resp.ok()) {
+      json j = json::parse(resp->body, nullptr, false);
+      if (j.is_object()) {
+        rv = j["metadata"].value("resourceVersion", "");
+      }
+    }
+  }
+  const std::vector<std::string> victims = PickLive(f.delete_burst);
+  RecordFault(kind, "");  // the detail follows below, once known
+  for (const std::string& name : victims) {
+    DeleteTask(name, force);
+  }
+  // Until an exact LIST at that revision is refused (410): it is compacted (bounded).
+  bool compacted = false;
+  const absl::Time deadline = Now() + absl::Seconds(30);
+  while (!rv.empty() && Now() < deadline) {
+    kube::Request r;
+    r.path = fmt::format(
+        "/api/v1/namespaces/{}/pods?resourceVersion={}&resourceVersionMatch=Exact&limit=1",
+        kNamespace, rv);
+    kube::DoOptions once;
+    once.retry.max_attempts = 1;
+    absl::StatusOr<kube::Response> resp = kube::Do(*api_t_, r, std::move(once));
+    if (!resp.ok() && absl::IsOutOfRange(resp.status())) {
+      compacted = true;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  if (Now() < t0 + f.duration) {
+    absl::SleepFor(t0 + f.duration - Now());
+  }
+  const absl::Status thawed = cp_->Signal("tessera", SIGCONT);
+  const std::string detail = fmt::format(
+      "tessera serve frozen (SIGSTOP) for {:.1f} s; kube-apiserver SIGKILLed and restarted{} "
+      "while frozen (every watch cut); {} pods deleted{}; {}; serve thawed{}: its watches "
+      "resume into 410 and relist",
+      absl::ToDoubleSeconds(Now() - t0), ready ? "" : " (NOT ready again within 60 s)",
+      victims.size(), force ? " with grace 0" : "",
+      compacted ? fmt::format("revision {} (before the deletions) compacted", rv)
+                : fmt::format("revision {} NOT compacted within 30 s", rv),
+      thawed.ok() ? "" : " (SIGCONT failed: " + thawed.ToString() + ")");
+  MutexLock l(&mu_);
+  for (auto it = r_.faults.rbegin(); it != r_.faults.rend(); ++it) {
+    if (it->kind == kind && it->detail.empty()) {
+      it->detail = detail;
+      break;
+    }
+  }
+}
+
+void Simulation::RealFault(const FaultSpec& f) {
+  const std::string kind(FaultKindName(f.kind));
+  auto skip = [&](const std::string& why) {
+    MutexLock l(&mu_);
+    r_.skipped_faults.push_back({Now() - start_, kind, why});
+  };
+  auto restart_apiserver = [&](bool kill) {
+    absl::Status s = cp_->Restart("kube-apiserver", kill);
+    if (!s.ok() || !WaitApiserver(absl::Seconds(60))) {
+      TESSERA_LOG(kError, "simulate: {}: kube-apiserver not ready again after its restart: {}",
+                  kind, s.ToString());
+    }
+  };
+  switch (f.kind) {
+    case FaultKind::kDropEvents:
+      if (f.event_type != "DELETED" && !f.event_type.empty()) {
+        skip(fmt::format("a real kube-apiserver does not drop {} events on demand (apisim only)",
+                         f.event_type));
+        break;
+      }
+      // The real way to lose DELETED events: deletions while serve's watches are down, past a
+      // compaction, so that its watches resume into 410 (the seed path).
+      RealWatchLoss(f, f.force);
+      break;
+    case FaultKind::kWatchOutage:
+      RealWatchLoss(f, false);
+      break;
+    case FaultKind::kSeverWatches:
+    case FaultKind::kCompact:
+      RecordFault(kind, f.kind == FaultKind::kSeverWatches
+                            ? "kube-apiserver SIGKILLed and restarted: every watch cut"
+                            : "kube-apiserver SIGKILLed and restarted: every watch cut, the new "
+                              "watch cache starts at the current revision (compaction every 2 s)");
+      restart_apiserver(true);
+      DeleteRandomLive(f.delete_burst);
+      break;
+    case FaultKind::kApisimRestart:
+      RecordFault(kind, "kube-apiserver restarted (SIGTERM, graceful), etcd kept");
+      restart_apiserver(false);
+      break;
+    case FaultKind::kTesseraKill: {
+      absl::Status s = cp_->Signal("tessera", SIGKILL);
+      if (!s.ok()) {
+        TESSERA_LOG(kError, "simulate: tessera_kill: {}", s.ToString());
+        break;
+      }
+      RecordFault(kind, fmt::format("tessera serve SIGKILLed, restarted after {}",
+                                    absl::FormatDuration(f.duration)));
+      fault_tasks_.Post(Now() + f.duration, [this] {
+        absl::Status r = cp_->Restart("tessera", false);
+        if (!r.ok()) {
+          TESSERA_LOG(kError, "simulate: restarting serve: {}", r.ToString());
+        }
+      });
+      break;
+    }
+    case FaultKind::kErrorStorm:
+      skip(fmt::format("a real kube-apiserver does not answer {} on demand (apisim only)", f.code));
+      break;
+    case FaultKind::kNodeDelete:
+    case FaultKind::kPluginStop:
+      break;  // not reached: the emulators' own faults run in Fault()
+  }
+}
+
+void Simulation::OnPodSeen(const kube::Pod& pod) {
+  if (pod.node_name.empty()) {
+    return;
+  }
+  const std::string& name = pod.meta.name;
+  MutexLock l(&mu_);
+  auto it = pods_.find(name);
+  if (it == pods_.end()) {
+    return;
+  }
+  if (it->second.stage == Stage::kPending) {
+    it->second.stage = Stage::kBound;
+    it->second.node = pod.node_name;
+    ++r_.scheduled;
+    node_tasks_.Post(Now(), [this, name] { AllocateTask(name, 0); });
+  }
+  if (pod.Deleting() && terminating_.insert(name).second) {
+    node_tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { TerminateTask(name); });
+  }
+}
+
+void Simulation::Poll() {
+  std::vector<std::pair<std::string, std::string>> bound;  // name, node
+  std::vector<std::string> unschedulable, terminating;
+  std::string cont;
+  do {
+    kube::Request r;
+    std::string escaped;
+    for (char c : cont) {
+      if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+          c == '~') {
+        escaped += c;
+      } else {
+        escaped += fmt::format("%{:02X}", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      }
+    }
+    r.path = fmt::format("/api/v1/namespaces/{}/pods?limit=500{}", kNamespace,
+                         cont.empty() ? "" : "&continue=" + escaped);
+    kube::DoOptions once;
+    once.retry.max_attempts = 1;
+    absl::StatusOr<kube::Response> resp = kube::Do(*obs_t_, r, std::move(once));
+    if (!resp.ok()) {
+      return;  // the API server restarting: the next poll
+    }
+    json j = json::parse(resp->body, nullptr, false);
+    if (!j.is_object() || !j["items"].is_array()) {
+      return;
+    }
+    for (const json& p : j["items"]) {
+      const json& meta = p["metadata"];
+      const std::string name = meta.value("name", "");
+      const std::string node = p.contains("spec") ? p["spec"].value("nodeName", "") : "";
+      if (!node.empty()) {
+        bound.emplace_back(name, node);
+        if (meta.contains("deletionTimestamp")) {
+          terminating.push_back(name);
+        }
+        continue;
+      }
+      if (p.contains("status") && p["status"].contains("conditions")) {
+        for (const json& c : p["status"]["conditions"]) {
+          if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False" &&
+              c.value("reason", "") == "Unschedulable") {
+            unschedulable.push_back(name);
+          }
+        }
+      }
+    }
+    cont = j["metadata"].is_object() ? j["metadata"].value("continue", "") : "";
+  } while (!cont.empty());
+  MutexLock l(&mu_);
+  for (const auto& binding : bound) {
+    const std::string name = binding.first;
+    auto it = pods_.find(name);
+    if (it == pods_.end() || it->second.stage != Stage::kPending) {
+      continue;
+    }
+    it->second.stage = Stage::kBound;
+    it->second.node = binding.second;
+    ++r_.scheduled;
+    node_tasks_.Post(Now(), [this, name] { AllocateTask(name, 0); });
+  }
+  for (const std::string& name : unschedulable) {
+    auto it = pods_.find(name);
+    if (it != pods_.end() && !it->second.ever_unschedulable) {
+      it->second.ever_unschedulable = true;
+      ++r_.unschedulable;
+    }
+  }
+  // A bound pod being deleted that no kubelet task handles yet (deleted while it looked
+  // pending here, then bound): the kubelet finishes it.
+  for (const std::string& name : terminating) {
+    if (terminating_.insert(name).second) {
+      node_tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { TerminateTask(name); });
+    }
+  }
+}
+
+void Simulation::SuperviseLoop() {
+  while (!oracle_stop_.load()) {
+    absl::SleepFor(absl::Seconds(1));
+    if (oracle_stop_.load() || cp_->Alive("kube-scheduler")) {
+      continue;
+    }
+    RecordFault("scheduler_restart",
+                fmt::format("kube-scheduler had exited (see {}/kube-scheduler.log; stock "
+                            "kube-scheduler exits when it loses its Lease): started again, as "
+                            "its kubelet would",
+                            cp_->env().dir));
+    absl::Status s = cp_->Restart("kube-scheduler", false);
+    if (!s.ok()) {
+      TESSERA_LOG(kError, "simulate: restarting kube-scheduler: {}", s.ToString());
+    }
+  }
+}
+
+void Simulation::PollLoop() {
+  while (!oracle_stop_.load()) {
+    const absl::Time next = Now() + absl::Seconds(2);
+    Poll();
+    while (!oracle_stop_.load() && Now() < next) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+}
+
 // ---- oracle ---------------------------------------------------------------------------------
 
 void Simulation::Observe() {
@@ -939,7 +1329,7 @@ void Simulation::Observe() {
   kube::ListOptions lo;
   lo.limit = 500;
   while (true) {
-    absl::StatusOr<kube::PodList> page = client_->ListPods(lo);
+    absl::StatusOr<kube::PodList> page = obs_client_->ListPods(lo);
     if (!page.ok()) {
       return;  // apisim down or failing: no observation
     }
@@ -952,7 +1342,7 @@ void Simulation::Observe() {
     lo.continue_token = page->meta.continue_token;
   }
   kube::ListOptions no;
-  absl::StatusOr<kube::NodeList> nl = client_->ListNodes(no);
+  absl::StatusOr<kube::NodeList> nl = obs_client_->ListNodes(no);
   if (!nl.ok()) {
     return;
   }
@@ -1098,14 +1488,51 @@ absl::StatusOr<RunResult> Simulation::Run() {
     }
     dir_ = tmpl;
   } else {
-    dir_ = o_.work_dir;
     std::error_code ec;
+    dir_ = std::filesystem::absolute(o_.work_dir, ec).lexically_normal().string();
+    if (!dir_.empty() && dir_.back() == '/') {
+      dir_.pop_back();
+    }
     std::filesystem::create_directories(dir_, ec);
     if (ec) {
       return absl::FailedPreconditionError(
           fmt::format("cannot create the work directory {}: {}", dir_, ec.message()));
     }
   }
+  std::vector<std::string> user = SplitArgs(o_.scheduler_args);
+  auto has = [&](std::string_view flag) {
+    for (const std::string& a : user) {
+      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) {
+        return true;
+      }
+    }
+    return false;
+  };
+  // The simulated cluster is busier than HAMi's default client limit (50 qps) allows.
+  std::vector<std::string> serve_extra;
+  if (!has("--kube-qps")) {
+    serve_extra.insert(serve_extra.end(), {"--kube-qps", "2000"});
+  }
+  if (!has("--kube-burst")) {
+    serve_extra.insert(serve_extra.end(), {"--kube-burst", "4000"});
+  }
+  serve_extra.insert(serve_extra.end(), user.begin(), user.end());
+  if (real_) {
+    TESSERA_RETURN_IF_ERROR(StartReal(serve_extra));
+  } else {
+    TESSERA_RETURN_IF_ERROR(StartChildren(serve_extra));
+  }
+  TESSERA_RETURN_IF_ERROR(MakeTransports());
+  if (real_) {
+    // No kube-controller-manager: the ServiceAccount admission plugin wants `default`.
+    TESSERA_RETURN_IF_ERROR(CreateDefaultServiceAccount(*api_t_, kNamespace));
+  }
+  TESSERA_RETURN_IF_ERROR(CreateNodes());
+  TESSERA_RETURN_IF_ERROR(WaitReady());
+  return RunWorkload();
+}
+
+absl::Status Simulation::StartChildren(const std::vector<std::string>& serve_extra) {
   std::string token;
   {
     MutexLock l(&rng_mu_);
@@ -1134,36 +1561,17 @@ absl::StatusOr<RunResult> Simulation::Run() {
                      dir_ + "/kubeconfig"};
   TESSERA_RETURN_IF_ERROR(StartApisim(false));
 
-  std::vector<std::string> user = SplitArgs(o_.scheduler_args);
-  auto has = [&](std::string_view flag) {
-    for (const std::string& a : user) {
-      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) {
-        return true;
-      }
-    }
-    return false;
-  };
   ch_.serve_args = {"serve",       "--kubeconfig",           dir_ + "/kubeconfig", "--http_bind",
                     "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"};
-  // The simulated cluster is busier than HAMi's default client limit (50 qps) allows.
-  if (!has("--kube-qps")) {
-    ch_.serve_args.insert(ch_.serve_args.end(), {"--kube-qps", "2000"});
-  }
-  if (!has("--kube-burst")) {
-    ch_.serve_args.insert(ch_.serve_args.end(), {"--kube-burst", "4000"});
-  }
   // serve runs with its default --reservation-ttl (5m): since a relist ends the reservations of
   // pods it does not return, a shorter TTL is no longer needed to bound them (docs/simulate.md,
   // "Findings" 1).
-
-  ch_.serve_args.insert(ch_.serve_args.end(), user.begin(), user.end());
-
+  ch_.serve_args.insert(ch_.serve_args.end(), serve_extra.begin(), serve_extra.end());
   // Tessera starts on an empty cluster; the nodes appear while it watches.
-  TESSERA_RETURN_IF_ERROR(StartServe(false));
-  TESSERA_RETURN_IF_ERROR(MakeTransports());
-  TESSERA_RETURN_IF_ERROR(CreateNodes());
-  TESSERA_RETURN_IF_ERROR(WaitReady());
+  return StartServe(false);
+}
 
+absl::StatusOr<RunResult> Simulation::RunWorkload() {
   {
     MutexLock l(&mu_);
     r_.scenario = s_.name;
@@ -1175,6 +1583,7 @@ absl::StatusOr<RunResult> Simulation::Run() {
     r_.gpus = s_.nodes * s_.gpus_per_node;
     r_.work_dir = dir_;
     r_.scheduler_args = o_.scheduler_args;
+    r_.control_plane = real_ ? "real" : "apisim";
   }
   start_ = Now();
   {
@@ -1183,8 +1592,23 @@ absl::StatusOr<RunResult> Simulation::Run() {
   }
   tasks_.Start(o_.workers);
   node_tasks_.Start(3);
-  fault_tasks_.Start(2);
+  // On the real control plane a fault blocks its worker for the restarts it waits out (seconds
+  // each, serialised); more workers keep a due restart of serve from waiting behind them.
+  fault_tasks_.Start(real_ ? 4 : 2);
   std::thread oracle([this] { OracleLoop(); });
+  std::thread poll, supervise;
+  if (real_) {
+    kube::Informer<kube::Pod>::Options io;
+    io.name = "sim-kubelet";
+    io.reflector.ns = kNamespace;
+    kube::EventHandlers<kube::Pod> h;
+    h.on_add = [this](const kube::Pod& p, bool) { OnPodSeen(p); };
+    h.on_update = [this](const kube::Pod&, const kube::Pod& p) { OnPodSeen(p); };
+    pod_informer_ = std::make_unique<kube::Informer<kube::Pod>>(client_.get(), io, std::move(h));
+    pod_informer_->Start();
+    poll = std::thread([this] { PollLoop(); });
+    supervise = std::thread([this] { SuperviseLoop(); });
+  }
 
   // The fault schedule, expanded.
   std::vector<std::pair<absl::Duration, const FaultSpec*>> schedule;
@@ -1207,6 +1631,11 @@ absl::StatusOr<RunResult> Simulation::Run() {
     const absl::Time now = Now();
     const absl::Duration elapsed = now - start_;
     if (elapsed >= s_.duration + s_.drain) {
+      break;
+    }
+    if (SimulationInterrupted().load()) {
+      MutexLock l(&mu_);
+      r_.interrupted = true;
       break;
     }
     if (elapsed < s_.duration) {
@@ -1236,8 +1665,12 @@ absl::StatusOr<RunResult> Simulation::Run() {
             drop_.reset();
             fail_.reset();
           }
-          PushFaults();
-          {
+          if (real_) {
+            if (!cp_->Alive("tessera")) {
+              (void)cp_->Restart("tessera", false);  // a kill whose restart is due
+            }
+          } else {
+            PushFaults();
             MutexLock cl(&child_mu_);
             if (!ch_.serve.running()) {
               (void)StartServe(true);  // a kill whose restart is due
@@ -1259,6 +1692,15 @@ absl::StatusOr<RunResult> Simulation::Run() {
   }
   oracle_stop_ = true;
   oracle.join();
+  if (poll.joinable()) {
+    poll.join();
+  }
+  if (supervise.joinable()) {
+    supervise.join();
+  }
+  if (pod_informer_ != nullptr) {
+    pod_informer_->Stop();
+  }
   fault_tasks_.Stop();
   tasks_.Stop();
   node_tasks_.Stop();
@@ -1283,13 +1725,32 @@ absl::StatusOr<RunResult> Simulation::Run() {
     ext_t_.reset();
     met_t_.reset();
   }
-  {
+  if (real_) {
+    client_.reset();
+    api_t_.reset();
+    node_client_.reset();
+    node_t_.reset();
+    obs_client_.reset();
+    obs_t_.reset();
+    const absl::Time t0 = Now();
+    absl::Status down = cp_->Down();
+    TESSERA_LOG(kInfo, "simulate: the control plane stopped in {}",
+                absl::FormatDuration(Now() - t0));
+    if (!down.ok()) {
+      return absl::InternalError(
+          fmt::format("stopping the real control plane: {}", std::string(down.message())));
+    }
+  } else {
     MutexLock l(&child_mu_);
     const absl::Time t0 = Now();
     ch_.serve.Stop();
     const absl::Time t1 = Now();
     client_.reset();
     api_t_.reset();
+    node_client_.reset();
+    node_t_.reset();
+    obs_client_.reset();
+    obs_t_.reset();
     ch_.apisim.Stop();
     TESSERA_LOG(kInfo, "simulate: serve stopped in {}, apisim in {}", absl::FormatDuration(t1 - t0),
                 absl::FormatDuration(Now() - t1));
@@ -1324,6 +1785,11 @@ absl::StatusOr<RunResult> Simulation::Run() {
 }
 
 }  // namespace
+
+std::atomic<bool>& SimulationInterrupted() {
+  static std::atomic<bool> interrupted{false};
+  return interrupted;
+}
 
 absl::StatusOr<RunResult> RunSimulation(const SimulationOptions& options) {
   Simulation sim(options);

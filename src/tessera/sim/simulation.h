@@ -18,12 +18,22 @@
 // samples once a second on its own thread: a paged LIST of pods and nodes from apisim and a
 // scrape of Tessera's /metrics.
 //
+// With ControlPlaneKind::kReal the run uses the real control plane instead: tools/controlplane.sh
+// up (in WORK_DIR/controlplane, `--etcd-compaction-interval 2s`) starts etcd, kube-apiserver,
+// kube-scheduler and serve (the scheduler args appended to serve's command line, then serve
+// restarted); the workload, device plugins and kubelets run against that kube-apiserver with its
+// admin kubeconfig, the real kube-scheduler schedules through serve (no emulated scheduler), a
+// poll of the pods sees the bindings and graceful deletions, and the faults map onto real ones
+// (docs/simulate.md). The control plane is always stopped at the end (`down`), and no process of
+// it may survive.
+//
 // Errors: FailedPrecondition when a child cannot start (the message names its log file);
 // other errors of the set-up. Violations are results, not errors.
 //
 // Thread safety: RunSimulation is self-contained; run one at a time per working directory.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -37,8 +47,16 @@
 
 namespace tessera::sim {
 
+// Which API server and scheduler a run uses (docs/simulate.md, "The real control plane").
+enum class ControlPlaneKind {
+  kApisim,  // `tessera apisim` and serve as children; the emulated kube-scheduler
+  kReal,    // tools/controlplane.sh up: etcd, kube-apiserver, kube-scheduler, serve
+};
+
 struct SimulationOptions {
   Scenario scenario;
+  ControlPlaneKind control_plane = ControlPlaneKind::kApisim;
+  std::string controlplane_script;  // kReal: tools/controlplane.sh (FindControlPlaneScript)
   std::string binary = "/proc/self/exe";
   std::string work_dir;        // kubeconfig, state, certificates, child logs (created if missing);
                                // empty: a new temp dir
@@ -66,6 +84,10 @@ struct Sample {
 
 struct RunResult {
   std::string scenario;
+  std::string control_plane = "apisim";  // "apisim" or "real"
+  // Faults of the schedule that this control plane cannot inject (apisim-only on the real
+  // one), with the reason; not in `faults`.
+  std::vector<FaultRecord> skipped_faults;
   std::string label;  // SimulationOptions::label
   uint64_t seed = 0;
   absl::Duration duration, elapsed;
@@ -84,9 +106,15 @@ struct RunResult {
   absl::Time start;
   std::string work_dir;
   std::string scheduler_args;
+  bool interrupted = false;  // SimulationInterrupted() ended it early
 };
 
 absl::StatusOr<RunResult> RunSimulation(const SimulationOptions& options);
+
+// Set (a signal handler may: it is lock-free) to end the runs early: the workload stops, the run
+// is torn down (the real control plane stopped too) and returns with RunResult::interrupted; a
+// control-plane script that is still starting is killed (the run then fails with Cancelled).
+std::atomic<bool>& SimulationInterrupted();
 
 // Divergences that outlived the convergence window (violations of invariant 2): what a
 // comparison run with self-healing off is expected to show.
