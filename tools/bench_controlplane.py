@@ -36,6 +36,7 @@ import json
 import multiprocessing
 import os
 import queue
+import signal
 import ssl
 import statistics
 import sys
@@ -190,16 +191,22 @@ def cmd_nodes(a):
 
 # --- run --------------------------------------------------------------------------------------
 
-def watcher(d, ns, rv, want, deadline, out, started):
-    """In its own process (no GIL shared with the creators): name -> first time seen bound."""
+def watcher(d, ns, rv, want, deadline, stall, out, started):
+    """In its own process (no GIL shared with the creators): name -> first time seen bound.
+    Gives up at `deadline`, or when `stall` seconds pass without a new binding."""
     env = load_env(d)
     ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.crt"))
     ctx.load_cert_chain(os.path.join(d, "admin.crt"), os.path.join(d, "admin.key"))
     bound, cond = {}, {}
     created = {}
+    progress = time.time()
+    stalled = False
     while len(bound) < want and time.time() < deadline:
+        if time.time() - progress > stall:
+            stalled = True
+            break
         conn = http.client.HTTPSConnection("127.0.0.1", int(env["APISERVER_PORT"]), context=ctx,
-                                           timeout=max(1.0, deadline - time.time()))
+                                           timeout=2.0)
         try:
             conn.request("GET", f"/api/v1/namespaces/{ns}/pods?watch=1&resourceVersion={rv}"
                                 f"&allowWatchBookmarks=true&timeoutSeconds=3600")
@@ -208,7 +215,12 @@ def watcher(d, ns, rv, want, deadline, out, started):
                 raise RuntimeError(f"watch: HTTP {r.status}")
             started.set()
             while len(bound) < want:
-                line = r.readline()
+                if time.time() - progress > stall or time.time() > deadline:
+                    break
+                try:
+                    line = r.readline()
+                except TimeoutError:
+                    continue
                 if not line:
                     break
                 now = time.time()
@@ -223,6 +235,7 @@ def watcher(d, ns, rv, want, deadline, out, started):
                 created.setdefault(name, meta.get("creationTimestamp"))
                 if obj.get("spec", {}).get("nodeName") and name not in bound:
                     bound[name] = now
+                    progress = now
                     for c in obj.get("status", {}).get("conditions", []) or []:
                         if c.get("type") == "PodScheduled":
                             cond[name] = c.get("lastTransitionTime")
@@ -230,7 +243,7 @@ def watcher(d, ns, rv, want, deadline, out, started):
             time.sleep(0.1)
         finally:
             conn.close()
-    out.put({"bound": bound, "cond": cond, "created": created})
+    out.put({"bound": bound, "cond": cond, "created": created, "stalled": stalled})
 
 
 def device_plugin(d, ns, deadline, stop, out, started, workers=8):
@@ -352,7 +365,92 @@ def proc_cpu(d, names):
     return out
 
 
+def scrape(d, url):
+    """Prometheus text from url (admin client certificate for https), as {series: value}."""
+    import urllib.request
+    ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.crt"))
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # kube-scheduler's serving certificate is self-signed
+    ctx.load_cert_chain(os.path.join(d, "admin.crt"), os.path.join(d, "admin.key"))
+    out = {}
+    try:
+        with urllib.request.urlopen(url, context=ctx if url.startswith("https") else None,
+                                    timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line and not line.startswith("#"):
+                    k, _, v = line.rpartition(" ")
+                    try:
+                        out[k] = float(v)
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return out
+
+
+def scrape_all(d, scheduler_port):
+    env = load_env(d)
+    m = scrape(d, f"https://127.0.0.1:{env['APISERVER_PORT']}/metrics")
+    m.update(scrape(d, f"http://127.0.0.1:{env['TESSERA_METRICS_PORT']}/metrics"))
+    if scheduler_port:
+        m.update(scrape(d, f"https://127.0.0.1:{scheduler_port}/metrics"))
+    return m
+
+
+def where_the_time_goes(m0, m1, pods):
+    """Deltas of the counters that say where a run's time went, per pod where it helps."""
+    import re
+    d = {k: m1[k] - m0.get(k, 0.0) for k in m1}
+
+    def total(prefix, **labels):
+        t = 0.0
+        for k, v in d.items():
+            if k.startswith(prefix + "{") or k == prefix:
+                if all(f'{lk}="{lv}"' in k for lk, lv in labels.items()):
+                    t += v
+        return t
+
+    out = {}
+    # API requests by verb and resource (watches and lists left out), per pod.
+    reqs = {}
+    for k, v in d.items():
+        if not k.startswith("apiserver_request_total{") or v <= 0:
+            continue
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', k))
+        if lab.get("verb") in ("WATCH", "LIST"):
+            continue
+        key = f"{lab.get('verb')} {lab.get('resource')}" + (f"/{lab['subresource']}" if lab.get("subresource") else "")
+        if lab.get("code", "2").startswith(("4", "5")):
+            key += f" {lab['code']}"
+        reqs[key] = reqs.get(key, 0) + v
+    out["api_requests_per_pod"] = {k: round(v / pods, 2) for k, v in sorted(reqs.items(), key=lambda x: -x[1])
+                                   if v / pods >= 0.05}
+    wh_n = total("apiserver_admission_webhook_admission_duration_seconds_count")
+    if wh_n:
+        out["webhook_ms_mean"] = round(1000 * total("apiserver_admission_webhook_admission_duration_seconds_sum") / wh_n, 1)
+    att = {r: total("scheduler_schedule_attempts_total", result=r) for r in ("scheduled", "error", "unschedulable")}
+    if any(att.values()):
+        out["scheduler_attempts"] = {k: int(v) for k, v in att.items() if v}
+        n = total("scheduler_scheduling_algorithm_duration_seconds_count")
+        if n:
+            out["scheduler_algorithm_ms_mean"] = round(1000 * total("scheduler_scheduling_algorithm_duration_seconds_sum") / n, 1)
+        n = total("scheduler_framework_extension_point_duration_seconds_count", extension_point="Filter")
+        if n:
+            out["scheduler_filter_plugins_ms_mean"] = round(1000 * total(
+                "scheduler_framework_extension_point_duration_seconds_sum", extension_point="Filter") / n, 1)
+    bt = {o: total("tessera_bind_total", outcome=o) for o in ("bound", "rejected", "error")}
+    if any(bt.values()):
+        out["tessera_binds"] = {k: int(v) for k, v in bt.items() if v}
+        n = total("tessera_bind_duration_seconds_count")
+        out["tessera_bind_ms_mean"] = round(1000 * total("tessera_bind_duration_seconds_sum") / n, 1) if n else None
+        n = total("tessera_filter_duration_seconds_count")
+        out["tessera_filter_ms_mean"] = round(1000 * total("tessera_filter_duration_seconds_sum") / n, 2) if n else None
+    return out
+
+
 def cmd_run(a):
+    # A TERM (the script's teardown) exits normally, which terminates the daemon processes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     api = Api(a.dir)
     labels = {"kubernetes.io/metadata.name": a.namespace}
     if a.bypass_webhook:
@@ -371,19 +469,22 @@ def cmd_run(a):
     out = multiprocessing.Queue()
     started = multiprocessing.Event()
     w = multiprocessing.Process(target=watcher,
-                                args=(a.dir, a.namespace, rv, a.pods, deadline, out, started))
+                                args=(a.dir, a.namespace, rv, a.pods, deadline, a.stall, out,
+                                      started), daemon=True)
     w.start()
     stop = multiprocessing.Event()
     plugin_out = multiprocessing.Queue()
     plugin_started = multiprocessing.Event()
     dp = multiprocessing.Process(target=device_plugin,
-                                 args=(a.dir, a.namespace, deadline, stop, plugin_out, plugin_started))
+                                 args=(a.dir, a.namespace, deadline, stop, plugin_out, plugin_started),
+                                 daemon=True)
     dp.start()
     if not started.wait(30) or not plugin_started.wait(30):
         w.terminate()
         dp.terminate()
         sys.exit("bench_controlplane.py run: the watches did not start within 30 s")
 
+    m0 = scrape_all(a.dir, a.scheduler_port)
     cpu0 = proc_cpu(a.dir, a.procs)
     sent = {}
 
@@ -412,6 +513,7 @@ def cmd_run(a):
     if w.is_alive():
         w.terminate()
     cpu1 = proc_cpu(a.dir, a.procs)
+    m1 = scrape_all(a.dir, a.scheduler_port)
     stop.set()
     try:
         plugin_stats = plugin_out.get(timeout=20)
@@ -427,6 +529,7 @@ def cmd_run(a):
     sched_names = sorted({v[2] for v in sent.values()})
     r = {
         "column": a.column, "namespace": a.namespace, "pods": a.pods, "bound": len(bound),
+        "stalled": bool(res and res["stalled"]),
         "scheduler_name": ",".join(x or "" for x in sched_names),
         "create_seconds": round(t_created - t_start, 3),
         "create_per_s": round(a.pods / (t_created - t_start), 1),
@@ -440,6 +543,7 @@ def cmd_run(a):
         "max_ms": round(1000 * max(lat), 1) if lat else None,
         "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1 if k in cpu0},
         "device_plugin": plugin_stats,
+        "where": where_the_time_goes(m0, m1, a.pods),
     }
     # Cross-check with the server's one-second timestamps: PodScheduled's lastTransitionTime is
     # never before creationTimestamp.
@@ -449,7 +553,8 @@ def cmd_run(a):
         r["server_clock_violations"] = len(bad)
     print(json.dumps(r), flush=True)
     if len(bound) != a.pods:
-        sys.exit(f"bench_controlplane.py run: {len(bound)} of {a.pods} pods bound within {a.timeout}s")
+        why = (f"no binding for {a.stall:g}s" if res and res["stalled"] else f"the deadline ({a.timeout:g}s)")
+        sys.exit(f"bench_controlplane.py run: {len(bound)} of {a.pods} pods bound; stopped at {why}")
 
 
 def cmd_clean(a):
@@ -546,6 +651,10 @@ def main():
     r.add_argument("--scheduler-name", default="")
     r.add_argument("--bypass-webhook", action="store_true")
     r.add_argument("--timeout", type=float, default=600)
+    r.add_argument("--scheduler-port", type=int, default=0,
+                   help="the kube-scheduler's secure port, for its metrics")
+    r.add_argument("--stall", type=float, default=90,
+                   help="give up when no pod was bound for this long")
     r.add_argument("--procs", nargs="*", default=["etcd", "kube-apiserver", "tessera",
                                                   "kube-scheduler", "kube-scheduler-alone", "hami"])
     g = sub.add_parser("config")

@@ -34,7 +34,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CP="$ROOT/tools/controlplane.sh"
 PY="$ROOT/tools/bench_controlplane.py"
 NODES=1000 PODS=2000 GPUS=4 ROUNDS=3 COLUMNS="alone tessera" TESSERA="" KEEP=0 RESULTS="" SMOKE=0
-CLIENTS=8
+CLIENTS=8 STALL=90
 declare -A HAMI_BIN=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -44,6 +44,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS="${2:?}"; shift 2 ;;
     --columns) COLUMNS="${2:?}"; shift 2 ;;
     --clients) CLIENTS="${2:?}"; shift 2 ;;
+    --stall) STALL="${2:?}"; shift 2 ;;   # a run gives up after this many seconds without a binding
     --tessera) TESSERA="${2:?}"; shift 2 ;;
     --hami-bin) HAMI_BIN["${2%%=*}"]="${2#*=}"; shift 2 ;;
     --results) RESULTS="${2:?}"; shift 2 ;;
@@ -101,12 +102,14 @@ wait_for() { # wait_for SECONDS WHAT CMD...
 }
 
 teardown() {
-  local rc=$? n
+  local rc=$? n j
   trap - EXIT INT TERM
+  for j in $(jobs -p); do kill -TERM "$j" 2>/dev/null || true; done
+  wait 2>/dev/null || true
   for n in "${OURS[@]}"; do stop "$n"; done
   "$CP" down "$DIR" >/dev/null 2>&1 || rc=1
-  if pgrep -f -- "$DIR/" >/dev/null; then
-    log "FAIL: processes of $DIR survive: $(pgrep -f -a -- "$DIR/" | tr '\n' ';')"; rc=1
+  if pgrep -f -- "$DIR([/ ]|\$)" >/dev/null; then
+    log "FAIL: processes of $DIR survive: $(pgrep -f -a -- "$DIR([/ ]|\$)" | tr '\n' ';')"; rc=1
   fi
   if [[ $rc == 0 && $KEEP == 0 ]]; then
     [[ "$RESULTS" == "$DIR/"* ]] && { log "results:"; cat "$RESULTS" >&2; }
@@ -130,7 +133,8 @@ export KUBECONFIG
 fmt=json
 [[ " $COLUMNS " == *" hami-v2.5."* ]] && fmt=legacy   # HAMi before v2.8 reads only that form
 log "creating $NODES nodes with $GPUS GPUs each ($fmt register annotation)"
-python3 "$PY" nodes --dir "$DIR" --nodes "$NODES" --gpus "$GPUS" --format "$fmt" >&2
+python3 "$PY" nodes --dir "$DIR" --nodes "$NODES" --gpus "$GPUS" --format "$fmt" >&2 &
+wait $!
 metric() { curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/metrics"; }
 ledger_nodes() { # Tessera's ledger knows every node's GPUs
   [[ "$(metric | grep -c '^hami_gpu_memory_limit_bytes{')" -ge $((NODES * GPUS)) ]]
@@ -217,11 +221,16 @@ run_column() { # run_column COLUMN ROUND
   esac
   activate "$col"
   log "round $r: $col ($PODS pods)"
-  local timeout=$((60 + PODS))
+  local timeout=$((120 + PODS / 2)) rc=0
+  # In the background and waited for, so that INT/TERM reach the trap at once.
   python3 "$PY" run --dir "$DIR" --namespace "$ns" --column "$col" --pods "$PODS" \
-    --clients "$CLIENTS" --timeout "$timeout" "${args[@]}" | tee -a "$RESULTS" >&2 || {
-      log "FAIL: round $r $col: not every pod was bound"; return 1; }
-  python3 "$PY" clean --dir "$DIR" --namespace "$ns" >&2
+    --clients "$CLIENTS" --timeout "$timeout" --stall "$STALL" "${args[@]}" >>"$RESULTS" &
+  wait $! || rc=$?
+  tail -n 1 "$RESULTS" >&2
+  ((rc == 0)) || log "FAIL: round $r $col: not every pod was bound (rc $rc)"
+  python3 "$PY" clean --dir "$DIR" --namespace "$ns" >&2 &
+  wait $!
+  return $rc
 }
 
 read -r -a cols <<<"$COLUMNS"
