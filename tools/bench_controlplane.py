@@ -523,7 +523,10 @@ def cmd_run(a):
     if dp.is_alive():
         dp.terminate()
     bound = res["bound"] if res else {}
-    lat = [bound[n] - sent[n][0] for n in bound if n in sent]
+    # Pods never bound count as infinitely late: a percentile that falls among them is reported
+    # as null with "censored" (the run ended at its deadline or stalled).
+    lat = [bound[n] - sent[n][0] if n in bound else float("inf") for n in sent]
+    fin = lambda x: round(1000 * x, 1) if x is not None and x != float("inf") else None  # noqa: E731
     last = max(bound.values()) if bound else None
     first_bind = min(bound.values()) if bound else None
     sched_names = sorted({v[2] for v in sent.values()})
@@ -538,9 +541,10 @@ def cmd_run(a):
         "pods_per_s": round(len(bound) / (last - t_start), 1) if last else 0,
         "bind_window_per_s": (round(len(bound) / (last - first_bind), 1)
                               if last and last > first_bind else None),
-        "p50_ms": round(1000 * pct(lat, 50), 1) if lat else None,
-        "p99_ms": round(1000 * pct(lat, 99), 1) if lat else None,
-        "max_ms": round(1000 * max(lat), 1) if lat else None,
+        "p50_ms": fin(pct(lat, 50)),
+        "p99_ms": fin(pct(lat, 99)),
+        "max_ms": fin(max(lat)) if lat else None,
+        "censored": len(bound) < a.pods,
         "cpu_s": {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1 if k in cpu0},
         "device_plugin": plugin_stats,
         "where": where_the_time_goes(m0, m1, a.pods),
@@ -607,18 +611,23 @@ def cmd_summary(a):
     for r in rows:
         if r["column"] not in cols:
             cols.append(r["column"])
-    print(f"{'column':<28} {'runs':>4} {'pods/s':>8} {'(each)':<28} {'p50 ms':>8} {'p99 ms':>8} {'create/s':>8}")
+    print(f"{'column':<16} {'runs':>4} {'pods/s':>7} {'(each run)':<26} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'create/s':>8}  bound")
     med = {}
+    inf = float("inf")
     for c in cols:
         rs = [r for r in rows if r["column"] == c]
-        m = {k: statistics.median(r[k] for r in rs if r.get(k) is not None)
+        # A censored percentile (null) is larger than any measured one: it sorts last.
+        m = {k: statistics.median([r[k] if r.get(k) is not None else inf for r in rs])
              for k in ("pods_per_s", "p50_ms", "p99_ms", "create_per_s")}
         med[c] = m
         each = ",".join(f"{r['pods_per_s']:g}" for r in rs)
-        print(f"{c:<28} {len(rs):>4} {m['pods_per_s']:>8.1f} {each:<28} {m['p50_ms']:>8.0f} "
-              f"{m['p99_ms']:>8.0f} {m['create_per_s']:>8.0f}")
+        ms = lambda x: f"{x:>8.0f}" if x != inf else f"{'>end':>8}"  # noqa: E731
+        bound = ",".join(f"{r['bound']}/{r['pods']}" for r in rs)
+        print(f"{c:<16} {len(rs):>4} {m['pods_per_s']:>7.1f} {each:<26} {ms(m['p50_ms'])} "
+              f"{ms(m['p99_ms'])} {m['create_per_s']:>8.0f}  {bound}")
     if cols:
-        base = cols[0]
+        base = "alone" if "alone" in cols else cols[0]
         for c in cols[1:]:
             ratios = []
             # Paired by round: the i-th run of c against the i-th run of the baseline.
@@ -656,7 +665,7 @@ def main():
     r.add_argument("--stall", type=float, default=90,
                    help="give up when no pod was bound for this long")
     r.add_argument("--procs", nargs="*", default=["etcd", "kube-apiserver", "tessera",
-                                                  "kube-scheduler", "kube-scheduler-alone", "hami"])
+                                                  "kube-scheduler", "kube-scheduler-alone", "kube-scheduler-hami", "hami"])
     g = sub.add_parser("config")
     g.add_argument("--dir", required=True)
     g.add_argument("--variant", choices=["alone", "extender"], required=True)

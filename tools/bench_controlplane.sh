@@ -6,7 +6,11 @@
 #
 #   tools/bench_controlplane.sh [--nodes N] [--pods P] [--gpus G] [--rounds R]
 #       [--columns "alone tessera"] [--tessera PATH] [--hami-bin VERSION=PATH]... [--keep]
-#       [--results FILE] [--smoke]
+#       [--results FILE] [--max-seconds S] [--stall S] [--tuned-args ARGS] [--smoke]
+#
+# A run ends when every pod is bound, after --max-seconds (default 300), or after --stall
+# seconds (default 90) without a binding; pods/s is then bound pods / elapsed time and a
+# percentile that falls among the unbound pods is reported as ">end" (null in the JSON).
 #
 # Columns (each round runs them in order, the next round in reverse, and so on):
 #   alone      stock kube-scheduler, deploy/base's configuration without the extender, profile
@@ -19,8 +23,9 @@
 #   hami-VER   HAMi's scheduler (test/hami/VER, built by test/hami/build.sh, or --hami-bin) as
 #              the extender of a kube-scheduler with deploy/base's configuration pointed at it;
 #              the pods carry schedulerName hami-scheduler themselves (no webhook).
-#   tessera-spread  as tessera, with Tessera restarted with --node-scheduler-policy spread
-#              (an explicitly tuned row; restarted back to deploy/base's binpack after it).
+#   tessera-tuned  as tessera, with Tessera restarted with deploy/base's flags plus --tuned-args
+#              (default "--kube-qps 0 --node-scheduler-policy spread"): an explicitly tuned row;
+#              Tessera is restarted with deploy/base's flags for the next tessera column.
 # Every GPU pod bound through the HAMi protocol holds its node's lock until the device plugin's
 # Allocate releases it; tools/bench_controlplane.py emulates that part of the plugin for every
 # node (in every column, so its cost is on both sides).
@@ -34,7 +39,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CP="$ROOT/tools/controlplane.sh"
 PY="$ROOT/tools/bench_controlplane.py"
 NODES=1000 PODS=2000 GPUS=4 ROUNDS=3 COLUMNS="alone tessera" TESSERA="" KEEP=0 RESULTS="" SMOKE=0
-CLIENTS=8 STALL=90
+CLIENTS=8 STALL=90 SCHED_PORT=0 MAX_SECONDS=300
+TUNED_ARGS="--kube-qps 0 --node-scheduler-policy spread" HAMI_QPS=500
 declare -A HAMI_BIN=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -44,7 +50,10 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS="${2:?}"; shift 2 ;;
     --columns) COLUMNS="${2:?}"; shift 2 ;;
     --clients) CLIENTS="${2:?}"; shift 2 ;;
-    --stall) STALL="${2:?}"; shift 2 ;;   # a run gives up after this many seconds without a binding
+    --stall) STALL="${2:?}"; shift 2 ;;
+    --max-seconds) MAX_SECONDS="${2:?}"; shift 2 ;;   # a run ends this long after it started
+    --tuned-args) TUNED_ARGS="${2:?}"; shift 2 ;;
+    --hami-qps) HAMI_QPS="${2:?}"; shift 2 ;;   # a run gives up after this many seconds without a binding
     --tessera) TESSERA="${2:?}"; shift 2 ;;
     --hami-bin) HAMI_BIN["${2%%=*}"]="${2#*=}"; shift 2 ;;
     --results) RESULTS="${2:?}"; shift 2 ;;
@@ -160,6 +169,7 @@ start_kube_scheduler() { # start_kube_scheduler NAME CONFIG: one of our own kube
     --secure-port="$port" --cert-dir="$DIR/$name-certs" \
     --authentication-kubeconfig="$DIR/scheduler.kubeconfig" \
     --authorization-kubeconfig="$DIR/scheduler.kubeconfig"
+  SCHED_PORT="$port"
   wait_for 60 "$name /readyz" ready "$port"
 }
 hami_bin() { # hami_bin VERSION: the binary (built by test/hami/build.sh unless given)
@@ -168,18 +178,15 @@ hami_bin() { # hami_bin VERSION: the binary (built by test/hami/build.sh unless 
   timeout 1500 "$ROOT/test/hami/build.sh" "$v"
 }
 
-spread=0
-set_tessera_policy() { # set_tessera_policy binpack|spread: restart Tessera with that node policy
-  local want="$1" have=binpack
-  ((spread)) && have=spread
-  [[ "$want" == "$have" ]] && return 0
-  if [[ "$want" == spread ]]; then
-    cp "$DIR/tessera.cmd" "$DIR/tessera.cmd.base"
-    printf -- '--node-scheduler-policy spread ' >>"$DIR/tessera.cmd"; spread=1
-  else
-    cp "$DIR/tessera.cmd.base" "$DIR/tessera.cmd"; spread=0
-  fi
-  "$CP" restart "$DIR" tessera >/dev/null
+TESSERA_EXTRA=""
+set_tessera_args() { # set_tessera_args "ARGS": restart Tessera with deploy/base's flags plus ARGS
+  local want="$1"
+  [[ "$want" == "$TESSERA_EXTRA" ]] && return 0
+  [[ -f "$DIR/tessera.cmd.base" ]] || cp "$DIR/tessera.cmd" "$DIR/tessera.cmd.base"
+  cp "$DIR/tessera.cmd.base" "$DIR/tessera.cmd"
+  [[ -n "$want" ]] && printf -- '%s ' "$want" >>"$DIR/tessera.cmd"
+  TESSERA_EXTRA="$want"
+  "$CP" restart "$DIR" tessera >/dev/null || return 1
   wait_for 60 "tessera serve /healthz after the restart" \
     curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:$TESSERA_PORT/healthz"
 }
@@ -190,41 +197,50 @@ activate() { # activate COLUMN: stop every kube-scheduler and extender, start th
   case "$col" in
     alone)
       python3 "$PY" config --dir "$DIR" --variant alone >"$DIR/scheduler-config-alone.yaml"
-      start_kube_scheduler kube-scheduler-alone "$DIR/scheduler-config-alone.yaml" ;;
-    tessera|tessera-spread)
-      if [[ "$col" == tessera-spread ]]; then set_tessera_policy spread; else set_tessera_policy binpack; fi
-      "$CP" restart "$DIR" kube-scheduler >/dev/null
-      wait_for 60 "kube-scheduler /readyz" ready "$SCHEDULER_PORT"
-      wait_for 60 "Tessera leading (it follows kube-scheduler's Lease) and ready" tessera_leads ;;
+      start_kube_scheduler kube-scheduler-alone "$DIR/scheduler-config-alone.yaml" || return 1 ;;
+    tessera|tessera-tuned)
+      if [[ "$col" == tessera-tuned ]]; then set_tessera_args "$TUNED_ARGS"; else set_tessera_args ""; fi || return 1
+      "$CP" restart "$DIR" kube-scheduler >/dev/null || return 1
+      SCHED_PORT="$SCHEDULER_PORT"
+      wait_for 60 "kube-scheduler /readyz" ready "$SCHEDULER_PORT" || return 1
+      wait_for 60 "Tessera leading (it follows kube-scheduler's Lease) and ready" tessera_leads || return 1 ;;
     hami-*)
       local v="${col#hami-}" bin port
-      bin="$(hami_bin "$v")"
+      bin="$(hami_bin "$v")" || return 1
       port="$(free_port)"
-      # HAMi's scheduler as ServiceAccount tessera (deploy/base's RBAC covers what it does).
-      start hami env KUBECONFIG="$DIR/tessera.kubeconfig" "$bin" --http_bind "127.0.0.1:$port" \
-        --scheduler-name hami-scheduler --device-config-file "$DIR/device-config.yaml" -v=1
-      wait_for 60 "HAMi /healthz" curl -fsS --max-time 2 "http://127.0.0.1:$port/healthz"
+      # HAMi's scheduler with the admin kubeconfig: v2.10 also lists ResourceQuotas, which
+      # deploy/base's RBAC (Tessera's) does not grant, and HAMi's own chart is not applied here.
+      local extra=()
+      # HAMi's client runs at client-go's default 5 QPS (its chart sets no --kube-qps), at which
+      # it registers one node every ~2 s; v2.10's flag raises it (HAMI_QPS), v2.5.2 has none.
+      [[ "$v" != v2.5.* ]] && extra=(--kube-qps "$HAMI_QPS" --kube-burst "$((2 * HAMI_QPS))")
+      : >"$DIR/hami.log"
+      start hami env KUBECONFIG="$DIR/kubeconfig" "$bin" --http_bind "127.0.0.1:$port" \
+        --scheduler-name hami-scheduler --device-config-file "$DIR/device-config.yaml" -v=1 \
+        "${extra[@]}"
+      wait_for 60 "HAMi /healthz" curl -fsS --max-time 2 "http://127.0.0.1:$port/healthz" || return 1
+      hami_registered() { [[ "$(grep -c 'Node device added' "$DIR/hami.log")" -ge "$NODES" ]]; }
+      wait_for 300 "HAMi registering all $NODES nodes (hami.log: Node device added)" hami_registered || return 1
       python3 "$PY" config --dir "$DIR" --variant extender --url "http://127.0.0.1:$port" \
         >"$DIR/scheduler-config-hami.yaml"
-      start_kube_scheduler kube-scheduler-hami "$DIR/scheduler-config-hami.yaml"
-      # HAMi registers nodes from their annotations on a 15 s ticker (and on node events).
-      sleep 16 ;;
+      start_kube_scheduler kube-scheduler-hami "$DIR/scheduler-config-hami.yaml" || return 1 ;;
     *) log "unknown column $col"; return 1 ;;
   esac
 }
 
 run_column() { # run_column COLUMN ROUND
-  local col="$1" r="$2" ns="bench-$1-$2" args=()
+  local col="$1" r="$2" ns="bench-${1//./-}-$2" args=()
   case "$col" in
     alone) args=(--bypass-webhook) ;;
     hami-*) args=(--bypass-webhook --scheduler-name hami-scheduler) ;;
   esac
-  activate "$col"
+  activate "$col" || { log "FAIL: round $r $col: could not start the column's schedulers"; return 1; }
   log "round $r: $col ($PODS pods)"
-  local timeout=$((120 + PODS / 2)) rc=0
+  local rc=0
   # In the background and waited for, so that INT/TERM reach the trap at once.
   python3 "$PY" run --dir "$DIR" --namespace "$ns" --column "$col" --pods "$PODS" \
-    --clients "$CLIENTS" --timeout "$timeout" --stall "$STALL" "${args[@]}" >>"$RESULTS" &
+    --clients "$CLIENTS" --timeout "$MAX_SECONDS" --stall "$STALL" --scheduler-port "$SCHED_PORT" \
+    "${args[@]}" >>"$RESULTS" &
   wait $! || rc=$?
   tail -n 1 "$RESULTS" >&2
   ((rc == 0)) || log "FAIL: round $r $col: not every pod was bound (rc $rc)"
