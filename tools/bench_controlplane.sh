@@ -6,7 +6,8 @@
 #
 #   tools/bench_controlplane.sh [--nodes N] [--pods P] [--gpus G] [--rounds R]
 #       [--columns "alone tessera"] [--tessera PATH] [--hami-bin VERSION=PATH]... [--keep]
-#       [--results FILE] [--max-seconds S] [--stall S] [--tuned-args ARGS] [--smoke]
+#       [--results FILE] [--max-seconds S] [--stall S] [--tuned-args ARGS] [--hami-qps Q]
+#       [--alone-tuned-qps Q] [--clients N] [--smoke]
 #
 # A run ends when every pod is bound, after --max-seconds (default 300), or after --stall
 # seconds (default 90) without a binding; pods/s is then bound pods / elapsed time and a
@@ -17,12 +18,16 @@
 #              default-scheduler; the pods' namespace is labelled hami.io/webhook=ignore, so the
 #              webhook leaves them alone; pods ask nvidia.com/gpu: 1, placed by count against the
 #              nodes' allocatable.
+#   alone-tuned  as alone, with kube-scheduler's clientConnection qps --alone-tuned-qps (default
+#              500, burst twice that) instead of the default 50 that bounds its bindings.
 #   tessera    kube-scheduler as `tools/controlplane.sh up` runs it (deploy/base's configuration:
 #              Tessera as extender, leader election), the same pods given schedulerName
 #              hami-scheduler by Tessera's webhook.
 #   hami-VER   HAMi's scheduler (test/hami/VER, built by test/hami/build.sh, or --hami-bin) as
 #              the extender of a kube-scheduler with deploy/base's configuration pointed at it;
-#              the pods carry schedulerName hami-scheduler themselves (no webhook).
+#              the pods carry schedulerName hami-scheduler themselves (no webhook). HAMi runs
+#              with the admin kubeconfig and, from v2.10 on, --kube-qps --hami-qps (default 500):
+#              at its default 5 QPS it registers one node every ~2 s.
 #   tessera-tuned  as tessera, with Tessera restarted with deploy/base's flags plus --tuned-args
 #              (default "--kube-qps 0 --node-scheduler-policy spread"): an explicitly tuned row;
 #              Tessera is restarted with deploy/base's flags for the next tessera column.
@@ -40,7 +45,7 @@ CP="$ROOT/tools/controlplane.sh"
 PY="$ROOT/tools/bench_controlplane.py"
 NODES=1000 PODS=2000 GPUS=4 ROUNDS=3 COLUMNS="alone tessera" TESSERA="" KEEP=0 RESULTS="" SMOKE=0
 CLIENTS=8 STALL=90 SCHED_PORT=0 MAX_SECONDS=300
-TUNED_ARGS="--kube-qps 0 --node-scheduler-policy spread" HAMI_QPS=500
+TUNED_ARGS="--kube-qps 0 --node-scheduler-policy spread" HAMI_QPS=500 ALONE_TUNED_QPS=500
 declare -A HAMI_BIN=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -50,10 +55,11 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS="${2:?}"; shift 2 ;;
     --columns) COLUMNS="${2:?}"; shift 2 ;;
     --clients) CLIENTS="${2:?}"; shift 2 ;;
-    --stall) STALL="${2:?}"; shift 2 ;;
+    --stall) STALL="${2:?}"; shift 2 ;;   # a run gives up after this many seconds without a binding
     --max-seconds) MAX_SECONDS="${2:?}"; shift 2 ;;   # a run ends this long after it started
     --tuned-args) TUNED_ARGS="${2:?}"; shift 2 ;;
-    --hami-qps) HAMI_QPS="${2:?}"; shift 2 ;;   # a run gives up after this many seconds without a binding
+    --hami-qps) HAMI_QPS="${2:?}"; shift 2 ;;
+    --alone-tuned-qps) ALONE_TUNED_QPS="${2:?}"; shift 2 ;;
     --tessera) TESSERA="${2:?}"; shift 2 ;;
     --hami-bin) HAMI_BIN["${2%%=*}"]="${2#*=}"; shift 2 ;;
     --results) RESULTS="${2:?}"; shift 2 ;;
@@ -195,8 +201,10 @@ activate() { # activate COLUMN: stop every kube-scheduler and extender, start th
   local col="$1" n
   for n in kube-scheduler "${OURS[@]}"; do stop "$n"; done
   case "$col" in
-    alone)
-      python3 "$PY" config --dir "$DIR" --variant alone >"$DIR/scheduler-config-alone.yaml"
+    alone|alone-tuned)
+      local q=()
+      [[ "$col" == alone-tuned ]] && q=(--qps "$ALONE_TUNED_QPS")
+      python3 "$PY" config --dir "$DIR" --variant alone "${q[@]}" >"$DIR/scheduler-config-alone.yaml"
       start_kube_scheduler kube-scheduler-alone "$DIR/scheduler-config-alone.yaml" || return 1 ;;
     tessera|tessera-tuned)
       if [[ "$col" == tessera-tuned ]]; then set_tessera_args "$TUNED_ARGS"; else set_tessera_args ""; fi || return 1
@@ -231,7 +239,7 @@ activate() { # activate COLUMN: stop every kube-scheduler and extender, start th
 run_column() { # run_column COLUMN ROUND
   local col="$1" r="$2" ns="bench-${1//./-}-$2" args=()
   case "$col" in
-    alone) args=(--bypass-webhook) ;;
+    alone|alone-tuned) args=(--bypass-webhook) ;;
     hami-*) args=(--bypass-webhook --scheduler-name hami-scheduler) ;;
   esac
   activate "$col" || { log "FAIL: round $r $col: could not start the column's schedulers"; return 1; }
