@@ -645,11 +645,14 @@ def cmd_summary(a):
         m = {k: statistics.median([r[k] if r.get(k) is not None else inf for r in rs])
              for k in ("pods_per_s", "p50_ms", "p99_ms", "create_per_s")}
         med[c] = m
-        each = ",".join(f"{r['pods_per_s']:g}" for r in rs)
+        each = ",".join(f"{r['pods_per_s']:g}" + ("*" if r["bound"] < r["pods"] else "") for r in rs)
         ms = lambda x: f"{x:>8.0f}" if x != inf else f"{'>end':>8}"  # noqa: E731
         bound = ",".join(f"{r['bound']}/{r['pods']}" for r in rs)
         print(f"{c:<16} {len(rs):>4} {m['pods_per_s']:>7.1f} {each:<26} {ms(m['p50_ms'])} "
               f"{ms(m['p99_ms'])} {m['create_per_s']:>8.0f}  {bound}")
+    if any(r["bound"] < r["pods"] for r in rows):
+        print("* the run ended before every pod was bound (deadline or stall): its pods/s is that of "
+              "the pods it bound")
     if cols:
         base = "alone" if "alone" in cols else cols[0]
         for c in cols[1:]:
