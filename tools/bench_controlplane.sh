@@ -89,8 +89,9 @@ alive() { # alive NAME
   local f="$DIR/$1.pid" pid
   [[ -f "$f" ]] || return 1
   pid="$(cat "$f")"
-  [[ -r "/proc/$pid/cmdline" ]] || return 1
-  [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline")" == *"$DIR"* ]] || return 1
+  local cmdline
+  cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1   # it may exit meanwhile
+  [[ "$cmdline" == *"$DIR"* ]] || return 1
   [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]]
 }
 start() { # start NAME CMD...
