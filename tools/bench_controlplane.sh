@@ -90,7 +90,7 @@ alive() { # alive NAME
   [[ -f "$f" ]] || return 1
   pid="$(cat "$f")"
   local cmdline
-  cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1   # it may exit meanwhile
+  cmdline="$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" || return 1   # it may exit meanwhile
   [[ "$cmdline" == *"$DIR"* ]] || return 1
   [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]]
 }
