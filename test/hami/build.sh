@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# test/hami/build.sh VERSION — builds HAMi's scheduler at VERSION (v2.5.2 or v2.10.0) behind our
+# own main (test/hami/VERSION/main.go) for tools/bench_controlplane.sh's HAMi column, and prints
+# the binary's path. See test/hami/README.md.
+#
+# HAMi's source: the Go module proxy refuses github.com/Project-HAMi/HAMi at every version (HTTP
+# 403 "This module version is not available"), so it comes from a git clone of HAMi:
+# $HAMI_GIT (a repository, bare or not, that has the tag), exported into VERSION/src/ (ignored
+# by git), which VERSION/go.mod replaces the module with. Every other module (k8s.io, ...) comes
+# from the module proxy at the versions VERSION/go.sum pins. The build runs at nice 10 with
+# GOFLAGS=-p=1 (a shared machine) and is cached in $HAMI_BIN_DIR (default
+# ~/.cache/tessera/hami/<version>-<hash of main.go, go.mod, go.sum>).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+V="${1:?usage: test/hami/build.sh VERSION (v2.5.2 or v2.10.0)}"
+MOD="$HERE/$V"
+[[ -f "$MOD/go.mod" ]] || { echo "build.sh: no module for $V in $MOD" >&2; exit 2; }
+key="$(cat "$MOD/main.go" "$MOD/go.mod" "$MOD/go.sum" | sha256sum | cut -c1-16)"
+out="${HAMI_BIN_DIR:-$HOME/.cache/tessera/hami}/$V-$key/hami-scheduler-bench"
+if [[ -x "$out" ]]; then echo "$out"; exit 0; fi
+if [[ ! -f "$MOD/src/go.mod" ]]; then
+  [[ -n "${HAMI_GIT:-}" ]] || { echo "build.sh: set HAMI_GIT to a git repository of github.com/Project-HAMi/HAMi (the module proxy does not serve it)" >&2; exit 1; }
+  rm -rf "$MOD/src.tmp" && mkdir -p "$MOD/src.tmp"
+  git -C "$HAMI_GIT" archive "$V" | tar -x -C "$MOD/src.tmp"
+  mv "$MOD/src.tmp" "$MOD/src"
+fi
+mkdir -p "$(dirname "$out")"
+(cd "$MOD" && GOFLAGS="-p=1 -buildvcs=false -mod=readonly" nice -n 10 go build -trimpath -o "$out.tmp" .)
+mv "$out.tmp" "$out"
+echo "$out"

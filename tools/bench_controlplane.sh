@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# tools/bench_controlplane.sh — pods per second and creation-to-binding latency of the real
+# kube-scheduler alone against the real kube-scheduler + Tessera (and optionally + HAMi's
+# scheduler), in one control plane, alternating (issue #20; docs/benchmarks.md, "The real
+# kube-scheduler"). Not a test: 1,000 nodes and 2,000 pods take minutes.
+#
+#   tools/bench_controlplane.sh [--nodes N] [--pods P] [--gpus G] [--rounds R]
+#       [--columns "alone tessera"] [--tessera PATH] [--hami-bin VERSION=PATH]... [--keep]
+#       [--results FILE] [--max-seconds S] [--stall S] [--tuned-args ARGS] [--hami-qps Q]
+#       [--alone-tuned-qps Q] [--clients N] [--smoke]
+#
+# A run ends when every pod is bound, after --max-seconds (default 300), or after --stall
+# seconds (default 90) without a binding; pods/s is then bound pods / elapsed time and a
+# percentile that falls among the unbound pods is reported as ">end" (null in the JSON).
+#
+# Columns (each round runs them in order, the next round in reverse, and so on):
+#   alone      stock kube-scheduler, deploy/base's configuration without the extender, profile
+#              default-scheduler; the pods' namespace is labelled hami.io/webhook=ignore, so the
+#              webhook leaves them alone; pods ask nvidia.com/gpu: 1, placed by count against the
+#              nodes' allocatable.
+#   alone-tuned  as alone, with kube-scheduler's clientConnection qps --alone-tuned-qps (default
+#              500, burst twice that) instead of the default 50 that bounds its bindings.
+#   tessera    kube-scheduler as `tools/controlplane.sh up` runs it (deploy/base's configuration:
+#              Tessera as extender, leader election), the same pods given schedulerName
+#              hami-scheduler by Tessera's webhook.
+#   hami-VER   HAMi's scheduler (test/hami/VER, built by test/hami/build.sh, or --hami-bin) as
+#              the extender of a kube-scheduler with deploy/base's configuration pointed at it;
+#              the pods carry schedulerName hami-scheduler themselves (no webhook). HAMi runs
+#              with the admin kubeconfig and, from v2.10 on, --kube-qps --hami-qps (default 500):
+#              at its default 5 QPS it registers one node every ~2 s.
+#   tessera-tuned  as tessera, with Tessera restarted with deploy/base's flags plus --tuned-args
+#              (default "--kube-qps 0 --node-scheduler-policy spread"): an explicitly tuned row;
+#              Tessera is restarted with deploy/base's flags for the next tessera column.
+# Every GPU pod bound through the HAMi protocol holds its node's lock until the device plugin's
+# Allocate releases it; tools/bench_controlplane.py emulates that part of the plugin for every
+# node (in every column, so its cost is on both sides).
+#
+# --smoke is 20 nodes, 40 pods, one round of alone and tessera, checked: exit 0 when every pod
+# was bound in both columns, 1 otherwise, 77 when a tool is missing. Everything binds
+# 127.0.0.1; everything started is stopped on any exit, and nothing may survive.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CP="$ROOT/tools/controlplane.sh"
+PY="$ROOT/tools/bench_controlplane.py"
+NODES=1000 PODS=2000 GPUS=4 ROUNDS=3 COLUMNS="alone tessera" TESSERA="" KEEP=0 RESULTS="" SMOKE=0
+CLIENTS=8 STALL=90 SCHED_PORT=0 MAX_SECONDS=300
+TUNED_ARGS="--kube-qps 0 --node-scheduler-policy spread" HAMI_QPS=500 ALONE_TUNED_QPS=500
+declare -A HAMI_BIN=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --nodes) NODES="${2:?}"; shift 2 ;;
+    --pods) PODS="${2:?}"; shift 2 ;;
+    --gpus) GPUS="${2:?}"; shift 2 ;;
+    --rounds) ROUNDS="${2:?}"; shift 2 ;;
+    --columns) COLUMNS="${2:?}"; shift 2 ;;
+    --clients) CLIENTS="${2:?}"; shift 2 ;;
+    --stall) STALL="${2:?}"; shift 2 ;;   # a run gives up after this many seconds without a binding
+    --max-seconds) MAX_SECONDS="${2:?}"; shift 2 ;;   # a run ends this long after it started
+    --tuned-args) TUNED_ARGS="${2:?}"; shift 2 ;;
+    --hami-qps) HAMI_QPS="${2:?}"; shift 2 ;;
+    --alone-tuned-qps) ALONE_TUNED_QPS="${2:?}"; shift 2 ;;
+    --tessera) TESSERA="${2:?}"; shift 2 ;;
+    --hami-bin) HAMI_BIN["${2%%=*}"]="${2#*=}"; shift 2 ;;
+    --results) RESULTS="${2:?}"; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    --smoke) SMOKE=1; NODES=20; PODS=40; ROUNDS=1; COLUMNS="alone tessera"; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench_controlplane.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+log() { echo "bench: $*" >&2; }
+skip_code=77
+[[ "${TESSERA_E2E_REQUIRED:-0}" == 1 ]] && skip_code=1
+for t in kubectl openssl python3 curl setsid ss; do
+  command -v "$t" >/dev/null || { log "SKIP: $t is not on PATH"; exit "$skip_code"; }
+done
+python3 -c 'import yaml' 2>/dev/null || { log "SKIP: python3 has no yaml module"; exit "$skip_code"; }
+
+BIN="$(timeout 1500 "$CP" build)"
+DIR="$(mktemp -d "${TMPDIR:-/tmp}/tessera-bench.XXXXXX")"
+[[ -n "$RESULTS" ]] || RESULTS="$DIR/results.jsonl"
+: >"$RESULTS"
+OURS=(kube-scheduler-alone kube-scheduler-hami hami)
+
+# --- processes of our own (the pid-file and command-line checks of controlplane.sh) ----------
+alive() { # alive NAME
+  local f="$DIR/$1.pid" pid
+  [[ -f "$f" ]] || return 1
+  pid="$(cat "$f")"
+  local cmdline
+  cmdline="$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" || return 1   # it may exit meanwhile
+  [[ "$cmdline" == *"$DIR"* ]] || return 1
+  [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]]
+}
+start() { # start NAME CMD...
+  local name="$1"; shift
+  setsid "$@" </dev/null >>"$DIR/$name.log" 2>&1 &
+  echo $! >"$DIR/$name.pid"
+}
+stop() { # stop NAME: TERM, KILL after 10 s; also for up's kube-scheduler (same pid-file layout)
+  local name="$1" pid i
+  alive "$name" || { rm -f "$DIR/$name.pid"; return 0; }
+  pid="$(cat "$DIR/$name.pid")"
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do alive "$name" || break; sleep 0.1; done
+  if alive "$name"; then kill -KILL "$pid" 2>/dev/null || true; sleep 0.5; fi
+  rm -f "$DIR/$name.pid"
+}
+wait_for() { # wait_for SECONDS WHAT CMD...
+  local secs="$1" what="$2"; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || { log "FAIL: $what: not within ${secs}s"; return 1; }
+    sleep 0.2
+  done
+}
+
+teardown() {
+  local rc=$? n j
+  trap - EXIT INT TERM
+  for j in $(jobs -p); do kill -TERM "$j" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for n in "${OURS[@]}"; do stop "$n"; done
+  "$CP" down "$DIR" >/dev/null 2>&1 || rc=1
+  if pgrep -f -- "$DIR([/ ]|\$)" >/dev/null; then
+    log "FAIL: processes of $DIR survive: $(pgrep -f -a -- "$DIR([/ ]|\$)" | tr '\n' ';')"; rc=1
+  fi
+  if [[ $rc == 0 && $KEEP == 0 ]]; then
+    [[ "$RESULTS" == "$DIR/"* ]] && { log "results:"; cat "$RESULTS" >&2; }
+    rm -rf "$DIR"
+  else
+    log "logs and results in $DIR"
+  fi
+  exit $rc
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+# --- control plane, nodes ---------------------------------------------------------------------
+log "control plane in $DIR"
+up_args=(--bin-dir "$BIN")
+[[ -n "$TESSERA" ]] && up_args+=(--tessera "$TESSERA")
+timeout 240 "$CP" up "${up_args[@]}" "$DIR" >/dev/null
+# shellcheck disable=SC1091
+source "$DIR/env"
+export KUBECONFIG
+fmt=json
+[[ " $COLUMNS " == *" hami-v2.5."* ]] && fmt=legacy   # HAMi before v2.8 reads only that form
+log "creating $NODES nodes with $GPUS GPUs each ($fmt register annotation)"
+python3 "$PY" nodes --dir "$DIR" --nodes "$NODES" --gpus "$GPUS" --format "$fmt" >&2 &
+wait $!
+metric() { curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/metrics"; }
+ledger_nodes() { # Tessera's ledger knows every node's GPUs
+  [[ "$(metric | grep -c '^hami_gpu_memory_limit_bytes{')" -ge $((NODES * GPUS)) ]]
+}
+wait_for 120 "Tessera's /metrics lists every GPU" ledger_nodes
+stop kube-scheduler   # every column starts the kube-scheduler it needs
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+ready() { # ready PORT: a kube-scheduler's /readyz (its informers synced, handlers registered)
+  curl -fsSk --max-time 2 "https://127.0.0.1:$1/readyz"
+}
+tessera_leads() {
+  metric | grep -qx 'tessera_leader 1' &&
+    curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:$TESSERA_PORT/readyz"
+}
+start_kube_scheduler() { # start_kube_scheduler NAME CONFIG: one of our own kube-schedulers
+  local name="$1" config="$2" port
+  port="$(free_port)"
+  mkdir -p "$DIR/$name-certs"
+  start "$name" "$BIN/kube-scheduler" --config="$config" --bind-address=127.0.0.1 \
+    --secure-port="$port" --cert-dir="$DIR/$name-certs" \
+    --authentication-kubeconfig="$DIR/scheduler.kubeconfig" \
+    --authorization-kubeconfig="$DIR/scheduler.kubeconfig"
+  SCHED_PORT="$port"
+  wait_for 60 "$name /readyz" ready "$port"
+}
+hami_bin() { # hami_bin VERSION: the binary (built by test/hami/build.sh unless given)
+  local v="$1"
+  if [[ -n "${HAMI_BIN[$v]:-}" ]]; then echo "${HAMI_BIN[$v]}"; return; fi
+  timeout 1500 "$ROOT/test/hami/build.sh" "$v"
+}
+
+TESSERA_EXTRA=""
+set_tessera_args() { # set_tessera_args "ARGS": restart Tessera with deploy/base's flags plus ARGS
+  local want="$1"
+  [[ "$want" == "$TESSERA_EXTRA" ]] && return 0
+  [[ -f "$DIR/tessera.cmd.base" ]] || cp "$DIR/tessera.cmd" "$DIR/tessera.cmd.base"
+  cp "$DIR/tessera.cmd.base" "$DIR/tessera.cmd"
+  [[ -n "$want" ]] && printf -- '%s ' "$want" >>"$DIR/tessera.cmd"
+  TESSERA_EXTRA="$want"
+  # restart gives a program 5 s to exec; at a load of 60 on 2 cores that can pass while the
+  # program does start: its /healthz decides.
+  "$CP" restart "$DIR" tessera >/dev/null || log "restart of tessera reported a failure; waiting for /healthz"
+  wait_for 60 "tessera serve /healthz after the restart" \
+    curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:$TESSERA_PORT/healthz"
+}
+
+activate() { # activate COLUMN: stop every kube-scheduler and extender, start the column's
+  local col="$1" n
+  for n in kube-scheduler "${OURS[@]}"; do stop "$n"; done
+  case "$col" in
+    alone|alone-tuned)
+      local q=()
+      [[ "$col" == alone-tuned ]] && q=(--qps "$ALONE_TUNED_QPS")
+      python3 "$PY" config --dir "$DIR" --variant alone "${q[@]}" >"$DIR/scheduler-config-alone.yaml"
+      start_kube_scheduler kube-scheduler-alone "$DIR/scheduler-config-alone.yaml" || return 1 ;;
+    tessera|tessera-tuned)
+      if [[ "$col" == tessera-tuned ]]; then set_tessera_args "$TUNED_ARGS"; else set_tessera_args ""; fi || return 1
+      "$CP" restart "$DIR" kube-scheduler >/dev/null || log "restart of kube-scheduler reported a failure; waiting for /readyz"
+      SCHED_PORT="$SCHEDULER_PORT"
+      wait_for 60 "kube-scheduler /readyz" ready "$SCHEDULER_PORT" || return 1
+      wait_for 60 "Tessera leading (it follows kube-scheduler's Lease) and ready" tessera_leads || return 1 ;;
+    hami-*)
+      local v="${col#hami-}" bin port
+      bin="$(hami_bin "$v")" || return 1
+      port="$(free_port)"
+      # HAMi's scheduler with the admin kubeconfig: v2.10 also lists ResourceQuotas, which
+      # deploy/base's RBAC (Tessera's) does not grant, and HAMi's own chart is not applied here.
+      local extra=()
+      # HAMi's client runs at client-go's default 5 QPS (its chart sets no --kube-qps), at which
+      # it registers one node every ~2 s; v2.10's flag raises it (HAMI_QPS), v2.5.2 has none.
+      [[ "$v" != v2.5.* ]] && extra=(--kube-qps "$HAMI_QPS" --kube-burst "$((2 * HAMI_QPS))")
+      : >"$DIR/hami.log"
+      start hami env KUBECONFIG="$DIR/kubeconfig" "$bin" --http_bind "127.0.0.1:$port" \
+        --scheduler-name hami-scheduler --device-config-file "$DIR/device-config.yaml" -v=1 \
+        "${extra[@]}"
+      wait_for 60 "HAMi /healthz" curl -fsS --max-time 2 "http://127.0.0.1:$port/healthz" || return 1
+      hami_registered() { [[ "$(grep -c 'Node device added' "$DIR/hami.log")" -ge "$NODES" ]]; }
+      wait_for 300 "HAMi registering all $NODES nodes (hami.log: Node device added)" hami_registered || return 1
+      python3 "$PY" config --dir "$DIR" --variant extender --url "http://127.0.0.1:$port" \
+        >"$DIR/scheduler-config-hami.yaml"
+      start_kube_scheduler kube-scheduler-hami "$DIR/scheduler-config-hami.yaml" || return 1 ;;
+    *) log "unknown column $col"; return 1 ;;
+  esac
+}
+
+run_column() { # run_column COLUMN ROUND
+  local col="$1" r="$2" ns="bench-${1//./-}-$2" args=()
+  case "$col" in
+    alone|alone-tuned) args=(--bypass-webhook) ;;
+    hami-*) args=(--bypass-webhook --scheduler-name hami-scheduler) ;;
+  esac
+  activate "$col" || { log "FAIL: round $r $col: could not start the column's schedulers"; return 1; }
+  log "round $r: $col ($PODS pods)"
+  local rc=0
+  # In the background and waited for, so that INT/TERM reach the trap at once.
+  python3 "$PY" run --dir "$DIR" --namespace "$ns" --column "$col" --pods "$PODS" \
+    --clients "$CLIENTS" --timeout "$MAX_SECONDS" --stall "$STALL" --scheduler-port "$SCHED_PORT" \
+    "${args[@]}" >>"$RESULTS" &
+  wait $! || rc=$?
+  tail -n 1 "$RESULTS" >&2
+  ((rc == 0)) || log "FAIL: round $r $col: not every pod was bound (rc $rc)"
+  python3 "$PY" clean --dir "$DIR" --namespace "$ns" >&2 &
+  wait $!
+  return $rc
+}
+
+read -r -a cols <<<"$COLUMNS"
+failed=0
+for ((r = 1; r <= ROUNDS; r++)); do
+  order=("${cols[@]}")
+  if ((r % 2 == 0)); then
+    order=()
+    for ((i = ${#cols[@]} - 1; i >= 0; i--)); do order+=("${cols[i]}"); done
+  fi
+  for c in "${order[@]}"; do run_column "$c" "$r" || failed=1; done
+done
+for n in kube-scheduler "${OURS[@]}"; do stop "$n"; done
+python3 "$PY" summary "$RESULTS"
+echo "machine: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+exit $failed
