@@ -37,7 +37,7 @@ stage "e2e: Tessera in the real control plane (stock etcd, kube-apiserver, kube-
 # ~10 minutes on 2 cores; the Go module and build caches are reused).
 bash tools/controlplane.sh build
 cmake --preset dev -DTESSERA_CONTROLPLANE_E2E=ON >/dev/null
-TESSERA_E2E_REQUIRED=1 ctest --preset dev -R '^controlplane_' --output-on-failure
+TESSERA_E2E_REQUIRED=1 ctest --preset dev -R '^(controlplane|simulate_real)_' --output-on-failure
 
 stage "asan: clang ASan+UBSan, all tests and every fuzz target for ${TESSERA_FUZZ_SECONDS:-10} s"
 cmake --preset asan -DTESSERA_FUZZ_SECONDS="${TESSERA_FUZZ_SECONDS:-10}" >/dev/null
