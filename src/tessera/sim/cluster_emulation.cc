@@ -5,13 +5,12 @@
 #include <thread>
 #include <utility>
 
-#include <fmt/core.h>
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
@@ -119,8 +118,8 @@ absl::StatusOr<PlannedNode> PlanNode(const kube::Node& n, std::string_view sourc
       continue;
     }
     if (k == device::kNodeLockAnnotation) {
-      warnings->push_back(fmt::format("{}: {}: annotation {} dropped (a lock of another run)",
-                                      source, what, k));
+      warnings->push_back(
+          fmt::format("{}: {}: annotation {} dropped (a lock of another run)", source, what, k));
       continue;
     }
     annotations[std::string(k)] = v;
@@ -144,9 +143,8 @@ absl::StatusOr<PlannedNode> PlanNode(const kube::Node& n, std::string_view sourc
   }
   alloc[std::string(kGpuResource)] = std::to_string(p.gpus);
   // What any kubelet reports; kube-scheduler needs `pods` to place anything.
-  for (const auto& [k, v] : {std::pair<const char*, const char*>{"cpu", "32"},
-                             {"memory", "128Gi"},
-                             {"pods", "110"}}) {
+  for (const auto& [k, v] :
+       {std::pair<const char*, const char*>{"cpu", "32"}, {"memory", "128Gi"}, {"pods", "110"}}) {
     if (!alloc.contains(k)) {
       alloc[k] = v;
     }
@@ -247,8 +245,7 @@ std::string_view FormatName(device::RegisterFormat f) {
 
 }  // namespace
 
-absl::StatusOr<ClusterPlan> PlanCluster(const kube::Manifests& manifests,
-                                        std::string_view source) {
+absl::StatusOr<ClusterPlan> PlanCluster(const kube::Manifests& manifests, std::string_view source) {
   ClusterPlan plan;
   plan.warnings = manifests.warnings;
   if (manifests.nodes.empty()) {
@@ -318,7 +315,8 @@ absl::Status ClusterEmulation::Setup() {
       return absl::Status(resp.status().code(), fmt::format("creating namespace {}: {}", ns,
                                                             std::string(resp.status().message())));
     }
-    if (absl::Status s = CreateDefaultServiceAccount(*transport_, ns); !s.ok() && !AlreadyExists(s)) {
+    if (absl::Status s = CreateDefaultServiceAccount(*transport_, ns);
+        !s.ok() && !AlreadyExists(s)) {
       return s;
     }
     TESSERA_LOG(kInfo, "namespace {} ready (with ServiceAccount default)", ns);
@@ -326,16 +324,19 @@ absl::Status ClusterEmulation::Setup() {
   for (const PlannedNode& n : plan_.nodes) {
     absl::Status s = CreateNode(*transport_, n.node_json);
     if (!s.ok() && !AlreadyExists(s)) {
-      return absl::Status(s.code(), fmt::format("creating node {}: {}", n.name, std::string(s.message())));
+      return absl::Status(s.code(),
+                          fmt::format("creating node {}: {}", n.name, std::string(s.message())));
     }
     s = MakeNodeReady(*transport_, n.name, NodeStatusJson(n, absl::Now()));
     if (!s.ok()) {
-      return absl::Status(s.code(), fmt::format("node {} status: {}", n.name, std::string(s.message())));
+      return absl::Status(s.code(),
+                          fmt::format("node {} status: {}", n.name, std::string(s.message())));
     }
     DevicePlugin& plugin = *plugins_.at(n.name);
     s = plugin.Register(*client_, absl::Now());
     if (!s.ok()) {
-      return absl::Status(s.code(), fmt::format("registering node {}: {}", n.name, std::string(s.message())));
+      return absl::Status(s.code(),
+                          fmt::format("registering node {}: {}", n.name, std::string(s.message())));
     }
     ++counters_.registered;
     if (n.format == device::RegisterFormat::kDelimited) {
@@ -359,8 +360,9 @@ absl::Status ClusterEmulation::Setup() {
       continue;
     }
     if (!created.ok()) {
-      return absl::Status(created.status().code(), fmt::format("creating pod {}/{}: {}", p.ns,
-                                                               p.name, std::string(created.status().message())));
+      return absl::Status(created.status().code(),
+                          fmt::format("creating pod {}/{}: {}", p.ns, p.name,
+                                      std::string(created.status().message())));
     }
     if (!p.scheduler_patch.empty()) {
       kube::Request r;
@@ -396,8 +398,8 @@ void ClusterEmulation::HandlePod(const kube::Pod& pod, DevicePlugin& plugin, abs
     }
     if (!s.ok()) {
       ++counters_.errors;
-      TESSERA_LOG(kWarning, "pod {}/{} on node {}: finishing the deletion: {} (retrying)", ns,
-                  name, plugin.node(), std::string(s.message()));
+      TESSERA_LOG(kWarning, "pod {}/{} on node {}: finishing the deletion: {} (retrying)", ns, name,
+                  plugin.node(), std::string(s.message()));
       return;
     }
     ++counters_.deleted;
@@ -433,7 +435,8 @@ void ClusterEmulation::HandlePod(const kube::Pod& pod, DevicePlugin& plugin, abs
         // The node lock named another pod: the plugin served that one (as HAMi's does).
         if (a->success) {
           ++counters_.allocated;
-          TESSERA_LOG(kInfo, "pod {}/{} allocated on node {} ({} Allocate calls, bind-phase=success)",
+          TESSERA_LOG(kInfo,
+                      "pod {}/{} allocated on node {} ({} Allocate calls, bind-phase=success)",
                       a->ns, a->name, plugin.node(), a->calls);
         }
         return;
@@ -496,7 +499,8 @@ void ClusterEmulation::Step(const std::vector<kube::Pod>& pods, absl::Time now) 
       TESSERA_VLOG(1, "node {}: handshake Reported", node);
     } else {
       ++counters_.errors;
-      TESSERA_LOG(kWarning, "node {}: handshake report: {} (retrying)", node, std::string(s.message()));
+      TESSERA_LOG(kWarning, "node {}: handshake report: {} (retrying)", node,
+                  std::string(s.message()));
     }
   }
 }

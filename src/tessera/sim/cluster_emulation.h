@@ -19,8 +19,9 @@
 // of it (kube::Pod / kube::Node, decoded as from the API server): names, the labels and
 // annotations the decoder keeps (node labels; hami.io/ and nvidia.com/ annotations and pod
 // labels), containers' resources, privileged, schedulerName, spec.nodeName, node allocatable;
-// the file's images, commands and other fields are not kept (containers get the pause image). A pod bound in the file is created with spec.nodeName set
-// and the webhook's opt-out label (see ClusterPlan), then started by its node's kubelet.
+// the file's images, commands and other fields are not kept (containers get the pause image). A pod
+// bound in the file is created with spec.nodeName set and the webhook's opt-out label (see
+// ClusterPlan), then started by its node's kubelet.
 //
 // Thread safety: PlanCluster is pure. ClusterEmulation is driven by one thread (Setup, then Run);
 // RequestStop may be called from any thread (a signal handler's flag poller).
@@ -146,9 +147,9 @@ class ClusterEmulation {
   std::map<std::string, std::unique_ptr<DevicePlugin>> plugins_;  // by node
   std::map<std::string, absl::Time> next_report_;                 // delimited nodes
   std::map<std::string, kube::PodPhase> file_phase_;              // "ns/name" → phase to reach
-  std::set<std::string> allocated_;   // uids whose allocation completed
-  std::set<std::string> started_;     // uids set Running
-  std::set<std::string> ended_;       // uids set terminal
+  std::set<std::string> allocated_;                               // uids whose allocation completed
+  std::set<std::string> started_;                                 // uids set Running
+  std::set<std::string> ended_;                                   // uids set terminal
   std::map<std::string, absl::Time> waiting_;  // uid → first pass that found nothing to allocate
   EmulationCounters counters_;
 };

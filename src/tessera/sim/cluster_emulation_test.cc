@@ -2,13 +2,15 @@
 
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include <nlohmann/json.hpp>
 
+#include "tessera/apisim/server.h"
+#include "tessera/kube/client.h"
 #include "tessera/kube/manifest.h"
+#include "tessera/kube/transport.h"
 
 namespace tessera::sim {
 namespace {
@@ -100,8 +102,8 @@ TEST(PlanClusterTest, NodesInTheirFormatsWithCapacity) {
 
   json s = json::parse(NodeStatusJson(new_node, absl::FromUnixSeconds(0)));
   EXPECT_EQ(s["allocatable"]["nvidia.com/gpu"], "7");
-  EXPECT_EQ(s["allocatable"]["cpu"], "8");      // the file's
-  EXPECT_EQ(s["allocatable"]["pods"], "110");   // a kubelet's default
+  EXPECT_EQ(s["allocatable"]["cpu"], "8");     // the file's
+  EXPECT_EQ(s["allocatable"]["pods"], "110");  // a kubelet's default
   EXPECT_EQ(s["capacity"], s["allocatable"]);
   EXPECT_EQ(s["conditions"][0]["type"], "Ready");
   EXPECT_EQ(s["conditions"][0]["status"], "True");
@@ -193,6 +195,101 @@ TEST(PlanClusterTest, AnUnreadableFileIsAnError) {
   absl::StatusOr<ClusterPlan> plan = LoadClusterPlan("/nonexistent/cluster.yaml");
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(std::string(plan.status().message()), HasSubstr("/nonexistent/cluster.yaml"));
+}
+
+// The plugins and kubelets of a plan (Step) against an in-process apisim: the objects are made
+// as Setup would (apisim has no ServiceAccounts, so Setup itself runs in
+// test/controlplane/cluster_test.sh on the real API server).
+class StepTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<apisim::Server>> s = apisim::Server::Start({});
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    kube::RestConfig c;
+    c.server = server_->url();
+    c.qps = 0;
+    absl::StatusOr<std::unique_ptr<kube::CurlTransport>> t =
+        kube::CurlTransport::Create(c, nullptr);
+    ASSERT_TRUE(t.ok()) << t.status();
+    transport_ = std::move(*t);
+    client_ = std::make_unique<kube::ApiClient>(transport_.get());
+  }
+
+  // A pod as kube-scheduler and Tessera leave it: bound to `node`, bind-phase allocating.
+  void MakeBoundPod(const std::string& name, const std::string& node, bool allocating) {
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"namespace", "default"}}},
+                {"spec", {{"nodeName", node}, {"containers", {{{"name", "a"}, {"image", "x"}}}}}},
+                {"status", {{"phase", "Pending"}}}};  // what a real API server defaults
+    if (allocating) {
+      const std::string alloc = "GPU-b0,NVIDIA,1000,0:;";
+      pod["metadata"]["annotations"] = {{"hami.io/vgpu-node", node},
+                                        {"hami.io/vgpu-devices-allocated", alloc},
+                                        {"hami.io/vgpu-devices-to-allocate", alloc},
+                                        {"hami.io/bind-phase", "allocating"},
+                                        {"hami.io/bind-time", "1800000000"}};
+    }
+    ASSERT_TRUE(CreatePod(*transport_, "default", name, pod.dump()).ok());
+  }
+
+  std::vector<kube::Pod> Pods(std::initializer_list<const char*> names) {
+    std::vector<kube::Pod> out;
+    for (const char* n : names) {
+      absl::StatusOr<kube::Pod> p = client_->GetPod("default", n);
+      if (p.ok()) {
+        out.push_back(*p);
+      }
+    }
+    return out;
+  }
+
+  std::unique_ptr<apisim::Server> server_;
+  std::unique_ptr<kube::CurlTransport> transport_;
+  std::unique_ptr<kube::ApiClient> client_;
+};
+
+TEST_F(StepTest, AllocatesStartsEndsAndFinishesDeletions) {
+  absl::StatusOr<ClusterPlan> plan = Plan(std::string(kCluster) + R"(
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: done, namespace: default}
+  spec: {nodeName: new-node, containers: [{name: a}]}
+  status: {phase: Succeeded}
+)");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const PlannedNode& n : plan->nodes) {
+    ASSERT_TRUE(CreateNode(*transport_, n.node_json).ok());
+  }
+  MakeBoundPod("gpu", "new-node", true);
+  MakeBoundPod("plain", "new-node", false);
+  MakeBoundPod("done", "new-node", false);
+  MakeBoundPod("elsewhere", "not-emulated", false);
+  ClusterEmulation e(*std::move(plan), transport_.get(), client_.get());
+  e.Step(Pods({"gpu", "plain", "done", "elsewhere"}), absl::Now());
+
+  absl::StatusOr<kube::Pod> gpu = client_->GetPod("default", "gpu");
+  ASSERT_TRUE(gpu.ok());
+  EXPECT_EQ(gpu->meta.annotations.Get("hami.io/bind-phase"), "success");
+  EXPECT_EQ(gpu->phase, kube::PodPhase::kRunning);
+  EXPECT_EQ(client_->GetPod("default", "plain")->phase, kube::PodPhase::kRunning);
+  EXPECT_EQ(client_->GetPod("default", "done")->phase, kube::PodPhase::kSucceeded);
+  EXPECT_EQ(client_->GetPod("default", "elsewhere")->phase, kube::PodPhase::kPending);
+  EmulationCounters c = e.counters();
+  EXPECT_EQ(c.allocated, 1);
+  EXPECT_EQ(c.started, 3);
+  EXPECT_EQ(c.ended, 1);
+  EXPECT_EQ(c.errors, 0);
+
+  // A graceful delete: the kubelet stops the pod and removes it.
+  ASSERT_TRUE(DeletePod(*transport_, "default", "plain", 30).ok());
+  std::vector<kube::Pod> deleting = Pods({"plain"});
+  ASSERT_EQ(deleting.size(), 1u);  // kept until its kubelet is done, as on a real API server
+  ASSERT_TRUE(deleting[0].Deleting());
+  e.Step(deleting, absl::Now());
+  EXPECT_TRUE(absl::IsNotFound(client_->GetPod("default", "plain").status()));
+  EXPECT_EQ(e.counters().deleted, 1);
 }
 
 }  // namespace
