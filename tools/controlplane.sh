@@ -44,7 +44,7 @@ cmd_build() {
 # up / down
 
 # The processes of a control plane, in start order; `down` stops them in reverse.
-PROCS=(etcd kube-apiserver tessera kube-scheduler)
+PROCS=(etcd kube-apiserver tessera kube-scheduler emulators)
 STOP_TIMEOUT="${TESSERA_CONTROLPLANE_STOP_TIMEOUT:-10}"   # seconds between TERM and KILL
 
 free_port() {
@@ -288,7 +288,7 @@ find_tessera() {
 }
 
 cmd_up() {
-  local compaction="" bindir="" tessera="" i
+  local compaction="" bindir="" tessera="" cluster="" i
   REPLICAS=1
   while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -300,6 +300,8 @@ cmd_up() {
       --bin-dir=*) bindir="${1#*=}"; shift ;;
       --replicas) REPLICAS="${2:?}"; shift 2 ;;
       --replicas=*) REPLICAS="${1#*=}"; shift ;;
+      --cluster) cluster="${2:?}"; shift 2 ;;
+      --cluster=*) cluster="${1#*=}"; shift ;;
       -*) die "up: unknown option $1 (see --help)" ;;
       *) [[ -z "${DIR:-}" ]] || die "up: one DIR only"; DIR="$1"; shift ;;
     esac
@@ -316,6 +318,12 @@ cmd_up() {
   [[ -n "$tessera" ]] && TESSERA_BIN="$tessera"
   TESSERA_BIN="$(find_tessera)"
   TESSERA_BIN="$(cd "$(dirname "$TESSERA_BIN")" && pwd)/$(basename "$TESSERA_BIN")"
+  # A bad cluster file stops up before anything starts (tessera emulate --check names the error).
+  if [[ -n "$cluster" ]]; then
+    [[ -r "$cluster" ]] || die "--cluster $cluster: no such readable file"
+    cluster="$(cd "$(dirname "$cluster")" && pwd)/$(basename "$cluster")"
+    "$TESSERA_BIN" emulate --check --cluster "$cluster" >/dev/null || die "--cluster $cluster is not a usable cluster file (above)"
+  fi
   [[ -n "$bindir" ]] || bindir="${TESSERA_CONTROLPLANE_BIN:-}"
   [[ -n "$bindir" ]] || bindir="$(cmd_build)"
   for b in etcd kube-apiserver kube-scheduler; do
@@ -494,8 +502,33 @@ ENV
     step "waiting until the Tessera of the Lease holder's pair leads and the others follow"
     wait_for "the Lease holder's Tessera reporting role: leader, the others follower" 30 "" roles_agree
   fi
+  [[ -z "$cluster" ]] || start_emulators "$cluster"
   trap - EXIT
   echo ready
+}
+
+# start_emulators FILE: the nodes and pods of cluster file FILE on this control plane, their
+# device plugins and kubelets emulated by `tessera emulate` (process `emulators`, admin
+# kubeconfig); waits until every node of FILE is Ready and Tessera's /debug/ledger lists its GPUs.
+start_emulators() {
+  step "starting tessera emulate for the nodes and pods of $1"
+  # A copy in DIR: the command line then names DIR and the process (alive(), restart).
+  cp "$1" "$DIR/emulators-cluster.yaml"
+  start emulators "$TESSERA_BIN" emulate --kubeconfig "$DIR/kubeconfig" \
+    --cluster "$DIR/emulators-cluster.yaml"
+  local nodes name uuids
+  nodes="$("$TESSERA_BIN" emulate --check --cluster "$DIR/emulators-cluster.yaml" 2>/dev/null)"
+  while read -r name uuids; do
+    wait_for "node $name Ready" 60 emulators bash -c "[[ \"\$(kubectl --kubeconfig '$DIR/kubeconfig' --request-timeout=5s get node '$name' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" == True ]]"
+    # shellcheck disable=SC2086  # one argument per GPU UUID
+    wait_for "Tessera's /debug/ledger listing node $name's GPUs" 60 emulators bash -c \
+      'l="$(curl -fsS --max-time 2 "$1")" || exit 1; shift; for u; do [[ "$l" == *"$u"* ]] || exit 1; done' \
+      _ "http://127.0.0.1:$TESSERA_METRICS_PORT/debug/ledger" $uuids
+  done <<<"$nodes"
+  # And the file's pods created (the log line that ends tessera emulate's setup).
+  wait_for "tessera emulate creating the pods of $1" 60 emulators \
+    grep -q "set up; emulating until SIGTERM" "$DIR/emulators.log"
+  log "the $(wc -l <<<"$nodes") nodes of $1 are Ready and registered in Tessera"
 }
 
 usage() {
@@ -503,7 +536,7 @@ usage() {
 Usage:
   tools/controlplane.sh build
   tools/controlplane.sh up [--tessera PATH] [--bin-dir DIR] [--etcd-compaction-interval D]
-                          [--replicas N] DIR
+                          [--replicas N] [--cluster FILE] DIR
   tools/controlplane.sh down DIR
   tools/controlplane.sh restart [--kill] DIR NAME
 
@@ -532,9 +565,14 @@ Usage:
                              others follow. The webhook goes through webhook-service
                              (tools/controlplane_service.py), which relays each connection
                              to the next Tessera that accepts it, as the Service would.
+            --cluster FILE   a cluster file (kubectl get nodes,pods -A -o yaml; nodes with
+                             HAMi's register annotation): its nodes and pods are created and
+                             their device plugins and kubelets emulated by `tessera emulate`
+                             (process emulators); "ready" waits for every node Ready and in
+                             Tessera's /debug/ledger. A bad file fails before anything starts.
   restart [--kill] DIR NAME
           Stop one process (etcd, kube-apiserver, tessera, kube-scheduler, tessera-I,
-          kube-scheduler-I; SIGTERM, or SIGKILL
+          kube-scheduler-I, emulators; SIGTERM, or SIGKILL
           with --kill) and start it again with the same command line, its log continued; does
           not wait for it to be ready.
   down    Stop every process of DIR (SIGTERM, SIGKILL after \$TESSERA_CONTROLPLANE_STOP_TIMEOUT

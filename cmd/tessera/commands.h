@@ -42,10 +42,11 @@ void AddDecodeCommand(CLI::App& app, Runner* run);
 void AddServeCommand(CLI::App& app, Runner* run);
 void AddRbacCommand(CLI::App& app, Runner* run);
 
-// The development subcommands, only in `tessera`: the API server simulator, the simulator and
-// the end-to-end benchmark.
+// The development subcommands, only in `tessera`: the API server simulator, the simulator, the
+// end-to-end benchmark and the emulated nodes of a cluster file (emulate_command.cc).
 void AddApisimCommand(CLI::App& app, Runner* run);
 void AddBenchCommand(CLI::App& app, Runner* run);
 void AddSimulateCommand(CLI::App& app, Runner* run);
+void AddEmulateCommand(CLI::App& app, Runner* run);
 
 }  // namespace tessera::cmd
