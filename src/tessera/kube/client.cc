@@ -237,8 +237,17 @@ std::string EventName(std::string_view object_name, absl::Time at) {
 }
 
 std::string ReasonOf(const absl::Status& status) {
-  auto reason = status.GetPayload(kReasonPayload);
-  return reason.has_value() ? std::string(*reason) : std::string();
+  if (auto reason = status.GetPayload(kReasonPayload); reason.has_value()) {
+    return std::string(*reason);
+  }
+  // A raw kube::Do error carries only the body: read the reason from its Status.
+  std::optional<std::string> body = HttpBodyOf(status);
+  if (!body || body->find_first_not_of(" \t\r\n") == std::string::npos ||
+      (*body)[body->find_first_not_of(" \t\r\n")] != '{') {
+    return std::string();
+  }
+  absl::StatusOr<ApiStatus> api = DecodeStatus(*body);
+  return api.ok() ? api->reason : std::string();
 }
 
 absl::Status ApiError(const Request& request, const Response& response) {

@@ -146,8 +146,8 @@ struct CoreEvent {
 // "<object_name>.<unix nanoseconds of `at`, lower-case hex>".
 std::string EventName(std::string_view object_name, absl::Time at);
 
-// The Kubernetes `reason` of an error made by this client ("Conflict", "Expired", ...), or an
-// empty string.
+// The Kubernetes `reason` of an error made by this client ("Conflict", "Expired", ...), or of a
+// non-2xx answer from kube::Do whose body is a Status; else an empty string.
 std::string ReasonOf(const absl::Status& status);
 
 // HttpStatusToStatus, with the message of the Status body (when there is one) in front.

@@ -86,6 +86,24 @@ TEST_F(ClientTest, GetDecodesAndErrorsCarryTheStatusMessage) {
   EXPECT_EQ(client_.GetNode("x").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Callers of the raw kube::Do (the simulator's emulators) read the reason too: it used to be
+// empty there, so a retried create that had succeeded read as a failure, not AlreadyExists.
+TEST(ReasonOfTest, ReadsTheStatusBodyOfARawError) {
+  Request get;
+  get.method = "POST";
+  get.path = "/api/v1/namespaces/ns/pods";
+  Response exists;
+  exists.status_code = 409;
+  exists.body = R"({"kind":"Status","apiVersion":"v1","status":"Failure",)"
+                R"("message":"pods \"p\" already exists","reason":"AlreadyExists","code":409})";
+  EXPECT_EQ(ReasonOf(HttpStatusToStatus(get, exists)), "AlreadyExists");
+  Response text;
+  text.status_code = 409;
+  text.body = "conflict";
+  EXPECT_EQ(ReasonOf(HttpStatusToStatus(get, text)), "");
+  EXPECT_EQ(ReasonOf(absl::AbortedError("no payload")), "");
+}
+
 TEST_F(ClientTest, ListPagesCarryOptions) {
   Answer(Http(200, R"({"kind":"NodeList","metadata":{"resourceVersion":"9","continue":"c"},)"
                    R"("items":[{"metadata":{"name":"a"}}]})"));
