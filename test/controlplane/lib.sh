@@ -120,28 +120,11 @@ wait_until() {
 }
 
 make_node() { # make_node NAME N: N GPUs of 8192 MiB, HAMi v2.8's JSON register annotation
-  local name="$1" n="$2" i devs=""
+  local name="$1" n="$2" i devs=()
   for ((i = 0; i < n; i++)); do
-    local idx=""; ((i > 0)) && idx="\"index\":$i,"
-    devs+="${devs:+,}{\"id\":\"GPU-$name-$i\",${idx}\"count\":10,\"devmem\":8192,\"devcore\":100,\"type\":\"NVIDIA-Tesla T4\",\"mode\":\"hami-core\",\"health\":true}"
+    devs+=("$(gpu_json "GPU-$name-$i" "NVIDIA-Tesla T4" 8192 0 "$i")")
   done
-  k apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Node
-metadata:
-  name: $name
-  labels:
-    kubernetes.io/hostname: $name
-  annotations:
-    hami.io/node-nvidia-register: '[$devs]'
-YAML
-  # What a kubelet reports: capacity, allocatable (nvidia.com/gpu = GPUs x split count) and Ready.
-  local now; now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  local res="{\"cpu\":\"32\",\"memory\":\"128Gi\",\"pods\":\"110\",\"nvidia.com/gpu\":\"$((n * 10))\"}"
-  k patch node "$name" --subresource=status --type=merge -p "{\"status\":{\"capacity\":$res,\"allocatable\":$res,\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"e2e\",\"lastHeartbeatTime\":\"$now\",\"lastTransitionTime\":\"$now\"}]}}" >/dev/null
-  # The TaintNodesByCondition admission plugin tainted the node not-ready at creation; with no
-  # kube-controller-manager here, do what its node lifecycle controller does once Ready is True.
-  k taint node "$name" node.kubernetes.io/not-ready:NoSchedule- >/dev/null
+  make_gpu_node "$name" "${devs[@]}"
 }
 
 gpu_pod() { # gpu_pod NAME MiB: one container asking nvidia.com/gpu 1, nvidia.com/gpumem MiB
@@ -181,7 +164,7 @@ gpu_json() {
 # make_gpu_node NAME DEVICE_JSON...: a node whose device plugin registered these devices (the
 # register annotation is '[' the arguments joined by ',' ']', byte for byte), with what a kubelet
 # reports (allocatable nvidia.com/gpu = 10 per device) and Ready; the not-ready taint removed as
-# make_node does. make_node stays the shorthand for N identical 8192 MiB T4s.
+# the node lifecycle controller would. make_node is the shorthand for N identical 8192 MiB T4s.
 make_gpu_node() {
   local name="$1"; shift
   local devs; devs="$(IFS=,; echo "$*")"
@@ -195,9 +178,12 @@ metadata:
   annotations:
     hami.io/node-nvidia-register: '[$devs]'
 YAML
+  # What a kubelet reports: capacity, allocatable (nvidia.com/gpu = GPUs x split count) and Ready.
   local now; now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   local res="{\"cpu\":\"32\",\"memory\":\"128Gi\",\"pods\":\"110\",\"nvidia.com/gpu\":\"$(($# * 10))\"}"
   k patch node "$name" --subresource=status --type=merge -p "{\"status\":{\"capacity\":$res,\"allocatable\":$res,\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"e2e\",\"lastHeartbeatTime\":\"$now\",\"lastTransitionTime\":\"$now\"}]}}" >/dev/null
+  # The TaintNodesByCondition admission plugin tainted the node not-ready at creation; with no
+  # kube-controller-manager here, do what its node lifecycle controller does once Ready is True.
   k taint node "$name" node.kubernetes.io/not-ready:NoSchedule- >/dev/null
 }
 # wait_quick SECONDS DESCRIPTION COMMAND...: wait_until, polling every 0.1 s (for measured steps).

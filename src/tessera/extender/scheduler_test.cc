@@ -90,11 +90,17 @@ class SchedulerTest : public ::testing::Test {
   void AddNode(const std::string& name, const std::vector<Gpu>& gpus) {
     env_.CreateNode(
         name, fmt::format(R"({{"hami.io/node-nvidia-register":"{}"}})", Escape(Register(gpus))));
-    absl::StatusOr<kube::Node> node = env_.client()->GetNode(name);
-    ASSERT_TRUE(node.ok()) << node.status();
-    auto devices = accounting::ProjectNode(*vendor_, *node);
-    ASSERT_TRUE(devices.ok()) << devices.status();
-    ASSERT_TRUE(ledger_.SetNode(*devices).ok());
+    FillLedger(ledger_, {name});
+  }
+  // Another replica's ledger: the registered nodes as it would have observed them.
+  void FillLedger(ledger::Ledger& ledger, const std::vector<std::string>& nodes) {
+    for (const std::string& n : nodes) {
+      absl::StatusOr<kube::Node> node = env_.client()->GetNode(n);
+      ASSERT_TRUE(node.ok()) << node.status();
+      auto devices = accounting::ProjectNode(*vendor_, *node);
+      ASSERT_TRUE(devices.ok()) << devices.status();
+      ASSERT_TRUE(ledger.SetNode(*devices).ok());
+    }
   }
   void SetLock(const std::string& node, const std::string& value) {
     kube::MetadataPatch patch;
@@ -1438,12 +1444,7 @@ TEST_F(SchedulerTest, ABindIsRefusedOnceAnotherReplicaDecidedAgainForThePod) {
 
   // The new leader: its own ledger, the same API server.
   ledger::Ledger other_ledger;
-  for (const char* n : {"n1", "n2"}) {
-    absl::StatusOr<std::shared_ptr<const device::NodeDevices>> devices =
-        accounting::ProjectNode(*vendor_, *env_.client()->GetNode(n));
-    ASSERT_TRUE(devices.ok());
-    ASSERT_TRUE(other_ledger.SetNode(*devices).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(FillLedger(other_ledger, {"n1", "n2"}));
   Scheduler::Options leader_options = options_;
   leader_options.write_behind = false;
   Scheduler leader(leader_options, Scheduler::Deps{&other_ledger, env_.client(), &clock_, nullptr});
@@ -1480,12 +1481,7 @@ TEST_F(SchedulerTest, AFilterPatchIsRefusedOnceAnotherReplicaBoundThePod) {
 
   for (const bool write_behind : {false, true}) {
     ledger::Ledger other_ledger;
-    for (const char* n : {"n1", "n2"}) {
-      absl::StatusOr<std::shared_ptr<const device::NodeDevices>> devices =
-          accounting::ProjectNode(*vendor_, *env_.client()->GetNode(n));
-      ASSERT_TRUE(devices.ok());
-      ASSERT_TRUE(other_ledger.SetNode(*devices).ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(FillLedger(other_ledger, {"n1", "n2"}));
     Scheduler::Options leader_options = options_;
     leader_options.write_behind = write_behind;
     Scheduler leader(leader_options, Scheduler::Deps{&other_ledger, env_.client(), &clock_,
