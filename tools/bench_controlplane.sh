@@ -7,7 +7,7 @@
 #   tools/bench_controlplane.sh [--nodes N] [--pods P] [--gpus G] [--rounds R]
 #       [--columns "alone tessera"] [--tessera PATH] [--hami-bin VERSION=PATH]... [--keep]
 #       [--results FILE] [--max-seconds S] [--stall S] [--tuned-args ARGS] [--hami-qps Q]
-#       [--alone-tuned-qps Q] [--clients N] [--smoke]
+#       [--alone-tuned-qps Q] [--clients N] [--base-args ARGS] [--smoke]
 #
 # A run ends when every pod is bound, after --max-seconds (default 300), or after --stall
 # seconds (default 90) without a binding; pods/s is then bound pods / elapsed time and a
@@ -31,6 +31,8 @@
 #   tessera-tuned  as tessera, with Tessera restarted with deploy/base's flags plus --tuned-args
 #              (default "--kube-qps 0 --node-scheduler-policy spread"): an explicitly tuned row;
 #              Tessera is restarted with deploy/base's flags for the next tessera column.
+#              --base-args ARGS adds ARGS to the tessera column's flags (not to tessera-tuned's),
+#              so that two settings of Tessera alternate in one run.
 # Every GPU pod bound through the HAMi protocol holds its node's lock until the device plugin's
 # Allocate releases it; tools/bench_controlplane.py emulates that part of the plugin for every
 # node (in every column, so its cost is on both sides).
@@ -45,7 +47,7 @@ CP="$ROOT/tools/controlplane.sh"
 PY="$ROOT/tools/bench_controlplane.py"
 NODES=1000 PODS=2000 GPUS=4 ROUNDS=3 COLUMNS="alone tessera" TESSERA="" KEEP=0 RESULTS="" SMOKE=0
 CLIENTS=8 STALL=90 SCHED_PORT=0 MAX_SECONDS=300
-TUNED_ARGS="--kube-qps 0 --node-scheduler-policy spread" HAMI_QPS=500 ALONE_TUNED_QPS=500
+TUNED_ARGS="--kube-qps 0 --node-scheduler-policy spread" BASE_ARGS="" HAMI_QPS=500 ALONE_TUNED_QPS=500
 declare -A HAMI_BIN=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -58,6 +60,7 @@ while [[ $# -gt 0 ]]; do
     --stall) STALL="${2:?}"; shift 2 ;;   # a run gives up after this many seconds without a binding
     --max-seconds) MAX_SECONDS="${2:?}"; shift 2 ;;   # a run ends this long after it started
     --tuned-args) TUNED_ARGS="${2:?}"; shift 2 ;;
+    --base-args) BASE_ARGS="${2:?}"; shift 2 ;;
     --hami-qps) HAMI_QPS="${2:?}"; shift 2 ;;
     --alone-tuned-qps) ALONE_TUNED_QPS="${2:?}"; shift 2 ;;
     --tessera) TESSERA="${2:?}"; shift 2 ;;
@@ -210,7 +213,7 @@ activate() { # activate COLUMN: stop every kube-scheduler and extender, start th
       python3 "$PY" config --dir "$DIR" --variant alone "${q[@]}" >"$DIR/scheduler-config-alone.yaml"
       start_kube_scheduler kube-scheduler-alone "$DIR/scheduler-config-alone.yaml" || return 1 ;;
     tessera|tessera-tuned)
-      if [[ "$col" == tessera-tuned ]]; then set_tessera_args "$TUNED_ARGS"; else set_tessera_args ""; fi || return 1
+      if [[ "$col" == tessera-tuned ]]; then set_tessera_args "$TUNED_ARGS"; else set_tessera_args "$BASE_ARGS"; fi || return 1
       "$CP" restart "$DIR" kube-scheduler >/dev/null || log "restart of kube-scheduler reported a failure; waiting for /readyz"
       SCHED_PORT="$SCHEDULER_PORT"
       wait_for 60 "kube-scheduler /readyz" ready "$SCHEDULER_PORT" || return 1

@@ -304,6 +304,10 @@ void AddServeCommand(CLI::App& app, Runner* run) {
   sub->add_option("--kube-burst", flags->options.kube_burst, "Burst of the client-side limit")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  sub->add_option("--patch-threads", flags->options.patch_threads,
+                  "Threads writing the filter's annotation patches behind its reply")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--legacy-metrics", flags->options.legacy_metrics,
                 "Also export the v2.5-era metric names (GPUDeviceMemoryAllocated, ...)");
   sub->add_flag("--scheduler-role-labels", flags->options.role_labels.enabled,

@@ -46,7 +46,7 @@ void PatchWriter::Submit(Job job) {
   {
     MutexLock l(&mu_);
     slots_[job.uid] = slot;
-    queue_.push_back(Queued{std::move(job), std::move(slot)});
+    queue_.push_back(Queued{std::move(job), std::move(slot), absl::Now()});
   }
   work_cv_.Signal();  // one writer is enough; after the unlock, which it needs
 }
@@ -96,6 +96,7 @@ absl::StatusOr<kube::Pod> PatchWriter::WriteAndSettle(const Job& job) {
 void PatchWriter::WriteLoop() {
   for (;;) {
     Queued q;
+    size_t backlog = 0;
     {
       MutexLock l(&mu_);
       while (queue_.empty() && !stopping_) {
@@ -106,8 +107,15 @@ void PatchWriter::WriteLoop() {
       }
       q = std::move(queue_.front());
       queue_.pop_front();
+      backlog = queue_.size();
     }
+    const absl::Time started = absl::Now();
     absl::StatusOr<kube::Pod> patched = WriteAndSettle(q.job);
+    // Where a bind's wait for its patch goes: the queue (too few writers) or the write itself
+    // (the client's rate limiter and the round trip; the transport's --v 3 log splits those).
+    TESSERA_VLOG(2, "patch of {}/{}: queued {}, written in {} ({} more queued)", q.job.ns,
+                 q.job.name, absl::FormatDuration(started - q.queued),
+                 absl::FormatDuration(absl::Now() - started), backlog);
     if (!patched.ok()) {
       TESSERA_LOG(kWarning, "filter of {}/{}: {} (its bind will fail and be retried)", q.job.ns,
                   q.job.name, std::string(patched.status().message()));

@@ -106,6 +106,7 @@ class PatchWriter {
   struct Queued {
     Job job;
     std::shared_ptr<Slot> slot;
+    absl::Time queued;  // when Submit queued it (for the --v 2 timing log)
   };
   void WriteLoop();
   absl::StatusOr<kube::Pod> WriteAndSettle(const Job& job);

@@ -152,7 +152,7 @@ class Scheduler {
     // writers; with write_behind false it is written before the reply and a failure is the
     // filter's error.
     bool write_behind = true;
-    int patch_threads = 4;
+    int patch_threads = 16;
     // How long Bind waits for the pod's filter patch to land.
     absl::Duration patch_wait = absl::Seconds(30);
     // How long after an accepted Binding the pod's reservation is kept, past its TTL, while

@@ -742,6 +742,8 @@ class CurlTransport::Loop {
   absl::StatusOr<Response> PerformHere(Request request) {
     const absl::Duration wait = limiter_.Reserve();
     if (wait > absl::ZeroDuration()) {
+      TESSERA_VLOG(3, "{} {}: client rate limiter wait {}", request.method, PathOnly(request.path),
+                   absl::FormatDuration(wait));
       MutexLock lock(&mu_);
       const absl::Time until = absl::Now() + wait;
       for (absl::Time now = absl::Now(); !stopping_ && now < until; now = absl::Now()) {

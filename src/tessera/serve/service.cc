@@ -349,6 +349,7 @@ absl::Status Service::Impl::Init() {
   // A bind waiting for a lock holds an HTTP worker: leave half of them to /filter.
   scheduler_options.max_lock_waiters = std::max(1, static_cast<int>(options_.http_threads / 2));
   scheduler_options.reservation_ttl = options_.reservation_ttl;
+  scheduler_options.patch_threads = options_.patch_threads;
   scheduler_options.vendor = vendor_.get();
   // The node informer's copy saves the GET of an unlocked node in bind.
   scheduler_options.lock.cached = [this](std::string_view name) -> std::optional<kube::Node> {
