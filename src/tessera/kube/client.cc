@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cinttypes>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -236,18 +237,29 @@ std::string EventName(std::string_view object_name, absl::Time at) {
   return fmt::format("{}.{:x}", object_name, static_cast<uint64_t>(absl::ToUnixNanos(at)));
 }
 
+namespace {
+
+// The Status object of an error response's body; nullopt when the body is not one (a proxy's
+// text page, an empty body).
+std::optional<ApiStatus> StatusBody(std::string_view body) {
+  const size_t first = body.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos || body[first] != '{') {
+    return std::nullopt;
+  }
+  absl::StatusOr<ApiStatus> api = DecodeStatus(body);
+  return api.ok() ? std::optional<ApiStatus>(*std::move(api)) : std::nullopt;
+}
+
+}  // namespace
+
 std::string ReasonOf(const absl::Status& status) {
   if (auto reason = status.GetPayload(kReasonPayload); reason.has_value()) {
     return std::string(*reason);
   }
   // A raw kube::Do error carries only the body: read the reason from its Status.
   std::optional<std::string> body = HttpBodyOf(status);
-  if (!body || body->find_first_not_of(" \t\r\n") == std::string::npos ||
-      (*body)[body->find_first_not_of(" \t\r\n")] != '{') {
-    return std::string();
-  }
-  absl::StatusOr<ApiStatus> api = DecodeStatus(*body);
-  return api.ok() ? api->reason : std::string();
+  std::optional<ApiStatus> api = body ? StatusBody(*body) : std::nullopt;
+  return api ? api->reason : std::string();
 }
 
 absl::Status ApiError(const Request& request, const Response& response) {
@@ -255,13 +267,8 @@ absl::Status ApiError(const Request& request, const Response& response) {
   if (base.ok()) {
     return base;
   }
-  const std::string_view body = response.body;
-  const size_t first = body.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos || body[first] != '{') {
-    return base;
-  }
-  absl::StatusOr<ApiStatus> api = DecodeStatus(body);
-  if (!api.ok() || api->message.empty()) {
+  std::optional<ApiStatus> api = StatusBody(response.body);
+  if (!api || api->message.empty()) {
     return base;
   }
   absl::Status status(base.code(),

@@ -5,7 +5,6 @@
 #include <thread>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -55,11 +54,9 @@ json ResourcesJson(const kube::ResourceList& m) {
   return j;
 }
 
-// A 409 AlreadyExists from kube::Do: its reason is in the message (the Status body), not in a
-// payload (ReasonOf reads the payloads ApiClient sets). A restarted emulate finds its objects.
+// A 409 AlreadyExists (a retried create that had succeeded, or a restarted emulator).
 bool AlreadyExists(const absl::Status& s) {
-  return absl::IsAborted(s) && (kube::ReasonOf(s) == "AlreadyExists" ||
-                                absl::StrContains(s.message(), "\"reason\":\"AlreadyExists\""));
+  return absl::IsAborted(s) && kube::ReasonOf(s) == "AlreadyExists";
 }
 
 absl::Status Invalid(std::string_view source, std::string_view what, std::string_view msg) {
