@@ -61,23 +61,8 @@ burst_nodes() { # burst_nodes METRICS_PORT...: the nodes, until every Tessera li
 burst_pods() { # burst_pods FIRST LAST: pods b-FIRST ... b-LAST in one kubectl apply
   local i
   for ((i = $1; i <= $2; i++)); do
-    cat <<YAML
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: b-$i
-  namespace: e2e
-spec:
-  containers:
-    - name: main
-      image: registry.k8s.io/pause:3.10
-      resources:
-        limits:
-          nvidia.com/gpu: 1
-          nvidia.com/gpumem: 1000
-          nvidia.com/gpucores: 10
-YAML
+    echo "---"
+    gpu_pod_yaml "b-$i" 1000 10
   done | k apply -f - >/dev/null
 }
 

@@ -67,21 +67,7 @@ phase_done "the file's cluster"
 # --- a new GPU pod: kube-scheduler through Tessera, the emulated plugin and kubelet ---------------
 mlp() { k -n ml get pod "$1" -o jsonpath="$2"; }
 is_running() { [[ "$(kubectl --request-timeout=5s -n ml get pod "$1" -o jsonpath='{.status.phase}')" == Running ]]; }
-k apply -f - >/dev/null <<'YAML'
-apiVersion: v1
-kind: Pod
-metadata:
-  name: newcomer
-  namespace: ml
-spec:
-  containers:
-    - name: main
-      image: registry.k8s.io/pause:3.10
-      resources:
-        limits:
-          nvidia.com/gpu: 1
-          nvidia.com/gpumem: 2000
-YAML
+gpu_pod_yaml newcomer 2000 "" ml | k apply -f - >/dev/null
 wait_until 60 "pod ml/newcomer Running" is_running newcomer
 node="$(mlp newcomer '{.spec.nodeName}')"
 allocated="$(mlp newcomer '{.metadata.annotations.hami\.io/vgpu-devices-allocated}')"

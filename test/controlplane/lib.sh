@@ -127,13 +127,15 @@ make_node() { # make_node NAME N: N GPUs of 8192 MiB, HAMi v2.8's JSON register 
   make_gpu_node "$name" "${devs[@]}"
 }
 
-gpu_pod() { # gpu_pod NAME MiB: one container asking nvidia.com/gpu 1, nvidia.com/gpumem MiB
-  k apply -f - <<YAML
+# gpu_pod_yaml NAME MiB [CORES] [NAMESPACE]: the manifest of a pod with one container asking
+# nvidia.com/gpu 1, nvidia.com/gpumem MiB (and nvidia.com/gpucores CORES), naming no scheduler.
+gpu_pod_yaml() {
+  cat <<YAML
 apiVersion: v1
 kind: Pod
 metadata:
   name: $1
-  namespace: e2e
+  namespace: ${4:-e2e}
 spec:
   containers:
     - name: main
@@ -143,6 +145,10 @@ spec:
           nvidia.com/gpu: 1
           nvidia.com/gpumem: $2
 YAML
+  [[ -z "${3:-}" ]] || echo "          nvidia.com/gpucores: $3"
+}
+gpu_pod() { # gpu_pod NAME MiB: gpu_pod_yaml applied in e2e
+  gpu_pod_yaml "$1" "$2" | k apply -f -
 }
 metric_is() { # metric_is DEVICE BYTES: Tessera's hami_gpu_memory_allocated_bytes of DEVICE
   curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/metrics" \
