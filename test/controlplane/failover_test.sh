@@ -61,8 +61,9 @@ L="$(holder_pair)"
 [[ "$L" == 1 || "$L" == 2 ]] || { fail "the Lease holder $(holder) is neither pair"; exit 1; }
 F=$((3 - L))
 echo "e2e: pair $L leads (Lease holder $(holder)); pair $F follows"
-check "pair $L's Tessera reports leader, pair $F's follower" \
-  test "$(role "$L")/$(role "$F")/$(leader_metric "$L")/$(leader_metric "$F")" = "leader/follower/1/0"
+ROLES="$(role "$L")/$(role "$F")/$(leader_metric "$L")/$(leader_metric "$F")"
+check "pair $L's Tessera reports leader, pair $F's follower (/readyz roles, tessera_leader: $ROLES)" \
+  test "$ROLES" = "leader/follower/1/0"
 phase_done "nodes, roles"
 
 burst_pods 1 40

@@ -142,6 +142,7 @@ class Service::Impl : public extender::Backend {
   std::string LeaderDescription() const { return elector_->Describe(); }
 
   std::string MetricsText() const {
+    metrics_->SetLeader(elector_->IsLeader());  // the role /readyz reports now
     return metrics_->Render(ledger_.Full(), options_.legacy_metrics);
   }
 

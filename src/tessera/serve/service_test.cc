@@ -610,6 +610,21 @@ TEST_F(ServeTest, FollowModeWritesOnTheReplicaWhoseKubeSchedulerHoldsTheLease) {
       [&] { return a->MetricsText().find("\ntessera_leader 1\n") != std::string::npos; }));
 }
 
+// tessera_leader is the role /readyz reports at the moment of the scrape, not the role of the
+// last housekeeping round (CI saw a scrape say leader just after /readyz said follower).
+TEST_F(ServeTest, TheLeaderMetricIsTheRoleAtTheScrape) {
+  SetLeaseHolder("host-b_1f2e");
+  auto rarely = [](ServeOptions& o) { o.housekeeping_period = absl::Hours(1); };
+  std::unique_ptr<Service> a = StartFollowing("host-a", rarely);
+  std::unique_ptr<Service> b = StartFollowing("host-b", rarely);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  SetLeaseHolder("host-a_77c1");
+  ASSERT_TRUE(Eventually([&] { return a->IsLeader() && !b->IsLeader(); }))
+      << a->LeaderDescription() << " / " << b->LeaderDescription();
+  EXPECT_THAT(a->MetricsText(), HasSubstr("\ntessera_leader 1\n"));
+  EXPECT_THAT(b->MetricsText(), HasSubstr("\ntessera_leader 0\n"));
+}
+
 // HAMi's hami.io/scheduler-role labels, wired: each replica knows its pod ($POD_NAME); the one
 // whose kube-scheduler holds the Lease labels itself leader and the other replica follower,
 // and the labels move with the Lease. A replica without a pod name writes none.
