@@ -231,6 +231,7 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
   // keep measuring what they measured before --node-lock-retry-timeout existed.
   serve_options.node_lock_retry_timeout = absl::ZeroDuration();
   TESSERA_ASSIGN_OR_RETURN(serve_options.node_policy, device::ParseNodePolicy(o.node_policy));
+  serve_options.avoid_busy_nodes = o.avoid_busy_nodes;
   const double rss_before = ResidentMiB();
   const SteadyClock::time_point sync_start = SteadyClock::now();
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Service> service, Service::Start(serve_options));

@@ -62,6 +62,8 @@ struct ServeBenchOptions {
   // on the same hot nodes and the pairs measure node-lock contention (one bind per node at a
   // time, as in HAMi) rather than the extender.
   std::string node_policy = "spread";
+  // ServeOptions::avoid_busy_nodes (serve --avoid-busy-nodes).
+  bool avoid_busy_nodes = true;
   uint64_t seed = 42;
 };
 

@@ -90,6 +90,10 @@ void AddBenchCommand(CLI::App& app, Runner* run) {
                    "The service's node policy (binpack makes concurrent binds contend for the "
                    "same nodes' locks)")
       ->capture_default_str();
+  serve
+      ->add_flag("--avoid-busy-nodes", flags->options.avoid_busy_nodes,
+                 "The service's --avoid-busy-nodes (default true; =false: the node policy alone)")
+      ->capture_default_str();
   serve->add_flag("--json", flags->json, "Print the figures as one JSON object");
   serve->callback([run, flags] { *run = [flags] { return RunBenchServe(*flags); }; });
 }

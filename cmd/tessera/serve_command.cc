@@ -284,6 +284,12 @@ void AddServeCommand(CLI::App& app, Runner* run) {
                   "long for the lock (polling from 100 ms, backing off to 1 s) before it fails; "
                   "0 fails at once. Keep it below kube-scheduler's extender httpTimeout (30s)")
       ->capture_default_str();
+  sub->add_flag("--avoid-busy-nodes", flags->options.avoid_busy_nodes,
+                "Among the nodes a GPU pod fits, prefer those where no other pod's bind is in "
+                "flight (its filter decision made, or HAMi's node lock held until the device "
+                "plugin's Allocate): a bind there would be refused \"node locked\" and the pod "
+                "scheduled again (default true); =false picks by the node policy alone, as HAMi")
+      ->capture_default_str();
   sub->add_option("--reservation-ttl", flags->reservation_ttl,
                   "How long a filter decision holds its devices while waiting for bind")
       ->capture_default_str();

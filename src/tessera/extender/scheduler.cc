@@ -166,6 +166,9 @@ Scheduler::Scheduler(Options options, Deps deps)
       client_(deps.client),
       clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
       lookup_(std::move(deps.lookup)),
+      busy_(
+          options_.node_lock, [this](std::string_view uid) { return ledger_->HasReservation(uid); },
+          options_.node_lock_timeout),
       events_({.component = options_.scheduler_name, .queue_limit = options_.event_queue_limit},
               client_, clock_),
       patches_(
@@ -247,8 +250,10 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   std::vector<std::string_view> views(names.begin(), names.end());
   const absl::Time now = clock_->Now();
   std::vector<schedule::Candidate> candidates(names.size());
+  const BusyNodes::Pod asking{pod.meta.uid, pod.meta.ns, pod.meta.name};
   for (size_t i = 0; i < names.size(); ++i) {
     candidates[i].name = names[i];
+    candidates[i].busy = options_.avoid_busy_nodes && busy_.Busy(names[i], asking, now);
   }
   schedule::Decision decision;
   uint64_t seq = 0;
@@ -273,6 +278,10 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       }
       seq = ++next_seq_;
       filter_seq_[pod.meta.uid] = seq;
+      busy_.Decided(pod.meta.uid, candidates[*decision.winner].name,
+                    now + options_.reservation_ttl);
+    } else {
+      busy_.Ended(pod.meta.uid);
     }
   }
 
@@ -422,6 +431,7 @@ void Scheduler::SettlePatch(const PatchWriter::Job& job, const absl::Status& sta
       filter_seq_.erase(it);
       if (!status.ok()) {
         ledger_->Release(job.uid);
+        busy_.Ended(job.uid);
       }
     }
   }
@@ -560,11 +570,20 @@ BindResult Scheduler::Bind(const BindArgs& args, BindOutcome* outcome) {
   struct InFlight {
     Scheduler* self;
     const std::string& key;
+    const BindArgs& args;
+    const BindOutcome& out;
     ~InFlight() {
+      // Bound, the node is busy with the lock the bind took (busy_nodes.h); else no longer.
+      if (out.code == BindCode::kBound) {
+        self->busy_.Bound(args.pod_uid, args.node,
+                          self->clock_->Now() + self->options_.busy_after_bind);
+      } else {
+        self->busy_.Ended(args.pod_uid);
+      }
       MutexLock l(&self->decide_mu_);
       self->binds_in_flight_.erase(key);
     }
-  } in_flight{this, key};
+  } in_flight{this, key, args, out};
 
   // The filter's patch, written behind its reply: it must have landed, and the pod it
   // returned is the freshest copy there is (no GET needed).
@@ -846,6 +865,7 @@ absl::Status Scheduler::Recheck(const kube::Pod& pod, std::string_view node,
 // ---- reservations -------------------------------------------------------------------------
 
 std::vector<ledger::Reservation> Scheduler::ExpireReservations(absl::Time now) {
+  busy_.Purge(now);
   std::vector<ledger::Reservation> expired;
   {
     MutexLock l(&decide_mu_);

@@ -42,6 +42,7 @@
 #include "tessera/base/mutex.h"
 #include "tessera/device/model.h"
 #include "tessera/device/vendor.h"
+#include "tessera/extender/busy_nodes.h"
 #include "tessera/extender/event_recorder.h"
 #include "tessera/extender/node_lock.h"
 #include "tessera/extender/patch_writer.h"
@@ -158,6 +159,14 @@ class Scheduler {
     // How long after an accepted Binding the pod's reservation is kept, past its TTL, while
     // the informer has not observed the pod bound.
     absl::Duration bound_hold = absl::Minutes(10);
+    // Filter prefers fitting nodes no other pod's bind occupies (busy_nodes.h; false: HAMi's
+    // choice whatever the locks, --avoid-busy-nodes). `node_lock` reads a node's
+    // hami.io/mutex.lock from the informer; null: only this replica's decisions count.
+    bool avoid_busy_nodes = true;
+    BusyNodes::LockOf node_lock;
+    // After a successful bind its node counts as busy this long even before the informer
+    // shows the lock it took (under load the node's watch event trails the Binding's reply).
+    absl::Duration busy_after_bind = absl::Seconds(2);
   };
   struct Deps {
     ledger::Ledger* ledger = nullptr;
@@ -239,6 +248,7 @@ class Scheduler {
 
   // Binds in the lock step with a wait allowed (see max_lock_waiters).
   std::atomic<int> lock_waiters_{0};
+  BusyNodes busy_;
 
   // Declared last: destroyed first, so the writers finish (and settle) while the rest lives.
   EventRecorder events_;

@@ -102,6 +102,11 @@ class SchedulerTest : public ::testing::Test {
       ASSERT_TRUE(ledger.SetNode(*devices).ok());
     }
   }
+  void ClearLock(const std::string& node) {
+    kube::MetadataPatch patch;
+    patch.annotations.emplace_back(std::string(device::kNodeLockAnnotation), std::nullopt);
+    ASSERT_TRUE(env_.client()->PatchNodeMetadata(node, patch).ok());
+  }
   void SetLock(const std::string& node, const std::string& value) {
     kube::MetadataPatch patch;
     patch.annotations.emplace_back(std::string(device::kNodeLockAnnotation), value);
@@ -237,6 +242,54 @@ TEST_F(SchedulerTest, FilterReadsOnlyTheCandidatesAndPicksPerPolicy) {
   FilterResult r = s.Filter(Args("p1", {"idle", "busy"}));
   ASSERT_TRUE(r.node_names.has_value());
   EXPECT_THAT(*r.node_names, ElementsAre("busy"));
+}
+
+// Under binpack a burst's next pod goes where the last one went, whose bind then holds the node
+// lock until the device plugin's Allocate: a bind there would be refused. The filter sends the
+// pod to another fitting node while the first pod's decision or lock occupies its node, and
+// back once the lock is released (busy_nodes.h).
+TEST_F(SchedulerTest, FilterPrefersNodesNoOtherPodsBindOccupies) {
+  AddNode("n1", {{"GPU-1"}});
+  AddNode("n2", {{"GPU-2"}});
+  for (const char* p : {"p1", "p2", "p3"}) {
+    env_.CreatePod(p, Limits(1000));
+  }
+  options_.node_lock = [this](std::string_view node) {
+    std::string lock = Lock(std::string(node));
+    return lock == "<none>" ? std::string() : lock;
+  };
+  Scheduler& s = Make();
+  const std::vector<std::string> both = {"n1", "n2"};
+  ASSERT_THAT(*s.Filter(Args("p1", both)).node_names, ElementsAre("n1"));  // tie: name order
+  // p1's decision, not yet bound, occupies n1.
+  EXPECT_THAT(*s.Filter(Args("p2", both)).node_names, ElementsAre("n2"));
+  // Bound: its lock occupies n1 until the plugin releases it.
+  ASSERT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  ASSERT_EQ(Lock("n1"), "2026-01-01T00:00:00Z,default,p1");
+  EXPECT_THAT(*s.Filter(Args("p3", both)).node_names, ElementsAre("n1"))
+      << "both occupied (p1's lock, p2's decision): binpack's choice";
+  EXPECT_THAT(*s.Filter(Args("p2", both)).node_names, ElementsAre("n2"))
+      << "p3's decision and p1's lock occupy n1";
+  ASSERT_THAT(*s.Filter(Args("p3", both)).node_names, ElementsAre("n1"));
+  ClearLock("n1");  // the device plugin's Allocate released p1's lock
+  ASSERT_EQ(s.Bind(BindFor("p3", "n1")).error, "");
+  ClearLock("n1");  // ... and p3's, before the informer showed it
+  EXPECT_THAT(*s.Filter(Args("p2", both)).node_names, ElementsAre("n2"))
+      << "within busy_after_bind of p3's bind n1 counts as busy, lock seen or not";
+  clock_.Advance(options_.busy_after_bind);
+  EXPECT_THAT(*s.Filter(Args("p2", both)).node_names, ElementsAre("n1"))
+      << "nothing occupies n1 now: binpack's busier node";
+}
+
+TEST_F(SchedulerTest, WithoutAvoidBusyNodesTheChoiceIsTheNodePolicysAlone) {
+  AddNode("n1", {{"GPU-1"}});
+  AddNode("n2", {{"GPU-2"}});
+  env_.CreatePod("p1", Limits(1000));
+  env_.CreatePod("p2", Limits(1000));
+  options_.avoid_busy_nodes = false;
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1", "n2"})).node_names, ElementsAre("n1"));
+  EXPECT_THAT(*s.Filter(Args("p2", {"n1", "n2"})).node_names, ElementsAre("n1"));
 }
 
 TEST_F(SchedulerTest, NoFitReturnsFailedNodesWithHamiReasons) {

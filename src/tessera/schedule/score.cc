@@ -116,6 +116,9 @@ Decision Decide(const std::vector<Candidate>& candidates, const device::PodReque
     if (out.score == b.score && out.node < b.node) {
       better = true;  // ties: node name ascending (then candidate order: `best` came first)
     }
+    if (candidates[i].busy != candidates[*best].busy) {
+      better = candidates[*best].busy;  // a node free to bind first, whatever the scores
+    }
     if (better) {
       best = i;
     }

@@ -35,6 +35,9 @@ double ComputeNodeScore(const device::NodeSnapshot& node);
 struct Candidate {
   std::string name;
   std::optional<device::NodeSnapshot> snapshot;
+  // Another pod's bind is in flight on this node (HAMi's node lock held or about to be): a bind
+  // here now would be refused. Not HAMi's input; the live filter sets it (busy_nodes.h).
+  bool busy = false;
 };
 
 // The verdict on one candidate.
@@ -65,7 +68,8 @@ struct Decision {
 // (constraints.node_policy / gpu_policy) or else the defaults. Every registered candidate is
 // scored (ComputeNodeScore, before placement) and fitted (Fitter); among the fitting nodes
 // binpack picks the highest score and spread the lowest; equal scores go to the node name
-// ascending, then candidate position ascending.
+// ascending, then candidate position ascending. A fitting node that is not busy beats every busy
+// one; with no busy candidate (HAMi's case) the choice is HAMi's.
 Decision Decide(const std::vector<Candidate>& candidates, const device::PodRequest& request,
                 const device::PodConstraints& constraints, device::NodePolicy default_node_policy,
                 const device::GpuPolicy& default_gpu_policy);

@@ -206,6 +206,36 @@ TEST(DecideTest, TiesGoToTheSmallestNodeName) {
   }
 }
 
+// A node whose lock another pod's bind holds loses to any fitting node that is free to bind,
+// whatever the policy prefers; busy nodes are still chosen when nothing else fits, and among
+// them (or among free ones) the policy decides as before.
+TEST(DecideTest, AFittingNodeFreeToBindBeatsBusyOnes) {
+  for (NodePolicy p : {NodePolicy::kBinpack, NodePolicy::kSpread}) {
+    SCOPED_TRACE(p == NodePolicy::kBinpack ? "binpack" : "spread");
+    auto cluster = FilterCluster();  // binpack prefers node2, spread node1
+    const size_t preferred = p == NodePolicy::kBinpack ? 1 : 0;
+    cluster[preferred].busy = true;
+    Decision d = Decide(cluster, OneGpu(1000, 20), {}, p, kSpread);
+    ASSERT_TRUE(d.winner.has_value());
+    EXPECT_EQ(*d.winner, 1 - preferred);
+    EXPECT_TRUE(d.nodes[preferred].fit);  // busy is no failure: no reason, still scored
+    EXPECT_TRUE(d.nodes[preferred].reason.empty());
+
+    cluster[1 - preferred].busy = true;  // every node busy: the policy's choice again
+    d = Decide(cluster, OneGpu(1000, 20), {}, p, kSpread);
+    ASSERT_TRUE(d.winner.has_value());
+    EXPECT_EQ(*d.winner, preferred);
+  }
+  // A free node that does not fit is no alternative.
+  std::vector<Candidate> cluster = {Registered("full", {{1, 8000, 0}, {1, 8000, 0}}),
+                                    Registered("busy", {})};
+  cluster[1].busy = true;
+  Decision d = Decide(cluster, OneGpu(1000, 0), {}, NodePolicy::kSpread, kSpread);
+  EXPECT_FALSE(d.nodes[0].fit);
+  ASSERT_TRUE(d.winner.has_value());
+  EXPECT_EQ(*d.winner, 1u);
+}
+
 TEST(DecideTest, PodWithoutRequestPassesEveryNode) {
   auto cluster = FilterCluster();
   cluster.push_back(Candidate{"ghost", std::nullopt});

@@ -21,6 +21,7 @@
 #include "tessera/base/allocator.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
+#include "tessera/device/annotations.h"
 #include "tessera/device/device_config.h"
 #include "tessera/device/vendor.h"
 #include "tessera/extender/scheduler.h"
@@ -352,6 +353,12 @@ absl::Status Service::Impl::Init() {
   scheduler_options.reservation_ttl = options_.reservation_ttl;
   scheduler_options.patch_threads = options_.patch_threads;
   scheduler_options.vendor = vendor_.get();
+  scheduler_options.avoid_busy_nodes = options_.avoid_busy_nodes;
+  scheduler_options.node_lock = [this](std::string_view name) {
+    auto node = nodes_->store().Get(name);
+    return node == nullptr ? std::string()
+                           : std::string(node->meta.annotations.Get(device::kNodeLockAnnotation));
+  };
   // The node informer's copy saves the GET of an unlocked node in bind.
   scheduler_options.lock.cached = [this](std::string_view name) -> std::optional<kube::Node> {
     auto node = nodes_->store().Get(name);

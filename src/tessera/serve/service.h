@@ -58,6 +58,9 @@ struct ServeOptions {
   // wait.
   absl::Duration node_lock_retry_timeout = absl::Seconds(28);
   absl::Duration reservation_ttl = absl::Minutes(5);
+  // --avoid-busy-nodes: the filter prefers fitting nodes no other pod's bind occupies
+  // (extender/busy_nodes.h); false: HAMi's choice whatever the node locks.
+  bool avoid_busy_nodes = true;
   // --legacy-metrics: also the v2.5-era metric names.
   bool legacy_metrics = false;
   // The client: --kubeconfig / $KUBECONFIG / in-cluster, --kube-qps, --kube-burst. A scheduled

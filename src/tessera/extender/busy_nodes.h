@@ -1,0 +1,85 @@
+// File: tessera/extender/busy_nodes.h
+//
+// BusyNodes: which nodes another GPU pod's bind occupies, from its filter decision until the
+// device plugin's Allocate releases HAMi's node lock. Only one pod per node may be between bind
+// and Allocate, so a pod sent to a busy node has its bind refused and is scheduled again; the
+// filter prefers fitting nodes that are not busy (schedule::Candidate::busy, docs/serve.md
+// "Busy nodes").
+//
+//   BusyNodes busy(lock_of, standing, absl::Minutes(5));
+//   busy.Decided(uid, "gpu-1", now + ttl);           // Filter chose gpu-1 for the pod
+//   busy.Busy("gpu-1", {uid2, "ml", "other"}, now);  // true: another pod's bind comes
+//   busy.Bound(uid, "gpu-1", now + absl::Seconds(2));  // its Bind succeeded: the lock it took
+//                                                     // is seen through lock_of soon
+//   busy.Ended(uid);                                  // its Bind failed
+//
+// A node is busy for pod P when another pod's decision names it and has neither ended, nor
+// passed its `until`, nor (before its bind) stopped `standing` (its reservation is gone: the pod
+// was deleted); when another pod was bound to it within the grace given to Bound (the informer
+// may not show that pod's lock yet); or when its hami.io/mutex.lock (`lock_of`: the node informer's copy) names
+// another pod (or no pod: a legacy lock) and is younger than the lock timeout; a lock value that
+// does not parse is busy (a bind would fail on it too). Thread safety: internally synchronised.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+
+#include "tessera/base/mutex.h"
+
+namespace tessera::extender {
+
+class BusyNodes {
+ public:
+  // The pod asking.
+  struct Pod {
+    std::string_view uid, ns, name;
+  };
+  // The node's hami.io/mutex.lock value as last seen; "" when it has none. Null: only the
+  // decisions count.
+  using LockOf = std::function<std::string(std::string_view node)>;
+  // Whether pod `uid`'s decision still stands (the ledger holds its reservation). Called under
+  // this object's lock. Null: until Ended or `until`.
+  using Standing = std::function<bool(std::string_view uid)>;
+
+  BusyNodes(LockOf lock_of, Standing standing, absl::Duration lock_timeout);
+
+  // Pod `uid` is decided onto `node` until `until` (its reservation's expiry); replaces the
+  // pod's earlier decision.
+  void Decided(std::string_view uid, std::string_view node, absl::Time until);
+  // The pod was bound to `node`: the node stays busy until `until` whatever `standing` says,
+  // covering the informer's lag in showing the lock the bind took.
+  void Bound(std::string_view uid, std::string_view node, absl::Time until);
+  // The pod's decision no longer occupies its node (its bind failed, or it fits nowhere now).
+  void Ended(std::string_view uid);
+  // Drops decisions past their `until` or no longer standing. The hook for a periodic loop.
+  void Purge(absl::Time now);
+
+  bool Busy(std::string_view node, const Pod& pod, absl::Time now) const;
+  // Decisions held (purged or not): for tests and /debug.
+  size_t decisions() const;
+
+ private:
+  struct Decision {
+    std::string uid;
+    absl::Time until;
+    bool bound = false;
+  };
+  void AddLocked(std::string_view uid, std::string_view node, Decision d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndLocked(std::string_view uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HoldsLocked(const Decision& d, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const LockOf lock_of_;
+  const Standing standing_;
+  const absl::Duration lock_timeout_;
+  mutable Mutex mu_;
+  absl::flat_hash_map<std::string, std::vector<Decision>> by_node_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::string> node_of_ ABSL_GUARDED_BY(mu_);  // uid → node
+};
+
+}  // namespace tessera::extender
