@@ -220,8 +220,11 @@ def main():
     c.kubeconform_ok(other_text, "release gpu")
 
     # kube-scheduler's image: the cluster's version, or the value.
-    check(container(c.docs(kube="v1.35.4"), "kube-scheduler")["image"] ==
-          "registry.k8s.io/kube-scheduler:v1.35.4", "kube-scheduler tag from --kube-version")
+    # Distributions' versions carry suffixes (k3s, EKS): the tag is vMAJOR.MINOR.PATCH.
+    for kube in ("v1.35.4", "v1.35.4+k3s1", "v1.35.4-eks-a737599"):
+        image = container(c.docs(kube=kube), "kube-scheduler")["image"]
+        check(image == "registry.k8s.io/kube-scheduler:v1.35.4",
+              f"kube-scheduler tag from --kube-version {kube}: {image}")
     check(container(c.docs("--set", "scheduler.kubeScheduler.image.tag=v1.36.1"),
                     "kube-scheduler")["image"] == "registry.k8s.io/kube-scheduler:v1.36.1",
           "scheduler.kubeScheduler.image.tag overrides the cluster's version")
