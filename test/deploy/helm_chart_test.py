@@ -16,7 +16,8 @@ With helm and kubeconform from `tools/helm.sh build` and the schemas of `tools/h
     in another namespace;
   - kube-scheduler's image tag follows --kube-version unless set; the checksum annotation
     changes with the configuration; priorityClassName; cert-manager; a HAMi-structured values
-    file (testdata/hami-values.yaml) carries over;
+    file (testdata/hami-values.yaml) carries over, and so do HAMi v2.5's image keys
+    (testdata/hami-v25-values.yaml);
   - kubeconform -strict validates every rendering against the schemas of the release the e2e
     tests use (the CRD kinds ServiceMonitor, PrometheusRule, Certificate, Issuer are skipped:
     they have no schema there), and rejects a misspelt field.
@@ -311,6 +312,19 @@ def main():
     for what, ok in expect.items():
         check(ok, f"HAMi values: {what} not carried over")
     deploy_test.check_rbac(hami, dep, calls, "HAMi values")
+
+    # HAMi v2.5's image keys (strings, imagePullPolicy, imageTag).
+    v25_text = c.template("-f", os.path.join(source, "test/deploy/testdata/hami-v25-values.yaml"))
+    v25 = [d for d in yaml.safe_load_all(v25_text) if d]
+    sched, serve = container(v25, "kube-scheduler"), container(v25, "tessera")
+    jobs = [j["spec"]["template"]["spec"]["containers"][0] for j in find(v25, "Job")]
+    check(sched["image"] == "registry.example.com/google_containers/kube-scheduler:v1.36.3" and
+          sched.get("imagePullPolicy") == "Always", f"HAMi v2.5 values: kube-scheduler {sched['image']}")
+    check(serve["image"] == "registry.example.com/tessera:0.1.0" and
+          serve.get("imagePullPolicy") == "IfNotPresent", f"HAMi v2.5 values: tessera {serve['image']}")
+    check(len(jobs) == 2 and all(j["image"] == "registry.example.com/kube-webhook-certgen:v1.5.2"
+                                 for j in jobs), "HAMi v2.5 values: the certgen image")
+    c.kubeconform_ok(v25_text, "HAMi v2.5 values")
 
     # Refusals: a NetworkPolicy without the API server's range; kube-scheduler off.
     for args, want in ((["--set", "networkPolicy.enabled=true"], "apiServerCIDRs"),

@@ -51,16 +51,38 @@ app.kubernetes.io/name: {{ include "tessera.name" . }}
 app.kubernetes.io/component: hami-scheduler
 {{- end -}}
 
-{{/* registry/repository:tag; global.imageRegistry replaces the registry. Args: dict image root. */}}
+{{/*
+An image reference. Args: dict "root" . "image" IMAGE "tag" DEFAULT-TAG. IMAGE is HAMi v2.10's
+map (registry, repository, tag; global.imageRegistry replaces the registry) or HAMi v2.5's string
+(a repository, or a reference with its tag, used as it is).
+*/}}
 {{- define "tessera.image" -}}
+{{- if kindIs "string" .image -}}
+{{- $last := last (splitList "/" .image) -}}
+{{- if or (contains ":" $last) (contains "@" $last) -}}{{ .image }}{{- else -}}{{ .image }}:{{ .tag }}{{- end -}}
+{{- else -}}
 {{- $registry := default .image.registry .root.Values.global.imageRegistry -}}
-{{- if $registry -}}{{ $registry }}/{{- end -}}{{ .image.repository }}:{{ .tag }}
+{{- if $registry -}}{{ $registry }}/{{- end -}}{{ .image.repository }}:{{ default .tag .image.tag }}
+{{- end -}}
+{{- end -}}
+
+{{/* imagePullPolicy of a component (v2.10: image.pullPolicy; v2.5: imagePullPolicy beside image). */}}
+{{- define "tessera.pullPolicy" -}}
+{{- if kindIs "map" .image -}}{{ .image.pullPolicy | default "" }}{{- else -}}{{ .imagePullPolicy | default "" }}{{- end -}}
+{{- end -}}
+
+{{/* pullSecrets of a component's image (v2.10's map form only). */}}
+{{- define "tessera.imagePullSecrets" -}}
+{{- if kindIs "map" .image -}}{{ toJson (.image.pullSecrets | default list) }}{{- else -}}[]{{- end -}}
 {{- end -}}
 
 {{/* kube-scheduler's tag: the value, else the cluster's version without its build suffix. */}}
 {{- define "tessera.kubeSchedulerTag" -}}
-{{- if .Values.scheduler.kubeScheduler.image.tag -}}
-{{- .Values.scheduler.kubeScheduler.image.tag | toString | trim -}}
+{{- $ks := .Values.scheduler.kubeScheduler -}}
+{{- $tag := $ks.imageTag -}}
+{{- if kindIs "map" $ks.image }}{{ $tag = $ks.image.tag }}{{ end -}}
+{{- if $tag -}}
+{{- $tag | toString | trim -}}
 {{- else -}}
 {{- regexReplaceAll "^(v[0-9]+\\.[0-9]+\\.[0-9]+).*$" .Capabilities.KubeVersion.Version "${1}" -}}
 {{- end -}}
@@ -73,7 +95,9 @@ app.kubernetes.io/component: hami-scheduler
 
 {{/* imagePullSecrets of the pods: global's and every image's pullSecrets. */}}
 {{- define "tessera.pullSecrets" -}}
-{{- $secrets := concat .Values.global.imagePullSecrets .Values.scheduler.kubeScheduler.image.pullSecrets .Values.scheduler.extender.image.pullSecrets | uniq -}}
+{{- $ks := include "tessera.imagePullSecrets" .Values.scheduler.kubeScheduler | fromJsonArray -}}
+{{- $ext := include "tessera.imagePullSecrets" .Values.scheduler.extender | fromJsonArray -}}
+{{- $secrets := concat .Values.global.imagePullSecrets $ks $ext | uniq -}}
 {{- with $secrets }}
 imagePullSecrets:
 {{- range . }}
