@@ -205,6 +205,15 @@ def main():
         names = set(re.findall(r"\b(tessera_[a-z_]+)", r["expr"]))
         check(names and names <= exported,
               f"prometheusRule {r['alert']}: {sorted(names - exported)} are not exported")
+    # promtool (Debian's prometheus package), where installed, checks the rules' syntax.
+    if run(["which", "promtool"]).returncode == 0:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            yaml.safe_dump(rule["spec"], f)
+            f.flush()
+            out = run(["promtool", "check", "rules", f.name])
+            check(out.returncode == 0, f"promtool check rules:\n{out.stdout}{out.stderr}")
+    else:
+        print("note: promtool is not installed; the PrometheusRule's syntax is not checked")
     check(one(all_docs, "Deployment")["spec"]["template"]["spec"].get("priorityClassName") == "high",
           "scheduler.priorityClassName is not the pods'")
     deploy_test.check_rbac(all_docs, one(all_docs, "Deployment"), calls, "chart everything")
