@@ -24,7 +24,7 @@ if command -v ccache >/dev/null; then
 fi
 
 stage "helm, kubeconform (tools/helm.sh: Go modules, cached) and the e2e release's JSON schemas"
-bash tools/helm.sh build >/dev/null && bash tools/helm.sh schemas >/dev/null
+bash tools/helm.sh build >/dev/null; bash tools/helm.sh schemas >/dev/null
 export TESSERA_HELM_REQUIRED=1   # helm_chart_test fails rather than skips without them
 
 stage "clang-format"
