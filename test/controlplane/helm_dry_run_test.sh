@@ -5,7 +5,8 @@
 # of the roles and bindings). Renderings: the default values (with the Namespace), every option
 # that needs no CRD on (NetworkPolicy, priorityClassName, cert-manager left out: its kinds need
 # cert-manager's CRDs), and the HAMi-structured values file of helm_chart_test into kube-system.
-# A rendering with a value the API server must refuse (an unknown failurePolicy) must fail. And
+# A rendering with a value the API server must refuse (an unknown failurePolicy) must fail. A real
+# `helm install` takes kube-scheduler's tag from the server and uninstalls cleanly. And
 # the OpenAPI the server serves defines every kind the chart renders as the swagger.json the
 # kubeconform schemas are generated from (tools/helm_schemas.py) does.
 #
@@ -24,6 +25,8 @@ HELM="$HELM_DIR/helm"
 source "$HERE/lib.sh"
 
 CHART="$ROOT/deploy/helm/tessera"
+# Helm's own state (repositories, cache) in the test's directory, not the user's home.
+export HELM_CACHE_HOME="$DIR/helm/cache" HELM_CONFIG_HOME="$DIR/helm/config" HELM_DATA_HOME="$DIR/helm/data"
 server_version="$(k version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
 echo "e2e: kube-apiserver $server_version"
 
@@ -51,6 +54,24 @@ dry_run options tessera-system --set networkPolicy.enabled=true \
   --set scheduler.service.type=NodePort --set scheduler.service.httpTargetPort=443
 dry_run hami-values kube-system -f "$ROOT/test/deploy/testdata/hami-values.yaml"
 phase_done "helm template | kubectl apply --dry-run=server"
+
+# A real `helm install` (and uninstall): Helm takes .Capabilities.KubeVersion from the server
+# itself, so kube-scheduler's image tag must be the server's version without --kube-version.
+# The webhook is left out: no pod runs to answer it, and pod creations elsewhere would call it.
+if "$HELM" install tessera-e2e "$CHART" -n helm-e2e --create-namespace \
+     --set scheduler.admissionWebhook.enabled=false >"$DIR/helm-install.log" 2>&1; then
+  image="$(k -n helm-e2e get deploy tessera-e2e -o jsonpath='{.spec.template.spec.containers[?(@.name=="kube-scheduler")].image}')"
+  check "helm install: kube-scheduler's image tag is the cluster's version ($image)" \
+    test "$image" = "registry.k8s.io/kube-scheduler:${server_version%%+*}"
+  check "helm install: the release is deployed" \
+    grep -q '"status":"deployed"' <("$HELM" status tessera-e2e -n helm-e2e -o json)
+  "$HELM" uninstall tessera-e2e -n helm-e2e >>"$DIR/helm-install.log" 2>&1 || fail "helm uninstall failed"
+  check "helm uninstall removes the release's ClusterRole" \
+    test -z "$(k get clusterrole tessera-e2e --ignore-not-found -o name)"
+else
+  fail "helm install failed: $(tail -n 5 "$DIR/helm-install.log" | tr '\n' ' ')"
+fi
+phase_done "helm install, uninstall"
 
 # The check can fail: the API server refuses a webhook with an unknown failurePolicy.
 "$HELM" template tessera "$CHART" -n tessera-system --kube-version "$server_version" \
