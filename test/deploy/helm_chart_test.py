@@ -149,6 +149,10 @@ def main():
     if schemas.returncode != 0:
         skip_or_fail(f"tools/helm.sh schemas failed:\n{schemas.stderr}")
     release = deploy_test.kubernetes_release(source)
+    # Helm's own state (cache, configuration) in a temporary directory, not the user's home.
+    home = tempfile.TemporaryDirectory(prefix="helm-chart-test.")
+    for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
+        os.environ[var] = os.path.join(home.name, var.lower())
     c = Chart(source, built.stdout.strip(), schemas.stdout.strip(), release)
     calls = [line.split("\t") for line in run([tessera, "rbac", "--calls"], check=True)
              .stdout.splitlines()]
