@@ -23,6 +23,10 @@ if command -v ccache >/dev/null; then
   export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 fi
 
+stage "helm, kubeconform (tools/helm.sh: Go modules, cached) and the e2e release's JSON schemas"
+bash tools/helm.sh build >/dev/null; bash tools/helm.sh schemas >/dev/null
+export TESSERA_HELM_REQUIRED=1   # helm_chart_test fails rather than skips without them
+
 stage "clang-format"
 bash tools/check_format.sh
 
