@@ -1,9 +1,11 @@
 #include "tessera/extender/busy_nodes.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
 
 #include "tessera/device/codec.h"
@@ -14,10 +16,22 @@ namespace {
 // Debian's absl::string_view is its own type: convert at the hash-map boundary.
 absl::string_view Key(std::string_view s) { return {s.data(), s.size()}; }
 
+// Whether a copy at resourceVersion `seen` is at least as new as `written`. etcd's (and
+// apisim's) versions are increasing integers; anything else never counts as caught up.
+bool CaughtUp(std::string_view seen, std::string_view written) {
+  uint64_t s = 0;
+  uint64_t w = 0;
+  return absl::SimpleAtoi(Key(seen), &s) && absl::SimpleAtoi(Key(written), &w) && s >= w;
+}
+
 }  // namespace
 
 BusyNodes::BusyNodes(LockOf lock_of, Standing standing, absl::Duration lock_timeout)
     : lock_of_(std::move(lock_of)), standing_(std::move(standing)), lock_timeout_(lock_timeout) {}
+
+BusyNodes::NodeView BusyNodes::View(std::string_view node) const {
+  return lock_of_ ? lock_of_(node) : NodeView{};
+}
 
 void BusyNodes::EndLocked(std::string_view uid) {
   auto it = node_of_.find(Key(uid));
@@ -40,18 +54,28 @@ void BusyNodes::AddLocked(std::string_view uid, std::string_view node, Decision 
   node_of_.emplace(Key(uid), Key(node));
 }
 
-bool BusyNodes::HoldsLocked(const Decision& d, absl::Time now) const {
-  return d.until > now && (d.bound || !standing_ || standing_(d.uid));
+bool BusyNodes::HoldsLocked(const Decision& d, const NodeView& view, absl::Time now) const {
+  if (d.until <= now) {
+    return false;
+  }
+  if (d.bound) {
+    return !CaughtUp(view.resource_version, d.version);  // then the lock itself tells
+  }
+  return !standing_ || standing_(d.uid);
 }
 
 void BusyNodes::Decided(std::string_view uid, std::string_view node, absl::Time until) {
   MutexLock lock(&mu_);
-  AddLocked(uid, node, Decision{std::string(uid), until, /*bound=*/false});
+  AddLocked(uid, node, Decision{.uid = std::string(uid), .until = until});
 }
 
-void BusyNodes::Bound(std::string_view uid, std::string_view node, absl::Time until) {
+void BusyNodes::Bound(std::string_view uid, std::string_view node, std::string_view version,
+                      absl::Time until) {
   MutexLock lock(&mu_);
-  AddLocked(uid, node, Decision{std::string(uid), until, /*bound=*/true});
+  AddLocked(
+      uid, node,
+      Decision{
+          .uid = std::string(uid), .until = until, .bound = true, .version = std::string(version)});
 }
 
 void BusyNodes::Ended(std::string_view uid) {
@@ -62,11 +86,12 @@ void BusyNodes::Ended(std::string_view uid) {
 void BusyNodes::Purge(absl::Time now) {
   MutexLock lock(&mu_);
   for (auto node = by_node_.begin(); node != by_node_.end();) {
+    const NodeView view = View(node->first);
     std::erase_if(node->second, [&](const Decision& d) {
-      if (HoldsLocked(d, now)) {
+      if (HoldsLocked(d, view, now)) {
         return false;
       }
-      node_of_.erase(d.uid);
+      node_of_.erase(Key(d.uid));
       return true;
     });
     auto current = node++;
@@ -77,23 +102,21 @@ void BusyNodes::Purge(absl::Time now) {
 }
 
 bool BusyNodes::Busy(std::string_view node, const Pod& pod, absl::Time now) const {
+  const NodeView view = View(node);
   {
     MutexLock lock(&mu_);
     auto it = by_node_.find(Key(node));
     if (it != by_node_.end() &&
-        std::any_of(it->second.begin(), it->second.end(),
-                    [&](const Decision& d) { return d.uid != pod.uid && HoldsLocked(d, now); })) {
+        std::any_of(it->second.begin(), it->second.end(), [&](const Decision& d) {
+          return d.uid != pod.uid && HoldsLocked(d, view, now);
+        })) {
       return true;
     }
   }
-  if (!lock_of_) {
+  if (view.lock.empty()) {
     return false;
   }
-  const std::string value = lock_of_(node);
-  if (value.empty()) {
-    return false;
-  }
-  absl::StatusOr<device::NodeLock> held = device::ParseNodeLock(value);
+  absl::StatusOr<device::NodeLock> held = device::ParseNodeLock(view.lock);
   if (!held.ok()) {
     return true;
   }

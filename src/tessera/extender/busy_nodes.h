@@ -7,18 +7,18 @@
 // "Busy nodes").
 //
 //   BusyNodes busy(lock_of, standing, absl::Minutes(5));
-//   busy.Decided(uid, "gpu-1", now + ttl);           // Filter chose gpu-1 for the pod
-//   busy.Busy("gpu-1", {uid2, "ml", "other"}, now);  // true: another pod's bind comes
-//   busy.Bound(uid, "gpu-1", now + absl::Seconds(2));  // its Bind succeeded: the lock it took
-//                                                     // is seen through lock_of soon
-//   busy.Ended(uid);                                  // its Bind failed
+//   busy.Decided(uid, "gpu-1", now + ttl);            // Filter chose gpu-1 for the pod
+//   busy.Busy("gpu-1", {uid2, "ml", "other"}, now);   // true: another pod's bind comes
+//   busy.Bound(uid, "gpu-1", "4711", now + 30s);      // bound; its lock write made version 4711
+//   busy.Ended(uid);                                   // or: its bind failed
 //
 // A node is busy for pod P when another pod's decision names it and has neither ended, nor
 // passed its `until`, nor (before its bind) stopped `standing` (its reservation is gone: the pod
-// was deleted); when another pod was bound to it within the grace given to Bound (the informer
-// may not show that pod's lock yet); or when its hami.io/mutex.lock (`lock_of`: the node informer's copy) names
-// another pod (or no pod: a legacy lock) and is younger than the lock timeout; a lock value that
-// does not parse is busy (a bind would fail on it too). Thread safety: internally synchronised.
+// was deleted); when another pod was bound to it and the informer's copy of the node (`lock_of`)
+// is older than that bind's lock write (compared as integer resourceVersions; until `until`
+// when they are not integers); or when that copy's hami.io/mutex.lock names another pod (or no
+// pod: a legacy lock) and is younger than the lock timeout. A lock value that does not parse is
+// busy (a bind would fail on it too). Thread safety: internally synchronised.
 #pragma once
 
 #include <functional>
@@ -39,9 +39,13 @@ class BusyNodes {
   struct Pod {
     std::string_view uid, ns, name;
   };
-  // The node's hami.io/mutex.lock value as last seen; "" when it has none. Null: only the
-  // decisions count.
-  using LockOf = std::function<std::string(std::string_view node)>;
+  // The informer's copy of a node: its hami.io/mutex.lock ("" for none) and resourceVersion.
+  struct NodeView {
+    std::string lock;
+    std::string resource_version;
+  };
+  // The copy of `node`; a node the informer does not hold is {}. Null: only decisions count.
+  using LockOf = std::function<NodeView(std::string_view node)>;
   // Whether pod `uid`'s decision still stands (the ledger holds its reservation). Called under
   // this object's lock. Null: until Ended or `until`.
   using Standing = std::function<bool(std::string_view uid)>;
@@ -51,12 +55,13 @@ class BusyNodes {
   // Pod `uid` is decided onto `node` until `until` (its reservation's expiry); replaces the
   // pod's earlier decision.
   void Decided(std::string_view uid, std::string_view node, absl::Time until);
-  // The pod was bound to `node`: the node stays busy until `until` whatever `standing` says,
-  // covering the informer's lag in showing the lock the bind took.
-  void Bound(std::string_view uid, std::string_view node, absl::Time until);
+  // The pod was bound to `node` after a lock write that left the node at resourceVersion
+  // `version`: busy, whatever `standing` says, until the informer's copy is that new or `until`.
+  void Bound(std::string_view uid, std::string_view node, std::string_view version,
+             absl::Time until);
   // The pod's decision no longer occupies its node (its bind failed, or it fits nowhere now).
   void Ended(std::string_view uid);
-  // Drops decisions past their `until` or no longer standing. The hook for a periodic loop.
+  // Drops decisions that no longer occupy anything. The hook for a periodic loop.
   void Purge(absl::Time now);
 
   bool Busy(std::string_view node, const Pod& pod, absl::Time now) const;
@@ -68,11 +73,15 @@ class BusyNodes {
     std::string uid;
     absl::Time until;
     bool bound = false;
+    std::string version = {};  // bound: the node's resourceVersion after its lock write
   };
   void AddLocked(std::string_view uid, std::string_view node, Decision d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLocked(std::string_view uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool HoldsLocked(const Decision& d, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether `d` occupies its node at `now`; `view` is the informer's copy of that node.
+  bool HoldsLocked(const Decision& d, const NodeView& view, absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  NodeView View(std::string_view node) const;
 
   const LockOf lock_of_;
   const Standing standing_;

@@ -17,13 +17,20 @@ const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
 class BusyNodesTest : public ::testing::Test {
  protected:
   BusyNodes busy_{[this](std::string_view node) {
-                    auto it = locks_.find(std::string(node));
-                    return it == locks_.end() ? std::string() : it->second;
+                    BusyNodes::NodeView view;
+                    if (auto it = locks_.find(std::string(node)); it != locks_.end()) {
+                      view.lock = it->second;
+                    }
+                    if (auto it = versions_.find(std::string(node)); it != versions_.end()) {
+                      view.resource_version = it->second;
+                    }
+                    return view;
                   },
                   [this](std::string_view uid) { return !gone_.contains(std::string(uid)); },
                   absl::Minutes(5)};
-  std::map<std::string, std::string> locks_;
-  std::set<std::string> gone_;  // pods whose reservation ended without a bind
+  std::map<std::string, std::string> locks_;     // the informer's copies: lock value
+  std::map<std::string, std::string> versions_;  // ... and resourceVersion
+  std::set<std::string> gone_;                   // pods whose reservation ended without a bind
 };
 
 const BusyNodes::Pod kA{"uid-a", "ml", "a"};
@@ -59,17 +66,30 @@ TEST_F(BusyNodesTest, ADecisionWhoseReservationEndedNoLongerCounts) {
   EXPECT_EQ(busy_.decisions(), 1u);
 }
 
-// Bound, the pod's reservation soon ends (its record takes over) and its lock may not show in
-// the informer yet: the node stays busy for the grace Bound was given.
-TEST_F(BusyNodesTest, ABoundPodOccupiesItsNodeForTheGraceWhateverItsReservation) {
+// Bound, the pod's reservation soon ends (its record takes over) and the informer may show the
+// node with its lock only seconds later: until the informer's copy is as new as the lock write,
+// the node is busy; from then on its lock annotation tells.
+TEST_F(BusyNodesTest, ABoundPodOccupiesItsNodeUntilTheInformerHasCaughtUpWithItsLock) {
+  versions_["gpu-1"] = "99";
   busy_.Decided(kA.uid, "gpu-1", kNow + absl::Minutes(5));
-  busy_.Bound(kA.uid, "gpu-1", kNow + absl::Seconds(2));
+  busy_.Bound(kA.uid, "gpu-1", "100", kNow + absl::Seconds(30));
   gone_.insert(std::string(kA.uid));
-  EXPECT_TRUE(busy_.Busy("gpu-1", kB, kNow + absl::Seconds(1)));
+  EXPECT_TRUE(busy_.Busy("gpu-1", kB, kNow + absl::Seconds(1))) << "the copy predates the lock";
   EXPECT_FALSE(busy_.Busy("gpu-1", kA, kNow + absl::Seconds(1)));
-  EXPECT_FALSE(busy_.Busy("gpu-1", kB, kNow + absl::Seconds(2)));
-  EXPECT_EQ(busy_.decisions(), 1u);
-  busy_.Purge(kNow + absl::Seconds(2));
+  versions_["gpu-1"] = "100";
+  locks_["gpu-1"] = device::FormatNodeLock(kNow, "ml", "a");
+  EXPECT_TRUE(busy_.Busy("gpu-1", kB, kNow + absl::Seconds(1))) << "the copy shows a's lock";
+  versions_["gpu-1"] = "101";
+  locks_.erase("gpu-1");
+  EXPECT_FALSE(busy_.Busy("gpu-1", kB, kNow + absl::Seconds(1))) << "released";
+  busy_.Purge(kNow + absl::Seconds(1));
+  EXPECT_EQ(busy_.decisions(), 0u);
+
+  // Versions that are not integers never catch up: busy until `until`.
+  busy_.Bound(kA.uid, "gpu-1", "v100", kNow + absl::Seconds(30));
+  EXPECT_TRUE(busy_.Busy("gpu-1", kB, kNow + absl::Seconds(29)));
+  EXPECT_FALSE(busy_.Busy("gpu-1", kB, kNow + absl::Seconds(30)));
+  busy_.Purge(kNow + absl::Seconds(30));
   EXPECT_EQ(busy_.decisions(), 0u);
 }
 
@@ -88,7 +108,7 @@ TEST_F(BusyNodesTest, PurgeDropsExpiredDecisionsOnly) {
 TEST_F(BusyNodesTest, ALockHeldByAnotherPodMakesTheNodeBusyUntilItExpires) {
   locks_["gpu-1"] = device::FormatNodeLock(kNow - absl::Seconds(3), "ml", "a");
   EXPECT_TRUE(busy_.Busy("gpu-1", kB, kNow));
-  EXPECT_FALSE(busy_.Busy("gpu-1", kA, kNow));  // its own lock
+  EXPECT_FALSE(busy_.Busy("gpu-1", kA, kNow));                     // its own lock
   EXPECT_FALSE(busy_.Busy("gpu-1", kB, kNow + absl::Minutes(5)));  // expired: taken over
   locks_["gpu-1"] = device::FormatNodeLock(kNow - absl::Seconds(3), "other", "a");
   EXPECT_TRUE(busy_.Busy("gpu-1", kA, kNow));  // same name, another namespace

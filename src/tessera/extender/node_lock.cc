@@ -212,6 +212,7 @@ absl::StatusOr<NodeLockResult> AcquireNodeLock(kube::ApiClient* client, std::str
         d.outcome != NodeLockOutcome::kReentered && d.outcome != NodeLockOutcome::kRenewed;
     if (d.action == NodeLockDecision::Action::kKeep) {
       result.value = result.previous;
+      result.resource_version = got->meta.resource_version;
       return result;
     }
     result.value = device::FormatNodeLock(now, ns, name);
@@ -220,6 +221,7 @@ absl::StatusOr<NodeLockResult> AcquireNodeLock(kube::ApiClient* client, std::str
     patch.resource_version = got->meta.resource_version;
     absl::StatusOr<kube::Node> patched = client->PatchNodeMetadata(node, patch);
     if (patched.ok()) {
+      result.resource_version = patched->meta.resource_version;
       return result;
     }
     if (!IsConflict(patched.status())) {

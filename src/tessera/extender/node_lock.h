@@ -115,11 +115,12 @@ struct NodeLockResult {
   // held it already (kReentered, kRenewed): then it belongs to an earlier bind of the same
   // pod, and a failure of this bind must not release it.
   bool took = true;
-  std::string value;      // the lock value now on the node
-  std::string previous;   // the value found (empty when there was none)
-  int conflicts = 0;      // 409s retried
-  int refusals = 0;       // AcquireNodeLockWaiting: tries refused before this one succeeded
-  absl::Duration waited;  // AcquireNodeLockWaiting: time spent waiting for the lock
+  std::string value;             // the lock value now on the node
+  std::string resource_version;  // the node's after the lock write (or as read, when kept)
+  std::string previous;          // the value found (empty when there was none)
+  int conflicts = 0;             // 409s retried
+  int refusals = 0;              // AcquireNodeLockWaiting: tries refused before this one succeeded
+  absl::Duration waited;         // AcquireNodeLockWaiting: time spent waiting for the lock
 };
 
 // Takes the lock of `node` for pod ns/name at `now` (see the file comment). `holder` may be

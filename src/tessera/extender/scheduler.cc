@@ -575,7 +575,7 @@ BindResult Scheduler::Bind(const BindArgs& args, BindOutcome* outcome) {
     ~InFlight() {
       // Bound, the node is busy with the lock the bind took (busy_nodes.h); else no longer.
       if (out.code == BindCode::kBound) {
-        self->busy_.Bound(args.pod_uid, args.node,
+        self->busy_.Bound(args.pod_uid, args.node, out.lock_version,
                           self->clock_->Now() + self->options_.busy_after_bind);
       } else {
         self->busy_.Ended(args.pod_uid);
@@ -751,6 +751,7 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
     return lock.status();
   }
   outcome->lock = lock->outcome;
+  outcome->lock_version = lock->resource_version;
   outcome->lock_conflicts = lock->conflicts;
   if (lock->refusals > 0) {
     outcome->lock_wait = true;

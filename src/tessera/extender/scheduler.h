@@ -124,6 +124,7 @@ struct BindOutcome {
   // then either acquired after `lock_waited` or gave up (code kLockHeld).
   bool lock_wait = false;
   absl::Duration lock_waited;
+  std::string lock_version;  // the node's resourceVersion after the lock step
 };
 
 class Scheduler {
@@ -161,12 +162,14 @@ class Scheduler {
     absl::Duration bound_hold = absl::Minutes(10);
     // Filter prefers fitting nodes no other pod's bind occupies (busy_nodes.h; false: HAMi's
     // choice whatever the locks, --avoid-busy-nodes). `node_lock` reads a node's
-    // hami.io/mutex.lock from the informer; null: only this replica's decisions count.
+    // hami.io/mutex.lock and resourceVersion from the informer; null: only this replica's
+    // decisions count.
     bool avoid_busy_nodes = true;
     BusyNodes::LockOf node_lock;
-    // After a successful bind its node counts as busy this long even before the informer
-    // shows the lock it took (under load the node's watch event trails the Binding's reply).
-    absl::Duration busy_after_bind = absl::Seconds(2);
+    // After a successful bind its node counts as busy until the informer's copy of the node is
+    // as new as the bind's lock write, at most this long (under load the node's watch events
+    // trail the API calls by seconds).
+    absl::Duration busy_after_bind = absl::Seconds(30);
   };
   struct Deps {
     ledger::Ledger* ledger = nullptr;

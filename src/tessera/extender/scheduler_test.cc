@@ -254,9 +254,16 @@ TEST_F(SchedulerTest, FilterPrefersNodesNoOtherPodsBindOccupies) {
   for (const char* p : {"p1", "p2", "p3"}) {
     env_.CreatePod(p, Limits(1000));
   }
+  // The node informer's copy, up to date (the store lags in the next test and in serve's).
   options_.node_lock = [this](std::string_view node) {
-    std::string lock = Lock(std::string(node));
-    return lock == "<none>" ? std::string() : lock;
+    absl::StatusOr<kube::Node> got = env_.client()->GetNode(node);
+    EXPECT_TRUE(got.ok()) << got.status();
+    BusyNodes::NodeView view;
+    if (got.ok()) {
+      view.lock = got->meta.annotations.Get(device::kNodeLockAnnotation);
+      view.resource_version = got->meta.resource_version;
+    }
+    return view;
   };
   Scheduler& s = Make();
   const std::vector<std::string> both = {"n1", "n2"};
@@ -273,12 +280,34 @@ TEST_F(SchedulerTest, FilterPrefersNodesNoOtherPodsBindOccupies) {
   ASSERT_THAT(*s.Filter(Args("p3", both)).node_names, ElementsAre("n1"));
   ClearLock("n1");  // the device plugin's Allocate released p1's lock
   ASSERT_EQ(s.Bind(BindFor("p3", "n1")).error, "");
-  ClearLock("n1");  // ... and p3's, before the informer showed it
-  EXPECT_THAT(*s.Filter(Args("p2", both)).node_names, ElementsAre("n2"))
-      << "within busy_after_bind of p3's bind n1 counts as busy, lock seen or not";
-  clock_.Advance(options_.busy_after_bind);
+  ClearLock("n1");  // ... and p3's
   EXPECT_THAT(*s.Filter(Args("p2", both)).node_names, ElementsAre("n1"))
       << "nothing occupies n1 now: binpack's busier node";
+}
+
+// Under load the node's watch event with a bind's lock arrives after the bind's reply: until the
+// informer's copy is as new as the lock write, the node stays busy.
+TEST_F(SchedulerTest, ANodeBoundToStaysBusyUntilTheInformersCopyHasCaughtUp) {
+  AddNode("n1", {{"GPU-1"}});
+  AddNode("n2", {{"GPU-2"}});
+  env_.CreatePod("p1", Limits(1000));
+  env_.CreatePod("p2", Limits(1000));
+  const kube::Node before = *env_.client()->GetNode("n1");  // the informer's copy, frozen
+  std::atomic<bool> caught_up{false};
+  options_.node_lock = [&](std::string_view node) {
+    kube::Node copy = caught_up ? *env_.client()->GetNode(node) : before;
+    return BusyNodes::NodeView{
+        .lock = std::string(copy.meta.annotations.Get(device::kNodeLockAnnotation)),
+        .resource_version = copy.meta.resource_version};
+  };
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1", "n2"})).node_names, ElementsAre("n1"));
+  ASSERT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+  ClearLock("n1");  // the plugin was quick
+  EXPECT_THAT(*s.Filter(Args("p2", {"n1", "n2"})).node_names, ElementsAre("n2"))
+      << "the copy predates p1's lock";
+  caught_up = true;
+  EXPECT_THAT(*s.Filter(Args("p2", {"n1", "n2"})).node_names, ElementsAre("n1"));
 }
 
 TEST_F(SchedulerTest, WithoutAvoidBusyNodesTheChoiceIsTheNodePolicysAlone) {

@@ -356,8 +356,12 @@ absl::Status Service::Impl::Init() {
   scheduler_options.avoid_busy_nodes = options_.avoid_busy_nodes;
   scheduler_options.node_lock = [this](std::string_view name) {
     auto node = nodes_->store().Get(name);
-    return node == nullptr ? std::string()
-                           : std::string(node->meta.annotations.Get(device::kNodeLockAnnotation));
+    if (node == nullptr) {
+      return extender::BusyNodes::NodeView{};
+    }
+    return extender::BusyNodes::NodeView{
+        .lock = std::string(node->meta.annotations.Get(device::kNodeLockAnnotation)),
+        .resource_version = node->meta.resource_version};
   };
   // The node informer's copy saves the GET of an unlocked node in bind.
   scheduler_options.lock.cached = [this](std::string_view name) -> std::optional<kube::Node> {

@@ -36,6 +36,7 @@
 namespace tessera::serve {
 namespace {
 
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -396,6 +397,28 @@ TEST_F(ServeTest, FilterWritesHamiAnnotationsAndBindBindsAndTheMetricsFollow) {
   EXPECT_TRUE(Eventually([&] {
     return Metric("hami_gpu_memory_allocated_bytes", {"device_uuid=\"" + uuid + "\""}) == 0;
   }));
+}
+
+// The node informer and the bind wired to the filter's busy nodes (extender/busy_nodes.h):
+// under binpack the next pod avoids the node whose lock the last pod's bind holds, until the
+// device plugin releases it; then binpack's fuller node wins again.
+TEST_F(ServeTest, AFilterAvoidsTheNodeWhoseLockABindHoldsUntilTheDevicePluginReleasesIt) {
+  AddNode(NodeJson("a", JsonRegister("a", 2, 16000)));
+  AddNode(NodeJson("b", JsonRegister("b", 2, 16000)));
+  StartService();
+  const std::vector<std::string> both = {"a", "b"};
+  ASSERT_EQ(FilterTo("p1", {{.gpus = 1, .mem = 2000}}, both), "a");  // tie: name order
+  ASSERT_EQ(Bind(GetPod("p1"), "a").value("Error", "x"), "");
+  ASSERT_THAT(std::string(GetNode("a").meta.annotations.Get("hami.io/mutex.lock")),
+              EndsWith(",default,p1"));
+  const std::string p2 = AddPod(PodJson("p2", {{.gpus = 1, .mem = 2000}}));
+  EXPECT_EQ(Filter(p2, both)["NodeNames"][0], "b") << "a's lock is p1's";
+  // The device plugin's Allocate releases the lock (the register annotation stays).
+  ASSERT_TRUE(sim_->store()
+                  .Update(Res("nodes"), "", "a", "", NodeJson("a", JsonRegister("a", 2, 16000)))
+                  .ok());
+  EXPECT_TRUE(Eventually([&] { return Filter(p2, both)["NodeNames"][0] == "a"; }))
+      << "a, fuller with p1, is free again";
 }
 
 TEST_F(ServeTest, TheFourPolicyCombinations) {
