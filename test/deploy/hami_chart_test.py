@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""HAMi's Helm chart runs the image unchanged (docs/deploy.md, "Migrating from HAMi's chart").
+
+  hami_chart_test.py <tessera binary> <tessera-scheduler binary> <source dir>
+
+For each chart version of testdata/hami_chart_args.json (the command and environment the chart
+renders with its default values, and the lines its other values add), the production binary is
+started as the chart starts it: invoked as `scheduler`, with the chart's argument list and
+environment, against `tessera apisim` (reached through $KUBECONFIG instead of the in-cluster
+configuration). The test passes when /readyz answers 200 and a SIGTERM stops it with exit 0.
+
+As root (with unshare, ip, setcap and setpriv), the run is the container's: in a network
+namespace of its own, so the chart's ports 443 and 9395 are free, as uid 65532 (the image's
+USER) from a copy of the binary carrying the file capability cap_net_bind_service, which the
+Dockerfile sets; the ports are the chart's, unchanged. Otherwise both addresses become
+127.0.0.1:0 and everything else is the same. Either way the chart's mount paths (/tls/...,
+/device-config.yaml) are rewritten into a temporary directory holding a self-signed certificate
+and examples/device-config.yaml (the chart's default device configuration).
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+IN_NETNS = "--in-netns"
+UID = 65532  # the Dockerfile's USER
+
+
+def container_mode():
+    return os.geteuid() == 0 and all(
+        shutil.which(t) for t in ("unshare", "ip", "setcap", "setpriv"))
+
+
+def start_apisim(tessera, kubeconfig):
+    p = subprocess.Popen([tessera, "apisim", "--write-kubeconfig", kubeconfig],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = p.stdout.readline()
+    if not line.startswith("listening on "):
+        p.kill()
+        raise RuntimeError(f"apisim did not start: {line!r}")
+    return p
+
+
+def make_tls(directory):
+    os.makedirs(directory)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=hami-scheduler", "-keyout", f"{directory}/tls.key",
+                    "-out", f"{directory}/tls.crt"], check=True, capture_output=True)
+
+
+def rewrite(command, root, keep_ports):
+    """The chart's command with its mount paths under `root` and, unless `keep_ports`, its
+    addresses on free loopback ports. Nothing else changes."""
+    out = []
+    for arg in command:
+        arg = arg.replace("=/tls/", f"={root}/tls/").replace(
+            "=/device-config.yaml", f"={root}/device-config.yaml")
+        if not keep_ports:
+            arg = re.sub(r"^(--http_bind|--metrics-bind-address)=.*$", r"\1=127.0.0.1:0", arg)
+        out.append(arg)
+    return out
+
+
+def apply_variant(command, lines):
+    """The chart's command with a variant's lines: a flag already present is replaced, the
+    webhook-less --http_bind also drops the TLS lines, anything else is added."""
+    out = list(command)
+    for line in lines:
+        flag = line.split("=", 1)[0]
+        if flag == "--http_bind" and not line.endswith(":443"):
+            out = [a for a in out if not a.startswith(("--cert_file=", "--key_file="))]
+        idx = [i for i, a in enumerate(out) if a.split("=", 1)[0] == flag]
+        if idx:
+            out[idx[0]] = line
+        else:
+            out.append(line)
+    return out
+
+
+def wait_ready(proc, scheme, timeout=30):
+    """Reads the serving line, then polls /readyz; returns (port, body) or raises."""
+    line = proc.stdout.readline()
+    m = re.search(r"\(port (\d+)\); metrics on \S* \(port (\d+)\)", line)
+    if not m:
+        raise RuntimeError(f"no serving line: {line!r}; stderr: {proc.stderr.read()}")
+    port, metrics_port = int(m.group(1)), int(m.group(2))
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{scheme}://127.0.0.1:{port}/readyz", timeout=2,
+                                        context=context if scheme == "https" else None) as r:
+                return port, metrics_port, r.read().decode()
+        except (urllib.error.URLError, OSError) as e:
+            last = e
+            time.sleep(0.2)
+    raise RuntimeError(f"/readyz not 200 after {timeout}s: {last}")
+
+
+def run_one(name, command, env, binary, root, exact, kubeconfig):
+    """Starts `command` (argv[0] = `scheduler`) and checks it becomes ready; returns failures."""
+    argv = rewrite(command, root, keep_ports=exact)
+    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KUBECONFIG": kubeconfig}
+    full_env.update(env)
+    prefix = []
+    if exact:
+        prefix = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups",
+                  "--inh-caps=-all", "--"]
+    proc = subprocess.Popen(prefix + [binary] + argv[1:], executable=None, env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    failures = []
+    try:
+        scheme = "https" if any(a.startswith("--cert_file=") for a in argv) else "http"
+        port, metrics_port, body = wait_ready(proc, scheme)
+        if exact:
+            want = int(re.search(r"--http_bind=.*:(\d+)$",
+                                 [a for a in command if a.startswith("--http_bind=")][0]).group(1))
+            if port != want or metrics_port != 9395:
+                failures.append(f"{name}: serving on {port}/{metrics_port}, want {want}/9395")
+        if "role:" not in body:
+            failures.append(f"{name}: /readyz body lacks the role: {body!r}")
+        print(f"ok   {name}: ready on port {port} ({scheme}), metrics {metrics_port}")
+    except RuntimeError as e:
+        failures.append(f"{name}: {e}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            failures.append(f"{name}: did not stop within 20s of SIGTERM")
+    if proc.returncode != 0:
+        failures.append(f"{name}: exit {proc.returncode}; stderr:\n{err}")
+    if "--debug" in command and "flag --debug=true accepted" not in err:
+        failures.append(f"{name}: no notice for --debug in the log")
+    return failures
+
+
+def main():
+    args = [a for a in sys.argv[1:] if a != IN_NETNS]
+    tessera, scheduler_binary, source = args
+    exact = container_mode()
+    if exact and IN_NETNS not in sys.argv:
+        # A network namespace of our own: the chart's fixed ports cannot collide with anything.
+        os.execvp("unshare", ["unshare", "--net", "--", sys.executable, os.path.abspath(__file__),
+                              *args, IN_NETNS])
+    if exact:
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    if shutil.which("openssl") is None:
+        print("SKIP: openssl missing")
+        return 77
+    with open(os.path.join(source, "test/deploy/testdata/hami_chart_args.json")) as f:
+        charts = json.load(f)["charts"]
+
+    root = tempfile.mkdtemp(prefix="tessera-hami-chart-")
+    os.chmod(root, 0o755)
+    failures = []
+    apisim = None
+    try:
+        make_tls(f"{root}/tls")
+        shutil.copy(os.path.join(source, "examples/device-config.yaml"),
+                    f"{root}/device-config.yaml")
+        bindir = f"{root}/bin"
+        os.makedirs(bindir)
+        image_binary = f"{bindir}/tessera"
+        shutil.copy(scheduler_binary, image_binary)
+        os.symlink("tessera", f"{bindir}/scheduler")  # as the Dockerfile links it
+        if exact:
+            subprocess.run(["setcap", "cap_net_bind_service=+ep", image_binary], check=True)
+        for path, _, files in os.walk(root):
+            os.chmod(path, 0o755)
+            for name in files:
+                os.chmod(os.path.join(path, name), 0o644)
+        os.chmod(image_binary, 0o755)
+        kubeconfig = f"{root}/kubeconfig"
+        apisim = start_apisim(tessera, kubeconfig)
+        os.chmod(kubeconfig, 0o644)
+        print(f"mode: {'container (netns, uid 65532, chart ports)' if exact else 'free ports'}")
+
+        for version, chart in charts.items():
+            command = chart["command"]
+            if command[0] != "scheduler":
+                failures.append(f"{version}: the chart's program is {command[0]}")
+                continue
+            failures += run_one(f"{version} default", command, chart["env"],
+                                f"{bindir}/scheduler", root, exact, kubeconfig)
+            for variant, lines in chart["variants"].items():
+                failures += run_one(f"{version} {variant}", apply_variant(command, lines),
+                                    chart["env"], f"{bindir}/scheduler", root, exact, kubeconfig)
+            for variant, env in chart.get("variant_env", {}).items():
+                failures += run_one(f"{version} {variant}", command, {**chart["env"], **env},
+                                    f"{bindir}/scheduler", root, exact, kubeconfig)
+    finally:
+        if apisim is not None:
+            apisim.terminate()
+            apisim.wait(timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
+    for f in failures:
+        print("FAIL", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
