@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""HAMi's Helm chart runs the image unchanged (docs/deploy.md, "Migrating from HAMi's chart").
+"""HAMi's Helm chart runs the image unchanged (docs/deploy.md, "Migrating with HAMi's chart").
 
   hami_chart_test.py <tessera binary> <tessera-scheduler binary> <source dir>
 
@@ -8,6 +8,11 @@ renders with its default values, and the lines its other values add), the produc
 started as the chart starts it: invoked as `scheduler`, with the chart's argument list and
 environment, against `tessera apisim` (reached through $KUBECONFIG instead of the in-cluster
 configuration). The test passes when /readyz answers 200 and a SIGTERM stops it with exit 0.
+
+The values files of deploy/hami-chart are checked against the chart's values
+(testdata/hami_chart_values.json): every key they set exists in that chart version with the same
+type, the image they render is Tessera's, and the command they render (the chart's, with their
+extraArgs in place of the defaults) becomes ready as above.
 
 As root (with unshare, ip, setcap and setpriv), the run is the container's: in a network
 namespace of its own, so the chart's ports 443 and 9395 are free, as uid 65532 (the image's
@@ -84,6 +89,72 @@ def apply_variant(command, lines):
         else:
             out.append(line)
     return out
+
+
+def leaves(tree, prefix=""):
+    """{dotted key: value} of a values tree's leaves (lists are leaves, as Helm replaces them)."""
+    out = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(leaves(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def merged(defaults, values):
+    """Helm's merge of a values file over the chart's defaults: maps merge, the rest replaces."""
+    out = dict(defaults)
+    for key, value in values.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def image_of(version, values):
+    """The extender image the chart renders from `values`: v2.5 `<image>:<version>`
+    (deployment.yaml); v2.10 `[<global.imageRegistry or image.registry>/]<repository>:<tag or
+    global.imageTag>` (_helpers.tpl hami.image, _commons.tpl common.images.image)."""
+    ext = values["scheduler"]["extender"]
+    if version.startswith("v2.5."):
+        return f"{ext['image']}:{values['version']}"
+    g = values.get("global", {})
+    registry = g.get("imageRegistry") or ext["image"]["registry"]
+    tag = str(ext["image"]["tag"] or g.get("imageTag") or "").strip()
+    name = f"{ext['image']['repository']}:{tag}"
+    return f"{registry}/{name}" if registry else name
+
+
+def values_file_command(version, facts, chart, source):
+    """Checks deploy/hami-chart's values file for `version` against the chart's facts; returns
+    the extender command the chart renders with it, or (None, failures)."""
+    import yaml  # PyYAML: only this check needs it
+    path = os.path.join(source, facts["values_file"])
+    with open(path) as f:
+        values = yaml.safe_load(f)
+    defaults = facts["defaults"]
+    failures = []
+    known = leaves(defaults)
+    for key, value in leaves(values).items():
+        if key not in known:
+            failures.append(f"{facts['values_file']}: {key} is not a value of HAMi's chart {version}")
+        elif type(value) is not type(known[key]) and known[key] not in ("", None):
+            failures.append(f"{facts['values_file']}: {key} is a {type(value).__name__}, the chart's "
+                            f"is a {type(known[key]).__name__}")
+    result = merged(defaults, values)
+    image = image_of(version, result)
+    if "tessera" not in image or "projecthami" in image:
+        failures.append(f"{facts['values_file']}: renders image {image}, not Tessera's")
+    default_extra = defaults["scheduler"]["extender"]["extraArgs"]
+    command = chart["command"]
+    if command[-len(default_extra):] != default_extra:
+        failures.append(f"{version}: the recorded command does not end with the default extraArgs")
+        return None, failures
+    print(f"ok   {version} {facts['values_file']}: image {image}")
+    return command[:-len(default_extra)] + result["scheduler"]["extender"]["extraArgs"], failures
 
 
 def wait_ready(proc, scheme, timeout=30):
@@ -164,6 +235,8 @@ def main():
         return 77
     with open(os.path.join(source, "test/deploy/testdata/hami_chart_args.json")) as f:
         charts = json.load(f)["charts"]
+    with open(os.path.join(source, "test/deploy/testdata/hami_chart_values.json")) as f:
+        values_facts = json.load(f)["charts"]
 
     root = tempfile.mkdtemp(prefix="tessera-hami-chart-")
     os.chmod(root, 0o755)
@@ -203,6 +276,17 @@ def main():
             for variant, env in chart.get("variant_env", {}).items():
                 failures += run_one(f"{version} {variant}", command, {**chart["env"], **env},
                                     f"{bindir}/scheduler", root, exact, kubeconfig)
+            try:
+                with_values, bad = values_file_command(version, values_facts[version], chart,
+                                                       source)
+            except ImportError:
+                print(f"SKIP {version} values file: PyYAML missing")
+                continue
+            failures += bad
+            if with_values is not None:
+                failures += run_one(f"{version} with {values_facts[version]['values_file']}",
+                                    with_values, chart["env"], f"{bindir}/scheduler", root,
+                                    exact, kubeconfig)
     finally:
         if apisim is not None:
             apisim.terminate()
