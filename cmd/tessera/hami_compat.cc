@@ -111,16 +111,6 @@ void IgnoredFlags::AddHamiFlags(CLI::App& app) {
   }
 }
 
-std::vector<std::string> IgnoredFlags::Given() const {
-  std::vector<std::string> out;
-  for (const auto& [opt, why] : notes_) {
-    if (opt->count() > 0) {
-      out.push_back(opt->get_name());
-    }
-  }
-  return out;
-}
-
 void IgnoredFlags::LogGiven() const {
   for (const auto& [opt, why] : notes_) {
     if (opt->count() == 0) {

@@ -48,8 +48,6 @@ class IgnoredFlags {
   // Logs one line per flag given on the command line: the flag, its value and why it does
   // nothing here. Call after parsing.
   void LogGiven() const;
-  // The names of the flags given ("--debug", ...), in registration order.
-  std::vector<std::string> Given() const;
 
  private:
   void AddBool(CLI::App& app, const std::string& name, std::string why);
