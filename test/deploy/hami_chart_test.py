@@ -41,8 +41,21 @@ UID = 65532  # the Dockerfile's USER
 
 
 def container_mode():
-    return os.geteuid() == 0 and all(
-        shutil.which(t) for t in ("unshare", "ip", "setcap", "setpriv"))
+    """Whether this process may run the binary as the container does: root, with the tools, and
+    allowed to create a network namespace and to set a file capability (a container without
+    CAP_SYS_ADMIN or CAP_SETFCAP is not)."""
+    if os.geteuid() != 0 or not all(
+            shutil.which(t) for t in ("unshare", "ip", "setcap", "setpriv")):
+        return False
+    if subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode != 0:
+        return False
+    with tempfile.TemporaryDirectory() as d:
+        if os.statvfs(d).f_flag & os.ST_NOSUID:
+            return False  # file capabilities are ignored on a nosuid mount
+        probe = os.path.join(d, "probe")
+        shutil.copy(shutil.which("true"), probe)
+        return subprocess.run(["setcap", "cap_net_bind_service=+ep", probe],
+                              capture_output=True).returncode == 0
 
 
 def start_apisim(tessera, kubeconfig):
