@@ -7,7 +7,9 @@ For each chart version of testdata/hami_chart_args.json (the command and environ
 renders with its default values, and the lines its other values add), the production binary is
 started as the chart starts it: invoked as `scheduler`, with the chart's argument list and
 environment, against `tessera apisim` (reached through $KUBECONFIG instead of the in-cluster
-configuration). The test passes when /readyz answers 200 and a SIGTERM stops it with exit 0.
+configuration). The test passes when /readyz answers 200, /filter refuses a pod asking for a
+Cambricon MLU (one of the chart's managedResources) naming the vendor, and a SIGTERM stops it
+with exit 0.
 
 The values files of deploy/hami-chart are checked against the chart's values
 (testdata/hami_chart_values.json): every key they set exists in that chart version with the same
@@ -193,6 +195,31 @@ def wait_ready(proc, scheme, timeout=30):
     raise RuntimeError(f"/readyz not 200 after {timeout}s: {last}")
 
 
+def check_other_vendor_refused(name, scheme, port):
+    """kube-scheduler sends the pods of every resource in the chart's managedResources: a pod
+    asking for a Cambricon MLU gets an error naming the vendor, not a node."""
+    pod = {"metadata": {"name": "mlu", "namespace": "default", "uid": "u-mlu"},
+           "spec": {"schedulerName": "hami-scheduler", "containers": [
+               {"name": "main", "resources": {"limits": {"cambricon.com/vmlu": "1"}}}]}}
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(
+        f"{scheme}://127.0.0.1:{port}/filter",
+        data=json.dumps({"Pod": pod, "NodeNames": ["cpu-node"]}).encode(),
+        headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10,
+                                    context=context if scheme == "https" else None) as r:
+            result = json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return [f"{name}: /filter: {e}"]
+    error = result.get("Error") or ""
+    if "Cambricon MLU devices are not supported" not in error or result.get("NodeNames"):
+        return [f"{name}: /filter let an MLU pod through: {result}"]
+    return []
+
+
 def run_one(name, command, env, binary, root, exact, kubeconfig):
     """Starts `command` (argv[0] = `scheduler`) and checks it becomes ready; returns failures."""
     argv = rewrite(command, root, keep_ports=exact)
@@ -215,6 +242,7 @@ def run_one(name, command, env, binary, root, exact, kubeconfig):
                 failures.append(f"{name}: serving on {port}/{metrics_port}, want {want}/9395")
         if "role:" not in body:
             failures.append(f"{name}: /readyz body lacks the role: {body!r}")
+        failures += check_other_vendor_refused(name, scheme, port)
         print(f"ok   {name}: ready on port {port} ({scheme}), metrics {metrics_port}")
     except RuntimeError as e:
         failures.append(f"{name}: {e}")
