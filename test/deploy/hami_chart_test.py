@@ -243,6 +243,14 @@ def run_one(name, command, env, binary, root, exact, kubeconfig):
         if "role:" not in body:
             failures.append(f"{name}: /readyz body lacks the role: {body!r}")
         failures += check_other_vendor_refused(name, scheme, port)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
+                                        timeout=10) as r:
+                metrics = r.read().decode()
+            if "tessera_build_info" not in metrics:
+                failures.append(f"{name}: /metrics lacks tessera_build_info")
+        except (urllib.error.URLError, OSError) as e:
+            failures.append(f"{name}: /metrics: {e}")
         print(f"ok   {name}: ready on port {port} ({scheme}), metrics {metrics_port}")
     except RuntimeError as e:
         failures.append(f"{name}: {e}")
