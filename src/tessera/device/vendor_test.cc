@@ -48,7 +48,8 @@ TEST(NvidiaVendorTest, AllocationRoundTripAndFilterAnnotations) {
 }
 
 // The non-NVIDIA managedResources of HAMi's chart, v2.10.0 (Ascend and Iluvatar when enabled)
-// and v2.5.2 (Iluvatar's names), charts/hami/templates/scheduler/configmap.yaml.
+// and v2.5.2 (Iluvatar's names), charts/hami/templates/scheduler/configmap.yaml, and some of the
+// resource names its values.yaml gives the Ascend, Iluvatar and Cambricon devices.
 constexpr std::string_view kChartOtherResources[] = {"cambricon.com/vmlu",
                                                      "hygon.com/dcunum",
                                                      "hygon.com/dcumem",
@@ -76,7 +77,13 @@ constexpr std::string_view kChartOtherResources[] = {"cambricon.com/vmlu",
                                                      "huawei.com/Ascend910B-memory",
                                                      "iluvatar.ai/vgpu",
                                                      "iluvatar.ai/vcuda-memory",
-                                                     "iluvatar.ai/vcuda-core"};
+                                                     "iluvatar.ai/vcuda-core",
+                                                     "iluvatar.ai/BI-V150-vgpu",
+                                                     "iluvatar.ai/MR-V50.vMem",
+                                                     "huawei.com/Ascend310P-core",
+                                                     "huawei.com/Ascend910B4-1-memory",
+                                                     "cambricon.com/mlu.smlu.vcore",
+                                                     "cambricon.com/mlu.smlu.vmemory"};
 
 kube::Pod PodAsking(std::string_view resource, bool in_requests = false, bool init = false) {
   kube::Pod pod;
