@@ -13,6 +13,14 @@
 # the `tessera` CLI (serve, explain, decode, rbac, version) without its apisim,
 # simulator and benchmark, and without cpp-httplib. It is installed as /usr/local/bin/tessera,
 # so the manifests' `tessera serve ...` and `docker run tessera:0.1.0 version` are unchanged.
+#
+# HAMi's Helm chart runs the image as `command: [scheduler, --http_bind=0.0.0.0:443, ...]`
+# (docs/deploy.md, "Migrating from HAMi's chart"): /usr/local/bin/scheduler links to the binary,
+# which serves when invoked under that name, and the binary carries the file capability
+# cap_net_bind_service, so the non-root user binds port 443. The chart sets no securityContext:
+# the runtime's default capabilities include NET_BIND_SERVICE and privilege escalation is
+# allowed, which file capabilities need. Manifests that drop ALL capabilities or set
+# allowPrivilegeEscalation: false must listen on a port above 1023 (deploy/base uses 8443).
 
 FROM debian:12 AS build
 WORKDIR /src
@@ -69,9 +77,16 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${RUNTIME_PACKAGES} \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/tessera /usr/local/bin/tessera
-# Fails the build if a library is missing from the list above.
+# Fails the build if a library is missing from the list above. libcap2-bin (setcap) is installed
+# for the one command and removed again.
 RUN if ldd /usr/local/bin/tessera | grep -q "not found"; then ldd /usr/local/bin/tessera; exit 1; fi \
- && /usr/local/bin/tessera version
+ && /usr/local/bin/tessera version \
+ && ln -s tessera /usr/local/bin/scheduler \
+ && apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libcap2-bin \
+ && setcap cap_net_bind_service=+ep /usr/local/bin/tessera \
+ && apt-get purge -y --auto-remove libcap2-bin \
+ && rm -rf /var/lib/apt/lists/*
 # The uid/gid the manifests run as (deploy/base/deployment.yaml: runAsUser 65532).
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/tessera"]

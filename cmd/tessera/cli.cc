@@ -1,8 +1,10 @@
 // RunCli and the version subcommand, shared by `tessera` and `tessera-scheduler`.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "cmd/tessera/commands.h"
+#include "cmd/tessera/hami_compat.h"
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -30,6 +32,12 @@ int RunCli(int argc, char** argv, std::initializer_list<AddCommandFn> commands) 
       "continuously.",
       "tessera"};
   app.require_subcommand(0, 1);
+  // pflag's conventions, which HAMi's chart relies on: a repeated flag takes the last value, and
+  // the global flags (-v, klog's) may follow the command. Subcommands inherit both settings.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.fallthrough();
+  IgnoredFlags klog;
+  klog.AddKlogFlags(app);
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");
   int verbosity = 0;
   app.add_option("-v,--v", verbosity, "Log verbosity (klog style): 0 quiet … 4 chatty")
@@ -41,7 +49,13 @@ int RunCli(int argc, char** argv, std::initializer_list<AddCommandFn> commands) 
   }
 
   try {
-    app.parse(argc, argv);
+    const std::vector<std::string> args = SchedulerArgv(argc, argv);
+    std::vector<const char*> arg_ptrs;
+    arg_ptrs.reserve(args.size());
+    for (const std::string& arg : args) {
+      arg_ptrs.push_back(arg.c_str());
+    }
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -51,6 +65,7 @@ int RunCli(int argc, char** argv, std::initializer_list<AddCommandFn> commands) 
     return kExitUsage;
   }
   SetLogVerbosity(verbosity);
+  klog.LogGiven();
   if (!run) {
     std::fputs(app.help().c_str(), stdout);
     return kExitUsage;

@@ -9,6 +9,7 @@
 
 #include "absl/time/time.h"
 #include "cmd/tessera/commands.h"
+#include "cmd/tessera/hami_compat.h"
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -48,6 +49,8 @@ struct ServeFlags {
   CLI::Option* leader_elect_mode_flag = nullptr;
   CLI::Option* leader_elect_name_flag = nullptr;
   CLI::Option* node_lock_timeout_flag = nullptr;
+  // HAMi's flags without an effect here (hami_compat.h).
+  IgnoredFlags hami;
 };
 
 int Usage(const std::string& message) {
@@ -121,6 +124,7 @@ int LeaderOptions(const ServeFlags& f, serve::ElectorOptions* out) {
 }
 
 int RunServe(const ServeFlags& f) {
+  f.hami.LogGiven();
   serve::ServeOptions o = f.options;
   if (o.cert_file.empty() != o.key_file.empty()) {
     return Usage("--cert_file and --key_file go together: give both for TLS, or neither");
@@ -322,8 +326,8 @@ void AddServeCommand(CLI::App& app, Runner* run) {
                 "being $POD_NAME (default true; off without POD_NAME); =false never writes it")
       ->capture_default_str();
   sub->add_option("--kubeconfig", flags->options.kube.path,
-                  "kubeconfig file; default: in-cluster when KUBERNETES_SERVICE_HOST is set, else "
-                  "$KUBECONFIG, else ~/.kube/config");
+                  "kubeconfig file; default: $KUBECONFIG when set, else in-cluster when "
+                  "KUBERNETES_SERVICE_HOST is set, else ~/.kube/config");
   sub->add_option("--context", flags->options.kube.context,
                   "kubeconfig context (default: current-context)");
   flags->leader_elect_flag =
@@ -361,6 +365,7 @@ void AddServeCommand(CLI::App& app, Runner* run) {
   sub->add_option("--leader-elect-retry-period", flags->leader_elect_retry_period,
                   "How often the Lease is renewed or tried (lease) or read (follow)")
       ->capture_default_str();
+  flags->hami.AddHamiFlags(*sub);
   sub->callback([run, flags] { *run = [flags] { return RunServe(*flags); }; });
 }
 

@@ -18,6 +18,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Result {
   int exit_code = -1;
@@ -551,4 +552,66 @@ TEST(CliTest, ServeExplainsItsFlagsAndRefusesBadOnesWithExitTwo) {
   EXPECT_THAT(kubeconfig.output, HasSubstr("/nonexistent/kubeconfig"));
   Result unknown = RunTessera("serve --no-such-flag");
   EXPECT_EQ(unknown.exit_code, 2);
+}
+
+// HAMi's chart runs the image as `scheduler <HAMi's flags>`: the program name selects serve, and
+// pflag's syntax (-v=4 after the command, repeated flags, klog's flags) is accepted. Each run
+// ends at the missing kubeconfig, after every flag was read.
+TEST(CliTest, InvokedAsSchedulerItServesWithHamisFlagSyntax) {
+  char tmpl[] = "/tmp/tessera-scheduler-name-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string scheduler = std::string(tmpl) + "/scheduler";
+  ASSERT_EQ(symlink(TESSERA_BINARY_PATH, scheduler.c_str()), 0);
+  Result help = RunShell("'" + scheduler + "' --help");
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  EXPECT_THAT(help.output, HasSubstr("--http_bind"));
+  EXPECT_THAT(help.output, HasSubstr("--enable-ascend"));
+  Result run = RunShell("'" + scheduler +
+                        "' --http_bind=127.0.0.1:0 --debug --enable-ascend=true --profiling "
+                        "--kube-timeout=30 --default-mem=0 --cambricon-mlu-name=cambricon.com/mlu "
+                        "--logtostderr --vmodule=filter=5 --log_file=/tmp/x.log -v=4 -v=2 "
+                        "--kubeconfig /nonexistent/kubeconfig");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("/nonexistent/kubeconfig"));
+  for (const char* notice :
+       {"--debug=true", "--enable-ascend=true", "--profiling=true", "--kube-timeout=30",
+        "--logtostderr=true", "--vmodule=filter=5", "--cambricon-mlu-name=cambricon.com/mlu"}) {
+    EXPECT_THAT(run.output, HasSubstr(std::string("flag ") + notice + " accepted"));
+  }
+  EXPECT_THAT(run.output, HasSubstr("Ascend devices are not supported"));
+  // The same binary under its own name keeps its commands.
+  Result version = RunTessera("version");
+  EXPECT_EQ(version.exit_code, 0);
+  std::remove(scheduler.c_str());
+  rmdir(tmpl);
+}
+
+TEST(CliTest, ARepeatedFlagTakesTheLastValueAsPflagDoes) {
+  Result last_bad = RunTessera(
+      "serve --node-scheduler-policy spread --node-scheduler-policy bogus "
+      "--kubeconfig /nonexistent/kubeconfig");
+  EXPECT_EQ(last_bad.exit_code, 2);
+  EXPECT_THAT(last_bad.output, HasSubstr("--node-scheduler-policy"));
+  Result last_good = RunTessera(
+      "serve --node-scheduler-policy bogus --node-scheduler-policy=spread -v=3 -v=4 "
+      "--kubeconfig /nonexistent/kubeconfig");
+  EXPECT_EQ(last_good.exit_code, 2);
+  EXPECT_THAT(last_good.output, Not(HasSubstr("--node-scheduler-policy")));
+  EXPECT_THAT(last_good.output, HasSubstr("/nonexistent/kubeconfig"));
+  Result bad_v = RunTessera("serve -v=x");
+  EXPECT_EQ(bad_v.exit_code, 2);
+}
+
+// Like client-go and HAMi: $KUBECONFIG, when set and no --kubeconfig is given, wins over the
+// in-cluster configuration.
+TEST(CliTest, ServeReadsKubeconfigVariableEvenInAPod) {
+  Result env = RunShell(std::string("KUBERNETES_SERVICE_HOST=10.96.0.1 KUBERNETES_SERVICE_PORT=443 "
+                                    "KUBECONFIG=/nonexistent/from-env '") +
+                        TESSERA_BINARY_PATH + "' serve");
+  EXPECT_EQ(env.exit_code, 2) << env.output;
+  EXPECT_THAT(env.output, HasSubstr("/nonexistent/from-env"));
+  Result flag = RunShell(std::string("KUBECONFIG=/nonexistent/from-env '") + TESSERA_BINARY_PATH +
+                         "' serve --kubeconfig /nonexistent/from-flag");
+  EXPECT_EQ(flag.exit_code, 2) << flag.output;
+  EXPECT_THAT(flag.output, HasSubstr("/nonexistent/from-flag"));
 }

@@ -6,7 +6,9 @@
 - its runtime package list covers every shared library `ldd <tessera>` names (each library
   mapped to its Debian package with `dpkg -S`), and names no package that provides none of them;
 - both stages are Debian 12; the build stage runs tools/install_deps.sh and the release preset;
-- the runtime stage runs as a non-root user with the uid the manifests use.
+- the runtime stage runs as a non-root user with the uid the manifests use;
+- it provides HAMi's program name /usr/local/bin/scheduler and gives the binary the file
+  capability cap_net_bind_service (port 443 as that user), without keeping setcap's package.
 Docker itself cannot run here; this is what can be checked without it.
 Exit 77 (ctest SKIP_RETURN_CODE) without ldd or dpkg.
 """
@@ -87,6 +89,18 @@ def main():
         failures.append(f"USER {users[-1]} differs from the manifests' runAsUser {uid}")
     if "COPY --from=build" not in runtime:
         failures.append("the runtime stage does not copy the binary from the build stage")
+    # HAMi's chart: `command: [scheduler, --http_bind=0.0.0.0:443, ...]`, no securityContext.
+    # The name is on PATH and the non-root USER may bind 443 (test/deploy/hami_chart_test.py
+    # runs the chart's command that way).
+    before_user = runtime.split("\nUSER", 1)[0]
+    if not re.search(r"ln -s tessera /usr/local/bin/scheduler\b", before_user):
+        failures.append("the runtime stage must link /usr/local/bin/scheduler to tessera")
+    setcap = re.search(r"setcap cap_net_bind_service=\+ep /usr/local/bin/tessera\b", before_user)
+    if not setcap or before_user.find("COPY --from=build") > setcap.start():
+        failures.append("the runtime stage must give /usr/local/bin/tessera "
+                        "cap_net_bind_service=+ep after copying it (port 443 as non-root)")
+    if "libcap2-bin" in before_user and "purge -y --auto-remove libcap2-bin" not in before_user:
+        failures.append("libcap2-bin (setcap) must not stay in the image")
 
     for f in failures:
         print("FAIL:", f)

@@ -8,6 +8,7 @@
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
+#include "tessera/device/other_vendors.h"
 #include "tessera/device/request.h"
 
 namespace tessera::device {
@@ -50,6 +51,7 @@ class NvidiaVendor : public Vendor {
   }
 
   absl::StatusOr<PodRequest> DecodeRequest(const kube::Pod& pod) const override {
+    TESSERA_RETURN_IF_ERROR(RefuseOtherVendors(pod, config_));
     return DerivePodRequest(pod, config_);
   }
 

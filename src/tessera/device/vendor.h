@@ -47,7 +47,9 @@ class Vendor {
   // registration does not decode.
   virtual absl::StatusOr<NodeDevices> DecodeNode(const kube::Node& node) const = 0;
   // What `pod` asks of this vendor, one entry per container (init containers first).
-  // InvalidArgument names the pod, container and resource of a malformed value.
+  // InvalidArgument names the pod, container and resource of a malformed value; Unimplemented
+  // names the vendor when the pod asks for a device kind Tessera does not schedule
+  // (other_vendors.h).
   virtual absl::StatusOr<PodRequest> DecodeRequest(const kube::Pod& pod) const = 0;
   // The pod-level constraints of the fit (type and UUID filters, NUMA binding, policies).
   virtual absl::StatusOr<PodConstraints> DecodeConstraints(const kube::Pod& pod) const = 0;

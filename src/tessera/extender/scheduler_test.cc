@@ -531,6 +531,26 @@ TEST_F(SchedulerTest, PodsWithoutManagedDevicesPassThroughUntouched) {
   EXPECT_THAT(ledger_.Reservations(), IsEmpty());
 }
 
+// Under HAMi's chart kube-scheduler also sends pods asking for other vendors' devices; they are
+// refused with the vendor named, never passed to a node with their devices unaccounted.
+TEST_F(SchedulerTest, PodsAskingForAnotherVendorsDevicesAreRefusedNamingTheVendor) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("mlu", R"({"cpu":"1","cambricon.com/vmlu":"1"})");
+  Scheduler& s = Make();
+  FilterOutcome outcome;
+  FilterResult r = s.Filter(Args("mlu", {"n1"}), &outcome);
+  EXPECT_EQ(outcome.code, FilterCode::kError);
+  EXPECT_THAT(r.error, HasSubstr("cambricon.com/vmlu"));
+  EXPECT_THAT(r.error, HasSubstr("Cambricon MLU devices are not supported"));
+  EXPECT_FALSE(r.node_names.has_value() && !r.node_names->empty());
+  EXPECT_THAT(PodPatches("mlu"), IsEmpty());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  std::vector<SeenEvent> events = Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].reason, "FilteringFailed");
+  EXPECT_THAT(events[0].message, HasSubstr("Cambricon MLU"));
+}
+
 TEST_F(SchedulerTest, FilteringAgainReleasesTheEarlierReservation) {
   AddNode("n1", {{"GPU-a", /*count=*/1, 8000}});
   env_.CreatePod("p1", Limits(8000));

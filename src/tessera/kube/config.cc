@@ -497,6 +497,10 @@ absl::StatusOr<RestConfig> LoadRestConfig(const KubeconfigOptions& kubeconfig,
   if (!kubeconfig.path.empty()) {
     return LoadKubeconfig(kubeconfig);
   }
+  if (std::optional<std::string> env = kubeconfig.getenv("KUBECONFIG");
+      env.has_value() && !env->empty()) {
+    return LoadKubeconfig(kubeconfig);
+  }
   std::optional<std::string> host = in_cluster.getenv("KUBERNETES_SERVICE_HOST");
   std::optional<std::string> port = in_cluster.getenv("KUBERNETES_SERVICE_PORT");
   if (host.has_value() && !host->empty() && port.has_value() && !port->empty()) {

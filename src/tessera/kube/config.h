@@ -129,11 +129,11 @@ struct InClusterOptions {
 // cluster"); the read error of the token file.
 absl::StatusOr<RestConfig> InClusterConfig(const InClusterOptions& options = {});
 
-// The configuration a server process uses, as client-go's BuildConfigFromFlags: the kubeconfig
-// named by `kubeconfig.path` when set; else the in-cluster configuration when
-// KUBERNETES_SERVICE_HOST/PORT are set; else LoadKubeconfig's defaults ($KUBECONFIG, then
-// $HOME/.kube/config). `kubeconfig.context` applies to the kubeconfig cases. Errors are those of
-// the source chosen.
+// The configuration a server process uses, in controller-runtime's order (HAMi's and most kube
+// components'): the kubeconfig named by `kubeconfig.path` when set; else $KUBECONFIG's files
+// when that is set and not empty; else the in-cluster configuration when
+// KUBERNETES_SERVICE_HOST/PORT are set; else $HOME/.kube/config. `kubeconfig.context` applies to
+// the kubeconfig cases. Errors are those of the source chosen.
 absl::StatusOr<RestConfig> LoadRestConfig(const KubeconfigOptions& kubeconfig,
                                           const InClusterOptions& in_cluster = {});
 

@@ -477,6 +477,38 @@ TEST(InClusterConfig, NotInClusterAndMissingToken) {
   EXPECT_THAT(no_token.status().message(), HasSubstr(dir.path() + "/token"));
 }
 
+TEST(LoadRestConfig, KubeconfigVariableWinsOverInClusterButNotOverTheFlag) {
+  TempDir sa;
+  sa.Write("token", kToken);
+  TempDir dir;
+  const std::string env_file = dir.Write("env", R"(current-context: c
+clusters: [{name: c, cluster: {server: "https://from-env:6443"}}]
+contexts: [{name: c, context: {cluster: c}}]
+)");
+  const std::string flag_file = dir.Write("flag", R"(current-context: c
+clusters: [{name: c, cluster: {server: "https://from-flag:6443"}}]
+contexts: [{name: c, context: {cluster: c}}]
+)");
+  GetenvFunc env = Env({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                        {"KUBERNETES_SERVICE_PORT", "443"},
+                        {"KUBECONFIG", env_file}});
+  absl::StatusOr<RestConfig> from_env =
+      LoadRestConfig(Opts("", "", env), InCluster(sa.path(), env));
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  EXPECT_EQ(from_env->server, "https://from-env:6443");
+  absl::StatusOr<RestConfig> from_flag =
+      LoadRestConfig(Opts(flag_file, "", env), InCluster(sa.path(), env));
+  ASSERT_TRUE(from_flag.ok()) << from_flag.status();
+  EXPECT_EQ(from_flag->server, "https://from-flag:6443");
+  // Set but empty counts as unset: in-cluster.
+  GetenvFunc empty = Env({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                          {"KUBERNETES_SERVICE_PORT", "443"},
+                          {"KUBECONFIG", ""}});
+  absl::StatusOr<RestConfig> pod = LoadRestConfig(Opts("", "", empty), InCluster(sa.path(), empty));
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(pod->source, "in-cluster");
+}
+
 TEST(LoadRestConfig, ChoosesFlagThenInClusterThenDefaults) {
   TempDir sa;
   sa.Write("token", kToken);
