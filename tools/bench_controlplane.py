@@ -246,7 +246,7 @@ def watcher(d, ns, rv, want, deadline, stall, out, started):
     out.put({"bound": bound, "cond": cond, "created": created, "stalled": stalled})
 
 
-def device_plugin(d, ns, deadline, stop, out, started, workers=8):
+def device_plugin(d, ns, deadline, stop, out, started, workers=64):
     """The part of HAMi's device plugin that a bind through the HAMi protocol waits for, for every
     node at once (docs/hami-device-plugin.md §1-2): once a pod is bound with
     hami.io/bind-phase=allocating, consume its vgpu-devices-to-allocate, write bind-phase=success
@@ -489,7 +489,8 @@ def cmd_run(a):
     plugin_out = multiprocessing.Queue()
     plugin_started = multiprocessing.Event()
     dp = multiprocessing.Process(target=device_plugin,
-                                 args=(a.dir, a.namespace, deadline, stop, plugin_out, plugin_started),
+                                 args=(a.dir, a.namespace, deadline, stop, plugin_out, plugin_started,
+                                       a.plugin_workers),
                                  daemon=True)
     dp.start()
     if not started.wait(30) or not plugin_started.wait(30):
@@ -683,7 +684,9 @@ def main():
     r.add_argument("--namespace", required=True)
     r.add_argument("--column", required=True)
     r.add_argument("--pods", type=int, default=2000)
-    r.add_argument("--clients", type=int, default=8)
+    r.add_argument("--clients", type=int, default=32)
+    r.add_argument("--plugin-workers", type=int, default=64,
+                   help="the emulated device plugins' releases in flight at once")
     r.add_argument("--scheduler-name", default="")
     r.add_argument("--bypass-webhook", action="store_true")
     r.add_argument("--timeout", type=float, default=600)

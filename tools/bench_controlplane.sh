@@ -7,7 +7,7 @@
 #   tools/bench_controlplane.sh [--nodes N] [--pods P] [--gpus G] [--rounds R]
 #       [--columns "alone tessera"] [--tessera PATH] [--hami-bin VERSION=PATH]... [--keep]
 #       [--results FILE] [--max-seconds S] [--stall S] [--tuned-args ARGS] [--hami-qps Q]
-#       [--alone-tuned-qps Q] [--clients N] [--base-args ARGS] [--smoke]
+#       [--alone-tuned-qps Q] [--clients N] [--plugin-workers W] [--base-args ARGS] [--smoke]
 #
 # A run ends when every pod is bound, after --max-seconds (default 300), or after --stall
 # seconds (default 90) without a binding; pods/s is then bound pods / elapsed time and a
@@ -35,7 +35,10 @@
 #              so that two settings of Tessera alternate in one run.
 # Every GPU pod bound through the HAMi protocol holds its node's lock until the device plugin's
 # Allocate releases it; tools/bench_controlplane.py emulates that part of the plugin for every
-# node (in every column, so its cost is on both sides).
+# node (in every column, so its cost is on both sides), with --plugin-workers (default 64)
+# releases in flight at once: a real cluster has one plugin per node, and 8 (the first
+# version) held every lock for seconds and capped a burst at ~25 pods/s. --clients (default
+# 32) creating clients: 8 made creation through the webhook the limit.
 #
 # --smoke is 20 nodes, 40 pods, one round of alone and tessera, checked: exit 0 when every pod
 # was bound in both columns, 1 otherwise, 77 when a tool is missing. Everything binds
@@ -46,7 +49,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CP="$ROOT/tools/controlplane.sh"
 PY="$ROOT/tools/bench_controlplane.py"
 NODES=1000 PODS=2000 GPUS=4 ROUNDS=3 COLUMNS="alone tessera" TESSERA="" KEEP=0 RESULTS="" SMOKE=0
-CLIENTS=8 STALL=90 SCHED_PORT=0 MAX_SECONDS=300
+CLIENTS=32 PLUGIN_WORKERS=64 STALL=90 SCHED_PORT=0 MAX_SECONDS=300
 TUNED_ARGS="--kube-qps 0 --node-scheduler-policy spread" BASE_ARGS="" HAMI_QPS=500 ALONE_TUNED_QPS=500
 declare -A HAMI_BIN=()
 while [[ $# -gt 0 ]]; do
@@ -57,6 +60,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS="${2:?}"; shift 2 ;;
     --columns) COLUMNS="${2:?}"; shift 2 ;;
     --clients) CLIENTS="${2:?}"; shift 2 ;;
+    --plugin-workers) PLUGIN_WORKERS="${2:?}"; shift 2 ;;
     --stall) STALL="${2:?}"; shift 2 ;;   # a run gives up after this many seconds without a binding
     --max-seconds) MAX_SECONDS="${2:?}"; shift 2 ;;   # a run ends this long after it started
     --tuned-args) TUNED_ARGS="${2:?}"; shift 2 ;;
@@ -253,7 +257,7 @@ run_column() { # run_column COLUMN ROUND
   local rc=0
   # In the background and waited for, so that INT/TERM reach the trap at once.
   python3 "$PY" run --dir "$DIR" --namespace "$ns" --column "$col" --pods "$PODS" \
-    --clients "$CLIENTS" --timeout "$MAX_SECONDS" --stall "$STALL" --scheduler-port "$SCHED_PORT" \
+    --clients "$CLIENTS" --plugin-workers "$PLUGIN_WORKERS" --timeout "$MAX_SECONDS" --stall "$STALL" --scheduler-port "$SCHED_PORT" \
     "${args[@]}" >>"$RESULTS" &
   wait $! || rc=$?
   tail -n 1 "$RESULTS" >&2
