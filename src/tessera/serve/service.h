@@ -64,15 +64,15 @@ struct ServeOptions {
   // --legacy-metrics: also the v2.5-era metric names.
   bool legacy_metrics = false;
   // The client: --kubeconfig / $KUBECONFIG / in-cluster, --kube-qps, --kube-burst. A scheduled
-  // pod costs about four requests (the filter's patch, the node lock, the Binding, a node GET)
-  // and two events, where kube-scheduler's 50/100 pays for one Binding (docs/benchmarks.md,
-  // "where the filter patches wait, and new defaults").
+  // pod costs about four requests (the filter's patch, the node lock, the Binding, an event),
+  // where kube-scheduler's 50/100 pays for one Binding; at 200/400 with 16 writers a burst's
+  // binds waited 7 s for their patches (docs/benchmarks.md, "Busy nodes").
   kube::KubeconfigOptions kube;
-  double kube_qps = 200;
-  int kube_burst = 400;
-  // Writers of the filter's write-behind annotation patches (--patch-threads): 4 wrote ~100
-  // patches/s at a 40 ms round trip, and a burst's binds waited seconds in their queue.
-  int patch_threads = 16;
+  double kube_qps = 500;
+  int kube_burst = 1000;
+  // Writers of the filter's write-behind annotation patches (--patch-threads): each waits out a
+  // round trip of 40–300 ms under load, and a burst's binds wait for their pod's patch.
+  int patch_threads = 48;
   // The audit (docs/self-healing.md): every this often the ledger is recomputed from the
   // informers' objects and repaired where it differs (--audit-period). Zero disables it.
   absl::Duration audit_period = absl::Seconds(30);
