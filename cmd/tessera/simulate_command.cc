@@ -33,6 +33,8 @@ struct SimulateFlags {
   std::string work_dir;
   std::string control_plane = "apisim";
   std::string controlplane_script;
+  std::string scheduler = "tessera";
+  std::string hami_bin;
   bool list = false;
   bool no_compare = false;
 };
@@ -98,15 +100,32 @@ int RunSimulate(const SimulateFlags& f) {
                f.control_plane);
     return kExitUsage;
   }
+  const bool hami = f.scheduler == "hami";
+  if (f.scheduler != "tessera" && !hami) {
+    fmt::print(stderr, "tessera simulate: --scheduler: want tessera or hami, not {}\n",
+               f.scheduler);
+    return kExitUsage;
+  }
+  if (hami != !f.hami_bin.empty() || (hami && f.control_plane != "real")) {
+    fmt::print(stderr,
+               "tessera simulate: --scheduler hami goes with --hami-bin PATH and "
+               "--control-plane=real\n");
+    return kExitUsage;
+  }
+  o.hami_bin = f.hami_bin;
   o.scenario = *scenario;
   o.binary = "/proc/self/exe";
-  o.scheduler_args = f.scheduler_args.empty() ? scenario->scheduler_args : f.scheduler_args;
+  // The scenario's scheduler args are serve's flags, not HAMi's.
+  o.scheduler_args =
+      f.scheduler_args.empty() && !hami ? scenario->scheduler_args : f.scheduler_args;
   o.work_dir = f.work_dir;
   o.progress = stderr;
   o.progress_bar = isatty(STDERR_FILENO) != 0;
   // The comparison run: the scenario's `compare` section, unless skipped or pointless.
   std::optional<sim::SimulationOptions> compare;
-  if (scenario->compare.has_value() && !f.no_compare) {
+  if (scenario->compare.has_value() && !f.no_compare && hami) {
+    fmt::print(stderr, "tessera simulate: no comparison run: its args are serve's\n");
+  } else if (scenario->compare.has_value() && !f.no_compare) {
     if (sim::NormalizeSchedulerArgs(o.scheduler_args) ==
         sim::NormalizeSchedulerArgs(scenario->compare->scheduler_args)) {
       fmt::print(stderr,
@@ -223,6 +242,14 @@ void AddSimulateCommand(CLI::App& app, Runner* run) {
   sub->add_option("--controlplane-script", flags->controlplane_script,
                   "With --control-plane=real: tools/controlplane.sh to run (default: the one of "
                   "the source tree this binary was built from, else ./tools/controlplane.sh)");
+  sub->add_option("--scheduler", flags->scheduler,
+                  "With --control-plane=real, the extender under test: tessera (serve) or hami "
+                  "(HAMi's own scheduler binary, --hami-bin, in serve's place; --scheduler-args "
+                  "are then its flags; docs/benchmarks.md \"seed-bug against HAMi\")")
+      ->capture_default_str();
+  sub->add_option("--hami-bin", flags->hami_bin,
+                  "With --scheduler hami: HAMi's cmd/scheduler binary (test/hami/build.sh --own "
+                  "VERSION)");
   sub->add_flag("--list", flags->list, "List the built-in scenarios");
   sub->callback([run, flags] { *run = [flags] { return RunSimulate(*flags); }; });
 }

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# test/hami/build.sh VERSION — builds HAMi's scheduler at VERSION (v2.5.2 or v2.10.0) behind our
-# own main (test/hami/VERSION/main.go) for tools/bench_controlplane.sh's HAMi column, and prints
+# test/hami/build.sh [--own] VERSION — builds HAMi's scheduler at VERSION (v2.5.2 or v2.10.0) behind
+# our own main (test/hami/VERSION/main.go) for tools/bench_controlplane.sh's HAMi column, and prints
 # the binary's path. See test/hami/README.md.
+#
+# --own: HAMi's own, unmodified cmd/scheduler instead (with its metrics listener), built in the
+# export with HAMi's go.mod and go.sum, for `tessera simulate --scheduler hami`; cached in
+# $HAMI_BIN_DIR/<version>-own/hami-scheduler (a tag's source does not change).
 #
 # HAMi's source: the Go module proxy refuses github.com/Project-HAMi/HAMi at every version (HTTP
 # 403 "This module version is not available"), so it comes from a git clone of HAMi:
@@ -12,11 +16,17 @@
 # ~/.cache/tessera/hami/<version>-<hash of main.go, go.mod, go.sum>).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-V="${1:?usage: test/hami/build.sh VERSION (v2.5.2 or v2.10.0)}"
+OWN=0
+[[ "${1:-}" == --own ]] && { OWN=1; shift; }
+V="${1:?usage: test/hami/build.sh [--own] VERSION (v2.5.2 or v2.10.0)}"
 MOD="$HERE/$V"
 [[ -f "$MOD/go.mod" ]] || { echo "build.sh: no module for $V in $MOD" >&2; exit 2; }
-key="$(cat "$MOD/main.go" "$MOD/go.mod" "$MOD/go.sum" | sha256sum | cut -c1-16)"
-out="${HAMI_BIN_DIR:-$HOME/.cache/tessera/hami}/$V-$key/hami-scheduler-bench"
+if ((OWN)); then
+  out="${HAMI_BIN_DIR:-$HOME/.cache/tessera/hami}/$V-own/hami-scheduler"
+else
+  key="$(cat "$MOD/main.go" "$MOD/go.mod" "$MOD/go.sum" | sha256sum | cut -c1-16)"
+  out="${HAMI_BIN_DIR:-$HOME/.cache/tessera/hami}/$V-$key/hami-scheduler-bench"
+fi
 if [[ -x "$out" ]]; then echo "$out"; exit 0; fi
 if [[ ! -f "$MOD/src/go.mod" ]]; then
   [[ -n "${HAMI_GIT:-}" ]] || { echo "build.sh: set HAMI_GIT to a git repository of github.com/Project-HAMi/HAMi (the module proxy does not serve it)" >&2; exit 1; }
@@ -25,6 +35,12 @@ if [[ ! -f "$MOD/src/go.mod" ]]; then
   mv "$MOD/src.tmp" "$MOD/src"
 fi
 mkdir -p "$(dirname "$out")"
+if ((OWN)); then
+  (cd "$MOD/src" && GOFLAGS="-p=1 -buildvcs=false -mod=readonly" nice -n 10 go build -trimpath -o "$out.tmp" ./cmd/scheduler)
+  mv "$out.tmp" "$out"
+  echo "$out"
+  exit 0
+fi
 (cd "$MOD" && GOFLAGS="-p=1 -buildvcs=false -mod=readonly" nice -n 10 go build -trimpath -o "$out.tmp" .)
 mv "$out.tmp" "$out"
 echo "$out"

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include <spawn.h>
 
 #include "tessera/base/logging.h"
+#include "tessera/base/status_macros.h"
 
 extern char** environ;
 
@@ -76,6 +79,58 @@ std::vector<std::string> ProcessesNaming(const std::string& needle) {
     }
   }
   return out;
+}
+
+// A port of 127.0.0.1 free at this moment (bound to 0, read back, released).
+absl::StatusOr<int> FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) {
+    return absl::InternalError(fmt::format("socket: errno {}", errno));
+  }
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  if (port <= 0) {
+    return absl::InternalError("no free port on 127.0.0.1");
+  }
+  return port;
+}
+
+// Whether something accepts TCP connections on 127.0.0.1:`port`.
+bool Listening(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) {
+    return false;
+  }
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+// `text` with every `from` replaced by `to`; NotFound when there is none.
+absl::StatusOr<std::string> ReplaceAll(std::string text, const std::string& from,
+                                       const std::string& to, const std::string& what) {
+  size_t n = 0;
+  for (size_t pos = text.find(from); pos != std::string::npos; pos = text.find(from, pos)) {
+    text.replace(pos, from.size(), to);
+    pos += to.size();
+    ++n;
+  }
+  if (n == 0) {
+    return absl::NotFoundError(fmt::format("{} does not name {}", what, from));
+  }
+  return text;
 }
 
 }  // namespace
@@ -292,6 +347,98 @@ absl::Status RealControlPlane::AddServeArgs(const std::vector<std::string>& args
   return Restart("tessera", false);
 }
 
+absl::Status RealControlPlane::UseHami(const std::string& hami,
+                                       const std::vector<std::string>& args) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(hami, ec) || access(hami.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(fmt::format("HAMi's scheduler {} is not an executable", hami));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const int port, FreePort());
+  TESSERA_ASSIGN_OR_RETURN(const int metrics_port, FreePort());
+  // The command line names DIR and "hami", as the script's alive() wants.
+  std::vector<std::string> argv = {"env",
+                                   "KUBECONFIG=" + env_.kubeconfig,
+                                   hami,
+                                   "--http_bind",
+                                   fmt::format("127.0.0.1:{}", port),
+                                   "--cert_file",
+                                   dir_ + "/tessera.crt",
+                                   "--key_file",
+                                   dir_ + "/tessera.key",
+                                   "--metrics-bind-address",
+                                   fmt::format("127.0.0.1:{}", metrics_port),
+                                   "--scheduler-name",
+                                   "hami-scheduler",
+                                   "--device-config-file",
+                                   dir_ + "/device-config.yaml",
+                                   "-v=1"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string cmd;
+  for (const std::string& a : argv) {
+    cmd += ShellQuote(a) + " ";
+  }
+  {
+    std::ofstream out(dir_ + "/hami.cmd", std::ios::binary | std::ios::trunc);
+    out << cmd;
+    if (!out) {
+      return absl::InternalError("cannot write " + dir_ + "/hami.cmd");
+    }
+  }
+  hami_ = true;  // from here on, Down() stops it
+  TESSERA_RETURN_IF_ERROR(Restart("hami", false));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!Listening(port) || !Listening(metrics_port)) {
+    if (!Alive("hami")) {
+      return absl::FailedPreconditionError(
+          fmt::format("HAMi's scheduler exited at start: read {}/hami.log", dir_));
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          fmt::format("HAMi's scheduler did not listen on {} and {} within 30 s: read {}/hami.log",
+                      port, metrics_port, dir_));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  // kube-scheduler's extender and the webhook: serve's URL becomes HAMi's.
+  const std::string from = fmt::format("https://127.0.0.1:{}", env_.tessera_port);
+  const std::string to = fmt::format("https://127.0.0.1:{}", port);
+  const std::string config = dir_ + "/scheduler-config.yaml";
+  TESSERA_ASSIGN_OR_RETURN(std::string sched,
+                           ReplaceAll(ReadAll(config), from, to, "scheduler-config.yaml"));
+  TESSERA_ASSIGN_OR_RETURN(std::string hook,
+                           ReplaceAll(ReadAll(dir_ + "/webhook.yaml"), from, to, "webhook.yaml"));
+  {
+    std::ofstream out(config, std::ios::binary | std::ios::trunc);
+    out << sched;
+    std::ofstream hout(dir_ + "/webhook-hami.yaml", std::ios::binary | std::ios::trunc);
+    hout << hook;
+    if (!out || !hout) {
+      return absl::InternalError("cannot rewrite " + config + " or write webhook-hami.yaml");
+    }
+  }
+  absl::StatusOr<int> rc =
+      RunCommand({"/usr/bin/env", "kubectl", "--kubeconfig", env_.kubeconfig,
+                  "--request-timeout=20s", "apply", "-f", dir_ + "/webhook-hami.yaml"},
+                 log_, absl::Seconds(60), interrupt_);
+  if (!rc.ok() || *rc != 0) {
+    return absl::FailedPreconditionError(
+        fmt::format("kubectl apply of the webhook pointed at HAMi failed; read {}", log_));
+  }
+  // serve stops; kube-scheduler restarts with HAMi as its extender.
+  (void)Signal("tessera", SIGTERM);
+  for (int i = 0; i < 150 && Alive("tessera"); ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (Alive("tessera")) {
+    (void)Signal("tessera", SIGKILL);
+  }
+  TESSERA_RETURN_IF_ERROR(Restart("kube-scheduler", false));
+  env_.extender = "hami";
+  env_.tessera_port = port;
+  env_.metrics_port = metrics_port;
+  return absl::OkStatus();
+}
+
 absl::Status RealControlPlane::Restart(const std::string& name, bool kill) {
   std::vector<std::string> args = {"restart"};
   if (kill) {
@@ -342,6 +489,17 @@ absl::Status RealControlPlane::Down() {
   }
   up_ = false;
   (void)Signal("tessera", SIGCONT);  // a frozen serve would hold up its SIGTERM
+  if (hami_) {                       // not one of the script's processes
+    hami_ = false;
+    (void)Signal("hami", SIGCONT);
+    (void)Signal("hami", SIGTERM);
+    for (int i = 0; i < 100 && Alive("hami"); ++i) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    if (Alive("hami")) {
+      (void)Signal("hami", SIGKILL);
+    }
+  }
   absl::Status s = Script({"down", dir_}, absl::Seconds(120), /*interruptible=*/false);
   // Nothing of this control plane may survive (its processes name DIR on their command line).
   std::vector<std::string> left;

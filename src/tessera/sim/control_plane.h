@@ -12,6 +12,9 @@
 //   cp.Signal("tessera", SIGSTOP);
 //   cp.Down();                                     // also run by the destructor
 //
+// UseHami puts HAMi's own scheduler in serve's place (process "hami"; env().extender names the
+// process kube-scheduler calls, so faults aimed at the scheduler under test follow it).
+//
 // Every script run has a deadline (a run past it is killed with its process group and is an
 // error naming the command and the log). Down() thaws a frozen serve first, then checks that no
 // process with the directory on its command line survives.
@@ -41,6 +44,8 @@ struct ControlPlaneEnv {
   int apiserver_port = 0;
   int tessera_port = 0;  // HTTPS: extender and webhook
   int metrics_port = 0;  // plain HTTP: /metrics, /debug
+  // The process (DIR/NAME.pid) kube-scheduler calls as its extender; the two ports are its.
+  std::string extender = "tessera";
 };
 
 // Parses the `KEY=VALUE` lines of DIR/env. InvalidArgument when a port is missing.
@@ -77,6 +82,12 @@ class RealControlPlane {
   // Appends `args` to serve's recorded command line (DIR/tessera.cmd) and restarts it (SIGTERM),
   // so that it runs with them; the caller waits for readiness.
   absl::Status AddServeArgs(const std::vector<std::string>& args);
+  // HAMi's scheduler binary `hami` (its cmd/scheduler, test/hami/build.sh --own) in serve's
+  // place: started as process "hami" with the admin kubeconfig, deploy/base's device config,
+  // serve's certificate, /metrics on a port of its own and `args`; kube-scheduler's extender
+  // and the webhook pointed at it; serve stopped. env() then names it and its ports. Down()
+  // stops it.
+  absl::Status UseHami(const std::string& hami, const std::vector<std::string>& args);
   // `script restart [--kill] DIR NAME`: returns once NAME runs again (not ready).
   absl::Status Restart(const std::string& name, bool kill);
   // Sends `sig` to NAME (from DIR/NAME.pid, checked against its command line).
@@ -99,6 +110,7 @@ class RealControlPlane {
   ControlPlaneEnv env_;
   Mutex mu_;  // one script run at a time
   bool up_ = false;
+  bool hami_ = false;  // UseHami started "hami" (the script's down does not know it)
 };
 
 }  // namespace tessera::sim

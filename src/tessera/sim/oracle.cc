@@ -5,12 +5,15 @@
 #include <cstdlib>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/core.h>
 
+#include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
 
@@ -109,13 +112,49 @@ std::optional<std::string> Label(std::string_view labels, std::string_view name)
 
 }  // namespace
 
-absl::StatusOr<Exported> ParseMetrics(std::string_view text) {
+namespace {
+
+enum Field { kDeviceMem, kDeviceSlots, kDeviceCores, kShareMem, kShareCores };
+struct Family {
+  std::string_view name;
+  Field field;
+};
+// A generation of HAMi's metric names and their key labels.
+struct Dialect {
+  std::vector<Family> families;
+  std::string_view uuid, node, share_node, ns, pod;
+};
+
+// hami_* (HAMi v2.8 on, Tessera), then the names before them (HAMi v2.5's only).
+const Dialect& Current() {
+  static const Dialect* d = new Dialect{{{"hami_gpu_memory_allocated_bytes", kDeviceMem},
+                                         {"hami_gpu_shared_count", kDeviceSlots},
+                                         {"hami_gpu_core_allocated_ratio", kDeviceCores},
+                                         {"hami_vgpu_memory_allocated_bytes", kShareMem},
+                                         {"hami_vgpu_core_allocated_ratio", kShareCores}},
+                                        "device_uuid",
+                                        "node",
+                                        "node",
+                                        "namespace",
+                                        "pod"};
+  return *d;
+}
+const Dialect& Legacy() {
+  static const Dialect* d = new Dialect{{{"GPUDeviceMemoryAllocated", kDeviceMem},
+                                         {"GPUDeviceSharedNum", kDeviceSlots},
+                                         {"GPUDeviceCoreAllocated", kDeviceCores},
+                                         {"vGPUPodsDeviceAllocated", kShareMem},
+                                         {"vGPUCorePercentage", kShareCores}},
+                                        "deviceuuid",
+                                        "nodeid",
+                                        "nodename",
+                                        "podnamespace",
+                                        "podname"};
+  return *d;
+}
+
+absl::StatusOr<Exported> ParseDialect(std::string_view text, const Dialect& dialect) {
   Exported out;
-  // Per device (keyed by device_uuid), then per pod share (keyed by namespace, pod, device_uuid).
-  enum Field { kDeviceMem, kDeviceSlots, kDeviceCores, kShareMem, kShareCores };
-  static constexpr std::string_view kFamilies[] = {
-      "hami_gpu_memory_allocated_bytes", "hami_gpu_shared_count", "hami_gpu_core_allocated_ratio",
-      "hami_vgpu_memory_allocated_bytes", "hami_vgpu_core_allocated_ratio"};
   size_t pos = 0;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
@@ -127,25 +166,24 @@ absl::StatusOr<Exported> ParseMetrics(std::string_view text) {
     if (line.empty() || line.front() == '#') {
       continue;
     }
-    int family = -1;
-    for (int i = 0; i < static_cast<int>(std::size(kFamilies)); ++i) {
-      if (line.size() > kFamilies[i].size() &&
-          line.substr(0, kFamilies[i].size()) == kFamilies[i] && line[kFamilies[i].size()] == '{') {
-        family = i;
+    const Family* family = nullptr;
+    for (const Family& f : dialect.families) {
+      if (line.size() > f.name.size() && line.substr(0, f.name.size()) == f.name &&
+          line[f.name.size()] == '{') {
+        family = &f;
       }
     }
-    if (family < 0) {
+    if (family == nullptr) {
       continue;
     }
     const size_t close = line.rfind('}');
     if (close == std::string_view::npos) {
       return absl::InvalidArgumentError(fmt::format("unterminated labels: {}", line));
     }
-    std::string_view labels =
-        line.substr(kFamilies[family].size(), close + 1 - kFamilies[family].size());
-    std::optional<std::string> uuid = Label(labels, "device_uuid");
+    std::string_view labels = line.substr(family->name.size(), close + 1 - family->name.size());
+    std::optional<std::string> uuid = Label(labels, dialect.uuid);
     if (!uuid.has_value()) {
-      return absl::InvalidArgumentError(fmt::format("sample without device_uuid: {}", line));
+      return absl::InvalidArgumentError(fmt::format("sample without {}: {}", dialect.uuid, line));
     }
     std::string value(line.substr(close + 1));
     while (!value.empty() && value.front() == ' ') {
@@ -156,20 +194,19 @@ absl::StatusOr<Exported> ParseMetrics(std::string_view text) {
     if (value.empty() || end == value.c_str() || !std::isfinite(v)) {
       return absl::InvalidArgumentError(fmt::format("bad sample value: {}", line));
     }
-    std::optional<std::string> node = Label(labels, "node");
-    if (family >= kShareMem) {
-      std::optional<std::string> ns = Label(labels, "namespace");
-      std::optional<std::string> pod = Label(labels, "pod");
+    if (family->field >= kShareMem) {
+      std::optional<std::string> ns = Label(labels, dialect.ns);
+      std::optional<std::string> pod = Label(labels, dialect.pod);
       if (!ns.has_value() || !pod.has_value()) {
         return absl::InvalidArgumentError(
-            fmt::format("pod sample without namespace or pod: {}", line));
+            fmt::format("pod sample without {} or {}: {}", dialect.ns, dialect.pod, line));
       }
       PodShare& s = out.shares[{*ns + "/" + *pod, *uuid}];
-      if (node.has_value()) {
+      if (std::optional<std::string> node = Label(labels, dialect.share_node); node.has_value()) {
         s.node = *node;
       }
       // Several container_index values of one share add up (HAMi before HEAD's collapse).
-      if (family == kShareMem) {
+      if (family->field == kShareMem) {
         s.usedmem += std::llround(v / 1048576.0);
       } else {
         s.usedcores += std::llround(v);
@@ -177,10 +214,10 @@ absl::StatusOr<Exported> ParseMetrics(std::string_view text) {
       continue;
     }
     ExportedDevice& d = out.devices[*uuid];
-    if (node.has_value()) {
+    if (std::optional<std::string> node = Label(labels, dialect.node); node.has_value()) {
       d.node = *node;
     }
-    switch (family) {
+    switch (family->field) {
       case kDeviceMem:
         d.usedmem = std::llround(v / 1048576.0);
         break;
@@ -193,6 +230,16 @@ absl::StatusOr<Exported> ParseMetrics(std::string_view text) {
     }
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Exported> ParseMetrics(std::string_view text) {
+  TESSERA_ASSIGN_OR_RETURN(Exported current, ParseDialect(text, Current()));
+  if (!current.devices.empty() || !current.shares.empty()) {
+    return current;
+  }
+  return ParseDialect(text, Legacy());
 }
 
 namespace {

@@ -69,9 +69,11 @@ struct Exported {
 // hami_gpu_memory_allocated_bytes, hami_gpu_shared_count and hami_gpu_core_allocated_ratio, keyed
 // by the device_uuid label; per pod share hami_vgpu_memory_allocated_bytes and
 // hami_vgpu_core_allocated_ratio, keyed by the namespace, pod and device_uuid labels (samples of
-// several container_index values of one share are summed). Other families are skipped.
-// InvalidArgument when a sample of those families lacks one of its key labels or has an
-// unparsable value.
+// several container_index values of one share are summed). Other families are skipped. A text
+// without any of those samples is read in HAMi v2.5's names instead (GPUDeviceMemoryAllocated,
+// GPUDeviceSharedNum, GPUDeviceCoreAllocated by deviceuuid; vGPUPodsDeviceAllocated and
+// vGPUCorePercentage by podnamespace, podname, deviceuuid). InvalidArgument when a sample of those
+// families lacks one of its key labels or has an unparsable value.
 absl::StatusOr<Exported> ParseMetrics(std::string_view text);
 
 struct Divergence {

@@ -112,6 +112,37 @@ TEST(ParseMetricsTest, ReadsTheThreeDeviceFamiliesByUuid) {
   EXPECT_FALSE(ParseMetrics("hami_gpu_shared_count{device_uuid=\"x\"} abc\n").ok());
 }
 
+TEST(ParseMetricsTest, ReadsHamiV25NamesWhenTheTextHasNoHamiFamily) {
+  // HAMi v2.5.2's scheduler (cmd/scheduler/metrics.go): memory in bytes, per container.
+  const std::string text =
+      "GPUDeviceMemoryAllocated{devicecores=\"100\",deviceidx=\"0\",deviceuuid=\"GPU-a\","
+      "nodeid=\"n1\"} 4.194304e+09\n"
+      "GPUDeviceSharedNum{deviceidx=\"0\",deviceuuid=\"GPU-a\",nodeid=\"n1\"} 1\n"
+      "GPUDeviceCoreAllocated{deviceidx=\"0\",deviceuuid=\"GPU-a\",nodeid=\"n1\"} 30\n"
+      "GPUDeviceMemoryLimit{deviceidx=\"0\",deviceuuid=\"GPU-a\",nodeid=\"n1\"} 4e10\n"
+      "vGPUPodsDeviceAllocated{containeridx=\"0\",deviceusedcore=\"30\",deviceuuid=\"GPU-a\","
+      "nodename=\"n1\",podname=\"p1\",podnamespace=\"ns1\"} 4.194304e+09\n"
+      "vGPUCorePercentage{containeridx=\"0\",deviceuuid=\"GPU-a\",nodename=\"n1\",podname="
+      "\"p1\",podnamespace=\"ns1\"} 30\n";
+  absl::StatusOr<Exported> e = ParseMetrics(text);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(e->devices.size(), 1u);
+  EXPECT_EQ(e->devices.at("GPU-a").usedmem, 4000);
+  EXPECT_EQ(e->devices.at("GPU-a").used, 1);
+  EXPECT_EQ(e->devices.at("GPU-a").usedcores, 30);
+  EXPECT_EQ(e->devices.at("GPU-a").node, "n1");
+  ASSERT_EQ(e->shares.size(), 1u);
+  EXPECT_EQ(e->shares.at({"ns1/p1", "GPU-a"}).usedmem, 4000);
+  EXPECT_EQ(e->shares.at({"ns1/p1", "GPU-a"}).usedcores, 30);
+  EXPECT_EQ(e->shares.at({"ns1/p1", "GPU-a"}).node, "n1");
+  // With hami_* samples present (Tessera exports both), the legacy names are not read twice.
+  absl::StatusOr<Exported> both = ParseMetrics(
+      text + "hami_gpu_memory_allocated_bytes{device_uuid=\"GPU-a\",node=\"n1\"} 1048576000\n");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->devices.at("GPU-a").usedmem, 1000);
+  EXPECT_TRUE(both->shares.empty());
+}
+
 TEST(ParseMetricsTest, ReadsThePodSharesByNamespacePodAndUuid) {
   // Tessera's rendering (src/tessera/metrics/device_families.cc), one share per pod and device.
   const std::string text =

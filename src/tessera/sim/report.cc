@@ -83,6 +83,7 @@ Rows Figures(const RunResult& r, bool compact) {
   row("control plane", r.control_plane == "real"
                            ? (compact ? "real" : "real (etcd, kube-apiserver, kube-scheduler)")
                            : (compact ? "apisim" : "apisim (kube-scheduler emulated)"));
+  row("scheduler under test", r.scheduler);
   row("pods created", std::to_string(r.created));
   row("pods scheduled", std::to_string(r.scheduled));
   row("pods unschedulable (once+)",
@@ -265,6 +266,7 @@ nlohmann::json RunJson(const RunResult& r) {
   const absl::Time end = r.start + r.elapsed;
   json j = {{"scenario", r.scenario},
             {"control_plane", r.control_plane},
+            {"scheduler", r.scheduler},
             {"label", r.label},
             {"seed", r.seed},
             {"scheduler_args", r.scheduler_args},
@@ -534,8 +536,10 @@ std::string ReportHtml(const RunResult& r, const RunResult* c) {
   html += fmt::format("<h1>tessera simulate — {} <span class='{}'>{}</span></h1>\n",
                       Escape(r.scenario), ok ? "pass" : "fail", ok ? "PASS" : "FAIL");
   html += fmt::format(
-      "<p>control plane <b>{}</b>, seed {}, {} nodes, {} GPUs, workload {} then "
+      "<p>scheduler under test <b>{}</b>, control plane <b>{}</b>, seed {}, {} nodes, {} GPUs, "
+      "workload {} then "
       "drain, convergence window {}",
+      Escape(r.scheduler),
       r.control_plane == "real" ? "real (etcd, kube-apiserver, kube-scheduler)"
                                 : "apisim (kube-scheduler emulated)",
       r.seed, r.nodes, r.gpus, Secs(r.duration), Secs(r.window));

@@ -171,5 +171,17 @@ TEST(ReportTest, SaysWhichControlPlaneRanAndWhichFaultsItSkipped) {
                                           "kube-scheduler)</b>"));
 }
 
+TEST(ReportTest, NamesTheSchedulerUnderTest) {
+  RunResult tessera = SeedBugRun("", "", false);
+  EXPECT_THAT(SummaryTable(tessera), HasSubstr("  scheduler under test           tessera serve\n"));
+  RunResult hami = SeedBugRun("", "", false);
+  hami.scheduler = "HAMi (/cache/v2.5.2/hami-scheduler)";
+  EXPECT_THAT(SummaryTable(hami), HasSubstr("HAMi (/cache/v2.5.2/hami-scheduler)"));
+  EXPECT_EQ(nlohmann::json::parse(SummaryJson(hami))["scheduler"],
+            "HAMi (/cache/v2.5.2/hami-scheduler)");
+  EXPECT_THAT(ReportHtml(hami),
+              HasSubstr("scheduler under test <b>HAMi (/cache/v2.5.2/hami-scheduler)</b>"));
+}
+
 }  // namespace
 }  // namespace tessera::sim

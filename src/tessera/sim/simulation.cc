@@ -192,6 +192,9 @@ class Simulation {
   absl::Status CreateNodes();
   absl::Status WaitReady();
   void Tick(absl::Time now, absl::Duration elapsed);
+  // The v2.5 plugins whose handshake report is due (every 30 s, as the plugin does; HAMi v2.5
+  // takes a node's devices only from a fresh `Reported`); their next one is scheduled.
+  std::vector<DevicePlugin*> DueReports(absl::Time now);
   void Progress(absl::Duration elapsed, bool final);
 
   // pod pipeline (worker threads)
@@ -474,10 +477,15 @@ absl::Status Simulation::CreateNodes() {
 }
 
 absl::Status Simulation::WaitReady() {
-  // Ready, and every registered device visible in /metrics.
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  // Ready, and every registered device visible in /metrics. HAMi v2.5 answers a report on its
+  // 15 s tick, and a node whose report it overwrote waits for the plugin's next one (30 s).
+  const absl::Duration limit = o_.hami_bin.empty() ? absl::Seconds(60) : absl::Seconds(120);
+  const absl::Time deadline = absl::Now() + limit;
   const size_t want = static_cast<size_t>(s_.nodes) * static_cast<size_t>(s_.gpus_per_node);
   while (absl::Now() < deadline && !SimulationInterrupted().load()) {
+    for (DevicePlugin* p : DueReports(absl::Now())) {
+      (void)p->Register(*client_, absl::Now());
+    }
     kube::Request r;
     r.path = "/metrics";
     kube::DoOptions once;
@@ -491,9 +499,10 @@ absl::Status Simulation::WaitReady() {
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
-  return absl::DeadlineExceededError(
-      fmt::format("tessera serve did not export the {} devices within 60 s (see {})", want,
-                  real_ ? cp_->env().dir + "/tessera.log" : dir_ + "/serve.log"));
+  return absl::DeadlineExceededError(fmt::format(
+      "{} did not export the {} devices within {} (see {})",
+      real_ ? cp_->env().extender : "tessera serve", want, absl::FormatDuration(limit),
+      real_ ? fmt::format("{}/{}.log", cp_->env().dir, cp_->env().extender) : dir_ + "/serve.log"));
 }
 
 // ---- pod pipeline ---------------------------------------------------------------------------
@@ -1035,8 +1044,13 @@ absl::Status Simulation::StartReal(const std::vector<std::string>& serve_args) {
   // Compaction every 2 s: a watch resumed after an outage meets a compacted revision (410),
   // as in test/controlplane/seed_test.sh.
   TESSERA_RETURN_IF_ERROR(cp_->Up(binary, {"--etcd-compaction-interval", "2s"}));
-  // serve runs with the scenario's flags: appended to its command line, then restarted.
-  TESSERA_RETURN_IF_ERROR(cp_->AddServeArgs(serve_args));
+  if (!o_.hami_bin.empty()) {
+    // HAMi's scheduler in serve's place, the args its flags.
+    TESSERA_RETURN_IF_ERROR(cp_->UseHami(o_.hami_bin, serve_args));
+  } else {
+    // serve runs with the scenario's flags: appended to its command line, then restarted.
+    TESSERA_RETURN_IF_ERROR(cp_->AddServeArgs(serve_args));
+  }
   ch_.http_port = cp_->env().tessera_port;
   ch_.metrics_port = cp_->env().metrics_port;
   return absl::OkStatus();
@@ -1060,9 +1074,10 @@ bool Simulation::WaitApiserver(absl::Duration limit) {
 void Simulation::RealWatchLoss(const FaultSpec& f, bool force) {
   const std::string kind(FaultKindName(f.kind));
   const absl::Time t0 = Now();
-  absl::Status frozen = cp_->Signal("tessera", SIGSTOP);
+  const std::string target = cp_->env().extender;  // the scheduler under test
+  absl::Status frozen = cp_->Signal(target, SIGSTOP);
   if (!frozen.ok()) {
-    TESSERA_LOG(kError, "simulate: {}: cannot freeze serve: {}", kind, frozen.ToString());
+    TESSERA_LOG(kError, "simulate: {}: cannot freeze {}: {}", kind, target, frozen.ToString());
     return;
   }
   // Every watch cut while serve cannot reconnect; the new API server's watch cache starts at
@@ -1111,16 +1126,16 @@ void Simulation::RealWatchLoss(const FaultSpec& f, bool force) {
   if (Now() < t0 + f.duration) {
     absl::SleepFor(t0 + f.duration - Now());
   }
-  const absl::Status thawed = cp_->Signal("tessera", SIGCONT);
+  const absl::Status thawed = cp_->Signal(target, SIGCONT);
   const std::string detail = fmt::format(
-      "tessera serve frozen (SIGSTOP) for {:.1f} s; kube-apiserver SIGKILLed and restarted{} "
-      "while frozen (every watch cut); {} pods deleted{}; {}; serve thawed{}: its watches "
+      "{} frozen (SIGSTOP) for {:.1f} s; kube-apiserver SIGKILLed and restarted{} "
+      "while frozen (every watch cut); {} pods deleted{}; {}; {} thawed{}: its watches "
       "resume into 410 and relist",
-      absl::ToDoubleSeconds(Now() - t0), ready ? "" : " (NOT ready again within 60 s)",
-      victims.size(), force ? " with grace 0" : "",
+      target == "tessera" ? "tessera serve" : target, absl::ToDoubleSeconds(Now() - t0),
+      ready ? "" : " (NOT ready again within 60 s)", victims.size(), force ? " with grace 0" : "",
       compacted ? fmt::format("revision {} (before the deletions) compacted", rv)
                 : fmt::format("revision {} NOT compacted within 30 s", rv),
-      thawed.ok() ? "" : " (SIGCONT failed: " + thawed.ToString() + ")");
+      target, thawed.ok() ? "" : " (SIGCONT failed: " + thawed.ToString() + ")");
   MutexLock l(&mu_);
   for (auto it = r_.faults.rbegin(); it != r_.faults.rend(); ++it) {
     if (it->kind == kind && it->detail.empty()) {
@@ -1171,7 +1186,7 @@ void Simulation::RealFault(const FaultSpec& f) {
       restart_apiserver(false);
       break;
     case FaultKind::kTesseraKill: {
-      absl::Status s = cp_->Signal("tessera", SIGKILL);
+      absl::Status s = cp_->Signal(cp_->env().extender, SIGKILL);
       if (!s.ok()) {
         TESSERA_LOG(kError, "simulate: tessera_kill: {}", s.ToString());
         break;
@@ -1179,7 +1194,7 @@ void Simulation::RealFault(const FaultSpec& f) {
       RecordFault(kind, fmt::format("tessera serve SIGKILLed, restarted after {}",
                                     absl::FormatDuration(f.duration)));
       fault_tasks_.Post(Now() + f.duration, [this] {
-        absl::Status r = cp_->Restart("tessera", false);
+        absl::Status r = cp_->Restart(cp_->env().extender, false);
         if (!r.ok()) {
           TESSERA_LOG(kError, "simulate: restarting serve: {}", r.ToString());
         }
@@ -1421,21 +1436,22 @@ void Simulation::Tick(absl::Time now, absl::Duration elapsed) {
       tasks_.Post(now, [this, name] { CreateTask(name); });
     }
   }
-  // Handshake reports of the v2.5 plugins (every 30 s, as the plugin does).
-  std::vector<DevicePlugin*> report;
-  {
-    MutexLock l(&mu_);
-    for (SimNode& n : nodes_) {
-      if (n.alive && !n.stopped && n.plugin->format() == device::RegisterFormat::kDelimited &&
-          now >= n.next_report) {
-        n.next_report = now + absl::Seconds(30);
-        report.push_back(n.plugin.get());
-      }
-    }
-  }
-  for (DevicePlugin* p : report) {
+  for (DevicePlugin* p : DueReports(now)) {
     tasks_.Post(now, [this, p] { (void)p->Register(*client_, Now()); });
   }
+}
+
+std::vector<DevicePlugin*> Simulation::DueReports(absl::Time now) {
+  std::vector<DevicePlugin*> report;
+  MutexLock l(&mu_);
+  for (SimNode& n : nodes_) {
+    if (n.alive && !n.stopped && n.plugin->format() == device::RegisterFormat::kDelimited &&
+        now >= n.next_report) {
+      n.next_report = now + absl::Seconds(30);
+      report.push_back(n.plugin.get());
+    }
+  }
+  return report;
 }
 
 void Simulation::Progress(absl::Duration elapsed, bool final) {
@@ -1518,7 +1534,8 @@ absl::StatusOr<RunResult> Simulation::Run() {
   }
   serve_extra.insert(serve_extra.end(), user.begin(), user.end());
   if (real_) {
-    TESSERA_RETURN_IF_ERROR(StartReal(serve_extra));
+    // HAMi's flags are the user's alone (v2.5 has no --kube-qps).
+    TESSERA_RETURN_IF_ERROR(StartReal(o_.hami_bin.empty() ? serve_extra : user));
   } else {
     TESSERA_RETURN_IF_ERROR(StartChildren(serve_extra));
   }
@@ -1584,6 +1601,9 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
     r_.work_dir = dir_;
     r_.scheduler_args = o_.scheduler_args;
     r_.control_plane = real_ ? "real" : "apisim";
+    if (!o_.hami_bin.empty()) {
+      r_.scheduler = fmt::format("HAMi ({})", o_.hami_bin);
+    }
   }
   start_ = Now();
   {
@@ -1666,8 +1686,8 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
             fail_.reset();
           }
           if (real_) {
-            if (!cp_->Alive("tessera")) {
-              (void)cp_->Restart("tessera", false);  // a kill whose restart is due
+            if (!cp_->Alive(cp_->env().extender)) {
+              (void)cp_->Restart(cp_->env().extender, false);  // a kill whose restart is due
             }
           } else {
             PushFaults();

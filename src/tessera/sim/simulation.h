@@ -24,8 +24,9 @@
 // restarted); the workload, device plugins and kubelets run against that kube-apiserver with its
 // admin kubeconfig, the real kube-scheduler schedules through serve (no emulated scheduler), a
 // poll of the pods sees the bindings and graceful deletions, and the faults map onto real ones
-// (docs/simulate.md). The control plane is always stopped at the end (`down`), and no process of
-// it may survive.
+// (docs/simulate.md). With `hami_bin`, HAMi's own scheduler takes serve's place as the extender
+// and the fault target, and the oracle reads its /metrics. The control plane is always stopped at
+// the end (`down`), and no process of it may survive.
 //
 // Errors: FailedPrecondition when a child cannot start (the message names its log file);
 // other errors of the set-up. Violations are results, not errors.
@@ -57,10 +58,13 @@ struct SimulationOptions {
   Scenario scenario;
   ControlPlaneKind control_plane = ControlPlaneKind::kApisim;
   std::string controlplane_script;  // kReal: tools/controlplane.sh (FindControlPlaneScript)
+  // kReal: HAMi's own scheduler binary as kube-scheduler's extender in serve's place
+  // (RealControlPlane::UseHami; `scheduler_args` are then its flags); empty: serve.
+  std::string hami_bin;
   std::string binary = "/proc/self/exe";
   std::string work_dir;        // kubeconfig, state, certificates, child logs (created if missing);
                                // empty: a new temp dir
-  std::string scheduler_args;  // split on spaces, appended to `tessera serve`
+  std::string scheduler_args;  // split on spaces, appended to `tessera serve` (or HAMi's)
   std::string label;           // names the run in the summary and the report; may be empty
   FILE* progress = stderr;     // progress output; nullptr: none
   bool progress_bar = false;   // a redrawn bar (terminal) instead of periodic lines
@@ -84,7 +88,8 @@ struct Sample {
 
 struct RunResult {
   std::string scenario;
-  std::string control_plane = "apisim";  // "apisim" or "real"
+  std::string control_plane = "apisim";     // "apisim" or "real"
+  std::string scheduler = "tessera serve";  // the scheduler under test: or "HAMi (BINARY)"
   // Faults of the schedule that this control plane cannot inject (apisim-only on the real
   // one), with the reason; not in `faults`.
   std::vector<FaultRecord> skipped_faults;
