@@ -202,6 +202,8 @@ class Service::Impl : public extender::Backend {
   std::unique_ptr<Elector> elector_;
   std::unique_ptr<RoleLabeler> role_labels_;
   uint64_t leader_generation_ = 0;       // housekeeping thread only
+  bool logged_synced_ = false;           // housekeeping thread only
+  absl::Time started_ = absl::Now();     // for the "informers synced" line
   std::atomic<bool> trim_again_{false};  // a large request was served since the last trim
   std::unique_ptr<kube::Informer<kube::Pod>> pods_;
   std::unique_ptr<kube::Informer<kube::Node>> nodes_;
@@ -571,6 +573,11 @@ void Service::Impl::Housekeeping() {
       }
     }
     UpdateInformerMetrics();
+    if (!logged_synced_ && Synced()) {
+      logged_synced_ = true;
+      TESSERA_LOGS(kInfo, "informers synced", "pods", pods_->store().size(), "nodes",
+                   nodes_->store().size(), "after", absl::FormatDuration(absl::Now() - started_));
+    }
     if (options_.audit_period > absl::ZeroDuration() && Synced()) {
       if (next_audit_ == absl::InfinitePast()) {
         next_audit_ = now + options_.audit_period;
