@@ -45,7 +45,8 @@ int RunCli(int argc, char** argv, std::initializer_list<AddCommandFn> commands) 
       ->capture_default_str();
   app.fallthrough();
   // As a kubectl plugin (`kubectl tessera explain …` runs kubectl-tessera): the same commands.
-  if (std::string_view self = argv[0]; self.substr(self.rfind('/') + 1) == "kubectl-tessera") {
+  if (std::string_view self = argc > 0 ? argv[0] : "";
+      self.substr(self.rfind('/') + 1) == "kubectl-tessera") {
     app.name("kubectl tessera");
   }
 
