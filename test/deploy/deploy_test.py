@@ -16,7 +16,11 @@ For deploy/base and every directory under deploy/overlays:
     config; every `tessera serve` flag used is accepted by `tessera serve --help`;
   - security: replicas 2, a PodDisruptionBudget, non-root, read-only root filesystem, no
     capabilities, resource requests, probes.
-And the Grafana dashboard is valid JSON whose queries name only metrics Tessera exports. An
+overlays/monitoring (and an overlay of the user's that moves Tessera with `namespace:`) has one
+ServiceMonitor and one PrometheusRule, both in the tessera-metrics Service's namespace, the
+ServiceMonitor selecting that Service with honorLabels on every endpoint; no other overlay has
+either. The Grafana dashboard is valid JSON whose queries name only metrics Tessera exports, with
+node and namespace variables that every GPU panel uses. An
 overlay with a NetworkPolicy (overlays/network-policy) must select the Deployment's pods, admit
 the extender port only from ipBlocks (the API server; kube-scheduler calls over localhost) and
 the metrics port only from a namespaceSelector, and nothing else. docs/deploy.md's listing of
