@@ -11,6 +11,7 @@ PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-kubernetes python3-yaml python3-prometheus-client openssl curl ca-certificates git
   nghttp2-server iproute2 ccache
+  prometheus  # promtool: check metrics / rules (test/deploy/promtool_test.py)
 )
 
 missing=()

@@ -1,10 +1,14 @@
 // RunCli and the version subcommand, shared by `tessera` and `tessera-scheduler`.
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cmd/tessera/commands.h"
 #include "cmd/tessera/hami_compat.h"
+#include "cmd/tessera/start_log.h"
+#include "cmd/tessera/suggest.h"
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -42,6 +46,16 @@ int RunCli(int argc, char** argv, std::initializer_list<AddCommandFn> commands) 
   int verbosity = 0;
   app.add_option("-v,--v", verbosity, "Log verbosity (klog style): 0 quiet … 4 chatty")
       ->check(CLI::Range(0, 10));
+  // klog's --logging-format, also after the command (`tessera serve --logging-format=json`).
+  std::string logging_format = "text";
+  app.add_option("--logging-format", logging_format, "Log format, as kube components: text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  // As a kubectl plugin (`kubectl tessera explain …` runs kubectl-tessera): the same commands.
+  if (std::string_view self = argc > 0 ? argv[0] : "";
+      self.substr(self.rfind('/') + 1) == "kubectl-tessera") {
+    app.name("kubectl tessera");
+  }
 
   Runner run;
   for (AddCommandFn add : commands) {
@@ -61,11 +75,17 @@ int RunCli(int argc, char** argv, std::initializer_list<AddCommandFn> commands) 
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (std::optional<std::string> unknown = UnknownCommandMessage(app)) {
+      std::fputs(unknown->c_str(), stderr);
+      return kExitUsage;
+    }
     app.exit(e);
     return kExitUsage;
   }
   SetLogVerbosity(verbosity);
+  SetLogFormat(*ParseLogFormat(logging_format));  // checked by IsMember
   klog.LogGiven();
+  LogStart(app);
   if (!run) {
     std::fputs(app.help().c_str(), stdout);
     return kExitUsage;

@@ -3,6 +3,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "cmd/tessera/commands.h"
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "tessera/base/clock.h"
 #include "tessera/base/status_macros.h"
@@ -23,6 +25,7 @@
 #include "tessera/kube/client.h"
 #include "tessera/kube/config.h"
 #include "tessera/kube/manifest.h"
+#include "tessera/kube/objects.h"
 #include "tessera/kube/transport.h"
 
 namespace tessera::cmd {
@@ -32,7 +35,9 @@ struct ExplainOptions {
   std::string cluster;
   std::string kubeconfig;
   std::string context;
-  std::string pod;
+  std::string pod;         // --pod
+  std::string pod_arg;     // the positional POD, as kubectl takes it
+  std::string namespace_;  // -n: the namespace of a POD given by name
   std::string node_policy = "binpack";
   std::string gpu_policy = "spread";
   std::string device_config;
@@ -51,6 +56,11 @@ bool IsFile(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// A manifest's name (".yaml", ".yml", ".json"): a missing one is a mistyped file, not a pod name.
+bool LooksLikeAFile(std::string_view ref) {
+  return ref.ends_with(".yaml") || ref.ends_with(".yml") || ref.ends_with(".json");
+}
+
 // "ns/name" → {ns, name}; nullopt for anything else.
 std::optional<std::pair<std::string, std::string>> ParsePodRef(const std::string& ref) {
   const size_t slash = ref.find('/');
@@ -59,6 +69,44 @@ std::optional<std::pair<std::string, std::string>> ParsePodRef(const std::string
     return std::nullopt;
   }
   return std::make_pair(ref.substr(0, slash), ref.substr(slash + 1));
+}
+
+// A JSON scalar as YAML: JSON's string escapes are YAML's double-quoted ones; plain keys stay
+// unquoted.
+std::string YamlKey(const std::string& key) {
+  const bool plain = !key.empty() && key.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789_-./") == std::string::npos;
+  return plain ? key : nlohmann::json(key).dump();
+}
+
+// `value` as block YAML at `indent` spaces (`-o yaml`: the document of `-o json`).
+void AppendYaml(const nlohmann::json& value, int indent, std::string* out) {
+  const std::string pad(static_cast<size_t>(indent), ' ');
+  if (value.is_object()) {
+    for (const auto& [key, item] : value.items()) {
+      *out += pad + YamlKey(key) + ":";
+      if ((item.is_object() || item.is_array()) && !item.empty()) {
+        *out += "\n";
+        AppendYaml(item, indent + 2, out);
+      } else {
+        *out += " " + item.dump() + "\n";
+      }
+    }
+  } else if (value.is_array()) {
+    for (const nlohmann::json& item : value) {
+      if ((item.is_object() || item.is_array()) && !item.empty()) {
+        // "- " then the item's first line; the rest indented under it.
+        std::string nested;
+        AppendYaml(item, indent + 2, &nested);
+        *out += pad + "- " + nested.substr(static_cast<size_t>(indent) + 2);
+      } else {
+        *out += pad + "- " + item.dump() + "\n";
+      }
+    }
+  } else {
+    *out += pad + value.dump() + "\n";
+  }
 }
 
 // The nodes, the pods and the pod to place, from the manifest files or the API server.
@@ -83,11 +131,20 @@ absl::StatusOr<kube::Pod> LoadPodFile(const std::string& path) {
 std::optional<int> LoadLive(const ExplainOptions& opts, Sources* sources) {
   const bool pod_is_file = IsFile(opts.pod);
   std::optional<std::pair<std::string, std::string>> ref;
+  if (!pod_is_file && LooksLikeAFile(opts.pod)) {
+    return Fail(absl::InvalidArgumentError(fmt::format("no such file \"{}\"", opts.pod)));
+  }
   if (!pod_is_file) {
-    ref = ParsePodRef(opts.pod);
+    ref = opts.pod.find('/') != std::string::npos || !kube::IsDnsSubdomain(opts.pod)
+              ? ParsePodRef(opts.pod)
+              : std::make_optional(std::make_pair(opts.namespace_, opts.pod));
     if (!ref) {
-      return Fail(absl::InvalidArgumentError(
-          fmt::format("--pod: \"{}\" is neither a file nor NAMESPACE/NAME of a pod", opts.pod)));
+      return Fail(absl::InvalidArgumentError(fmt::format(
+          "pod \"{}\" is neither a file, a pod name nor NAMESPACE/NAME of a pod", opts.pod)));
+    }
+    if (!opts.namespace_.empty() && ref->first != opts.namespace_) {
+      return Fail(absl::InvalidArgumentError(fmt::format(
+          "pod \"{}\" names namespace {}, -n says {}", opts.pod, ref->first, opts.namespace_)));
     }
   } else {
     absl::StatusOr<kube::Pod> pod = LoadPodFile(opts.pod);
@@ -101,10 +158,17 @@ std::optional<int> LoadLive(const ExplainOptions& opts, Sources* sources) {
   kc.context = opts.context;
   absl::StatusOr<kube::RestConfig> rest = kube::LoadKubeconfig(kc);
   if (!rest.ok()) {
-    return Fail(Annotate(rest.status(), "--kubeconfig"));
+    return Fail(
+        Annotate(rest.status(), opts.kubeconfig.empty()
+                                    ? "a live cluster needs a kubeconfig ($KUBECONFIG, else "
+                                      "~/.kube/config; or read a manifest with --cluster FILE)"
+                                    : "--kubeconfig"));
   }
   if (pod_is_file && sources->pod.meta.ns.empty()) {
-    sources->pod.meta.ns = rest->namespace_;  // as kubectl would place it
+    sources->pod.meta.ns = !opts.namespace_.empty() ? opts.namespace_ : rest->namespace_;
+  }
+  if (ref && ref->first.empty()) {
+    ref->first = rest->namespace_.empty() ? "default" : rest->namespace_;  // as kubectl does
   }
   // A one-shot command: fail fast rather than wait out a long outage.
   rest->connect_timeout = absl::Seconds(10);
@@ -126,7 +190,8 @@ std::optional<int> LoadLive(const ExplainOptions& opts, Sources* sources) {
   if (ref) {
     absl::StatusOr<kube::Pod> pod = client.GetPod(ref->first, ref->second);
     if (!pod.ok()) {
-      return api_failure(Annotate(pod.status(), fmt::format("getting pod {}", opts.pod)));
+      return api_failure(
+          Annotate(pod.status(), fmt::format("getting pod {}/{}", ref->first, ref->second)));
     }
     sources->pod = *std::move(pod);
   }
@@ -142,8 +207,8 @@ std::optional<int> LoadLive(const ExplainOptions& opts, Sources* sources) {
 // Fills `sources` from --cluster and --pod files; returns the exit code on failure.
 std::optional<int> LoadFiles(const ExplainOptions& opts, Sources* sources) {
   if (!IsFile(opts.pod)) {
-    return Fail(absl::InvalidArgumentError(
-        fmt::format("--pod: no such file \"{}\" (NAMESPACE/NAME needs --kubeconfig)", opts.pod)));
+    return Fail(absl::InvalidArgumentError(fmt::format(
+        "no such file \"{}\" (a pod of the cluster needs a kubeconfig, not --cluster)", opts.pod)));
   }
   absl::StatusOr<kube::Manifests> cluster = kube::LoadManifestFile(opts.cluster);
   if (!cluster.ok()) {
@@ -160,14 +225,19 @@ std::optional<int> LoadFiles(const ExplainOptions& opts, Sources* sources) {
   return std::nullopt;
 }
 
-int RunExplain(const ExplainOptions& opts) {
-  if (opts.cluster.empty() == opts.kubeconfig.empty()) {
+int RunExplain(ExplainOptions opts) {
+  if (opts.pod.empty() == opts.pod_arg.empty()) {
     return Fail(absl::InvalidArgumentError(
-        "exactly one of --cluster FILE (a manifest) and --kubeconfig FILE (a live cluster) is "
-        "required"));
+        "name the pod once: POD (a name with -n, NAMESPACE/NAME or a file) or --pod"));
   }
-  if (!opts.context.empty() && opts.kubeconfig.empty()) {
-    return Fail(absl::InvalidArgumentError("--context needs --kubeconfig"));
+  if (opts.pod.empty()) {
+    opts.pod = opts.pod_arg;
+  }
+  const bool live = opts.cluster.empty();
+  if (!live && (!opts.kubeconfig.empty() || !opts.context.empty())) {
+    return Fail(absl::InvalidArgumentError(
+        "--cluster FILE (a manifest) or a live cluster (--kubeconfig, $KUBECONFIG or "
+        "~/.kube/config, --context): not both"));
   }
   absl::StatusOr<device::NodePolicy> node_policy = device::ParseNodePolicy(opts.node_policy);
   if (!node_policy.ok()) {
@@ -191,8 +261,7 @@ int RunExplain(const ExplainOptions& opts) {
     config = *std::move(loaded);
   }
   Sources sources;
-  if (std::optional<int> failed =
-          opts.kubeconfig.empty() ? LoadFiles(opts, &sources) : LoadLive(opts, &sources)) {
+  if (std::optional<int> failed = live ? LoadLive(opts, &sources) : LoadFiles(opts, &sources)) {
     return *failed;
   }
 
@@ -215,8 +284,14 @@ int RunExplain(const ExplainOptions& opts) {
   for (const std::string& w : sources.warnings) {
     result->warnings.push_back(w);
   }
-  std::string text = opts.output == "json" ? explain::RenderExplainJson(*result)
-                                           : explain::RenderExplainText(*result);
+  std::string text;
+  if (opts.output == "json") {
+    text = explain::RenderExplainJson(*result);
+  } else if (opts.output == "yaml") {
+    AppendYaml(nlohmann::json::parse(explain::RenderExplainJson(*result)), 0, &text);
+  } else {
+    text = explain::RenderExplainText(*result, opts.output == "wide");
+  }
   std::fwrite(text.data(), 1, text.size(), stdout);
   return (result->node || result->no_request) ? kExitOk : kExitFailure;
 }
@@ -229,21 +304,27 @@ void AddExplainCommand(CLI::App& app, Runner* run) {
       "explain",
       "Explain where a pod would be placed: the chosen node, the devices per container, the "
       "annotations Tessera would write, and for every node that does not fit, why (HAMi's "
-      "reason strings). Reads a manifest (--cluster) or the live cluster (--kubeconfig). Exit "
-      "code 0 when a node fits, 1 when none does or the API server failed, 2 on bad input.");
+      "reason strings). Reads the live cluster as kubectl does (--kubeconfig, else "
+      "$KUBECONFIG, else ~/.kube/config) or a manifest (--cluster). Also a kubectl plugin: "
+      "`kubectl tessera explain POD -n NAMESPACE`. Exit code 0 when a node fits, 1 when none "
+      "does or the API server failed, 2 on bad input.");
+  sub->add_option("pod", opts->pod_arg,
+                  "The pod to place: a pod name (namespace from -n, else the kubeconfig "
+                  "context's, else default), NAMESPACE/NAME, or a file (YAML or JSON, one Pod)");
+  sub->add_option("-n,--namespace", opts->namespace_,
+                  "The namespace of a POD given by name (as kubectl's -n)");
   sub->add_option("--cluster", opts->cluster,
                   "Nodes and pods as `kubectl get nodes,pods -A -o yaml` writes them (YAML or "
-                  "JSON; a List or several documents). Exactly one of --cluster and --kubeconfig")
+                  "JSON; a List or several documents) instead of the live cluster")
       ->check(CLI::ExistingFile);
   sub->add_option("--kubeconfig", opts->kubeconfig,
-                  "Read every node and pod from the live cluster of this kubeconfig instead of "
-                  "--cluster (LISTs, read-only)");
+                  "The kubeconfig of the live cluster whose nodes and pods are read (LISTs, "
+                  "read-only); default: $KUBECONFIG (':'-separated, merged as kubectl does), "
+                  "else ~/.kube/config");
   sub->add_option("--context", opts->context,
                   "The kubeconfig context to use (default: its current-context)");
   sub->add_option("--pod", opts->pod,
-                  "The pod to place: a file (YAML or JSON, one Pod), or with --kubeconfig "
-                  "NAMESPACE/NAME of a pod in the cluster; an existing file wins")
-      ->required();
+                  "The pod to place, as POD (the positional form); an existing file wins");
   sub->add_option("--node-policy", opts->node_policy,
                   "Node policy when the pod has no hami.io/node-scheduler-policy: binpack or "
                   "spread")
@@ -256,8 +337,10 @@ void AddExplainCommand(CLI::App& app, Runner* run) {
                   "HAMi device-config YAML (resource names, defaultMemory, defaultCores, "
                   "memoryFactor); default: HAMi's chart defaults")
       ->check(CLI::ExistingFile);
-  sub->add_option("-o,--output", opts->output, "Output format: text or json")
-      ->check(CLI::IsMember({"text", "json"}))
+  sub->add_option("-o,--output", opts->output,
+                  "Output format: text, wide (text with each node's GPUs, shared allocations and "
+                  "memory), json or yaml (the JSON document)")
+      ->check(CLI::IsMember({"text", "wide", "json", "yaml"}))
       ->capture_default_str();
   sub->add_option("--reservation-ttl", opts->reservation_ttl,
                   "How long an annotated but unbound pod counts as an in-flight reservation")

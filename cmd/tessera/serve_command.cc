@@ -22,6 +22,9 @@
 namespace tessera::cmd {
 namespace {
 
+// A bool flag's default as help and the start log show it (CLI11 captures none for flags).
+const char* BoolText(bool value) { return value ? "true" : "false"; }
+
 // The command line binds to a serve::ServeOptions, so that each flag's default is the field's
 // default in service.h, stated once. Durations, policies and the leader mode are read as text and
 // parsed in RunServe (errors read "tessera serve: --flag: ..."); each text starts as its field's
@@ -263,7 +266,7 @@ void AddServeCommand(CLI::App& app, Runner* run) {
                 flags->options.force_overwrite_default_scheduler,
                 "The /webhook also gives our scheduler name to pods that carry "
                 "\"default-scheduler\" (default true); =false leaves them to the default scheduler")
-      ->capture_default_str();
+      ->default_str(BoolText(flags->options.force_overwrite_default_scheduler));
   sub->add_option("--node-scheduler-policy", flags->node_scheduler_policy,
                   "Default node policy, binpack or spread (a pod's "
                   "hami.io/node-scheduler-policy overrides it)")
@@ -293,7 +296,7 @@ void AddServeCommand(CLI::App& app, Runner* run) {
                 "flight (its filter decision made, or HAMi's node lock held until the device "
                 "plugin's Allocate): a bind there would be refused \"node locked\" and the pod "
                 "scheduled again (default true); =false picks by the node policy alone, as HAMi")
-      ->capture_default_str();
+      ->default_str(BoolText(flags->options.avoid_busy_nodes));
   sub->add_option("--reservation-ttl", flags->reservation_ttl,
                   "How long a filter decision holds its devices while waiting for bind")
       ->capture_default_str();
@@ -324,7 +327,7 @@ void AddServeCommand(CLI::App& app, Runner* run) {
                 "The leader sets HAMi's label hami.io/scheduler-role (leader/follower) on the "
                 "pods app.kubernetes.io/component=hami-scheduler of $POD_NAMESPACE, its own pod "
                 "being $POD_NAME (default true; off without POD_NAME); =false never writes it")
-      ->capture_default_str();
+      ->default_str(BoolText(flags->options.role_labels.enabled));
   sub->add_option("--kubeconfig", flags->options.kube.path,
                   "kubeconfig file; default: $KUBECONFIG when set, else in-cluster when "
                   "KUBERNETES_SERVICE_HOST is set, else ~/.kube/config");

@@ -193,9 +193,36 @@ TEST(CliTest, HelpAndUsageErrors) {
   EXPECT_THAT(r.output, HasSubstr("--node-policy"));
   r = RunTessera("--no-such-flag");
   EXPECT_EQ(r.exit_code, 2);
-  r = RunTessera("explain --pod examples/pod.yaml");
+  r = RunShell(std::string("KUBECONFIG=/nonexistent/kc '") + TESSERA_BINARY_PATH +
+               "' explain --pod examples/pod.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("--cluster"));
+}
+
+// A mistyped command gets the nearest one, as kubectl and git suggest; exit 2 (usage).
+TEST(CliTest, AnUnknownCommandSuggestsTheNearest) {
+  for (const auto& [typed, meant] : {std::pair<std::string, std::string>{"serv", "serve"},
+                                     {"expalin", "explain"},
+                                     {"-v 2 decod", "decode"},
+                                     {"verison", "version"}}) {
+    Result r = RunTessera(typed);
+    EXPECT_EQ(r.exit_code, 2) << typed << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("unknown command \"" + typed.substr(typed.rfind(' ') + 1) +
+                                    "\"; did you mean " + meant + "?"));
+  }
+  Result far = RunTessera("frobnicate");
+  EXPECT_EQ(far.exit_code, 2) << far.output;
+  EXPECT_THAT(far.output, HasSubstr("unknown command \"frobnicate\"\nRun 'tessera --help'"));
+  Result flag = RunTessera("serve --no-such-flag");  // not a command: CLI11's own message
+  EXPECT_EQ(flag.exit_code, 2) << flag.output;
+  EXPECT_THAT(flag.output, Not(HasSubstr("did you mean")));
+}
+
+TEST(CliTest, LoggingFormatIsTextOrJson) {
+  Result bad = RunTessera("--logging-format=xml version");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--logging-format"));
+  EXPECT_EQ(RunTessera("version --logging-format=json").exit_code, 0);
 }
 
 // `bench serve --json` at a small scale: one JSON object with every key the issue lists, a
@@ -354,6 +381,61 @@ TEST_F(ExplainLiveTest, PodByNamespaceAndNameIsReadFromTheCluster) {
   EXPECT_THAT(neither.output, HasSubstr("no-such-file.yaml"));
 }
 
+// As kubectl: the kubeconfig from $KUBECONFIG, the pod by name with -n (else the context's
+// namespace), -o json | yaml | wide.
+TEST_F(ExplainLiveTest, KubeconfigFromTheEnvironmentPodByNameAndOutputFormats) {
+  const std::string env =
+      "KUBECONFIG='" + Kubeconfig() + "' '" + TESSERA_BINARY_PATH + "' explain --now 1764670500 ";
+  Result want = RunTessera(Live("--pod ml/train-0 -o json"), false);
+  ASSERT_EQ(want.exit_code, 0) << want.output;
+  Result by_name = RunShell(env + "train-0 -n ml -o json", false);
+  ASSERT_EQ(by_name.exit_code, 0) << by_name.output;
+  EXPECT_EQ(nlohmann::json::parse(by_name.output), nlohmann::json::parse(want.output));
+  // -o yaml is the same document (read back by PyYAML).
+  Result yaml = RunShell(env +
+                             "ml/train-0 -o yaml | python3 -c 'import sys, json, yaml; "
+                             "print(json.dumps(yaml.safe_load(sys.stdin)))'",
+                         false);
+  ASSERT_EQ(yaml.exit_code, 0) << yaml.output;
+  EXPECT_EQ(nlohmann::json::parse(yaml.output), nlohmann::json::parse(want.output));
+  // -o wide: the text report with each node's devices and their use.
+  Result wide = RunShell(env + "train-0 -n ml -o wide");
+  EXPECT_EQ(wide.exit_code, 0) << wide.output;
+  EXPECT_THAT(wide.output, ::testing::ContainsRegex("NODE +FIT +SCORE +GPUS +SHARED +MEMORY MiB"));
+  EXPECT_THAT(wide.output, ::testing::ContainsRegex("gpu-t4-1 .* 4 +[0-9]+ +[0-9]+/61440"));
+  // Without -n, the context's namespace (apisim's kubeconfig names none: default).
+  Result other_ns = RunShell(env + "train-0");
+  EXPECT_EQ(other_ns.exit_code, 1) << other_ns.output;
+  EXPECT_THAT(other_ns.output, HasSubstr("getting pod default/train-0"));
+  Result clash = RunShell(env + "ml/train-0 -n default");
+  EXPECT_EQ(clash.exit_code, 2) << clash.output;
+  EXPECT_THAT(clash.output, HasSubstr("-n says default"));
+}
+
+// `kubectl tessera explain …`: kubectl finds the plugin kubectl-tessera on $PATH (a link to the
+// binary) and runs it with the arguments after "tessera".
+TEST_F(ExplainLiveTest, RunsAsTheKubectlPlugin) {
+  const std::string bin = *dir_ + "/bin";
+  ASSERT_EQ(RunShell("mkdir -p '" + bin + "' && ln -sf '" + TESSERA_BINARY_PATH + "' '" + bin +
+                     "/kubectl-tessera'")
+                .exit_code,
+            0);
+  const std::string kubectl =
+      "PATH='" + bin + "':\"$PATH\" KUBECONFIG='" + Kubeconfig() + "' kubectl tessera ";
+  Result want = RunTessera(Live("--pod ml/train-0 -o json"), false);
+  ASSERT_EQ(want.exit_code, 0) << want.output;
+  Result plugin = RunShell(kubectl + "explain train-0 -n ml --now 1764670500 -o json", false);
+  ASSERT_EQ(plugin.exit_code, 0) << plugin.output;
+  EXPECT_EQ(nlohmann::json::parse(plugin.output), nlohmann::json::parse(want.output));
+  Result help = RunShell(kubectl + "--help");
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  EXPECT_THAT(help.output, HasSubstr("kubectl tessera"));
+  Result typo = RunShell(kubectl + "explian");
+  EXPECT_EQ(typo.exit_code, 2) << typo.output;
+  EXPECT_THAT(typo.output, HasSubstr("did you mean explain?"));
+  RunShell("rm -rf '" + bin + "'");
+}
+
 // The value of `name` in the environment of process `pid`; nullopt when it is not set.
 std::optional<std::string> EnvironmentOf(pid_t pid, const std::string& name) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
@@ -441,22 +523,36 @@ TEST(CliTest, ExplainWithWrongCredentialsExitsOneNamingTheServer) {
   rmdir(tmpl);
 }
 
-TEST(CliTest, ExplainNeedsExactlyOneSource) {
-  Result none = RunTessera("explain --pod examples/pod.yaml");
+// One source: --cluster, or the live cluster of --kubeconfig / $KUBECONFIG / ~/.kube/config.
+TEST(CliTest, ExplainReadsOneSource) {
+  const std::string no_env =
+      std::string("KUBECONFIG=/nonexistent/env-kc '") + TESSERA_BINARY_PATH + "' ";
+  Result none = RunShell(no_env + "explain --pod examples/pod.yaml");
   EXPECT_EQ(none.exit_code, 2) << none.output;
-  EXPECT_THAT(none.output, HasSubstr("exactly one of --cluster"));
+  EXPECT_THAT(none.output, HasSubstr("a live cluster needs a kubeconfig"));
+  EXPECT_THAT(none.output, HasSubstr("/nonexistent/env-kc"));
   Result both = RunTessera(
       "explain --cluster examples/cluster.yaml --kubeconfig examples/cluster.yaml --pod "
       "examples/pod.yaml");
   EXPECT_EQ(both.exit_code, 2) << both.output;
-  EXPECT_THAT(both.output, HasSubstr("exactly one of --cluster"));
+  EXPECT_THAT(both.output, HasSubstr("not both"));
   Result context =
       RunTessera("explain --cluster examples/cluster.yaml --context x --pod examples/pod.yaml");
   EXPECT_EQ(context.exit_code, 2) << context.output;
-  EXPECT_THAT(context.output, HasSubstr("--context needs --kubeconfig"));
+  EXPECT_THAT(context.output, HasSubstr("not both"));
   Result by_name = RunTessera("explain --cluster examples/cluster.yaml --pod ml/train-0");
   EXPECT_EQ(by_name.exit_code, 2) << by_name.output;
-  EXPECT_THAT(by_name.output, HasSubstr("needs --kubeconfig"));
+  EXPECT_THAT(by_name.output, HasSubstr("needs a kubeconfig, not --cluster"));
+  Result twice = RunTessera(
+      "explain --cluster examples/cluster.yaml --pod examples/pod.yaml "
+      "examples/pod.yaml");
+  EXPECT_EQ(twice.exit_code, 2) << twice.output;
+  EXPECT_THAT(twice.output, HasSubstr("name the pod once"));
+  Result no_pod = RunTessera("explain --cluster examples/cluster.yaml");
+  EXPECT_EQ(no_pod.exit_code, 2) << no_pod.output;
+  EXPECT_THAT(no_pod.output, HasSubstr("name the pod once"));
+  Result format = RunTessera(std::string(kExplain) + "-o toml");
+  EXPECT_EQ(format.exit_code, 2) << format.output;
   Result no_kubeconfig = RunTessera("explain --kubeconfig /nonexistent/kc --pod examples/pod.yaml");
   EXPECT_EQ(no_kubeconfig.exit_code, 2) << no_kubeconfig.output;
   EXPECT_THAT(no_kubeconfig.output, HasSubstr("/nonexistent/kc"));
@@ -596,7 +692,8 @@ TEST(CliTest, ARepeatedFlagTakesTheLastValueAsPflagDoes) {
       "serve --node-scheduler-policy bogus --node-scheduler-policy=spread -v=3 -v=4 "
       "--kubeconfig /nonexistent/kubeconfig");
   EXPECT_EQ(last_good.exit_code, 2);
-  EXPECT_THAT(last_good.output, Not(HasSubstr("--node-scheduler-policy")));
+  EXPECT_THAT(last_good.output, Not(HasSubstr("--node-scheduler-policy:")));       // no error
+  EXPECT_THAT(last_good.output, HasSubstr("--node-scheduler-policy=\"spread\""));  // start log
   EXPECT_THAT(last_good.output, HasSubstr("/nonexistent/kubeconfig"));
   Result bad_v = RunTessera("serve -v=x");
   EXPECT_EQ(bad_v.exit_code, 2);

@@ -16,7 +16,11 @@ For deploy/base and every directory under deploy/overlays:
     config; every `tessera serve` flag used is accepted by `tessera serve --help`;
   - security: replicas 2, a PodDisruptionBudget, non-root, read-only root filesystem, no
     capabilities, resource requests, probes.
-And the Grafana dashboard is valid JSON whose queries name only metrics Tessera exports. An
+overlays/monitoring (and an overlay of the user's that moves Tessera with `namespace:`) has one
+ServiceMonitor and one PrometheusRule, both in the tessera-metrics Service's namespace, the
+ServiceMonitor selecting that Service with honorLabels on every endpoint; no other overlay has
+either. The Grafana dashboard is valid JSON whose queries name only metrics Tessera exports, with
+node and namespace variables that every GPU panel uses. An
 overlay with a NetworkPolicy (overlays/network-policy) must select the Deployment's pods, admit
 the extender port only from ipBlocks (the API server; kube-scheduler calls over localhost) and
 the metrics port only from a namespaceSelector, and nothing else. docs/deploy.md's listing of
@@ -31,6 +35,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.parse
 
 import yaml
@@ -372,6 +377,52 @@ def exported_metrics(source):
     return names
 
 
+def check_monitoring(docs, where):
+    """The ServiceMonitor and the PrometheusRule: in the metrics Service's namespace, selecting
+    it (and no other namespace), every endpoint with honorLabels."""
+    service = one(docs, "Service", "tessera-metrics", where)
+    ns = service["metadata"]["namespace"]
+    monitor = one(docs, "ServiceMonitor", "tessera", where)
+    rule = one(docs, "PrometheusRule", "tessera", where)
+    check(monitor["metadata"].get("namespace") == ns,
+          f"{where}: the ServiceMonitor is in {monitor['metadata'].get('namespace')}, the "
+          f"Service in {ns}")
+    check(rule["metadata"].get("namespace") == ns,
+          f"{where}: the PrometheusRule is in {rule['metadata'].get('namespace')}, not {ns}")
+    spec = monitor["spec"]
+    selector = spec.get("namespaceSelector", {})
+    check(selector.get("matchNames", [ns]) == [ns] and not selector.get("any"),
+          f"{where}: the ServiceMonitor's namespaceSelector {selector} is not {ns}")
+    labels = service["metadata"].get("labels", {})
+    check(all(labels.get(k) == v for k, v in spec["selector"]["matchLabels"].items()),
+          f"{where}: the ServiceMonitor does not select the tessera-metrics Service")
+    ports = {p.get("name") for p in service["spec"]["ports"]}
+    for e in spec["endpoints"]:
+        check(e.get("port") in ports, f"{where}: ServiceMonitor endpoint port {e.get('port')}")
+        check(e.get("honorLabels") is True,
+              f"{where}: the ServiceMonitor endpoint lacks honorLabels: true (hami_vgpu_*'s "
+              f"namespace and pod labels would become exported_namespace / exported_pod)")
+
+
+def render_moved(source, namespace):
+    """An overlay of the user's that moves Tessera with a namespace transformer and adds the
+    monitoring components."""
+    with tempfile.TemporaryDirectory() as d:
+        rel = os.path.relpath(os.path.join(source, "deploy"), d)
+        with open(os.path.join(d, "kustomization.yaml"), "w") as f:
+            f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                    f"namespace: {namespace}\nresources:\n  - {rel}/base\ncomponents:\n"
+                    f"  - {rel}/components/servicemonitor\n  - {rel}/components/prometheusrule\n")
+        out = subprocess.run(["kubectl", "kustomize", "--load-restrictor", "LoadRestrictionsNone",
+                              d], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"FAIL: kubectl kustomize of a moved overlay:\n{out.stderr}")
+    docs = [x for x in yaml.safe_load_all(out.stdout) if x]
+    check(one(docs, "Service", "tessera-metrics")["metadata"]["namespace"] == namespace,
+          f"the moved overlay did not move the Service to {namespace}")
+    return docs
+
+
 def check_dashboard(source):
     path = os.path.join(source, "deploy/grafana/tessera.json")
     with open(path) as f:
@@ -387,6 +438,22 @@ def check_dashboard(source):
                 used.add(name)
                 check(name in exported or base in exported,
                       f"dashboard: panel {panel['title']!r} uses {name}, which is not exported")
+    # Node and namespace variables, applied to every GPU panel.
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    for name, family in (("node", "hami_gpu_memory_limit_bytes"),
+                         ("namespace", "hami_vgpu_memory_allocated_bytes")):
+        v = variables.get(name, {})
+        check(v.get("type") == "query" and f", {name})" in v.get("definition", "")
+              and family in v.get("definition", "") and v.get("includeAll") and v.get("multi"),
+              f"dashboard: no {name} variable over {family}")
+    for panel in dash["panels"]:
+        for t in panel.get("targets", []):
+            for m in re.finditer(r"\b(hami_[a-z_]+)\{([^}]*)\}", t["expr"]):
+                check('node=~"$node"' in m.group(2),
+                      f"dashboard: panel {panel['title']!r}: {m.group(1)} ignores $node")
+                if m.group(1).startswith("hami_vgpu_"):
+                    check('namespace=~"$namespace"' in m.group(2),
+                          f"dashboard: panel {panel['title']!r}: {m.group(1)} ignores $namespace")
     check({n for n in exported if n.startswith("tessera_")} <=
           {re.sub(r"_(bucket|sum|count)$", "", n) for n in used} | {"tessera_build_info"},
           f"dashboard: tessera_* families without a panel: "
@@ -484,10 +551,12 @@ def main():
         check_rbac(docs, deployment, calls, d)
         check_network_policy(docs, deployment, d)
         if d == "overlays/monitoring":
-            check(len(find(docs, "ServiceMonitor")) == 1, f"{d}: no ServiceMonitor")
+            check_monitoring(docs, d)
         else:
-            check(not find(docs, "ServiceMonitor"), f"{d}: ServiceMonitor needs the CRD")
+            check(not find(docs, "ServiceMonitor") and not find(docs, "PrometheusRule"),
+                  f"{d}: ServiceMonitor and PrometheusRule need the CRDs")
         print(f"ok: {d} ({len(docs)} objects)")
+    check_monitoring(render_moved(source, "gpu-system"), "a moved overlay (namespace: gpu-system)")
     check_dashboard(source)
 
     for f in FAILURES:

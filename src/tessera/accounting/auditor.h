@@ -15,6 +15,7 @@
 // Thread safety: Run may be called from any one thread at a time; last() from any thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -46,6 +47,10 @@ struct AuditorOptions {
   // Our spec.schedulerName (--scheduler-name). Empty: no pod is foreign.
   std::string scheduler_name;
 };
+
+// Every cause an AuditReport's corrections can name (described there).
+inline constexpr std::array<std::string_view, 5> kAuditCauses = {"stale_record", "missing_record",
+                                                                 "changed_record", "node", "usage"};
 
 struct AuditReport {
   absl::Time at = absl::InfinitePast();  // when it ran (InfinitePast: never)

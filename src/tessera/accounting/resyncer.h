@@ -16,11 +16,13 @@
 // RunOnce and last() from any thread (passes are serialised). on_report runs on the pass's thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -51,6 +53,9 @@ struct ResyncOptions {
   // The jitter's random seed (a fixed default for tests; serve seeds each replica anew).
   uint64_t seed = 0x7e55e7a;
 };
+
+// Every kind a ResyncReport's corrections can name.
+inline constexpr std::array<std::string_view, 3> kResyncKinds = {"missing", "stale", "gone"};
 
 struct ResyncReport {
   absl::Time at = absl::InfinitePast();  // when the pass started (InfinitePast: never ran)

@@ -1,3 +1,4 @@
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -5,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include <nlohmann/json.hpp>
 
 #include "tessera/base/allocator.h"
 #include "tessera/base/backoff.h"
@@ -77,6 +79,77 @@ TEST(LoggingTest, KlogLayoutAndVerbosity) {
               ::testing::MatchesRegex("W[0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6} +[0-9]+ "
                                       "base_test\\.cc:[0-9]+\\] node gpu-1 has 3 free"));
   EXPECT_THAT(lines[1], ::testing::EndsWith("] shown"));
+}
+
+// Captures the lines emitted while `body` runs, in `format` at verbosity `v`.
+std::vector<std::string> Capture(LogFormat format, int v, const std::function<void()>& body) {
+  std::vector<std::string> lines;
+  LogSink previous =
+      SetLogSink([&](LogSeverity, std::string_view line) { lines.emplace_back(line); });
+  SetLogFormat(format);
+  SetLogVerbosity(v);
+  body();
+  SetLogVerbosity(0);
+  SetLogFormat(LogFormat::kText);
+  SetLogSink(std::move(previous));
+  return lines;
+}
+
+TEST(LoggingTest, StructuredTextQuotesTheMessageAndStringValues) {
+  const std::vector<std::string> lines = Capture(LogFormat::kText, 2, [] {
+    TESSERA_VLOGS(2, "filter", "pod", "ml/train \"a\"", "candidates", 3, "fits", true);
+    TESSERA_VLOGS(3, "hidden", "pod", "x");
+  });
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], ::testing::MatchesRegex(
+                            "I[0-9]{4} [0-9:.]+ +[0-9]+ base_test\\.cc:[0-9]+\\] \"filter\" "
+                            "pod=\"ml/train \\\\\"a\\\\\"\" candidates=3 fits=true"));
+}
+
+// klog's JSON shape: ts (float seconds), caller, msg, v, then the key/values in order; an error
+// line has "err" instead of "v"; every line is one valid JSON object, escapes included.
+TEST(LoggingTest, JsonLinesHaveKlogsShape) {
+  const double before = static_cast<double>(absl::ToUnixSeconds(absl::Now()));
+  const std::vector<std::string> lines = Capture(LogFormat::kJson, 2, [] {
+    TESSERA_LOG(kInfo, "node {} has {} free", "gpu-1", 3);
+    TESSERA_VLOGS(2, "bind", "pod", "ml/p\n1", "node", "a", "devices", 2);
+    TESSERA_LOGS(kError, "watch failed", "err", "UNAVAILABLE: \"x\"", "resource", "pods");
+    TESSERA_LOG(kError, "plain error");
+    TESSERA_VLOG(3, "hidden");
+  });
+  ASSERT_EQ(lines.size(), 4u);
+  std::vector<nlohmann::ordered_json> j;
+  for (const std::string& line : lines) {
+    j.push_back(nlohmann::ordered_json::parse(line, nullptr, false));
+    ASSERT_FALSE(j.back().is_discarded()) << line;
+  }
+  EXPECT_TRUE(j[0]["ts"].is_number_float());
+  EXPECT_GE(j[0]["ts"].get<double>(), before - 1);
+  EXPECT_LE(j[0]["ts"].get<double>(), before + 60);
+  EXPECT_THAT(j[0]["caller"].get<std::string>(), ::testing::MatchesRegex("base_test.cc:[0-9]+"));
+  EXPECT_EQ(j[0]["msg"], "node gpu-1 has 3 free");
+  EXPECT_EQ(j[0]["v"], 0);
+  std::vector<std::string> keys;
+  for (const auto& [k, value] : j[1].items()) {
+    keys.push_back(k);
+  }
+  EXPECT_THAT(keys, ::testing::ElementsAre("ts", "caller", "msg", "v", "pod", "node", "devices"));
+  EXPECT_EQ(j[1]["v"], 2);
+  EXPECT_EQ(j[1]["pod"], "ml/p\n1");
+  EXPECT_EQ(j[1]["devices"], 2);
+  EXPECT_EQ(j[2]["err"], "UNAVAILABLE: \"x\"");
+  EXPECT_EQ(j[2]["resource"], "pods");
+  EXPECT_FALSE(j[2].contains("v"));
+  EXPECT_TRUE(j[3]["err"].is_null());
+  EXPECT_EQ(j[3]["msg"], "plain error");
+}
+
+TEST(LoggingTest, ParseLogFormatAcceptsTextAndJsonOnly) {
+  EXPECT_EQ(*ParseLogFormat("text"), LogFormat::kText);
+  EXPECT_EQ(*ParseLogFormat("json"), LogFormat::kJson);
+  absl::StatusOr<LogFormat> bad = ParseLogFormat("yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("want text or json"));
 }
 
 TEST(RaiseOpenFileLimitTest, RaisesTheSoftLimitToTheHardLimit) {

@@ -1,8 +1,11 @@
 #include "tessera/base/logging.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include <sys/syscall.h>
 #include <time.h>
@@ -14,6 +17,7 @@ namespace tessera {
 namespace {
 
 std::atomic<int> g_verbosity{0};
+std::atomic<LogFormat> g_format{LogFormat::kText};
 
 Mutex& SinkMutex() {
   static Mutex* mu = new Mutex();
@@ -37,22 +41,129 @@ const char* BaseName(const char* path) {
   return base;
 }
 
-std::string FormatLine(LogSeverity severity, const char* file, int line, std::string_view message) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+// Appends `s` as a Go-quoted (text) or JSON string: quotes, backslashes and control bytes
+// escaped; other bytes (UTF-8 included) as they are.
+void AppendQuoted(std::string* out, std::string_view s) {
+  out->push_back('"');
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out->append(fmt::format("\\u{:04x}", static_cast<int>(c)));
+        } else {
+          out->push_back(c);
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+bool IsError(LogSeverity severity) {
+  return severity == LogSeverity::kError || severity == LogSeverity::kFatal;
+}
+
+std::string FormatText(LogSeverity severity, const struct timespec& ts, const char* file, int line,
+                       std::string_view message, bool structured,
+                       const std::vector<logging_internal::Field>& fields) {
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
   const long tid = static_cast<long>(syscall(SYS_gettid));
-  return fmt::format("{}{:02}{:02} {:02}:{:02}:{:02}.{:06} {:>7} {}:{}] {}",
-                     kSeverityLetters[static_cast<int>(severity)], tm.tm_mon + 1, tm.tm_mday,
-                     tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, tid, BaseName(file), line,
-                     message);
+  std::string out =
+      fmt::format("{}{:02}{:02} {:02}:{:02}:{:02}.{:06} {:>7} {}:{}] ",
+                  kSeverityLetters[static_cast<int>(severity)], tm.tm_mon + 1, tm.tm_mday,
+                  tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, tid, BaseName(file), line);
+  if (!structured) {
+    out.append(message);
+    return out;
+  }
+  AppendQuoted(&out, message);
+  for (const logging_internal::Field& f : fields) {
+    out.push_back(' ');
+    out.append(f.key);
+    out.push_back('=');
+    if (f.quoted) {
+      AppendQuoted(&out, f.value);
+    } else {
+      out.append(f.value);
+    }
+  }
+  return out;
+}
+
+std::string FormatJson(LogSeverity severity, int v, const struct timespec& ts, const char* file,
+                       int line, std::string_view message,
+                       const std::vector<logging_internal::Field>& fields) {
+  std::string out = fmt::format("{{\"ts\":{}.{:06},\"caller\":", static_cast<int64_t>(ts.tv_sec),
+                                ts.tv_nsec / 1000);
+  AppendQuoted(&out, fmt::format("{}:{}", BaseName(file), line));
+  out.append(",\"msg\":");
+  AppendQuoted(&out, message);
+  const logging_internal::Field* err = nullptr;
+  for (const logging_internal::Field& f : fields) {
+    if (f.key == "err") {
+      err = &f;
+    }
+  }
+  if (IsError(severity)) {
+    out.append(",\"err\":");
+    if (err != nullptr) {
+      AppendQuoted(&out, err->value);
+    } else {
+      out.append("null");
+    }
+  } else {
+    out.append(fmt::format(",\"v\":{}", v));
+  }
+  for (const logging_internal::Field& f : fields) {
+    if (&f == err && IsError(severity)) {
+      continue;
+    }
+    out.push_back(',');
+    AppendQuoted(&out, f.key);
+    out.push_back(':');
+    if (f.quoted) {
+      AppendQuoted(&out, f.value);
+    } else {
+      out.append(f.value);
+    }
+  }
+  out.push_back('}');
+  return out;
 }
 
 }  // namespace
 
 void SetLogVerbosity(int v) { g_verbosity.store(v, std::memory_order_relaxed); }
 int LogVerbosity() { return g_verbosity.load(std::memory_order_relaxed); }
+
+absl::StatusOr<LogFormat> ParseLogFormat(std::string_view name) {
+  if (name == "text") {
+    return LogFormat::kText;
+  }
+  if (name == "json") {
+    return LogFormat::kJson;
+  }
+  return absl::InvalidArgumentError(
+      fmt::format("unknown logging format \"{}\": want text or json", name));
+}
+
+void SetLogFormat(LogFormat format) { g_format.store(format, std::memory_order_relaxed); }
+LogFormat GetLogFormat() { return g_format.load(std::memory_order_relaxed); }
 
 LogSink SetLogSink(LogSink sink) {
   MutexLock lock(&SinkMutex());
@@ -63,8 +174,13 @@ LogSink SetLogSink(LogSink sink) {
 
 namespace logging_internal {
 
-void Emit(LogSeverity severity, const char* file, int line, std::string_view message) {
-  std::string text = FormatLine(severity, file, line, message);
+void Emit(LogSeverity severity, int v, const char* file, int line, std::string_view message,
+          bool structured, const std::vector<Field>& fields) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  std::string text = GetLogFormat() == LogFormat::kJson
+                         ? FormatJson(severity, v, ts, file, line, message, fields)
+                         : FormatText(severity, ts, file, line, message, structured, fields);
   MutexLock lock(&SinkMutex());
   if (Sink()) {
     Sink()(severity, text);
@@ -73,6 +189,10 @@ void Emit(LogSeverity severity, const char* file, int line, std::string_view mes
   text.push_back('\n');
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);
+}
+
+void Emit(LogSeverity severity, const char* file, int line, std::string_view message) {
+  Emit(severity, 0, file, line, message, false, {});
 }
 
 void EmitFatal(const char* file, int line, std::string_view message) {

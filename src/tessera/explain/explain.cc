@@ -144,6 +144,18 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
     node.name = candidates[i].name;
     node.fit = r.fit;
     node.score = r.score;
+    if (const std::optional<device::NodeSnapshot>& snap = candidates[i].snapshot;
+        snap && snap->devices) {
+      const std::vector<device::DeviceInfo>& devs = snap->devices->devices;
+      node.gpus = static_cast<int32_t>(devs.size());
+      for (size_t d = 0; d < devs.size(); ++d) {
+        node.mem_total_mib += devs[d].devmem;
+        if (d < snap->usage.size()) {
+          node.mem_used_mib += snap->usage[d].usedmem;
+          node.slots_used += snap->usage[d].used;
+        }
+      }
+    }
     if (!r.fit) {
       if (!r.reasons.empty()) {
         node.reasons = r.reasons.Strings();
@@ -182,7 +194,7 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
   return result;
 }
 
-std::string RenderExplainText(const ExplainResult& r) {
+std::string RenderExplainText(const ExplainResult& r, bool wide) {
   std::string out;
   if (r.no_request) {
     out +=
@@ -216,8 +228,10 @@ std::string RenderExplainText(const ExplainResult& r) {
   for (const ExplainNode& n : r.nodes) {
     width = std::max(width, n.name.size());
   }
-  out +=
-      fmt::format("nodes:\n  {:<{}}  {:<3}  {:>6}  {}\n", "NODE", width, "FIT", "SCORE", "WHY NOT");
+  out += wide ? fmt::format("nodes:\n  {:<{}}  {:<3}  {:>6}  {:>4}  {:>6}  {:>15}  {}\n", "NODE",
+                            width, "FIT", "SCORE", "GPUS", "SHARED", "MEMORY MiB", "WHY NOT")
+              : fmt::format("nodes:\n  {:<{}}  {:<3}  {:>6}  {}\n", "NODE", width, "FIT", "SCORE",
+                            "WHY NOT");
   for (const ExplainNode& n : r.nodes) {
     std::string why;
     for (const std::string& reason : n.reasons) {
@@ -231,7 +245,10 @@ std::string RenderExplainText(const ExplainResult& r) {
       mark = "yes*";
     }
     std::string line =
-        fmt::format("  {:<{}}  {:<4} {:>6.2f}  {}", n.name, width, mark, n.score, why);
+        wide ? fmt::format("  {:<{}}  {:<4} {:>6.2f}  {:>4}  {:>6}  {:>15}  {}", n.name, width,
+                           mark, n.score, n.gpus, n.slots_used,
+                           fmt::format("{}/{}", n.mem_used_mib, n.mem_total_mib), why)
+             : fmt::format("  {:<{}}  {:<4} {:>6.2f}  {}", n.name, width, mark, n.score, why);
     while (!line.empty() && line.back() == ' ') {
       line.pop_back();
     }

@@ -50,6 +50,11 @@ struct ExplainNode {
   bool fit = false;
   double score = 0;
   std::vector<std::string> reasons;  // "1/2 CardInsufficientMemory", "node unregistered", …
+  // The node's registered devices and their use before this pod (none when unregistered).
+  int32_t gpus = 0;
+  int64_t mem_used_mib = 0;
+  int64_t mem_total_mib = 0;
+  int32_t slots_used = 0;  // allocations sharing the devices
 };
 
 struct ExplainResult {
@@ -73,8 +78,9 @@ struct ExplainResult {
 // allocation does not decode holds no device but blocks its node, with a warning that names it).
 absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const ExplainInput& input);
 
-// The human-readable report.
-std::string RenderExplainText(const ExplainResult& result);
+// The human-readable report. `wide` (-o wide) adds the columns GPUS, SHARED (allocations on
+// them) and MEMORY (used/total MiB before this pod) to the nodes table.
+std::string RenderExplainText(const ExplainResult& result, bool wide = false);
 // The JSON document of docs/explain.md, followed by a newline.
 std::string RenderExplainJson(const ExplainResult& result);
 

@@ -139,6 +139,26 @@ std::string_view BindCodeName(BindCode code) {
 
 namespace {
 
+// A decision's devices for the -v=2 filter line: containers separated by ";", each device as
+// "UUID:MiB:cores" — built only when that line is logged.
+std::string DevicesForLog(const std::vector<device::ContainerDevices>& containers) {
+  std::string out;
+  for (size_t c = 0; c < containers.size(); ++c) {
+    if (c > 0) {
+      out += ';';
+    }
+    for (size_t d = 0; d < containers[c].size(); ++d) {
+      const device::ContainerDevice& dev = containers[c][d];
+      out += fmt::format("{}{}:{}:{}", d > 0 ? "," : "", dev.uuid, dev.usedmem, dev.usedcores);
+    }
+  }
+  return out;
+}
+
+size_t CandidateCount(const FilterArgs& args) {
+  return args.node_names ? args.node_names->size() : args.nodes ? args.nodes->size() : 0;
+}
+
 // Why `pod` can no longer be given a decision: bound, being deleted or finished; OK when none.
 absl::Status NotPending(const kube::Pod& pod) {
   if (!pod.node_name.empty()) {
@@ -203,6 +223,8 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     }
     out.code = FilterCode::kError;
     out.failed_nodes.clear();
+    TESSERA_VLOGS(2, "filter", "pod", pod.Key(), "candidates", CandidateCount(args), "node", "",
+                  "err", result.error);
     return result;
   };
 
@@ -228,6 +250,8 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       result.node_names.emplace();
     }
     out.code = FilterCode::kPassThrough;
+    TESSERA_VLOGS(2, "filter", "pod", pod.Key(), "candidates", CandidateCount(args), "node", "",
+                  "outcome", "passthrough (no managed device asked for)");
     return result;
   }
   absl::StatusOr<device::PodConstraints> constraints = options_.vendor->DecodeConstraints(pod);
@@ -313,6 +337,8 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       events_.Record(pod.meta, "FilteringFailed", "no candidate nodes", EventType::kWarning);
     }
     out.code = FilterCode::kNoFit;
+    TESSERA_VLOGS(2, "filter", "pod", pod.Key(), "candidates", names.size(), "node", "", "outcome",
+                  "no node fits");
     return result;
   }
 
@@ -373,6 +399,8 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   }
   events_.Record(pod.meta, "FilteringSucceed", std::move(fits).Finish(), EventType::kNormal);
   out.code = FilterCode::kFit;
+  TESSERA_VLOGS(2, "filter", "pod", pod.Key(), "candidates", names.size(), "fit", fit_count, "node",
+                winner, "devices", DevicesForLog(decision.devices));
   return result;
 }
 
@@ -536,8 +564,8 @@ BindResult Scheduler::Bind(const BindArgs& args, BindOutcome* outcome) {
     result.error = Message(s);
     events_.Record(pod.meta, "BindingFailed", result.error, EventType::kWarning);
     out.code = code;
-    TESSERA_VLOG(1, "bind {}/{} to {} failed ({}): {}", args.pod_namespace, args.pod_name,
-                 args.node, BindCodeName(code), result.error);
+    TESSERA_VLOGS(1, "bind", "pod", fmt::format("{}/{}", args.pod_namespace, args.pod_name), "node",
+                  args.node, "outcome", BindCodeName(code), "err", result.error);
     return result;
   };
   auto fail = [&](const kube::Pod& pod, BindCode code, const absl::Status& s) {
@@ -674,6 +702,8 @@ BindResult Scheduler::Bind(const BindArgs& args, BindOutcome* outcome) {
                              pod->meta.name),
                  EventType::kNormal);
   out.code = BindCode::kBound;
+  TESSERA_VLOGS(2, "bind", "pod", pod->Key(), "node", args.node, "devices",
+                pod->meta.annotations.Get(device::kDevicesAllocatedAnnotation), "outcome", "bound");
   return result;
 }
 

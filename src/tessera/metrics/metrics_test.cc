@@ -542,6 +542,40 @@ TEST(Registry, HistogramsAndCountersObserveCorrectly) {
   ExpectEveryFamilyHasHelpAndType(text);
 }
 
+// Declared label values are series at 0 before any event (so rate() and increase() see the
+// first one); a later event counts from there, and declaring again keeps the count.
+TEST(Registry, KnownLabelValuesAreExportedAtZeroFromTheStart) {
+  FakeClock clock;
+  Registry registry({"0.1.0", "abc123", "gcc 12.2.0"}, &clock);
+  KnownLabels known;
+  known.filter_decisions = {{FilterOutcome::kScheduled, ""},
+                            {FilterOutcome::kUnschedulable, "CardInsufficientMemory"}};
+  known.informer_resources = {"pods"};
+  known.audit_causes = {"usage"};
+  known.ledger_problem_kinds = {"orphan"};
+  known.resync_kinds = {"gone"};
+  registry.DeclareKnownLabels(known);
+  std::string text = registry.Render(ledger::FullSnapshot{}, false);
+  for (const char* line : {
+           "tessera_filter_decisions_total{outcome=\"scheduled\",reason=\"\"} 0\n",
+           "tessera_filter_decisions_total{outcome=\"unschedulable\",reason="
+           "\"CardInsufficientMemory\"} 0\n",
+           "tessera_informer_synced{resource=\"pods\"} 0\n",
+           "tessera_informer_relists_total{resource=\"pods\"} 0\n",
+           "tessera_informer_events_total{resource=\"pods\"} 0\n",
+           "tessera_ledger_audit_corrections_total{cause=\"usage\"} 0\n",
+           "tessera_ledger_problems{kind=\"orphan\"} 0\n",
+           "tessera_resync_corrections_total{kind=\"gone\"} 0\n",
+       }) {
+    EXPECT_THAT(text, HasSubstr(line));
+  }
+  registry.RecordResyncCorrections("gone", 2);
+  registry.DeclareKnownLabels(known);
+  text = registry.Render(ledger::FullSnapshot{}, false);
+  EXPECT_THAT(text, HasSubstr("tessera_resync_corrections_total{kind=\"gone\"} 2\n"));
+  ExpectEveryFamilyHasHelpAndType(text);
+}
+
 TEST(Registry, InformerAgeFollowsTheClock) {
   FakeClock clock;
   Registry registry({"v", "r", "c"}, &clock);

@@ -181,6 +181,27 @@ Registry::Registry(const BuildInfo& build, const Clock* clock)
 
 Registry::~Registry() = default;
 
+void Registry::DeclareKnownLabels(const KnownLabels& known) {
+  for (const auto& [outcome, reason] : known.filter_decisions) {
+    impl_->filter_decisions.Add(
+        {{"outcome", std::string(OutcomeName(outcome))}, {"reason", reason}});
+  }
+  for (const std::string& resource : known.informer_resources) {
+    impl_->informer_synced.Add({{"resource", resource}});
+    impl_->informer_relists.Add({{"resource", resource}});
+    impl_->informer_events.Add({{"resource", resource}});
+  }
+  for (const std::string& cause : known.audit_causes) {
+    impl_->audit_corrections.Add({{"cause", cause}});
+  }
+  for (const std::string& kind : known.ledger_problem_kinds) {
+    impl_->ledger_problems.Add({{"kind", kind}});
+  }
+  for (const std::string& kind : known.resync_kinds) {
+    impl_->resync_corrections.Add({{"kind", kind}});
+  }
+}
+
 void Registry::RecordFilter(FilterOutcome outcome, std::string_view reason,
                             absl::Duration latency) {
   impl_->filter_duration.Observe(Seconds(latency));

@@ -19,6 +19,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/time/time.h"
@@ -55,6 +57,18 @@ enum class BindOutcome {
 std::string_view OutcomeName(FilterOutcome outcome);
 std::string_view OutcomeName(BindOutcome outcome);
 
+// The label values of the labelled families, exported at 0 from the start so that a counter's
+// rate is defined before its first event and an alert on `increase()` sees the first one.
+struct KnownLabels {
+  // tessera_filter_decisions_total{outcome,reason}
+  std::vector<std::pair<FilterOutcome, std::string>> filter_decisions;
+  // tessera_informer_{synced,relists_total,events_total}{resource}
+  std::vector<std::string> informer_resources;
+  std::vector<std::string> audit_causes;          // tessera_ledger_audit_corrections_total{cause}
+  std::vector<std::string> ledger_problem_kinds;  // tessera_ledger_problems{kind}
+  std::vector<std::string> resync_kinds;          // tessera_resync_corrections_total{kind}
+};
+
 class Registry {
  public:
   // `clock` (not owned, must outlive the registry) dates informer deliveries and renders.
@@ -62,6 +76,9 @@ class Registry {
   ~Registry();
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
+
+  // Creates every series `known` names, at 0 (a series that exists already keeps its value).
+  void DeclareKnownLabels(const KnownLabels& known);
 
   // One /filter call: its decision and its service time (negative durations count as 0).
   void RecordFilter(FilterOutcome outcome, std::string_view reason, absl::Duration latency);

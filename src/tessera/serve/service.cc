@@ -30,6 +30,7 @@
 #include "tessera/kube/informer.h"
 #include "tessera/kube/transport.h"
 #include "tessera/ledger/ledger.h"
+#include "tessera/metrics/build_revision.h"
 #include "tessera/metrics/registry.h"
 #include "tessera/schedule/fit.h"
 #include "tessera/serve/debug_json.h"
@@ -113,6 +114,34 @@ metrics::BindOutcome BindOutcomeOf(extender::BindCode code) {
   return metrics::BindOutcome::kError;
 }
 
+// tessera_ledger_problems{kind}: the kinds Housekeeping sets after each audit.
+constexpr std::array<std::string_view, 5> kLedgerProblemKinds = {
+    "conflict", "orphan", "unregistered", "unreadable", "foreign_allocation"};
+
+// Every label value the labelled families can take, exported at 0 from the start.
+metrics::KnownLabels KnownLabelValues() {
+  metrics::KnownLabels known;
+  for (auto outcome : {metrics::FilterOutcome::kScheduled, metrics::FilterOutcome::kPassthrough,
+                       metrics::FilterOutcome::kError, metrics::FilterOutcome::kUnschedulable}) {
+    known.filter_decisions.emplace_back(outcome, "");
+  }
+  known.filter_decisions.emplace_back(metrics::FilterOutcome::kError, "not_synced");
+  for (size_t i = 0; i < schedule::kReasonCount; ++i) {
+    known.filter_decisions.emplace_back(metrics::FilterOutcome::kUnschedulable,
+                                        schedule::ReasonName(static_cast<schedule::Reason>(i)));
+  }
+  for (size_t i = 0; i < extender::kNodeFailureCount; ++i) {
+    known.filter_decisions.emplace_back(
+        metrics::FilterOutcome::kUnschedulable,
+        extender::NodeFailureLabel(static_cast<extender::NodeFailure>(i)));
+  }
+  known.informer_resources = {"pods", "nodes"};
+  known.audit_causes.assign(accounting::kAuditCauses.begin(), accounting::kAuditCauses.end());
+  known.ledger_problem_kinds.assign(kLedgerProblemKinds.begin(), kLedgerProblemKinds.end());
+  known.resync_kinds.assign(accounting::kResyncKinds.begin(), accounting::kResyncKinds.end());
+  return known;
+}
+
 }  // namespace
 
 class Service::Impl : public extender::Backend {
@@ -142,9 +171,16 @@ class Service::Impl : public extender::Backend {
   bool IsLeader() const { return elector_->IsLeader(); }
   std::string LeaderDescription() const { return elector_->Describe(); }
 
+  // A follower renders no device families (HAMi's followers show no node families either), so
+  // that a sum over every scraped replica counts each device once (docs/metrics.md, "Replicas").
   std::string MetricsText() const {
-    metrics_->SetLeader(elector_->IsLeader());  // the role /readyz reports now
-    return metrics_->Render(ledger_.Full(), options_.legacy_metrics);
+    const bool leader = elector_->IsLeader();
+    metrics_->SetLeader(leader);  // the role /readyz reports now
+    ledger::FullSnapshot snapshot = ledger_.Full();
+    if (!leader) {
+      snapshot.nodes.clear();  // tessera_reservations_in_flight stays this replica's own
+    }
+    return metrics_->Render(snapshot, options_.legacy_metrics);
   }
 
  private:
@@ -167,6 +203,8 @@ class Service::Impl : public extender::Backend {
   std::unique_ptr<Elector> elector_;
   std::unique_ptr<RoleLabeler> role_labels_;
   uint64_t leader_generation_ = 0;       // housekeeping thread only
+  bool logged_synced_ = false;           // housekeeping thread only
+  absl::Time started_ = absl::Now();     // for the "informers synced" line
   std::atomic<bool> trim_again_{false};  // a large request was served since the last trim
   std::unique_ptr<kube::Informer<kube::Pod>> pods_;
   std::unique_ptr<kube::Informer<kube::Node>> nodes_;
@@ -242,7 +280,10 @@ absl::Status Service::Impl::Init() {
   TESSERA_ASSIGN_OR_RETURN(elector_, Elector::Create(client_.get(), std::move(leader)));
 
   metrics_ = std::make_unique<metrics::Registry>(
-      metrics::BuildInfo{TESSERA_VERSION, "", metrics::CompilerId()}, clock());
+      metrics::BuildInfo{TESSERA_VERSION, std::string(metrics::BuildRevision()),
+                         metrics::CompilerId()},
+      clock());
+  metrics_->DeclareKnownLabels(KnownLabelValues());
   feed_ = std::make_unique<accounting::PodFeed>(
       vendor_.get(), &ledger_, clock(),
       accounting::PodFeedOptions{.reservation_ttl = options_.reservation_ttl});
@@ -543,6 +584,11 @@ void Service::Impl::Housekeeping() {
       }
     }
     UpdateInformerMetrics();
+    if (!logged_synced_ && Synced()) {
+      logged_synced_ = true;
+      TESSERA_LOGS(kInfo, "informers synced", "pods", pods_->store().size(), "nodes",
+                   nodes_->store().size(), "after", absl::FormatDuration(absl::Now() - started_));
+    }
     if (options_.audit_period > absl::ZeroDuration() && Synced()) {
       if (next_audit_ == absl::InfinitePast()) {
         next_audit_ = now + options_.audit_period;

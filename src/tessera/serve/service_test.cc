@@ -29,6 +29,7 @@
 #include "tessera/apisim/server.h"
 #include "tessera/base/logging.h"
 #include "tessera/kube/decode.h"
+#include "tessera/metrics/build_revision.h"
 #include "tessera/sim/synthetic.h"
 #include "tessera/testing/apisim_env.h"
 #include "tessera/testing/wait.h"
@@ -38,6 +39,8 @@ namespace {
 
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 std::vector<std::string> Split(std::string_view text, char sep) {
@@ -648,6 +651,59 @@ TEST_F(ServeTest, TheLeaderMetricIsTheRoleAtTheScrape) {
   EXPECT_THAT(b->MetricsText(), HasSubstr("\ntessera_leader 0\n"));
 }
 
+// The sum of a family's samples over a /metrics body (0 when it has none).
+double SumOf(const std::string& body, const std::string& family) {
+  double sum = 0;
+  for (const std::string& line : Split(body, '\n')) {
+    if (HasPrefix(line, family + "{") || HasPrefix(line, family + " ")) {
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return sum;
+}
+
+// Prometheus scrapes every replica: summed over both, HAMi's device families count each device
+// once (only the leader exports them, legacy names included), and still once after the role
+// moves. Every replica exports Tessera's own families.
+TEST_F(ServeTest, TwoReplicasDoNotDoubleTheDeviceTotals) {
+  AddNode(NodeJson("a", JsonRegister("a", 2, 16000)));
+  AddNode(NodeJson("b", JsonRegister("b", 1, 8000)));
+  const double capacity = (2 * 16000.0 + 8000.0) * 1048576;
+  SetLeaseHolder("host-b_1f2e");
+  auto legacy = [](ServeOptions& o) { o.legacy_metrics = true; };
+  std::unique_ptr<Service> a = StartFollowing("host-a", legacy);
+  std::unique_ptr<Service> b = StartFollowing("host-b", legacy);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  ASSERT_TRUE(a->WaitForSync(absl::Seconds(20)) && b->WaitForSync(absl::Seconds(20)));
+  auto sum = [&](const std::string& family) {
+    return SumOf(a->MetricsText(), family) + SumOf(b->MetricsText(), family);
+  };
+  EXPECT_EQ(sum("hami_gpu_memory_limit_bytes"), capacity);
+  EXPECT_EQ(sum("GPUDeviceMemoryLimit"), capacity);
+  EXPECT_EQ(sum("hami_gpu_core_limit_ratio"), 300.0);
+  EXPECT_EQ(SumOf(b->MetricsText(), "hami_gpu_memory_limit_bytes"), capacity);
+  EXPECT_THAT(a->MetricsText(), Not(HasSubstr("hami_")));
+  EXPECT_THAT(a->MetricsText(), Not(HasSubstr("GPUDevice")));
+  EXPECT_THAT(a->MetricsText(), HasSubstr("\ntessera_leader 0\n"));
+  // Both replicas export Tessera's families, counters at 0 before any event, and the build.
+  for (Service* s : {a.get(), b.get()}) {
+    const std::string text = s->MetricsText();
+    EXPECT_THAT(text, HasSubstr("\ntessera_filter_decisions_total{outcome=\"unschedulable\","
+                                "reason=\"CardInsufficientMemory\"} 0\n"));
+    EXPECT_THAT(text, HasSubstr("\ntessera_resync_corrections_total{kind=\"gone\"} 0\n"));
+    EXPECT_THAT(text, HasSubstr("\ntessera_ledger_audit_corrections_total{cause=\"usage\"} 0\n"));
+    EXPECT_THAT(text, HasSubstr("revision=\"" + std::string(metrics::BuildRevision()) + "\""));
+  }
+  EXPECT_THAT(std::string(metrics::BuildRevision()), MatchesRegex("([0-9a-f]{12}(-dirty)?)?"));
+
+  SetLeaseHolder("host-a_77c1");
+  ASSERT_TRUE(Eventually([&] { return a->IsLeader() && !b->IsLeader(); }))
+      << a->LeaderDescription() << " / " << b->LeaderDescription();
+  EXPECT_EQ(SumOf(a->MetricsText(), "hami_gpu_memory_limit_bytes"), capacity);
+  EXPECT_EQ(SumOf(b->MetricsText(), "hami_gpu_memory_limit_bytes"), 0.0);
+  EXPECT_EQ(sum("hami_gpu_memory_limit_bytes"), capacity);
+}
+
 // HAMi's hami.io/scheduler-role labels, wired: each replica knows its pod ($POD_NAME); the one
 // whose kube-scheduler holds the Lease labels itself leader and the other replica follower,
 // and the labels move with the Lease. A replica without a pod name writes none.
@@ -715,7 +771,7 @@ TEST_F(ServeTest, PodsWithoutDevicesPassThroughUntouched) {
   EXPECT_EQ(reply["NodeNames"], nlohmann::json({"a", "b", "c"}));
   EXPECT_FALSE(GetPod("cpu").meta.annotations.Contains("hami.io/vgpu-node"));
   EXPECT_EQ(Metric("tessera_filter_decisions_total", {"outcome=\"passthrough\""}), 1);
-  EXPECT_TRUE(std::isnan(Metric("tessera_filter_decisions_total", {"outcome=\"scheduled\""})));
+  EXPECT_EQ(Metric("tessera_filter_decisions_total", {"outcome=\"scheduled\""}), 0);
 }
 
 // The webhook on the extender listener, with the scheduler name and the device config given to
