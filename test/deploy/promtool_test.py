@@ -93,6 +93,10 @@ def scrape_running_serve(tessera, source, workdir):
         http, metrics = ports()
         if not wait_for(lambda: get(f"http://127.0.0.1:{http}/readyz")[0] == 200, 30):
             raise SystemExit(f"FAIL: tessera serve did not become ready; see {log_path}")
+        # The informer gauges are set by serve's housekeeping round (every second) after the
+        # sync: wait for the first one rather than race it.
+        wait_for(lambda: "\ntessera_informer_last_event_age_seconds{" in
+                 get(f"http://127.0.0.1:{metrics}/metrics")[1], 10)
         status, body = get(f"http://127.0.0.1:{metrics}/metrics")
         if status != 200:
             raise SystemExit(f"FAIL: /metrics: {status} {body}")
