@@ -204,6 +204,11 @@ def main():
     check(sm_cmp == mon_cmp, f"serviceMonitor differs from deploy/components/servicemonitor:\n"
           f"{sm_cmp}\n{mon_cmp}")
     rule = one(all_docs, "PrometheusRule")
+    component_rule = one(kustomize(os.path.join(source, "deploy/overlays/monitoring")),
+                         "PrometheusRule")
+    check(rule["spec"] == component_rule["spec"],
+          "prometheusRule: its rules differ from deploy/components/prometheusrule's (the chart's "
+          "files/prometheusrule-spec.yaml must be that file's spec)")
     exported = deploy_test.exported_metrics(source)
     for r in rule["spec"]["groups"][0]["rules"]:
         names = set(re.findall(r"\b(tessera_[a-z_]+)", r["expr"]))
