@@ -27,8 +27,12 @@ WORKDIR /src
 COPY tools/install_deps.sh tools/install_deps.sh
 RUN bash tools/install_deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
+# .git is not in the context (.dockerignore): tessera_build_info's revision comes from here,
+# `docker build --build-arg TESSERA_REVISION=$(git rev-parse --short=12 HEAD) .`
+ARG TESSERA_REVISION=""
 RUN rm -rf build \
  && cmake --preset release -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCHMARKS=OFF \
+      -DTESSERA_REVISION="${TESSERA_REVISION}" \
  && cmake --build --preset release --target tessera-scheduler \
  && mkdir -p /out \
  && strip --strip-debug -o /out/tessera build/release/cmd/tessera/tessera-scheduler \
