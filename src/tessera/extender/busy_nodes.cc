@@ -26,8 +26,12 @@ bool CaughtUp(std::string_view seen, std::string_view written) {
 
 }  // namespace
 
-BusyNodes::BusyNodes(LockOf lock_of, Standing standing, absl::Duration lock_timeout)
-    : lock_of_(std::move(lock_of)), standing_(std::move(standing)), lock_timeout_(lock_timeout) {}
+BusyNodes::BusyNodes(LockOf lock_of, Standing standing, HolderDone holder_done,
+                     absl::Duration lock_timeout)
+    : lock_of_(std::move(lock_of)),
+      standing_(std::move(standing)),
+      holder_done_(std::move(holder_done)),
+      lock_timeout_(lock_timeout) {}
 
 BusyNodes::NodeView BusyNodes::View(std::string_view node) const {
   return lock_of_ ? lock_of_(node) : NodeView{};
@@ -123,7 +127,10 @@ bool BusyNodes::Busy(std::string_view node, const Pod& pod, absl::Time now) cons
   if (!held->legacy && held->ns == pod.ns && held->name == pod.name) {
     return false;  // the asking pod's own lock
   }
-  return now - held->time < lock_timeout_;
+  if (now - held->time >= lock_timeout_) {
+    return false;
+  }
+  return held->legacy || !holder_done_ || !holder_done_(held->ns, held->name);
 }
 
 size_t BusyNodes::decisions() const {

@@ -6,7 +6,7 @@
 // filter prefers fitting nodes that are not busy (schedule::Candidate::busy, docs/serve.md
 // "Busy nodes").
 //
-//   BusyNodes busy(lock_of, standing, absl::Minutes(5));
+//   BusyNodes busy(lock_of, standing, holder_done, absl::Minutes(5));
 //   busy.Decided(uid, "gpu-1", now + ttl);            // Filter chose gpu-1 for the pod
 //   busy.Busy("gpu-1", {uid2, "ml", "other"}, now);   // true: another pod's bind comes
 //   busy.Bound(uid, "gpu-1", "4711", now + 30s);      // bound; its lock write made version 4711
@@ -17,8 +17,9 @@
 // was deleted); when another pod was bound to it and the informer's copy of the node (`lock_of`)
 // is older than that bind's lock write (compared as integer resourceVersions; until `until`
 // when they are not integers); or when that copy's hami.io/mutex.lock names another pod (or no
-// pod: a legacy lock) and is younger than the lock timeout. A lock value that does not parse is
-// busy (a bind would fail on it too). Thread safety: internally synchronised.
+// pod: a legacy lock) that is neither gone nor finished (`holder_done`: a bind takes such a lock
+// over) and is younger than the lock timeout. A lock value that does not parse is busy (a bind
+// would fail on it too). Thread safety: internally synchronised.
 #pragma once
 
 #include <functional>
@@ -50,7 +51,10 @@ class BusyNodes {
   // this object's lock. Null: until Ended or `until`.
   using Standing = std::function<bool(std::string_view uid)>;
 
-  BusyNodes(LockOf lock_of, Standing standing, absl::Duration lock_timeout);
+  // Whether the pod ns/name a lock names is gone or finished, as a cache knows it. Null: never.
+  using HolderDone = std::function<bool(std::string_view ns, std::string_view name)>;
+
+  BusyNodes(LockOf lock_of, Standing standing, HolderDone holder_done, absl::Duration lock_timeout);
 
   // Pod `uid` is decided onto `node` until `until` (its reservation's expiry); replaces the
   // pod's earlier decision.
@@ -85,6 +89,7 @@ class BusyNodes {
 
   const LockOf lock_of_;
   const Standing standing_;
+  const HolderDone holder_done_;
   const absl::Duration lock_timeout_;
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::vector<Decision>> by_node_ ABSL_GUARDED_BY(mu_);

@@ -27,10 +27,14 @@ class BusyNodesTest : public ::testing::Test {
                     return view;
                   },
                   [this](std::string_view uid) { return !gone_.contains(std::string(uid)); },
+                  [this](std::string_view ns, std::string_view name) {
+                    return done_.contains(std::string(ns) + "/" + std::string(name));
+                  },
                   absl::Minutes(5)};
   std::map<std::string, std::string> locks_;     // the informer's copies: lock value
   std::map<std::string, std::string> versions_;  // ... and resourceVersion
   std::set<std::string> gone_;                   // pods whose reservation ended without a bind
+  std::set<std::string> done_;                   // "ns/name" of pods deleted or finished
 };
 
 const BusyNodes::Pod kA{"uid-a", "ml", "a"};
@@ -112,6 +116,8 @@ TEST_F(BusyNodesTest, ALockHeldByAnotherPodMakesTheNodeBusyUntilItExpires) {
   EXPECT_FALSE(busy_.Busy("gpu-1", kB, kNow + absl::Minutes(5)));  // expired: taken over
   locks_["gpu-1"] = device::FormatNodeLock(kNow - absl::Seconds(3), "other", "a");
   EXPECT_TRUE(busy_.Busy("gpu-1", kA, kNow));  // same name, another namespace
+  done_.insert("other/a");  // the lock's pod was deleted: a bind takes the lock over
+  EXPECT_FALSE(busy_.Busy("gpu-1", kA, kNow));
   locks_["gpu-1"] = "2026-01-02T03:04:05Z";
   EXPECT_TRUE(busy_.Busy("gpu-1", kA, absl::FromUnixSeconds(1'767'323'045)));  // legacy, fresh
   locks_["gpu-1"] = "not a lock";
@@ -121,7 +127,7 @@ TEST_F(BusyNodesTest, ALockHeldByAnotherPodMakesTheNodeBusyUntilItExpires) {
 }
 
 TEST(BusyNodesWithoutLocks, OnlyDecisionsCount) {
-  BusyNodes busy(nullptr, nullptr, absl::Minutes(5));
+  BusyNodes busy(nullptr, nullptr, nullptr, absl::Minutes(5));
   EXPECT_FALSE(busy.Busy("gpu-1", kB, kNow));
   busy.Decided(kA.uid, "gpu-1", kNow + absl::Minutes(1));
   EXPECT_TRUE(busy.Busy("gpu-1", kB, kNow));

@@ -188,6 +188,14 @@ Scheduler::Scheduler(Options options, Deps deps)
       lookup_(std::move(deps.lookup)),
       busy_(
           options_.node_lock, [this](std::string_view uid) { return ledger_->HasReservation(uid); },
+          // From the pod cache only (no API call in /filter); without one a lock counts as held.
+          [this](std::string_view ns, std::string_view name) {
+            if (!lookup_) {
+              return false;
+            }
+            std::optional<kube::Pod> holder = lookup_(ns, name);
+            return !holder.has_value() || holder->Terminal();
+          },
           options_.node_lock_timeout),
       events_({.component = options_.scheduler_name, .queue_limit = options_.event_queue_limit},
               client_, clock_),
