@@ -255,6 +255,11 @@ SortOrder SortOrderFor(const GpuPolicy& policy, bool numa_bind) {
     // No policy at all: HAMi's flag default, spread.
     return SortOrderFor(GpuPolicy{}, numa_bind);
   }
+  if (policy.chain.size() == 1 && policy.chain[0] == GpuPolicyKey::kMutex && !numa_bind) {
+    Push(&order, SortKey::kUsedDescending);
+    Push(&order, SortKey::kNumaAscending);
+    return order;
+  }
   if (numa_bind) {
     Push(&order, SortKey::kNumaAscending);
   }

@@ -406,6 +406,22 @@ TEST(FitTest, MutexRejectsUsedCardsAndTriesIdleOnesFirst) {
   EXPECT_FALSE(chain.fit);
 }
 
+TEST(FitTest, MutexBreaksUsedTiesByNumaAscending) {
+  // HAMi v2.10 pkg/scheduler/policy/gpu_policy.go, DeviceUsageList.Less: a single `mutex` policy
+  // sorts by Used descending, then NUMA ascending; pkg/device/nvidia/device.go,
+  // NvidiaGPUDevices.Fit, walks the list from the end. GPU 0 on NUMA 1 and GPU 1 on NUMA 0, both
+  // idle: the list is [GPU-1, GPU-0], so GPU-0 is tried first (the index would pick GPU-1).
+  auto node = Node({Gpu(0, 8000, 1), Gpu(1, 8000, 0)});
+  FitResult r = FitOne(node, Req(1, 1000, 0), {}, kMutex);
+  ASSERT_TRUE(r.fit) << r.reason;
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-0"));
+  // Used still comes first: an idle GPU on NUMA 0 beats a busy one on NUMA 1.
+  auto busy = Node({Gpu(0, 8000, 1), Gpu(1, 8000, 0)}, {{1, 1000, 0}, {0, 0, 0}});
+  FitResult b = FitOne(busy, Req(1, 1000, 0), {}, kMutex);
+  ASSERT_TRUE(b.fit) << b.reason;
+  EXPECT_THAT(Uuids(b.devices[0]), ElementsAre("GPU-1"));
+}
+
 TEST(FitTest, MutexBetweenContainersOfOnePod) {
   // The second container sees the first one's card as used.
   auto pod = Pod({Req(1, 1000, 0), Req(1, 1000, 0)});
@@ -445,7 +461,8 @@ TEST(FitTest, SortOrders) {
               ElementsAre(SortKey::kScoreDescending, SortKey::kNumaAscending));
   EXPECT_THAT(keys(SortOrderFor(kSpread, true)),
               ElementsAre(SortKey::kNumaAscending, SortKey::kScoreDescending));
-  EXPECT_THAT(keys(SortOrderFor(kMutex, false)), ElementsAre(SortKey::kUsedDescending));
+  EXPECT_THAT(keys(SortOrderFor(kMutex, false)),
+              ElementsAre(SortKey::kUsedDescending, SortKey::kNumaAscending));
   EXPECT_THAT(keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kBinpack, GpuPolicyKey::kNuma}}, true)),
               ElementsAre(SortKey::kNumaAscending, SortKey::kScoreAscending));
   EXPECT_TRUE(HasMutex(GpuPolicy{{GpuPolicyKey::kSpread, GpuPolicyKey::kMutex}}));
