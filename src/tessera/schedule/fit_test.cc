@@ -422,6 +422,27 @@ TEST(FitTest, MutexBreaksUsedTiesByNumaAscending) {
   EXPECT_THAT(Uuids(b.devices[0]), ElementsAre("GPU-1"));
 }
 
+TEST(FitTest, MutexWithNumaBindKeepsTheMutexOrder) {
+  // HAMi v2.10 pkg/scheduler/policy/gpu_policy.go, DeviceUsageList.Less: the single `mutex` branch
+  // (Used descending, NUMA ascending) comes before the numa-bind one, and only lessByChain forces
+  // NUMA first; pkg/device/nvidia/device.go, NvidiaGPUDevices.Fit, still resets its collection at
+  // every NUMA change. GPU-0: NUMA 1, busy; GPU-1: NUMA 0, idle; GPU-2: NUMA 1, idle; 2 GPUs.
+  // HAMi's list is [GPU-0, GPU-1, GPU-2]; the walk takes GPU-2, drops it at GPU-1 (NUMA 0), takes
+  // GPU-1, drops it at GPU-0 (NUMA 1), which is busy: nothing collected at the end.
+  auto node = Node({Gpu(0, 8000, 1), Gpu(1, 8000, 0), Gpu(2, 8000, 1)},
+                   {{1, 1000, 0}, {0, 0, 0}, {0, 0, 0}});
+  PodConstraints c;
+  c.numa_bind = true;
+  FitResult r = FitOne(node, Req(2, 1000, 0), c, kMutex);
+  EXPECT_FALSE(r.fit);
+  EXPECT_EQ(r.reason, "1/3 ExclusiveDeviceAllocateConflict, 2/3 NumaNotFit");
+  // A fitting pod gets the same GPUs either way: both idle GPUs of NUMA 1.
+  auto two = Node({Gpu(0, 8000, 1), Gpu(1, 8000, 0), Gpu(2, 8000, 1)});
+  FitResult f = FitOne(two, Req(2, 1000, 0), c, kMutex);
+  ASSERT_TRUE(f.fit) << f.reason;
+  EXPECT_THAT(Uuids(f.devices[0]), ::testing::UnorderedElementsAre("GPU-0", "GPU-2"));
+}
+
 TEST(FitTest, MutexBetweenContainersOfOnePod) {
   // The second container sees the first one's card as used.
   auto pod = Pod({Req(1, 1000, 0), Req(1, 1000, 0)});
@@ -463,6 +484,11 @@ TEST(FitTest, SortOrders) {
               ElementsAre(SortKey::kNumaAscending, SortKey::kScoreDescending));
   EXPECT_THAT(keys(SortOrderFor(kMutex, false)),
               ElementsAre(SortKey::kUsedDescending, SortKey::kNumaAscending));
+  EXPECT_THAT(keys(SortOrderFor(kMutex, true)),
+              ElementsAre(SortKey::kUsedDescending, SortKey::kNumaAscending));
+  EXPECT_THAT(
+      keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kMutex, GpuPolicyKey::kBinpack}}, true)),
+      ElementsAre(SortKey::kNumaAscending, SortKey::kUsedDescending, SortKey::kScoreAscending));
   EXPECT_THAT(keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kBinpack, GpuPolicyKey::kNuma}}, true)),
               ElementsAre(SortKey::kNumaAscending, SortKey::kScoreAscending));
   EXPECT_TRUE(HasMutex(GpuPolicy{{GpuPolicyKey::kSpread, GpuPolicyKey::kMutex}}));
