@@ -443,6 +443,22 @@ TEST(FitTest, MutexWithNumaBindKeepsTheMutexOrder) {
   EXPECT_THAT(Uuids(f.devices[0]), ::testing::UnorderedElementsAre("GPU-0", "GPU-2"));
 }
 
+TEST(FitTest, DeviceTiesGoToTheHighestIndexWhateverEarlierContainersDid) {
+  // A declared difference (docs/compatibility.md 17). HAMi v2.10 pkg/scheduler/score.go,
+  // fitInDevices, re-sorts the node's list in place for every app container with sort.Sort
+  // (stable for <= 12 devices) under pkg/scheduler/policy/gpu_policy.go, DeviceUsageList.Less,
+  // which has no index key for a single policy. Three identical 1-GPU containers, spread, an
+  // idle two-GPU node: [0,1] -> GPU 1; [1,0] -> GPU 0; [1,0] again (a tie, kept) -> GPU 0.
+  // Tessera breaks the third container's tie by index: GPU 1.
+  auto pod = Pod({Req(1, 1000, 0), Req(1, 1000, 0), Req(1, 1000, 0)});
+  FitResult r = FitPod(Node({Gpu(0), Gpu(1)}), pod, {}, kSpread);
+  ASSERT_TRUE(r.fit) << r.reason;
+  ASSERT_EQ(r.devices.size(), 3u);
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-1"));
+  EXPECT_THAT(Uuids(r.devices[1]), ElementsAre("GPU-0"));
+  EXPECT_THAT(Uuids(r.devices[2]), ElementsAre("GPU-1"));  // HAMi v2.10: GPU-0
+}
+
 TEST(FitTest, MutexBetweenContainersOfOnePod) {
   // The second container sees the first one's card as used.
   auto pod = Pod({Req(1, 1000, 0), Req(1, 1000, 0)});
