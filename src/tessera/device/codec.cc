@@ -300,6 +300,11 @@ absl::StatusOr<std::vector<DeviceInfo>> DecodeRegisterJson(std::string_view valu
   if (auto e = doc.current_location().get(location); !e) {
     return absl::InvalidArgumentError("node register JSON: trailing content after the array");
   }
+  // HAMi's plugin reads an empty list as an error ("no gpu found on node"): the node is
+  // unregistered, not a node with zero devices.
+  if (devices.empty()) {
+    return absl::InvalidArgumentError("node register JSON: no device (empty array)");
+  }
   return devices;
 }
 

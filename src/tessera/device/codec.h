@@ -47,6 +47,7 @@ struct DecodedRegister {
 // and mode "hami-core", an empty 9th field means "hami-core". Numbers follow Go strconv.Atoi
 // (optional sign, decimal, no spaces) and must fit int32; a negative index is an error; health
 // follows Go strconv.ParseBool.
+// JSON: an empty array is an error (HAMi v2.10's NVIDIA GetNodeDevices rejects it).
 // Both: every device needs a non-empty id, and ids must be unique within the node. A delimited
 // id must not start with '[' (after whitespace): re-encoded first, it would read as JSON.
 // Errors (InvalidArgument) name the device (0-based) and field, e.g.

@@ -184,11 +184,12 @@ TEST(NodeRegisterJson, FormatDetectionSkipsJsonWhitespaceOnly) {
   EXPECT_THAT(DecodeNodeRegister("   "), ErrorContains("neither a JSON array"));
 }
 
-TEST(NodeRegisterJson, EmptyArray) {
-  auto r = DecodeNodeRegister("[]");
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->format, RegisterFormat::kJson);
-  EXPECT_TRUE(r->devices.empty());
+// HAMi v2.10 pkg/device/nvidia/device.go, NvidiaGPUDevices.GetNodeDevices: a register value
+// that unmarshals to zero devices returns the error "no gpu found on node", so the scheduler
+// (pkg/scheduler/scheduler.go, getNodesUsage) fails the node with "node unregistered".
+TEST(NodeRegisterJson, EmptyArrayIsAnError) {
+  EXPECT_THAT(DecodeNodeRegister("[]"), ErrorContains("node register JSON: no device"));
+  EXPECT_THAT(DecodeNodeRegister(" [ ]\n"), ErrorContains("node register JSON: no device"));
 }
 
 TEST(NodeRegisterJson, Errors) {

@@ -255,6 +255,13 @@ SortOrder SortOrderFor(const GpuPolicy& policy, bool numa_bind) {
     // No policy at all: HAMi's flag default, spread.
     return SortOrderFor(GpuPolicy{}, numa_bind);
   }
+  if (policy.chain.size() == 1 && policy.chain[0] == GpuPolicyKey::kMutex) {
+    // HAMi orders a single mutex before it looks at numa-bind: NUMA is not forced first (the
+    // fit still resets its collection at every NUMA change).
+    Push(&order, SortKey::kUsedDescending);
+    Push(&order, SortKey::kNumaAscending);
+    return order;
+  }
   if (numa_bind) {
     Push(&order, SortKey::kNumaAscending);
   }

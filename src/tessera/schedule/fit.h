@@ -120,7 +120,7 @@ struct SortOrder {
 //   single binpack/spread: score primary, NUMA ascending as tie-breaker; with numa_bind the
 //     v2.5.2 NUMA-grouped order (binpack: NUMA descending, score ascending; spread: NUMA
 //     ascending, score descending);
-//   single mutex: Used descending (numa_bind puts NUMA ascending in front);
+//   single mutex: Used descending, NUMA ascending as tie-breaker, with or without numa_bind;
 //   bare numa or a chain: the keys in order (binpack = score ascending, spread = score descending,
 //     numa = NUMA ascending, mutex = Used descending); a key on a dimension (score, NUMA, Used)
 //     already ordered is dropped, since it can never decide; numa_bind forces NUMA ascending to

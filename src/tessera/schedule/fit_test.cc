@@ -406,6 +406,59 @@ TEST(FitTest, MutexRejectsUsedCardsAndTriesIdleOnesFirst) {
   EXPECT_FALSE(chain.fit);
 }
 
+TEST(FitTest, MutexBreaksUsedTiesByNumaAscending) {
+  // HAMi v2.10 pkg/scheduler/policy/gpu_policy.go, DeviceUsageList.Less: a single `mutex` policy
+  // sorts by Used descending, then NUMA ascending; pkg/device/nvidia/device.go,
+  // NvidiaGPUDevices.Fit, walks the list from the end. GPU 0 on NUMA 1 and GPU 1 on NUMA 0, both
+  // idle: the list is [GPU-1, GPU-0], so GPU-0 is tried first (the index would pick GPU-1).
+  auto node = Node({Gpu(0, 8000, 1), Gpu(1, 8000, 0)});
+  FitResult r = FitOne(node, Req(1, 1000, 0), {}, kMutex);
+  ASSERT_TRUE(r.fit) << r.reason;
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-0"));
+  // Used still comes first: an idle GPU on NUMA 0 beats a busy one on NUMA 1.
+  auto busy = Node({Gpu(0, 8000, 1), Gpu(1, 8000, 0)}, {{1, 1000, 0}, {0, 0, 0}});
+  FitResult b = FitOne(busy, Req(1, 1000, 0), {}, kMutex);
+  ASSERT_TRUE(b.fit) << b.reason;
+  EXPECT_THAT(Uuids(b.devices[0]), ElementsAre("GPU-1"));
+}
+
+TEST(FitTest, MutexWithNumaBindKeepsTheMutexOrder) {
+  // HAMi v2.10 pkg/scheduler/policy/gpu_policy.go, DeviceUsageList.Less: the single `mutex` branch
+  // (Used descending, NUMA ascending) comes before the numa-bind one, and only lessByChain forces
+  // NUMA first; pkg/device/nvidia/device.go, NvidiaGPUDevices.Fit, still resets its collection at
+  // every NUMA change. GPU-0: NUMA 1, busy; GPU-1: NUMA 0, idle; GPU-2: NUMA 1, idle; 2 GPUs.
+  // HAMi's list is [GPU-0, GPU-1, GPU-2]; the walk takes GPU-2, drops it at GPU-1 (NUMA 0), takes
+  // GPU-1, drops it at GPU-0 (NUMA 1), which is busy: nothing collected at the end.
+  auto node = Node({Gpu(0, 8000, 1), Gpu(1, 8000, 0), Gpu(2, 8000, 1)},
+                   {{1, 1000, 0}, {0, 0, 0}, {0, 0, 0}});
+  PodConstraints c;
+  c.numa_bind = true;
+  FitResult r = FitOne(node, Req(2, 1000, 0), c, kMutex);
+  EXPECT_FALSE(r.fit);
+  EXPECT_EQ(r.reason, "1/3 ExclusiveDeviceAllocateConflict, 2/3 NumaNotFit");
+  // A fitting pod gets the same GPUs either way: both idle GPUs of NUMA 1.
+  auto two = Node({Gpu(0, 8000, 1), Gpu(1, 8000, 0), Gpu(2, 8000, 1)});
+  FitResult f = FitOne(two, Req(2, 1000, 0), c, kMutex);
+  ASSERT_TRUE(f.fit) << f.reason;
+  EXPECT_THAT(Uuids(f.devices[0]), ::testing::UnorderedElementsAre("GPU-0", "GPU-2"));
+}
+
+TEST(FitTest, DeviceTiesGoToTheHighestIndexWhateverEarlierContainersDid) {
+  // A declared difference (docs/compatibility.md 17). HAMi v2.10 pkg/scheduler/score.go,
+  // fitInDevices, re-sorts the node's list in place for every app container with sort.Sort
+  // (stable for <= 12 devices) under pkg/scheduler/policy/gpu_policy.go, DeviceUsageList.Less,
+  // which has no index key for a single policy. Three identical 1-GPU containers, spread, an
+  // idle two-GPU node: [0,1] -> GPU 1; [1,0] -> GPU 0; [1,0] again (a tie, kept) -> GPU 0.
+  // Tessera breaks the third container's tie by index: GPU 1.
+  auto pod = Pod({Req(1, 1000, 0), Req(1, 1000, 0), Req(1, 1000, 0)});
+  FitResult r = FitPod(Node({Gpu(0), Gpu(1)}), pod, {}, kSpread);
+  ASSERT_TRUE(r.fit) << r.reason;
+  ASSERT_EQ(r.devices.size(), 3u);
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-1"));
+  EXPECT_THAT(Uuids(r.devices[1]), ElementsAre("GPU-0"));
+  EXPECT_THAT(Uuids(r.devices[2]), ElementsAre("GPU-1"));  // HAMi v2.10: GPU-0
+}
+
 TEST(FitTest, MutexBetweenContainersOfOnePod) {
   // The second container sees the first one's card as used.
   auto pod = Pod({Req(1, 1000, 0), Req(1, 1000, 0)});
@@ -445,7 +498,13 @@ TEST(FitTest, SortOrders) {
               ElementsAre(SortKey::kScoreDescending, SortKey::kNumaAscending));
   EXPECT_THAT(keys(SortOrderFor(kSpread, true)),
               ElementsAre(SortKey::kNumaAscending, SortKey::kScoreDescending));
-  EXPECT_THAT(keys(SortOrderFor(kMutex, false)), ElementsAre(SortKey::kUsedDescending));
+  EXPECT_THAT(keys(SortOrderFor(kMutex, false)),
+              ElementsAre(SortKey::kUsedDescending, SortKey::kNumaAscending));
+  EXPECT_THAT(keys(SortOrderFor(kMutex, true)),
+              ElementsAre(SortKey::kUsedDescending, SortKey::kNumaAscending));
+  EXPECT_THAT(
+      keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kMutex, GpuPolicyKey::kBinpack}}, true)),
+      ElementsAre(SortKey::kNumaAscending, SortKey::kUsedDescending, SortKey::kScoreAscending));
   EXPECT_THAT(keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kBinpack, GpuPolicyKey::kNuma}}, true)),
               ElementsAre(SortKey::kNumaAscending, SortKey::kScoreAscending));
   EXPECT_TRUE(HasMutex(GpuPolicy{{GpuPolicyKey::kSpread, GpuPolicyKey::kMutex}}));
