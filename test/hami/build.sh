@@ -3,6 +3,7 @@
 # our own main (test/hami/VERSION/main.go) for tools/bench_controlplane.sh's HAMi column, and prints
 # the binary's path. See test/hami/README.md.
 #
+# --cached: only print the path of a binary built earlier; exit 1 (nothing built) without one.
 # --own: HAMi's own, unmodified cmd/scheduler instead (with its metrics listener), built in the
 # export with HAMi's go.mod and go.sum, for `tessera simulate --scheduler hami`; cached in
 # $HAMI_BIN_DIR/<version>-own/hami-scheduler (a tag's source does not change).
@@ -17,7 +18,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OWN=0
+CACHED=0
 [[ "${1:-}" == --own ]] && { OWN=1; shift; }
+[[ "${1:-}" == --cached ]] && { CACHED=1; shift; }
 V="${1:?usage: test/hami/build.sh [--own] VERSION (v2.5.2 or v2.10.0)}"
 MOD="$HERE/$V"
 [[ -f "$MOD/go.mod" ]] || { echo "build.sh: no module for $V in $MOD" >&2; exit 2; }
@@ -28,6 +31,7 @@ else
   out="${HAMI_BIN_DIR:-$HOME/.cache/tessera/hami}/$V-$key/hami-scheduler-bench"
 fi
 if [[ -x "$out" ]]; then echo "$out"; exit 0; fi
+((CACHED)) && { echo "build.sh: no binary of $V built yet in $(dirname "$out")" >&2; exit 1; }
 if [[ ! -f "$MOD/src/go.mod" ]]; then
   [[ -n "${HAMI_GIT:-}" ]] || { echo "build.sh: set HAMI_GIT to a git repository of github.com/Project-HAMi/HAMi (the module proxy does not serve it)" >&2; exit 1; }
   rm -rf "$MOD/src.tmp" && mkdir -p "$MOD/src.tmp"
