@@ -91,13 +91,15 @@ void BusyNodes::Purge(absl::Time now) {
   MutexLock lock(&mu_);
   for (auto node = by_node_.begin(); node != by_node_.end();) {
     const NodeView view = View(node->first);
-    std::erase_if(node->second, [&](const Decision& d) {
-      if (HoldsLocked(d, view, now)) {
-        return false;
+    std::vector<Decision>& list = node->second;
+    for (auto d = list.begin(); d != list.end();) {
+      if (HoldsLocked(*d, view, now)) {
+        ++d;
+        continue;
       }
-      node_of_.erase(Key(d.uid));
-      return true;
-    });
+      node_of_.erase(Key(d->uid));
+      d = list.erase(d);
+    }
     auto current = node++;
     if (current->second.empty()) {
       by_node_.erase(current);
@@ -110,11 +112,12 @@ bool BusyNodes::Busy(std::string_view node, const Pod& pod, absl::Time now) cons
   {
     MutexLock lock(&mu_);
     auto it = by_node_.find(Key(node));
-    if (it != by_node_.end() &&
-        std::any_of(it->second.begin(), it->second.end(), [&](const Decision& d) {
-          return d.uid != pod.uid && HoldsLocked(d, view, now);
-        })) {
-      return true;
+    if (it != by_node_.end()) {
+      for (const Decision& d : it->second) {
+        if (d.uid != pod.uid && HoldsLocked(d, view, now)) {
+          return true;
+        }
+      }
     }
   }
   if (view.lock.empty()) {
