@@ -805,7 +805,7 @@ def main():
     h = sub.add_parser("handshakes")
     h.add_argument("--dir", required=True)
     h.add_argument("--period", type=float, default=REPORT_EVERY)
-    h.add_argument("--workers", type=int, default=16)
+    h.add_argument("--workers", type=int, default=64)
     c = sub.add_parser("clean")
     c.add_argument("--dir", required=True)
     c.add_argument("--namespace", required=True)
