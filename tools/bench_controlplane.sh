@@ -8,7 +8,7 @@
 #       [--columns "alone tessera"] [--tessera PATH] [--hami-bin VERSION=PATH]... [--keep]
 #       [--results FILE] [--max-seconds S] [--stall S] [--tuned-args ARGS] [--hami-qps Q]
 #       [--alone-tuned-qps Q] [--clients N] [--plugin-workers W] [--base-args ARGS]
-#       [--register-cap S] [--smoke]
+#       [--register-cap S] [--register-format json|delimited] [--smoke]
 #
 # A run ends when every pod is bound, after --max-seconds (default 300), or after --stall
 # seconds (default 90) without a binding; pods/s is then bound pods / elapsed time and a
@@ -36,7 +36,8 @@
 #              a GET and a PATCH each, 0.8 s per node at 5 QPS); when the next
 #              round starts with the same HAMi column (rounds alternate), HAMi and its
 #              kube-scheduler keep running, registered, instead of registering again.
-#   With a hami-v2.5.* column the nodes get the delimited register annotation, and
+#   With a hami-v2.5.* column (or --register-format delimited; the default is json otherwise)
+#   the nodes get the delimited register annotation, and
 #   `bench_controlplane.py handshakes` emulates every node's v2.5 device plugin for the whole
 #   bench (all columns): registration and a `Reported <time>` handshake every 30 s per node,
 #   1,000 nodes ~33 patches/s. Without it HAMi v2.5.2 drops every node 60 s after stamping it
@@ -64,7 +65,7 @@ PY="$ROOT/tools/bench_controlplane.py"
 NODES=1000 PODS=2000 GPUS=4 ROUNDS=3 COLUMNS="alone tessera" TESSERA="" KEEP=0 RESULTS="" SMOKE=0
 CLIENTS=32 PLUGIN_WORKERS=64 STALL=90 SCHED_PORT=0 MAX_SECONDS=300
 TUNED_ARGS="--kube-qps 0 --node-scheduler-policy spread" BASE_ARGS="" HAMI_QPS=500 ALONE_TUNED_QPS=500
-REGISTER_CAP=""
+REGISTER_CAP="" REGISTER_FORMAT=""
 declare -A HAMI_BIN=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -82,6 +83,7 @@ while [[ $# -gt 0 ]]; do
     --hami-qps) HAMI_QPS="${2:?}"; shift 2 ;;
     --alone-tuned-qps) ALONE_TUNED_QPS="${2:?}"; shift 2 ;;
     --register-cap) REGISTER_CAP="${2:?}"; shift 2 ;;
+    --register-format) REGISTER_FORMAT="${2:?}"; shift 2 ;;
     --tessera) TESSERA="${2:?}"; shift 2 ;;
     --hami-bin) HAMI_BIN["${2%%=*}"]="${2#*=}"; shift 2 ;;
     --results) RESULTS="${2:?}"; shift 2 ;;
@@ -93,6 +95,14 @@ while [[ $# -gt 0 ]]; do
 done
 
 log() { echo "bench: $*" >&2; }
+fmt=json
+[[ " $COLUMNS " == *" hami-v2.5."* ]] && fmt=legacy   # HAMi before v2.8 reads only that form
+case "$REGISTER_FORMAT" in
+  "") ;;
+  delimited) fmt=legacy ;;
+  json) [[ $fmt == json ]] || { log "--register-format json: HAMi v2.5 reads only the delimited form"; exit 2; } ;;
+  *) log "--register-format: json or delimited, not $REGISTER_FORMAT"; exit 2 ;;
+esac
 skip_code=77
 [[ "${TESSERA_E2E_REQUIRED:-0}" == 1 ]] && skip_code=1
 for t in kubectl openssl python3 curl setsid ss; do
@@ -168,8 +178,6 @@ timeout 240 "$CP" up "${up_args[@]}" "$DIR" >/dev/null
 # shellcheck disable=SC1091
 source "$DIR/env"
 export KUBECONFIG
-fmt=json
-[[ " $COLUMNS " == *" hami-v2.5."* ]] && fmt=legacy   # HAMi before v2.8 reads only that form
 log "creating $NODES nodes with $GPUS GPUs each ($fmt register annotation)"
 python3 "$PY" nodes --dir "$DIR" --nodes "$NODES" --gpus "$GPUS" --format "$fmt" >&2 &
 wait $!
