@@ -16,6 +16,9 @@
           the profile default-scheduler; `extender` points every extender at URL over plain HTTP.
           Both without leader election (the Lease stays with `up`'s kube-scheduler's name, so
           Tessera, which follows it, stays a follower while they run).
+  handshakes --dir DIR [--period S] [--workers W]
+          HAMi v2.5's device plugin's reports for every bench node (registration and `Reported
+          <time>` handshake every 30 s), until TERM; see cmd_handshakes.
   clean   --dir DIR --namespace NS
           Force-deletes every pod of NS (no kubelet runs) and waits until none is left.
   summary FILE...
@@ -141,11 +144,37 @@ def register_annotation(name, gpus, fmt):
     return json.dumps(devs, separators=(",", ":"))
 
 
-def handshake():
-    """What HAMi's v2.5 device plugin writes every 30 s: Go's time.Time.String() of now."""
-    t = time.time()
-    return time.strftime("Reported %Y-%m-%d %H:%M:%S", time.gmtime(t)) + \
-        f".{int((t % 1) * 1e9):09d} +0000 UTC m=+1.000000001"
+HANDSHAKE = "hami.io/node-handshake"
+REGISTER = "hami.io/node-nvidia-register"
+REPORT_EVERY = 30.0  # seconds: HAMi v2.5's device plugin rewrites its registration this often
+_MONO0 = time.monotonic_ns()  # Go's monotonic reading counts from the process start
+
+
+def go_time_string(wall_ns, mono_ns):
+    """Go's time.Time.String() of a UTC instant with a monotonic reading: the layout
+    "2006-01-02 15:04:05.999999999 -0700 MST" (fraction without trailing zeros, none when 0)
+    followed by " m=+<seconds>.<9 digits>"."""
+    secs, frac = divmod(wall_ns, 10**9)
+    s = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(secs))
+    if frac:
+        s += "." + f"{frac:09d}".rstrip("0")
+    sign = "-" if mono_ns < 0 else "+"
+    m = abs(mono_ns)
+    return f"{s} +0000 UTC m={sign}{m // 10**9}.{m % 10**9:09d}"
+
+
+def reported(wall_ns=None, mono_ns=None):
+    """The handshake value HAMi v2.5's device plugin writes: "Reported " + Go's time.Now().String()
+    (no '_': its scheduler only looks for "Requesting" and "Deleted" in the value)."""
+    wall_ns = time.time_ns() if wall_ns is None else wall_ns
+    mono_ns = time.monotonic_ns() - _MONO0 if mono_ns is None else mono_ns
+    return "Reported " + go_time_string(wall_ns, mono_ns)
+
+
+def report_patch(register, value):
+    """The merge patch of one report: the plugin writes its registration and the handshake
+    together, whatever the handshake held (a scheduler's Requesting_ or Deleted_ included)."""
+    return {"metadata": {"annotations": {REGISTER: register, HANDSHAKE: value}}}
 
 
 def cmd_nodes(a):
@@ -154,9 +183,9 @@ def cmd_nodes(a):
 
     def make(api, i):
         name = f"{a.prefix}-{i:05d}"
-        annotations = {"hami.io/node-nvidia-register": register_annotation(name, a.gpus, a.format)}
+        annotations = {REGISTER: register_annotation(name, a.gpus, a.format)}
         # HAMi's scheduler before v2.6 ignores a node whose device plugin has not reported lately.
-        annotations["hami.io/node-handshake"] = handshake()
+        annotations[HANDSHAKE] = reported()
         body = {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
@@ -187,6 +216,75 @@ def cmd_nodes(a):
     if ready != a.nodes:
         sys.exit(f"bench_controlplane.py nodes: {ready} of {a.nodes} nodes are Ready with "
                  f"allocatable nvidia.com/gpu and no taint")
+
+
+# --- handshakes -------------------------------------------------------------------------------
+
+def report_schedule(names, start, period):
+    """(due time, node) of every report, forever: each node once per period, the nodes spread
+    evenly over it in the order given (1,000 nodes at 30 s: one report every 30 ms)."""
+    k = 0
+    while True:
+        for i, name in enumerate(names):
+            yield start + k * period + i * period / len(names), name
+        k += 1
+
+
+def cmd_handshakes(a):
+    """HAMi v2.5's device plugin for every bench node, the part its scheduler checks: every
+    --period seconds (the plugin's 30) each node's registration and a fresh `Reported <time>`
+    handshake, written whatever the handshake held. HAMi v2.5.2's scheduler stamps a node
+    `Requesting_<time>` when it sees a report and drops the node when no report follows within
+    60 s; Tessera's leader does the same for delimited nodes. The plugin does not answer the
+    stamp, it reports on its own clock: answering each stamp at once would ping-pong with
+    Tessera's writer, which stamps every new report within a second. Runs until TERM."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    api = Api(a.dir)
+    items = api.request("GET", "/api/v1/nodes?labelSelector=tessera.dev%2Fbench%3Dtrue")["items"]
+    register = {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(REGISTER)
+                for n in items}
+    names = sorted(n for n, v in register.items() if v)
+    if not names:
+        sys.exit("bench_controlplane.py handshakes: no bench node has a register annotation")
+    q = queue.Queue()
+    lock = threading.Lock()
+    stats = {"reports": 0, "errors": 0, "max_lag": 0.0, "last_error": ""}
+
+    def work():
+        api = Api(a.dir)
+        while True:
+            due, name = q.get()
+            try:
+                api.request("PATCH", f"/api/v1/nodes/{name}", report_patch(register[name], reported()),
+                            content_type="application/merge-patch+json")
+                lag = time.time() - due
+                with lock:
+                    stats["reports"] += 1
+                    stats["max_lag"] = max(stats["max_lag"], lag)
+            except Exception as e:  # noqa: BLE001 - counted and logged; the next period retries
+                with lock:
+                    stats["errors"] += 1
+                    stats["last_error"] = str(e)[:200]
+
+    for _ in range(a.workers):
+        threading.Thread(target=work, daemon=True).start()
+    print(f"handshakes: {len(names)} nodes, a report each every {a.period:g} s, {a.workers} writers",
+          file=sys.stderr, flush=True)
+    start = time.time()
+    next_log = start + a.period
+    for due, name in report_schedule(names, start, a.period):
+        now = time.time()
+        if due > now:
+            time.sleep(due - now)
+        q.put((due, name))
+        if time.time() >= next_log:
+            with lock:
+                line = (f"handshakes: {stats['reports']} reports, {stats['errors']} errors, "
+                        f"max lag {stats['max_lag']:.2f} s in the last period, {q.qsize()} queued"
+                        + (f"; last error: {stats['last_error']}" if stats["errors"] else ""))
+                stats["max_lag"] = 0.0
+            print(line, file=sys.stderr, flush=True)
+            next_log += a.period
 
 
 # --- run --------------------------------------------------------------------------------------
@@ -695,7 +793,8 @@ def main():
     r.add_argument("--stall", type=float, default=90,
                    help="give up when no pod was bound for this long")
     r.add_argument("--procs", nargs="*", default=["etcd", "kube-apiserver", "tessera",
-                                                  "kube-scheduler", "kube-scheduler-alone", "kube-scheduler-hami", "hami"])
+                                                  "kube-scheduler", "kube-scheduler-alone", "kube-scheduler-hami", "hami",
+                                                  "handshakes"])
     g = sub.add_parser("config")
     g.add_argument("--dir", required=True)
     g.add_argument("--variant", choices=["alone", "extender"], required=True)
@@ -703,6 +802,10 @@ def main():
     g.add_argument("--qps", type=float, default=0)
     g.add_argument("--burst", type=int, default=0)
     g.add_argument("--percentage", type=int, default=None)
+    h = sub.add_parser("handshakes")
+    h.add_argument("--dir", required=True)
+    h.add_argument("--period", type=float, default=REPORT_EVERY)
+    h.add_argument("--workers", type=int, default=64)
     c = sub.add_parser("clean")
     c.add_argument("--dir", required=True)
     c.add_argument("--namespace", required=True)
@@ -710,7 +813,8 @@ def main():
     s = sub.add_parser("summary")
     s.add_argument("files", nargs="+")
     a = p.parse_args()
-    {"nodes": cmd_nodes, "run": cmd_run, "config": cmd_config, "clean": cmd_clean, "summary": cmd_summary}[a.cmd](a)
+    {"nodes": cmd_nodes, "run": cmd_run, "config": cmd_config, "clean": cmd_clean,
+     "handshakes": cmd_handshakes, "summary": cmd_summary}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 #   tools/bench_controlplane.sh [--nodes N] [--pods P] [--gpus G] [--rounds R]
 #       [--columns "alone tessera"] [--tessera PATH] [--hami-bin VERSION=PATH]... [--keep]
 #       [--results FILE] [--max-seconds S] [--stall S] [--tuned-args ARGS] [--hami-qps Q]
-#       [--alone-tuned-qps Q] [--clients N] [--plugin-workers W] [--base-args ARGS] [--smoke]
+#       [--alone-tuned-qps Q] [--clients N] [--plugin-workers W] [--base-args ARGS]
+#       [--register-cap S] [--register-format json|delimited] [--smoke]
 #
 # A run ends when every pod is bound, after --max-seconds (default 300), or after --stall
 # seconds (default 90) without a binding; pods/s is then bound pods / elapsed time and a
@@ -27,7 +28,20 @@
 #              the extender of a kube-scheduler with deploy/base's configuration pointed at it;
 #              the pods carry schedulerName hami-scheduler themselves (no webhook). HAMi runs
 #              with the admin kubeconfig and, from v2.10 on, --kube-qps --hami-qps (default 500):
-#              at its default 5 QPS it registers one node every ~2 s.
+#              at its default 5 QPS it registers one node every ~2 s. Before its first round
+#              the bed waits until HAMi has registered every node (its log's "Node device
+#              added"), printing progress every 30 s, for at most --register-cap seconds
+#              (default: 300 from v2.10 on; 120 s + 1.6 s per node for v2.5, whose client
+#              has no QPS setting: its first pass stamps each node's NVIDIA and DCU handshake,
+#              a GET and a PATCH each, 0.8 s per node at 5 QPS); when the next
+#              round starts with the same HAMi column (rounds alternate), HAMi and its
+#              kube-scheduler keep running, registered, instead of registering again.
+#   With a hami-v2.5.* column (or --register-format delimited; the default is json otherwise)
+#   the nodes get the delimited register annotation, and
+#   `bench_controlplane.py handshakes` emulates every node's v2.5 device plugin for the whole
+#   bench (all columns): registration and a `Reported <time>` handshake every 30 s per node,
+#   1,000 nodes ~33 patches/s. Without it HAMi v2.5.2 drops every node 60 s after stamping it
+#   `Requesting_<time>`, and Tessera's leader marks delimited nodes dead the same way.
 #   tessera-tuned  as tessera, with Tessera restarted with deploy/base's flags plus --tuned-args
 #              (default "--kube-qps 0 --node-scheduler-policy spread"): an explicitly tuned row;
 #              Tessera is restarted with deploy/base's flags for the next tessera column.
@@ -51,6 +65,7 @@ PY="$ROOT/tools/bench_controlplane.py"
 NODES=1000 PODS=2000 GPUS=4 ROUNDS=3 COLUMNS="alone tessera" TESSERA="" KEEP=0 RESULTS="" SMOKE=0
 CLIENTS=32 PLUGIN_WORKERS=64 STALL=90 SCHED_PORT=0 MAX_SECONDS=300
 TUNED_ARGS="--kube-qps 0 --node-scheduler-policy spread" BASE_ARGS="" HAMI_QPS=500 ALONE_TUNED_QPS=500
+REGISTER_CAP="" REGISTER_FORMAT=""
 declare -A HAMI_BIN=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -67,6 +82,8 @@ while [[ $# -gt 0 ]]; do
     --base-args) BASE_ARGS="${2:?}"; shift 2 ;;
     --hami-qps) HAMI_QPS="${2:?}"; shift 2 ;;
     --alone-tuned-qps) ALONE_TUNED_QPS="${2:?}"; shift 2 ;;
+    --register-cap) REGISTER_CAP="${2:?}"; shift 2 ;;
+    --register-format) REGISTER_FORMAT="${2:?}"; shift 2 ;;
     --tessera) TESSERA="${2:?}"; shift 2 ;;
     --hami-bin) HAMI_BIN["${2%%=*}"]="${2#*=}"; shift 2 ;;
     --results) RESULTS="${2:?}"; shift 2 ;;
@@ -78,6 +95,14 @@ while [[ $# -gt 0 ]]; do
 done
 
 log() { echo "bench: $*" >&2; }
+fmt=json
+[[ " $COLUMNS " == *" hami-v2.5."* ]] && fmt=legacy   # HAMi before v2.8 reads only that form
+case "$REGISTER_FORMAT" in
+  "") ;;
+  delimited) fmt=legacy ;;
+  json) [[ $fmt == json ]] || { log "--register-format json: HAMi v2.5 reads only the delimited form"; exit 2; } ;;
+  *) log "--register-format: json or delimited, not $REGISTER_FORMAT"; exit 2 ;;
+esac
 skip_code=77
 [[ "${TESSERA_E2E_REQUIRED:-0}" == 1 ]] && skip_code=1
 for t in kubectl openssl python3 curl setsid ss; do
@@ -129,7 +154,7 @@ teardown() {
   trap - EXIT INT TERM
   for j in $(jobs -p); do kill -TERM "$j" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  for n in "${OURS[@]}"; do stop "$n"; done
+  for n in "${OURS[@]}" handshakes; do stop "$n"; done
   "$CP" down "$DIR" >/dev/null 2>&1 || rc=1
   if pgrep -f -- "$DIR([/ ]|\$)" >/dev/null; then
     log "FAIL: processes of $DIR survive: $(pgrep -f -a -- "$DIR([/ ]|\$)" | tr '\n' ';')"; rc=1
@@ -153,11 +178,13 @@ timeout 240 "$CP" up "${up_args[@]}" "$DIR" >/dev/null
 # shellcheck disable=SC1091
 source "$DIR/env"
 export KUBECONFIG
-fmt=json
-[[ " $COLUMNS " == *" hami-v2.5."* ]] && fmt=legacy   # HAMi before v2.8 reads only that form
 log "creating $NODES nodes with $GPUS GPUs each ($fmt register annotation)"
 python3 "$PY" nodes --dir "$DIR" --nodes "$NODES" --gpus "$GPUS" --format "$fmt" >&2 &
 wait $!
+if [[ $fmt == legacy ]]; then
+  start handshakes python3 "$PY" handshakes --dir "$DIR"
+  wait_for 30 "the emulated v2.5 device plugins' first report line" grep -q 'nodes, a report each' "$DIR/handshakes.log"
+fi
 metric() { curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/metrics"; }
 ledger_nodes() { # Tessera's ledger knows every node's GPUs
   [[ "$(metric | grep -c '^hami_gpu_memory_limit_bytes{')" -ge $((NODES * GPUS)) ]]
@@ -207,8 +234,35 @@ set_tessera_args() { # set_tessera_args "ARGS": restart Tessera with deploy/base
     curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:$TESSERA_PORT/healthz"
 }
 
+hami_registered() { # hami_registered VERSION: wait until HAMi's log says every node was added
+  local v="$1" cap="$REGISTER_CAP" t0=$SECONDS next=$((SECONDS + 30)) n=0 dropped
+  [[ -n "$cap" ]] || { cap=300; [[ "$v" == v2.5.* ]] && cap=$((120 + NODES * 16 / 10)); }
+  log "HAMi $v: waiting for it to register $NODES nodes (at most ${cap}s)"
+  while :; do
+    n="$(grep -c 'Node device added' "$DIR/hami.log" || true)"
+    ((n >= NODES)) && break
+    alive hami || { log "FAIL: HAMi $v exited while registering ($n of $NODES nodes); see $DIR/hami.log"; return 1; }
+    if ((SECONDS - t0 >= cap)); then
+      log "FAIL: HAMi $v registered $n of $NODES nodes in ${cap}s (--register-cap)"; return 1
+    fi
+    if ((SECONDS >= next)); then
+      dropped="$(grep -c 'Removing device from node.*deviceVendor="NVIDIA"' "$DIR/hami.log" || true)"
+      log "HAMi $v: $n of $NODES nodes registered after $((SECONDS - t0))s, $dropped dropped for a late handshake"
+      next=$((SECONDS + 30))
+    fi
+    sleep 1
+  done
+  log "HAMi $v: all $NODES nodes registered in $((SECONDS - t0))s"
+}
+
+ACTIVE=""
 activate() { # activate COLUMN: stop every kube-scheduler and extender, start the column's
   local col="$1" n
+  if [[ "$col" == hami-* && "$col" == "$ACTIVE" ]] && alive hami && alive kube-scheduler-hami; then
+    log "$col: HAMi and its kube-scheduler keep running from the previous round (registered)"
+    return 0
+  fi
+  ACTIVE=""
   for n in kube-scheduler "${OURS[@]}"; do stop "$n"; done
   case "$col" in
     alone|alone-tuned)
@@ -237,13 +291,13 @@ activate() { # activate COLUMN: stop every kube-scheduler and extender, start th
         --scheduler-name hami-scheduler --device-config-file "$DIR/device-config.yaml" -v=1 \
         "${extra[@]}"
       wait_for 60 "HAMi /healthz" curl -fsS --max-time 2 "http://127.0.0.1:$port/healthz" || return 1
-      hami_registered() { [[ "$(grep -c 'Node device added' "$DIR/hami.log")" -ge "$NODES" ]]; }
-      wait_for 300 "HAMi registering all $NODES nodes (hami.log: Node device added)" hami_registered || return 1
+      hami_registered "$v" || return 1
       python3 "$PY" config --dir "$DIR" --variant extender --url "http://127.0.0.1:$port" \
         >"$DIR/scheduler-config-hami.yaml"
       start_kube_scheduler kube-scheduler-hami "$DIR/scheduler-config-hami.yaml" || return 1 ;;
     *) log "unknown column $col"; return 1 ;;
   esac
+  ACTIVE="$col"
 }
 
 run_column() { # run_column COLUMN ROUND
@@ -277,7 +331,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
   fi
   for c in "${order[@]}"; do run_column "$c" "$r" || failed=1; done
 done
-for n in kube-scheduler "${OURS[@]}"; do stop "$n"; done
+for n in kube-scheduler "${OURS[@]}" handshakes; do stop "$n"; done
+[[ -f "$DIR/handshakes.log" ]] && log "emulated v2.5 plugins, last line: $(tail -n 1 "$DIR/handshakes.log")"
 python3 "$PY" summary "$RESULTS"
 echo "machine: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $failed
