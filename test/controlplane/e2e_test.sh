@@ -54,6 +54,11 @@ device="${allocated%%,*}"
 # Tessera's /metrics (HAMi's names) books the 1000 MiB on that device, and frees it when the pod
 # is deleted (force: no kubelet runs to finish a graceful deletion).
 check "hami_gpu_memory_allocated_bytes of $device is 1000 MiB" wait_until 30 "the metric at 1000 MiB" metric_is "$device" 1048576000
+# `tessera top` (issue #25 item 3) reads serve's /debug/ledger: the pod on its device.
+top="$("$TESSERA_BIN" top --server "http://127.0.0.1:$TESSERA_METRICS_PORT" -n e2e 2>&1)" || true
+echo "e2e: tessera top -n e2e:"; echo "$top"
+top_shows() { grep -qE "^$node +$device \([01]\) +NVIDIA" <<<"$top" && grep -qE "e2e/fits \[0\] +1000 +0 +bound" <<<"$top"; }
+check "tessera top lists e2e/fits, 1000 MiB bound, under $device of $node" top_shows
 k -n e2e delete pod fits --grace-period=0 --force >/dev/null 2>&1
 check "and 0 once the pod is deleted" wait_until 30 "the metric back at 0" metric_is "$device" 0
 phase_done "bind through Tessera"

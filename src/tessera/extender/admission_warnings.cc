@@ -29,8 +29,7 @@ bool Gives(const kube::Container& c, std::string_view resource) {
 void WarnAboutContainer(const kube::Container& c, std::string_view kind,
                         const device::NvidiaConfig& config, std::vector<std::string>* out) {
   if (config.default_memory != 0 || !Gives(c, config.resource_count_name) ||
-      Gives(c, config.resource_memory_name) ||
-      Gives(c, config.resource_memory_percentage_name)) {
+      Gives(c, config.resource_memory_name) || Gives(c, config.resource_memory_percentage_name)) {
     return;
   }
   const kube::ShortString* count = c.limits.Find(config.resource_count_name);
@@ -69,7 +68,8 @@ std::vector<std::string> AdmissionWarnings(const kube::Pod& pod,
   absl::StatusOr<device::PodConstraints> constraints =
       device::ParsePodConstraints(pod.meta.annotations);
   if (!constraints.ok()) {
-    Add(fmt::format("the scheduler will refuse this pod: {}", std::string(constraints.status().message())),
+    Add(fmt::format("the scheduler will refuse this pod: {}",
+                    std::string(constraints.status().message())),
         &out);
   }
   return out;

@@ -27,8 +27,9 @@ TEST(AdmissionWarningsTest, InitContainersAndRequestsOnlyCountsAreWarnedToo) {
       "initContainers":[{"name":"setup","resources":{"requests":{"nvidia.com/gpu":"2"}}}],
       "containers":[{"name":"main","resources":{"limits":{"nvidia.com/gpu":"1",
                                                           "nvidia.com/gpumem":"1000"}}}]}})");
-  EXPECT_THAT(AdmissionWarnings(pod, device::DefaultNvidiaConfig()),
-              ElementsAre(HasSubstr("init container \"setup\" asks for nvidia.com/gpu: 2 without")));
+  EXPECT_THAT(
+      AdmissionWarnings(pod, device::DefaultNvidiaConfig()),
+      ElementsAre(HasSubstr("init container \"setup\" asks for nvidia.com/gpu: 2 without")));
 }
 
 TEST(AdmissionWarningsTest, ResourceNamesComeFromTheDeviceConfig) {
