@@ -177,7 +177,7 @@ absl::Status DecodeProblems(const Reader& r, std::vector<std::string>* out) {
       fmt::dynamic_format_arg_store<fmt::format_context> args;
       for (std::string_view field : kind.fields) {
         TESSERA_ASSIGN_OR_RETURN(std::string value, item.String(field));
-        args.push_back(std::move(value));
+        args.push_back(value);  // the store keeps its own copy
       }
       out->push_back(fmt::vformat(kind.sentence, args));
     }
