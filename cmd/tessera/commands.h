@@ -6,7 +6,7 @@
 // violation, a server that could not start), 2 bad input (flags, files, values).
 //
 //   tessera            (main.cc)            every subcommand, for users and tests;
-//   tessera-scheduler  (scheduler_main.cc)  the production subcommands only (serve, explain,
+//   tessera-scheduler  (scheduler_main.cc)  the production subcommands only (serve, explain, top,
 //                                           decode, rbac, version): no apisim, simulator,
 //                                           benchmark or test code (the image ships it).
 //
@@ -35,12 +35,13 @@ using AddCommandFn = void (*)(CLI::App& app, Runner* run);
 int RunCli(int argc, char** argv, std::initializer_list<AddCommandFn> commands);
 
 // The production subcommands (cli.cc, serve_command.cc, explain_command.cc, decode_command.cc,
-// rbac_command.cc: library tessera_cmd_production).
+// rbac_command.cc, top_command.cc: library tessera_cmd_production).
 void AddVersionCommand(CLI::App& app, Runner* run);
 void AddExplainCommand(CLI::App& app, Runner* run);
 void AddDecodeCommand(CLI::App& app, Runner* run);
 void AddServeCommand(CLI::App& app, Runner* run);
 void AddRbacCommand(CLI::App& app, Runner* run);
+void AddTopCommand(CLI::App& app, Runner* run);
 
 // The development subcommands, only in `tessera`: the API server simulator, the simulator, the
 // end-to-end benchmark and the emulated nodes of a cluster file (emulate_command.cc).

@@ -7,5 +7,5 @@ int main(int argc, char** argv) {
   namespace cmd = tessera::cmd;
   return cmd::RunCli(argc, argv,
                      {cmd::AddServeCommand, cmd::AddExplainCommand, cmd::AddDecodeCommand,
-                      cmd::AddRbacCommand, cmd::AddVersionCommand});
+                      cmd::AddRbacCommand, cmd::AddTopCommand, cmd::AddVersionCommand});
 }

@@ -4,7 +4,8 @@
 # deploy/base's RBAC. Two GPU nodes as HAMi v2.8's device plugin registers them; a GPU pod with
 # no schedulerName must be given Tessera's scheduler by the webhook and bound by the real
 # kube-scheduler through Tessera with HAMi's annotations; a pod that fits nowhere must stay
-# Pending with Tessera's reason in kube-scheduler's FailedScheduling event. docs/e2e.md.
+# Pending with Tessera's reason in kube-scheduler's FailedScheduling event; a pod with silent
+# mistakes is admitted with warnings kubectl prints. docs/e2e.md.
 #
 #   test/controlplane/e2e_test.sh [--tessera PATH] [--keep] [--up-arg ARG]...
 #
@@ -53,6 +54,11 @@ device="${allocated%%,*}"
 # Tessera's /metrics (HAMi's names) books the 1000 MiB on that device, and frees it when the pod
 # is deleted (force: no kubelet runs to finish a graceful deletion).
 check "hami_gpu_memory_allocated_bytes of $device is 1000 MiB" wait_until 30 "the metric at 1000 MiB" metric_is "$device" 1048576000
+# `tessera top` (issue #25 item 3) reads serve's /debug/ledger: the pod on its device.
+top="$("$TESSERA_BIN" top --server "http://127.0.0.1:$TESSERA_METRICS_PORT" -n e2e 2>&1)" || true
+echo "e2e: tessera top -n e2e:"; echo "$top"
+top_shows() { grep -qE "^$node +$device \([01]\) +NVIDIA" <<<"$top" && grep -qE "e2e/fits \[0\] +1000 +0 +bound" <<<"$top"; }
+check "tessera top lists e2e/fits, 1000 MiB bound, under $device of $node" top_shows
 k -n e2e delete pod fits --grace-period=0 --force >/dev/null 2>&1
 check "and 0 once the pod is deleted" wait_until 30 "the metric back at 0" metric_is "$device" 0
 phase_done "bind through Tessera"
@@ -74,6 +80,34 @@ check "the event comes from the scheduler profile $SCHEDULER_NAME" contains "$ev
 check "too-big stays Pending and unbound" \
   test "$(jp too-big '{.status.phase}/{.spec.nodeName}')" = "Pending/"
 phase_done "unschedulable pod"
+
+# --- admission warnings, as kubectl prints them (issue #25 item 5) -----------------------------
+# A count without memory (a whole GPU, not a share) and GPU memory written as an annotation:
+# the webhook admits the pod and warns; kubectl prints each warning on stderr. Server-side dry
+# run: the webhook runs (sideEffects: None), nothing is created.
+warned="$(k apply --dry-run=server -f - 2>&1 >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: warned
+  namespace: e2e
+  annotations:
+    nvidia.com/gpumem: "4000"
+spec:
+  containers:
+    - name: main
+      image: registry.k8s.io/pause:3.10
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+YAML
+)" || true
+echo "e2e: kubectl apply of warned printed: $warned"
+check "kubectl prints the whole-GPU warning" \
+  contains "$warned" 'Warning: container "main" asks for nvidia.com/gpu: 1 without nvidia.com/gpumem'
+check "kubectl prints the annotation warning" \
+  contains "$warned" "Warning: annotation nvidia.com/gpumem is not read by the scheduler"
+phase_done "admission warnings"
 
 # --- Tessera ran under deploy/base's RBAC without a refusal ------------------------------------
 no_match() { ! grep -Ei "$1" "$2"; }

@@ -1,6 +1,7 @@
 // Any bytes give a reply that is an AdmissionReview (HTTP 200 or 400), never a crash; a review
 // that decodes gets a 200 whose uid is the request's and whose patch, when there is one, is a
-// JSON array of add/replace operations.
+// JSON array of add/replace operations; warnings only on an allowed review, bounded in number
+// and size.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include <nlohmann/json.hpp>
 
+#include "tessera/extender/admission_warnings.h"
 #include "tessera/extender/webhook.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -51,6 +53,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       for (const json& op : ops) {
         if (op["op"] != "add" && op["op"] != "replace") {
+          std::abort();
+        }
+      }
+    }
+    if (response.contains("warnings")) {
+      const json& warnings = response["warnings"];
+      if (!response["allowed"].get<bool>() || !warnings.is_array() || warnings.empty() ||
+          warnings.size() > tessera::extender::kMaxAdmissionWarnings) {
+        std::abort();
+      }
+      for (const json& w : warnings) {
+        if (!w.is_string() ||
+            w.get<std::string>().size() > tessera::extender::kMaxAdmissionWarningBytes) {
           std::abort();
         }
       }

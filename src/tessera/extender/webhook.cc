@@ -13,7 +13,9 @@
 #include "tessera/device/annotations.h"
 #include "tessera/device/quantity.h"
 #include "tessera/device/request.h"
+#include "tessera/extender/admission_warnings.h"
 #include "tessera/json/text.h"
+#include "tessera/kube/decode.h"
 #include "tessera/kube/objects.h"
 
 namespace tessera::extender {
@@ -320,6 +322,21 @@ AdmissionResponse ReviewPod(const AdmissionRequest& request, const WebhookOption
       (scheduler != kDefaultScheduler || !options.force_overwrite_default_scheduler)) {
     return AllowedWith("pod already has different scheduler assigned");
   }
+  std::vector<std::string> warnings;
+  if (absl::StatusOr<kube::Pod> decoded = kube::DecodePod(request.object_json); decoded.ok()) {
+    // Every annotation: the decoder keeps only hami.io/ and nvidia.com/ keys, and the device
+    // config may name resources under any prefix.
+    const json* meta = MemberAt(pod, "metadata");
+    const json* annotations = meta != nullptr ? MemberAt(*meta, "annotations") : nullptr;
+    if (annotations != nullptr && annotations->is_object()) {
+      for (const auto& [key, value] : annotations->items()) {
+        if (value.is_string()) {
+          decoded->meta.annotations.Set(key, value.get<std::string>());
+        }
+      }
+    }
+    warnings = AdmissionWarnings(*decoded, options.nvidia);
+  }
 
   std::vector<ContainerMutation> all;
   auto collect = [&](std::string_view list) {
@@ -352,6 +369,7 @@ AdmissionResponse ReviewPod(const AdmissionRequest& request, const WebhookOption
       return Errored(500, *std::move(bad));
     }
   }
+  response.warnings = std::move(warnings);
   if (!asks) {
     return response;  // only env additions (overwriteEnv, gpuCorePolicy), if any
   }
@@ -394,6 +412,9 @@ std::string EncodeAdmissionReview(std::string_view api_version, std::string_view
   }
   json r = {
       {"uid", std::string(uid)}, {"allowed", response.allowed}, {"status", std::move(status)}};
+  if (!response.warnings.empty()) {
+    r["warnings"] = response.warnings;
+  }
   if (response.allowed && !response.patch.empty()) {
     r["patchType"] = "JSONPatch";
     r["patch"] = absl::Base64Escape(EncodePatch(response.patch));

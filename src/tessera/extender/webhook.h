@@ -74,6 +74,8 @@ struct AdmissionResponse {
   std::string reason;          // response.status.reason ("Forbidden" when denied)
   std::string message;         // response.status.message
   std::vector<PatchOp> patch;  // empty: no mutation
+  // response.warnings (admission_warnings.h), for the pods the webhook takes.
+  std::vector<std::string> warnings;
 };
 
 // The decision for one request (steps 1-5 above).

@@ -381,6 +381,67 @@ TEST(WebhookTest, UpdatesCarryingSchedulerOwnedAnnotationsAreNotJudged) {
   EXPECT_TRUE(o.response["allowed"]);
 }
 
+// ---- warnings (admission_warnings.h; kubectl prints them) ---------------------------------------
+
+TEST(WebhookTest, ACountWithoutMemoryIsWarnedAsWholeGpus) {
+  Outcome o = RunFile("gpu-only.json");
+  ASSERT_TRUE(o.response["allowed"]);
+  EXPECT_EQ(o.response["warnings"],
+            json::array({"container \"main\" asks for nvidia.com/gpu: 1 without nvidia.com/gpumem "
+                         "or nvidia.com/gpumem-percentage: each of its GPUs is booked whole, not "
+                         "shared (the device config's defaultMemory is 0); give nvidia.com/gpumem "
+                         "to share a GPU"}));
+  // With a default memory, the same pod books that much and is not warned.
+  WebhookOptions shared;
+  shared.nvidia.default_memory = 2000;
+  EXPECT_FALSE(RunFile("gpu-only.json", shared).response.contains("warnings"));
+  // Memory given, or a percentage: no warning.
+  EXPECT_FALSE(RunFile("gpu-and-memory.json").response.contains("warnings"));
+  EXPECT_FALSE(RunFile("percentage-100.json").response.contains("warnings"));
+}
+
+TEST(WebhookTest, DeviceResourcesWrittenAsAnnotationsAreWarned) {
+  // HAMi #2862: the annotation form is read by nothing; the pod gets the whole card.
+  Outcome o = Review(WithAnnotations(
+      "gpu-and-memory.json", {{"nvidia.com/gpumem", "4000"}, {"nvidia.com/gpucores", "30"}}));
+  ASSERT_TRUE(o.response["allowed"]);
+  EXPECT_EQ(o.response["warnings"],
+            json::array({"annotation nvidia.com/gpumem is not read by the scheduler or the device "
+                         "plugin: give it in the containers' resources.limits",
+                         "annotation nvidia.com/gpucores is not read by the scheduler or the "
+                         "device plugin: give it in the containers' resources.limits"}));
+  // A pod asking for no device through its resources is warned too: it meant to ask for one.
+  EXPECT_THAT(Review(WithAnnotations("no-gpu.json", {{"nvidia.com/gpumem", "4000"}}))
+                  .response["warnings"]
+                  .dump(),
+              HasSubstr("annotation nvidia.com/gpumem is not read"));
+}
+
+TEST(WebhookTest, PolicyAnnotationsTheSchedulerRefusesAreWarned) {
+  Outcome o =
+      Review(WithAnnotations("gpu-and-memory.json", {{"hami.io/gpu-scheduler-policy", "binpak"}}));
+  ASSERT_TRUE(o.response["allowed"]);
+  ASSERT_EQ(o.response["warnings"].size(), 1u);
+  EXPECT_THAT(o.response["warnings"][0].get<std::string>(),
+              HasSubstr("the scheduler will refuse this pod: hami.io/gpu-scheduler-policy: "));
+  EXPECT_THAT(o.response["warnings"][0].get<std::string>(), HasSubstr("binpak"));
+  o = Review(WithAnnotations("gpu-and-memory.json", {{"nvidia.com/numa-bind", "yes"}}));
+  EXPECT_THAT(o.response["warnings"].dump(), HasSubstr("nvidia.com/numa-bind: not a boolean"));
+  // Valid values are not warned.
+  o = Review(WithAnnotations("gpu-and-memory.json", {{"hami.io/gpu-scheduler-policy", "spread"},
+                                                     {"hami.io/node-scheduler-policy", "binpack"},
+                                                     {"nvidia.com/numa-bind", "true"}}));
+  EXPECT_FALSE(o.response.contains("warnings"));
+}
+
+TEST(WebhookTest, OtherSchedulersPodsAndDenialsCarryNoWarnings) {
+  EXPECT_FALSE(Review(WithAnnotations("other-scheduler.json", {{"nvidia.com/gpumem", "4000"}}))
+                   .response.contains("warnings"));
+  Outcome denied = Review(WithAnnotations("privileged.json", {{"nvidia.com/gpumem", "4000"}}));
+  EXPECT_FALSE(denied.response["allowed"]);
+  EXPECT_FALSE(denied.response.contains("warnings"));
+}
+
 // ---- malformed reviews -------------------------------------------------------------------------
 
 json Bad(std::string_view content_type, std::string_view body) {
