@@ -10,8 +10,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<tessera::extender::RefitRequest> req =
-      tessera::extender::DecodeRefitRequest(body);
+  absl::StatusOr<tessera::extender::RefitRequest> req = tessera::extender::DecodeRefitRequest(body);
   if (!req.ok()) {
     if (req.status().message().empty()) {
       std::abort();

@@ -129,8 +129,8 @@ RefitResponse Scheduler::Refit(const RefitRequest& req) {
     return Refused(fmt::format("pod {} is not tracked by the scheduler", req.pod_uid));
   }
   if (held->ns != req.pod_namespace || held->name != req.pod_name) {
-    return Refused(fmt::format("pod {} does not match {}/{}", req.pod_uid, req.pod_namespace,
-                               req.pod_name));
+    return Refused(
+        fmt::format("pod {} does not match {}/{}", req.pod_uid, req.pod_namespace, req.pod_name));
   }
   if (!fresh.ok() || fresh->meta.uid != req.pod_uid) {
     return Refused(fmt::format("pod {} is not tracked by the scheduler", req.pod_uid));
@@ -146,12 +146,12 @@ RefitResponse Scheduler::Refit(const RefitRequest& req) {
   }
   const std::optional<std::string> name = ContainerNameAt(pod, req.container_index);
   if (!name.has_value()) {
-    return fail(fmt::format("container index {} is outside the pod's containers",
-                            req.container_index));
+    return fail(
+        fmt::format("container index {} is outside the pod's containers", req.container_index));
   }
   if (!req.container_name.empty() && *name != req.container_name) {
-    return fail(fmt::format("container index {} is {}, not {}", req.container_index,
-                            GoQuote(*name), GoQuote(req.container_name)));
+    return fail(fmt::format("container index {} is {}, not {}", req.container_index, GoQuote(*name),
+                            GoQuote(req.container_name)));
   }
 
   // Rule 4: the container's entries, not yet consumed by the plugin, in both annotations.
@@ -166,8 +166,8 @@ RefitResponse Scheduler::Refit(const RefitRequest& req) {
   }
   absl::StatusOr<device::PodDevices> allocated = device::DecodePodDevices(allocated_raw);
   if (!allocated.ok()) {
-    return fail(
-        fmt::format("cannot decode allocated annotation: {}", std::string(allocated.status().message())));
+    return fail(fmt::format("cannot decode allocated annotation: {}",
+                            std::string(allocated.status().message())));
   }
   const auto index = static_cast<size_t>(req.container_index);  // >= 0: ContainerNameAt
   if (index >= pending->size() || (*pending)[index].empty()) {
@@ -273,7 +273,8 @@ RefitResponse Scheduler::Refit(const RefitRequest& req) {
   if (absl::StatusOr<kube::Pod> patched =
           client_->PatchPodMetadata(pod.meta.ns, pod.meta.name, patch);
       !patched.ok()) {
-    return fail(fmt::format("cannot patch pod annotations: {}", std::string(patched.status().message())));
+    return fail(
+        fmt::format("cannot patch pod annotations: {}", std::string(patched.status().message())));
   }
   // The ledger's record (and reservation) of the pod: that container's usage replaced in one
   // step, never removed and added back (HAMi #3027). 0 moved: the informer got there first.
@@ -283,9 +284,9 @@ RefitResponse Scheduler::Refit(const RefitRequest& req) {
     TESSERA_LOG(kInfo, "refit of pod {}: ledger not updated ({}); the informer applies the patch",
                 pod.Key(), std::string(moved.status().message()));
   }
-  std::string message = fmt::format("NUMA refit moved container {} from {} to {}",
-                                    req.container_index, DeviceIdList(current),
-                                    DeviceIdList(chosen));
+  std::string message =
+      fmt::format("NUMA refit moved container {} from {} to {}", req.container_index,
+                  DeviceIdList(current), DeviceIdList(chosen));
   TESSERA_VLOGS(2, "refit", "pod", pod.Key(), "node", req.node_name, "outcome", message);
   events_.Record(pod.meta, kNumaRefitSucceedReason, std::move(message), EventType::kNormal);
   return RefitResponse{

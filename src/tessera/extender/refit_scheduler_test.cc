@@ -67,8 +67,8 @@ class RefitTest : public ::testing::Test {
 
   // HAMi's refitFixture: GPU-a (NUMA 1, 40000 MiB) and GPU-b (NUMA 0, `gpu_b_mem`).
   void AddNode(const std::vector<Card>& cards) {
-    env_.CreateNode(kNode, fmt::format(R"({{"hami.io/node-nvidia-register":{}}})",
-                                       Quoted(Register(cards))));
+    env_.CreateNode(
+        kNode, fmt::format(R"({{"hami.io/node-nvidia-register":{}}})", Quoted(Register(cards))));
     absl::StatusOr<kube::Node> node = env_.client()->GetNode(kNode);
     ASSERT_TRUE(node.ok()) << node.status();
     auto devices = accounting::ProjectNode(*vendor_, *node);
@@ -87,14 +87,14 @@ class RefitTest : public ::testing::Test {
     for (const std::string& c : containers) {
       list += fmt::format(R"({}{{"name":"{}","image":"x"}})", list.empty() ? "" : ",", c);
     }
-    env_.Create("pods", "default",
-                fmt::format(R"({{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{}",)"
-                            R"("namespace":"default","annotations":{{"hami.io/vgpu-node":"{}",)"
-                            R"("hami.io/vgpu-devices-to-allocate":{},)"
-                            R"("hami.io/vgpu-devices-allocated":{}{}}}}},"spec":{{)"
-                            R"("schedulerName":"hami-scheduler","containers":[{}]}}}})",
-                            name, kNode, Quoted(to_allocate), Quoted(allocated),
-                            extra_annotations, list));
+    env_.Create(
+        "pods", "default",
+        fmt::format(R"({{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{}",)"
+                    R"("namespace":"default","annotations":{{"hami.io/vgpu-node":"{}",)"
+                    R"("hami.io/vgpu-devices-to-allocate":{},)"
+                    R"("hami.io/vgpu-devices-allocated":{}{}}}}},"spec":{{)"
+                    R"("schedulerName":"hami-scheduler","containers":[{}]}}}})",
+                    name, kNode, Quoted(to_allocate), Quoted(allocated), extra_annotations, list));
     const kube::Pod pod = Pod(name);
     ledger::PodAllocation record;
     record.uid = pod.meta.uid;
@@ -259,7 +259,8 @@ TEST_F(RefitTest, APatchFailureOrConflictLeavesTheLedgerAlone) {
   EXPECT_THAT(r.failure_reason, HasSubstr("cannot patch pod annotations: "));
   EXPECT_EQ(Usage(0), (device::DeviceUsage{1, 20000, 30}));
   EXPECT_EQ(Usage(1), (device::DeviceUsage{}));
-  EXPECT_EQ(Annotation("refit-pod", device::kDevicesAllocatedAnnotation), "GPU-a,NVIDIA,20000,30:;");
+  EXPECT_EQ(Annotation("refit-pod", device::kDevicesAllocatedAnnotation),
+            "GPU-a,NVIDIA,20000,30:;");
   env_.faults()->Inject("PATCH", std::string(kPodPath) + "refit-pod", 500, "InternalError");
   r = s.Refit(Request(uid, {"GPU-b"}));
   EXPECT_FALSE(r.succeeded);
@@ -280,9 +281,8 @@ TEST_F(RefitTest, AContainerThePluginAlreadyConsumedIsRefused) {
 
 TEST_F(RefitTest, AContainerWithoutARecordedAllocationIsRefused) {
   AddFixtureNode();
-  const std::string uid =
-      AddPod("refit-pod", {"main", "side"}, "GPU-a,NVIDIA,1,1:;GPU-a,NVIDIA,1,1:;",
-             "GPU-a,NVIDIA,1,1:;;");
+  const std::string uid = AddPod("refit-pod", {"main", "side"},
+                                 "GPU-a,NVIDIA,1,1:;GPU-a,NVIDIA,1,1:;", "GPU-a,NVIDIA,1,1:;;");
   Scheduler& s = Make();
   RefitRequest req = Request(uid, {"GPU-b"});
   req.container_index = 1;
@@ -299,7 +299,10 @@ TEST_F(RefitTest, InvalidRequestsAreRefusedWithHamisTexts) {
   std::vector<std::pair<RefitRequest, std::string>> cases;
   for (int field = 0; field < 4; ++field) {
     RefitRequest r = Request(uid, {"GPU-b"});
-    (field == 0 ? r.pod_uid : field == 1 ? r.pod_namespace : field == 2 ? r.pod_name : r.node_name)
+    (field == 0   ? r.pod_uid
+     : field == 1 ? r.pod_namespace
+     : field == 2 ? r.pod_name
+                  : r.node_name)
         .clear();
     cases.emplace_back(r, incomplete);
   }

@@ -39,9 +39,9 @@ TEST(RefitWireTest, DecodesHamisRequestAndEncodesItBackByteForByte) {
 
 TEST(RefitWireTest, ReadsKeysAsGoDoes) {
   // Case-insensitive keys, unknown keys ignored, null as the zero value, containerName omitted.
-  absl::StatusOr<RefitRequest> req = DecodeRefitRequest(
-      R"( {"poduid":"u","PODNAMESPACE":"ns","podName":null,"extra":{"x":[1]},)"
-      R"("containerIndex":null,"allowedDeviceUUIDs":null} )");
+  absl::StatusOr<RefitRequest> req =
+      DecodeRefitRequest(R"( {"poduid":"u","PODNAMESPACE":"ns","podName":null,"extra":{"x":[1]},)"
+                         R"("containerIndex":null,"allowedDeviceUUIDs":null} )");
   ASSERT_TRUE(req.ok()) << req.status();
   EXPECT_EQ(req->pod_uid, "u");
   EXPECT_EQ(req->pod_namespace, "ns");
@@ -80,8 +80,9 @@ TEST(RefitWireTest, EncodesResponsesAsGoMarshalsThem) {
   // HAMi pkg/device/numa_refit.go:NumaRefitResponse (omitempty on both strings).
   EXPECT_EQ(EncodeRefitResponse({true, "GPU-b,NVIDIA,3000,30:", ""}),
             R"({"succeeded":true,"containerDevices":"GPU-b,NVIDIA,3000,30:"})");
-  EXPECT_EQ(EncodeRefitResponse({false, "", "no allowed device fits: 1/1 CardInsufficientMemory"}),
-            R"({"succeeded":false,"failureReason":"no allowed device fits: 1/1 CardInsufficientMemory"})");
+  EXPECT_EQ(
+      EncodeRefitResponse({false, "", "no allowed device fits: 1/1 CardInsufficientMemory"}),
+      R"({"succeeded":false,"failureReason":"no allowed device fits: 1/1 CardInsufficientMemory"})");
   EXPECT_EQ(EncodeRefitResponse({false, "", ""}), R"({"succeeded":false})");
   // Go's HTML escaping.
   EXPECT_EQ(EncodeRefitResponse({false, "", "<&>"}),
