@@ -11,6 +11,7 @@
 
 #include "tessera/base/logging.h"
 #include "tessera/device/codec.h"
+#include "tessera/device/codec_internal.h"  // Quote: Go's %q for printable ASCII
 #include "tessera/extender/refit.h"
 #include "tessera/extender/scheduler.h"
 #include "tessera/schedule/fit.h"
@@ -24,28 +25,8 @@ constexpr std::string_view kAllowedSetUnmatched = "AllowedDeviceSetUnmatched";
 
 RefitResponse Refused(std::string reason) {
   TESSERA_VLOGS(2, "refit", "outcome", "refused", "reason", reason);
-  return RefitResponse{.succeeded = false, .container_devices = {}, .failure_reason = reason};
-}
-
-// `text` in double quotes as Go's %q writes printable ASCII ('"' and '\' escaped; other bytes
-// as \xNN).
-std::string GoQuote(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (byte < 0x20 || byte >= 0x7f) {
-      out += "\\x";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out + '"';
+  return RefitResponse{
+      .succeeded = false, .container_devices = {}, .failure_reason = std::move(reason)};
 }
 
 // The name of the container at allocation index `index` (init containers first).
@@ -110,7 +91,7 @@ RefitResponse Scheduler::Refit(const RefitRequest& req) {
                                req.allowed_device_uuids.size(), kMaxRefitAllowedDevices));
   }
   if (req.device_type != options_.vendor->Key()) {
-    return Refused(fmt::format("unknown device type {}", GoQuote(req.device_type)));
+    return Refused(fmt::format("unknown device type {}", device::internal::Quote(req.device_type)));
   }
   // The pod as the API server has it now: its allocation annotations and the resourceVersion
   // the patch is conditioned on (the informer's copy may trail the plugin's own writes). Read
@@ -150,8 +131,9 @@ RefitResponse Scheduler::Refit(const RefitRequest& req) {
         fmt::format("container index {} is outside the pod's containers", req.container_index));
   }
   if (!req.container_name.empty() && *name != req.container_name) {
-    return fail(fmt::format("container index {} is {}, not {}", req.container_index, GoQuote(*name),
-                            GoQuote(req.container_name)));
+    return fail(fmt::format("container index {} is {}, not {}", req.container_index,
+                            device::internal::Quote(*name),
+                            device::internal::Quote(req.container_name)));
   }
 
   // Rule 4: the container's entries, not yet consumed by the plugin, in both annotations.
