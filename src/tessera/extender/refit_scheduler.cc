@@ -2,11 +2,12 @@
 // refit", after HAMi refs/pull/2731 pkg/scheduler/numa_refit_handler.go:RefitNumaAllocation).
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "fmt/format.h"
 
 #include "tessera/base/logging.h"
