@@ -222,7 +222,7 @@ void SendJson(http::Response* res, std::string body) {
 // Metrics scrapes are compressed (when the scraper accepts gzip, as Prometheus does) from this
 // size on.
 constexpr size_t kGzipMetricsFrom = 1024;
-// A /filter or /bind body at least this large is decoded and answered by at most
+// A /filter, /bind or /refit body at least this large is decoded and answered by at most
 // kLargeAtOnce threads at a time: each takes tens of MB while it runs (a 60,000-name /filter
 // about 50 MB), and kube-scheduler sends one filter at a time anyway.
 constexpr size_t kLargeBodyBytes = 256 << 10;
@@ -505,6 +505,7 @@ class HttpServer::Impl {
 
   // As HAMi's route: always 200, a body that does not decode is an in-band failure.
   void Refit(const std::string& body, http::Response* res) {
+    LargeSlot slot(this, body.size());  // a 1 MiB array of UUIDs decodes into tens of MB
     RefitResponse response;
     if (body.empty()) {
       response.failure_reason = "refit request: empty body";
