@@ -59,6 +59,10 @@ inline constexpr std::string_view kNoUseGpuUuidAnnotation = "nvidia.com/nouse-gp
 inline constexpr std::string_view kVgpuModeAnnotation = "nvidia.com/vgpu-mode";
 // Go ParseBool; true = all GPUs of one container on one NUMA node.
 inline constexpr std::string_view kNumaBindAnnotation = "nvidia.com/numa-bind";
+// "best-effort" or "strict" (HAMi after v2.10, PR #2731): what the device plugin does when
+// kubelet's Topology Manager leaves no replica of a card the scheduler picked (asks POST /refit,
+// extender/refit.h). Validated by the webhook (ParseNumaAlignment).
+inline constexpr std::string_view kNumaAlignmentAnnotation = "hami.io/numa-alignment";
 // "binpack" or "spread": overrides the node scheduling policy for this pod.
 inline constexpr std::string_view kNodeSchedulerPolicyAnnotation = "hami.io/node-scheduler-policy";
 // A GPU policy chain such as "binpack", "spread", "binpack,numa", "mutex".

@@ -162,6 +162,15 @@ absl::StatusOr<NodePolicy> ParseNodePolicy(std::string_view value);
 // together with spread, an empty chain.
 absl::StatusOr<GpuPolicy> ParseGpuPolicy(std::string_view value);
 
+// hami.io/numa-alignment (HAMi pkg/util/numa_alignment.go:ParseNumaAlignmentMode).
+enum class NumaAlignment { kNone, kBestEffort, kStrict };
+// "best-effort" or "strict", ASCII case-insensitive (and U+0130 'İ' read as 'i', as Go's
+// strings.ToLower does), surrounding ASCII whitespace ignored. Anything else is an
+// InvalidArgument error with HAMi's text:
+// `invalid hami.io/numa-alignment annotation "<value>": expected "best-effort" or "strict"`
+// (the value quoted as Quote does: the same as Go's %q for printable ASCII up to 64 bytes).
+absl::StatusOr<NumaAlignment> ParseNumaAlignment(std::string_view value);
+
 // The texts ParseNodePolicy and ParseGpuPolicy read back: "binpack", "spread,numa".
 std::string NodePolicyName(NodePolicy policy);
 std::string GpuPolicyName(const GpuPolicy& policy);

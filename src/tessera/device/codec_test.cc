@@ -393,4 +393,34 @@ TEST(PolicyNameTest, RoundTripsThroughTheParsers) {
 }
 
 }  // namespace
+// Vectors of HAMi refs/pull/2731 pkg/util/numa_alignment_test.go:TestGetNumaAlignmentModeByPod
+// (and ParseNumaAlignmentMode's message in pkg/util/numa_alignment.go).
+TEST(NumaAlignmentTest, AcceptsBestEffortAndStrictCaseInsensitiveTrimmed) {
+  EXPECT_EQ(*ParseNumaAlignment("best-effort"), NumaAlignment::kBestEffort);
+  EXPECT_EQ(*ParseNumaAlignment(" best-effort "), NumaAlignment::kBestEffort);
+  EXPECT_EQ(*ParseNumaAlignment("BEST-EFFORT"), NumaAlignment::kBestEffort);
+  EXPECT_EQ(*ParseNumaAlignment("strict"), NumaAlignment::kStrict);
+  EXPECT_EQ(*ParseNumaAlignment("Strict"), NumaAlignment::kStrict);
+  EXPECT_EQ(*ParseNumaAlignment("\tstrict\n"), NumaAlignment::kStrict);
+  // Go's strings.ToLower maps U+0130 to 'i'.
+  EXPECT_EQ(*ParseNumaAlignment("STR\xc4\xb0"
+                                "CT"),
+            NumaAlignment::kStrict);
+}
+
+TEST(NumaAlignmentTest, RejectsEverythingElseWithHamisMessage) {
+  for (const char* bad : {"", "required", "true", "best effort", "strict,best-effort", "none"}) {
+    absl::StatusOr<NumaAlignment> got = ParseNumaAlignment(bad);
+    ASSERT_FALSE(got.ok()) << bad;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(ParseNumaAlignment("required").status().message(),
+            "invalid hami.io/numa-alignment annotation \"required\": expected \"best-effort\" or "
+            "\"strict\"");
+  // The raw value is quoted, untrimmed.
+  EXPECT_EQ(ParseNumaAlignment(" x ").status().message(),
+            "invalid hami.io/numa-alignment annotation \" x \": expected \"best-effort\" or "
+            "\"strict\"");
+}
+
 }  // namespace tessera::device

@@ -75,6 +75,30 @@ absl::StatusOr<NodePolicy> ParseNodePolicy(std::string_view value) {
       fmt::format("unknown node scheduler policy {} (want binpack or spread)", Quote(value)));
 }
 
+absl::StatusOr<NumaAlignment> ParseNumaAlignment(std::string_view value) {
+  std::string lower;
+  const std::string_view trimmed = TrimAscii(value);
+  lower.reserve(trimmed.size());
+  for (size_t i = 0; i < trimmed.size(); ++i) {
+    if (trimmed.substr(i, 2) == "\xc4\xb0") {  // U+0130: Go's ToLower gives 'i'
+      lower += 'i';
+      ++i;
+      continue;
+    }
+    const char c = trimmed[i];
+    lower += c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+  }
+  if (lower == "best-effort") {
+    return NumaAlignment::kBestEffort;
+  }
+  if (lower == "strict") {
+    return NumaAlignment::kStrict;
+  }
+  return absl::InvalidArgumentError(
+      fmt::format("invalid {} annotation {}: expected \"best-effort\" or \"strict\"",
+                  kNumaAlignmentAnnotation, Quote(value)));
+}
+
 absl::StatusOr<GpuPolicy> ParseGpuPolicy(std::string_view value) {
   GpuPolicy policy;
   policy.chain.clear();

@@ -222,13 +222,19 @@ void SendJson(http::Response* res, std::string body) {
 // Metrics scrapes are compressed (when the scraper accepts gzip, as Prometheus does) from this
 // size on.
 constexpr size_t kGzipMetricsFrom = 1024;
-// A /filter or /bind body at least this large is decoded and answered by at most
+// A /filter, /bind or /refit body at least this large is decoded and answered by at most
 // kLargeAtOnce threads at a time: each takes tens of MB while it runs (a 60,000-name /filter
 // about 50 MB), and kube-scheduler sends one filter at a time anyway.
 constexpr size_t kLargeBodyBytes = 256 << 10;
 constexpr int kLargeAtOnce = 2;
 
 }  // namespace
+
+RefitResponse Backend::Refit(const RefitRequest& /*request*/) {
+  RefitResponse response;
+  response.failure_reason = "the NUMA refit is not served by this extender";
+  return response;
+}
 
 absl::StatusOr<ListenAddress> ParseListenAddress(std::string_view address) {
   const auto bad = [&](std::string_view why) {
@@ -396,6 +402,10 @@ class HttpServer::Impl {
         Bind(req.body, res);
         return;
       }
+      if (p == "/refit") {
+        Refit(req.body, res);
+        return;
+      }
       if (p == "/webhook" && options_.webhook) {
         auto [status, reply] = options_.webhook(req.Get("Content-Type"), req.body);
         res->status = status;
@@ -422,7 +432,7 @@ class HttpServer::Impl {
   }
 
   void MethodOrNotFound(const std::string& p, http::Response* res) const {
-    if (p == "/filter" || p == "/bind" || (p == "/webhook" && options_.webhook)) {
+    if (p == "/filter" || p == "/bind" || p == "/refit" || (p == "/webhook" && options_.webhook)) {
       res->headers.push_back({"Allow", "POST"});
     } else if (p == "/healthz" || p == "/readyz") {
       res->headers.push_back({"Allow", "GET, HEAD"});
@@ -491,6 +501,20 @@ class HttpServer::Impl {
       return;
     }
     SendJson(res, EncodeBindResult(backend_->Bind(*args)));
+  }
+
+  // As HAMi's route: always 200, a body that does not decode is an in-band failure.
+  void Refit(const std::string& body, http::Response* res) {
+    LargeSlot slot(this, body.size());  // a 1 MiB array of UUIDs decodes into tens of MB
+    RefitResponse response;
+    if (body.empty()) {
+      response.failure_reason = "refit request: empty body";
+    } else if (absl::StatusOr<RefitRequest> request = DecodeRefitRequest(body); !request.ok()) {
+      response.failure_reason = std::string(request.status().message());
+    } else {
+      response = backend_->Refit(*request);
+    }
+    SendJson(res, EncodeRefitResponse(response));
   }
 
   // ---- the metrics listener ---------------------------------------------------------------

@@ -1,10 +1,11 @@
 // File: tessera/extender/http_server.h
 //
 // HttpServer: the extender's HTTP(S) routes kube-scheduler calls (/filter, /bind, /healthz,
-// /readyz, /webhook) in front of a Backend that makes the decisions, plus a plain-HTTP metrics
-// listener (/metrics, /healthz, /debug/ledger, /debug/audit). Both run on tessera::http. The
-// route table, limits for hostile clients, memory bounds, certificate reload, address syntax and
-// the access log: docs/serve.md "The extender's HTTP server".
+// /readyz, /webhook), and /refit, which HAMi's device plugin calls, in front of a Backend that
+// makes the decisions, plus a plain-HTTP metrics listener (/metrics, /healthz, /debug/ledger,
+// /debug/audit). Both run on tessera::http. The route table, limits for hostile clients, memory
+// bounds, certificate reload, address syntax and the access log: docs/serve.md "The extender's HTTP
+// server".
 //
 //   HttpServer server(&backend, options);   // options.bind_address, metrics_bind_address, metrics
 //   TESSERA_RETURN_IF_ERROR(server.Start());  ...  server.port()  ...  server.Stop();
@@ -30,6 +31,7 @@
 #include "absl/time/time.h"
 
 #include "tessera/base/clock.h"
+#include "tessera/extender/refit.h"
 #include "tessera/extender/wire.h"
 
 namespace tessera::extender {
@@ -45,6 +47,9 @@ class Backend {
   virtual FilterResult Filter(const FilterArgs& args) = 0;
   // The reply to one /bind request; an empty error is success.
   virtual BindResult Bind(const BindArgs& args) = 0;
+  // The reply to one /refit request (the NUMA refit, refit.h). Never fails: a refusal is the
+  // response's failure_reason. The default refuses every request.
+  virtual RefitResponse Refit(const RefitRequest& request);
   // Whether the extender can answer filter requests now; when not, *why says what it waits for
   // (the body of the 503). When ready, *why may describe the replica (the body of the 200).
   virtual bool Ready(std::string* why) = 0;

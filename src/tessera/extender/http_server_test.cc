@@ -72,6 +72,19 @@ class FakeBackend : public Backend {
     last_bind_ = args.pod_namespace + "/" + args.pod_name + "@" + args.node + "#" + args.pod_uid;
     return BindResult{args.node == "bad" ? "node bad is gone" : ""};
   }
+  RefitResponse Refit(const RefitRequest& request) override {
+    MutexLock l(&mu_);
+    last_refit_ = request;
+    RefitResponse r;
+    r.succeeded = request.pod_name == "p";
+    r.container_devices = r.succeeded ? "GPU-b,NVIDIA,3000,30:" : "";
+    r.failure_reason = r.succeeded ? "" : "pod " + request.pod_uid + " is not tracked";
+    return r;
+  }
+  RefitRequest last_refit() {
+    MutexLock l(&mu_);
+    return last_refit_;
+  }
   bool Ready(std::string* why) override {
     if (!ready_.load()) {
       *why = "waiting for the pod informer to sync";
@@ -114,6 +127,7 @@ class FakeBackend : public Backend {
   int filters_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_pod_ ABSL_GUARDED_BY(mu_);
   std::string last_bind_ ABSL_GUARDED_BY(mu_);
+  RefitRequest last_refit_ ABSL_GUARDED_BY(mu_);
 };
 
 HttpServerOptions LocalOptions() {
@@ -257,6 +271,49 @@ TEST_F(HttpServerTest, FilterAndBindRoundTrip) {
   EXPECT_EQ(r->status, 200);  // HAMi answers a failed bind with 200 and the error
   EXPECT_EQ(r->body, R"({"Error":"node bad is gone"})");
   EXPECT_EQ(backend_.last_bind(), "ns/q@bad#v");
+}
+
+// POST /refit (HAMi refs/pull/2731 pkg/scheduler/routes/route.go:NumaRefit and its
+// numa_refit_route_test.go): always 200 with the in-band outcome, a body that does not decode
+// included; the same body limit as every route.
+TEST_F(HttpServerTest, RefitRouteAnswersInBand) {
+  StartServer();
+  httplib::Client c = Client();
+  httplib::Result r = c.Post(
+      "/refit",
+      R"({"podUID":"u1","podNamespace":"ml","podName":"p","nodeName":"n1","containerIndex":1,)"
+      R"("containerName":"main","deviceType":"NVIDIA","allowedDeviceUUIDs":["GPU-b","GPU-c"]})",
+      "application/json");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(r->body, R"({"succeeded":true,"containerDevices":"GPU-b,NVIDIA,3000,30:"})");
+  const RefitRequest seen = backend_.last_refit();
+  EXPECT_EQ(seen.pod_uid, "u1");
+  EXPECT_EQ(seen.container_index, 1);
+  EXPECT_EQ(seen.allowed_device_uuids, (std::vector<std::string>{"GPU-b", "GPU-c"}));
+
+  r = c.Post("/refit", R"({"podUID":"u2","podName":"q"})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, R"({"succeeded":false,"failureReason":"pod u2 is not tracked"})");
+
+  // TestNumaRefitRoute_DecodeError: in band, and the backend is not called.
+  for (const std::string body : {"{not-json", "", R"({"podUID":7})"}) {
+    SCOPED_TRACE(body);
+    r = c.Post("/refit", body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_THAT(r->body, StartsWith(R"({"succeeded":false,"failureReason":"refit request: )"));
+    EXPECT_EQ(backend_.last_refit().pod_uid, "u2");
+  }
+  r = c.Get("/refit");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST");
+  const std::string got = RawExchange(
+      server_->port(), "POST /refit HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n{");
+  EXPECT_THAT(got, StartsWith("HTTP/1.1 413"));
 }
 
 // Go's client always sends Accept-Encoding: gzip; the replies stay uncompressed, as HAMi's are.

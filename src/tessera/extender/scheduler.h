@@ -46,6 +46,7 @@
 #include "tessera/extender/event_recorder.h"
 #include "tessera/extender/node_lock.h"
 #include "tessera/extender/patch_writer.h"
+#include "tessera/extender/refit.h"
 #include "tessera/extender/wire.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/objects.h"
@@ -186,6 +187,13 @@ class Scheduler {
   // `outcome`, when given, receives what the call did.
   FilterResult Filter(const FilterArgs& args, FilterOutcome* outcome = nullptr);
   BindResult Bind(const BindArgs& args, BindOutcome* outcome = nullptr);
+
+  // POST /refit (refit.h): moves one container's pending allocation onto the cards kubelet
+  // allows, under the decision lock Filter holds (the lock is also held across the annotation
+  // patch, so no filter can take the chosen capacity meanwhile). Never fails: a refusal is the
+  // response's failure_reason; once the pod is known, every outcome but "already allowed" is
+  // also a NumaRefitSucceed/NumaRefitFailed event. Rules: docs/serve.md "NUMA refit".
+  RefitResponse Refit(const RefitRequest& request);
 
   // Ends every reservation past its expiry (Ledger::ExpireReservations) and returns them,
   // except those of pods whose bind is in progress or bound but not yet observed (kept up to

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/device/annotations.h"
+#include "tessera/device/codec.h"
 #include "tessera/device/quantity.h"
 #include "tessera/device/request.h"
 #include "tessera/extender/admission_warnings.h"
@@ -321,6 +322,18 @@ AdmissionResponse ReviewPod(const AdmissionRequest& request, const WebhookOption
   if (!scheduler.empty() && scheduler != options.scheduler_name &&
       (scheduler != kDefaultScheduler || !options.force_overwrite_default_scheduler)) {
     return AllowedWith("pod already has different scheduler assigned");
+  }
+  // hami.io/numa-alignment (HAMi after v2.10): a bad value is denied now rather than found by
+  // the device plugin at Allocate; only for pods that are ours, as HAMi checks it here.
+  if (const json* meta = MemberAt(pod, "metadata")) {
+    if (const json* annotations = MemberAt(*meta, "annotations");
+        annotations != nullptr && annotations->contains(device::kNumaAlignmentAnnotation)) {
+      absl::StatusOr<device::NumaAlignment> alignment =
+          device::ParseNumaAlignment(StringAt(*annotations, device::kNumaAlignmentAnnotation));
+      if (!alignment.ok()) {
+        return Denied(std::string(alignment.status().message()));
+      }
+    }
   }
   std::vector<std::string> warnings;
   if (absl::StatusOr<kube::Pod> decoded = kube::DecodePod(request.object_json); decoded.ok()) {

@@ -9,7 +9,8 @@
 //
 // Errors: a malformed review or content type → HTTP 400 with an errored AdmissionReview; otherwise
 // HTTP 200 with status.code 200 (allowed, maybe a JSON Patch), 403 (denied: no containers,
-// scheduler-owned annotations, privileged GPU container, node already assigned) or 500 (a bad
+// scheduler-owned annotations, a bad hami.io/numa-alignment on a pod of ours, privileged GPU
+// container, node already assigned) or 500 (a bad
 // gpumem-percentage). Every rule, in order: docs/serve.md "The admission webhook".
 //
 // Thread safety: pure functions.

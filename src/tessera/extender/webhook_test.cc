@@ -500,4 +500,40 @@ TEST(WebhookTest, EveryTestdataReviewDecodes) {
 }
 
 }  // namespace
+// ---- hami.io/numa-alignment (HAMi refs/pull/2731 pkg/scheduler/webhook.go:Handle) -----------
+
+// Vectors of HAMi's pkg/scheduler/webhook_test.go:TestHandleNumaAlignmentAnnotation, plus the
+// message of pkg/util/numa_alignment.go:ParseNumaAlignmentMode.
+TEST(WebhookTest, BadNumaAlignmentIsDeniedWithHamisMessage) {
+  for (const char* bad : {"bogus", "", "true"}) {
+    SCOPED_TRACE(bad);
+    Outcome o = Review(WithAnnotations("gpu-only.json", {{"hami.io/numa-alignment", bad}}));
+    EXPECT_FALSE(o.response["allowed"]);
+    EXPECT_EQ(o.response["status"]["code"], 403);
+    EXPECT_EQ(o.response["status"]["message"],
+              std::string("invalid hami.io/numa-alignment annotation \"") + bad +
+                  "\": expected \"best-effort\" or \"strict\"");
+    EXPECT_TRUE(o.patch.is_null());
+  }
+  // A pod asking for no GPU but ours is checked too (HAMi checks before looking at resources).
+  Outcome o = Review(WithAnnotations("no-gpu.json", {{"hami.io/numa-alignment", "bogus"}}));
+  EXPECT_FALSE(o.response["allowed"]);
+}
+
+TEST(WebhookTest, ValidNumaAlignmentIsAdmittedAndLeftAsWritten) {
+  for (const char* good : {"best-effort", " STRICT ", "Best-Effort"}) {
+    SCOPED_TRACE(good);
+    Outcome o = Review(WithAnnotations("gpu-only.json", {{"hami.io/numa-alignment", good}}));
+    EXPECT_TRUE(o.response["allowed"]);
+    EXPECT_EQ(o.pod["spec"]["schedulerName"], "hami-scheduler");
+    EXPECT_EQ(o.pod["metadata"]["annotations"]["hami.io/numa-alignment"], good);
+  }
+}
+
+TEST(WebhookTest, NumaAlignmentOfAnotherSchedulersPodIsNotJudged) {
+  Outcome o = Review(WithAnnotations("other-scheduler.json", {{"hami.io/numa-alignment", "x"}}));
+  EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_EQ(o.response["status"]["message"], "pod already has different scheduler assigned");
+}
+
 }  // namespace tessera::extender

@@ -17,13 +17,15 @@ constexpr ApiScope kOwn = ApiScope::kOwnNamespace;
 // Keep in step with the "RBAC:" comments in client.cc.
 constexpr ApiCall kCalls[] = {
     {"get", "", "pods", "", kCluster,
-     "bind re-reads a pod missing from the informer (ApiClient::GetPod)"},
+     "bind re-reads a pod missing from the informer, the NUMA refit reads the pod it moves "
+     "(ApiClient::GetPod)"},
     {"list", "", "pods", "", kCluster,
      "the pod informer's list and relists, the resync, and the leader's list of the scheduler "
      "pods of its namespace for hami.io/scheduler-role (ApiClient::ListPods)"},
     {"watch", "", "pods", "", kCluster, "the pod informer (ApiClient::Watch<Pod>)"},
     {"patch", "", "pods", "", kCluster,
-     "filter writes the allocation annotations, bind writes hami.io/bind-phase, the leader "
+     "filter writes the allocation annotations, bind writes hami.io/bind-phase, the NUMA refit "
+     "rewrites one container's allocation, the leader "
      "labels the scheduler pods hami.io/scheduler-role (ApiClient::PatchPodMetadata, "
      "JsonPatchPod)"},
     {"create", "", "pods", "binding", kCluster, "bind posts the Binding (ApiClient::BindPod)"},
@@ -35,7 +37,8 @@ constexpr ApiCall kCalls[] = {
      "the node lock hami.io/mutex.lock and the handshake annotation "
      "(ApiClient::PatchNodeMetadata, JsonPatchNode)"},
     {"create", "", "events", "", kCluster,
-     "FilteringSucceed/FilteringFailed/BindingSucceed/BindingFailed events on pods "
+     "FilteringSucceed/FilteringFailed/BindingSucceed/BindingFailed/NumaRefitSucceed/"
+     "NumaRefitFailed events on pods "
      "(ApiClient::CreateEvent)"},
     {"get", "coordination.k8s.io", "leases", "", kOwn,
      "leadership follows kube-scheduler's Lease (--leader-elect-resource-name) "

@@ -689,6 +689,100 @@ bool Ledger::Release(std::string_view uid) {
   return id != kNone && ReleaseLocked(id);
 }
 
+bool Ledger::ReplaceEntries(Entries* entries, uint16_t container,
+                            const device::ContainerDevices& from,
+                            const device::ContainerDevices& to) {
+  auto first = std::find_if(entries->begin(), entries->end(),
+                            [&](const Entry& e) { return e.container == container; });
+  auto last =
+      std::find_if(first, entries->end(), [&](const Entry& e) { return e.container != container; });
+  if (static_cast<size_t>(last - first) != from.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < from.size(); ++i) {
+    const Entry& e = first[static_cast<ptrdiff_t>(i)];
+    if (uuids_[e.uuid].value != from[i].uuid || e.usedmem != from[i].usedmem ||
+        e.usedcores != from[i].usedcores) {
+      return false;
+    }
+  }
+  Entries replaced;
+  replaced.reserve(entries->size() - from.size() + to.size());
+  replaced.insert(replaced.end(), entries->begin(), first);
+  for (const device::ContainerDevice& d : to) {
+    Entry e;
+    e.uuid = InternUuid(d.uuid);
+    e.usedmem = d.usedmem;
+    e.usedcores = d.usedcores;
+    e.container = container;
+    replaced.push_back(e);
+  }
+  for (auto it = first; it != last; ++it) {
+    ReleaseUuid(it->uuid);
+  }
+  replaced.insert(replaced.end(), last, entries->end());
+  *entries = std::move(replaced);
+  return true;
+}
+
+absl::StatusOr<int> Ledger::ReplaceContainer(std::string_view uid, int32_t container,
+                                             const device::ContainerDevices& from,
+                                             const device::ContainerDevices& to) {
+  if (from.empty() || to.empty()) {
+    return absl::InvalidArgumentError("ledger: a container move needs devices on both sides");
+  }
+  if (container < 0 || static_cast<size_t>(container) > kMaxLen) {
+    return absl::InvalidArgumentError(fmt::format("ledger: container {} out of range", container));
+  }
+  for (const device::ContainerDevice& d : to) {
+    if (d.uuid.empty() || d.uuid.size() > kMaxLen) {
+      return absl::InvalidArgumentError("ledger: device uuid empty or too long");
+    }
+  }
+  MutexLock lock(&mu_);
+  const uint32_t id = FindPod(uid);
+  if (id == kNone) {
+    return absl::NotFoundError(fmt::format("ledger: pod {} is not known", uid.substr(0, 64)));
+  }
+  // Usage comes off and goes back inside this one critical section: nobody sees the pod
+  // without its usage, and nothing else about it (node, other containers, init count) changes.
+  Unaccount(id);
+  Pod& p = pods_[id];
+  const auto c = static_cast<uint16_t>(container);
+  int moved = 0;
+  if (p.has_record && !p.unreadable && ReplaceEntries(&p.entries, c, from, to)) {
+    ++moved;
+  }
+  if (p.res != nullptr && ReplaceEntries(&p.res->entries, c, from, to)) {
+    ++moved;
+  }
+  Account(id);
+  return moved;
+}
+
+std::optional<Held> Ledger::Find(std::string_view uid) const {
+  MutexLock lock(&mu_);
+  const uint32_t id = FindPod(uid);
+  if (id == kNone) {
+    return std::nullopt;
+  }
+  const Pod& p = pods_[id];
+  Held out;
+  out.ns = std::string(p.ns());
+  out.name = std::string(p.name());
+  if (p.has_record && !p.unreadable) {
+    out.node = nodes_[p.node].name;
+    out.devices = ExportDevices(p.entries);
+  } else if (p.res != nullptr) {
+    out.node = nodes_[p.res->node].name;
+    out.reserved = true;
+    out.devices = ExportDevices(p.res->entries);
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
 bool Ledger::HasReservation(std::string_view uid) const {
   MutexLock lock(&mu_);
   const uint32_t id = FindPod(uid);

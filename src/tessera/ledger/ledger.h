@@ -27,6 +27,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
@@ -163,6 +164,16 @@ struct NodeDiff {
   bool registered_b = false;
 };
 
+// What the ledger holds for one pod (Ledger::Held): the record's annotated node and devices when
+// it has a readable record, else its reservation's.
+struct Held {
+  std::string ns;
+  std::string name;
+  std::string node;
+  bool reserved = false;       // from the reservation (the pod has no readable record)
+  device::PodDevices devices;  // one entry per container up to the last with a device
+};
+
 struct LedgerDiff {
   std::vector<RecordDiff> records;  // sorted by (reservation, uid)
   std::vector<UsageDiff> usage;     // sorted by (node, uuid)
@@ -219,6 +230,22 @@ class Ledger {
   // ledger's lock: it must not call the ledger.
   std::vector<Reservation> ExpireReservations(
       absl::Time now, const std::function<bool(std::string_view uid)>& keep);
+  // Moves container `container` of pod `uid` from exactly the devices `from` (UUID, MiB and
+  // cores, in order) to `to`, in its record and in its reservation — whichever of the two holds
+  // `from` there — in one step under the lock: the pod's usage is replaced, never removed and
+  // added back, so a concurrent Remove/Apply of the pod is ordered wholly before or after it (a
+  // pod removed first stays removed; other pods' usage is never touched). The NUMA refit's
+  // accounting (extender/refit.h). Returns how many of the two were moved (0: neither holds
+  // `from` any more, e.g. the informer already applied the change). Errors: NotFound when
+  // nothing is known about `uid`; InvalidArgument for an empty `from` or `to`, a negative
+  // container or a UUID longer than 65,535 bytes (nothing changes). O(entries of the pod).
+  absl::StatusOr<int> ReplaceContainer(std::string_view uid, int32_t container,
+                                       const device::ContainerDevices& from,
+                                       const device::ContainerDevices& to);
+  // What is held for pod `uid` (record first, else reservation), or nullopt when the ledger
+  // knows nothing of it or its record is unreadable. O(entries of the pod).
+  std::optional<Held> Find(std::string_view uid) const;
+
   // Whether pod `uid` has a live reservation. O(1).
   bool HasReservation(std::string_view uid) const;
 
@@ -359,6 +386,9 @@ class Ledger {
                              absl::Time expires_at, int32_t init_count, bool account)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReleaseLocked(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReplaceContainer on one entry list: true when it held exactly `from` for `container`.
+  bool ReplaceEntries(Entries* entries, uint16_t container, const device::ContainerDevices& from,
+                      const device::ContainerDevices& to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when storing `pod` would leave record `p` exactly as it is.
   bool SameRecord(const Pod& p, const PodAllocation& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

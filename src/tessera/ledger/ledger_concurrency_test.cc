@@ -207,4 +207,41 @@ TEST(LedgerConcurrencyTest, SnapshotsAreConsistentWhileWritersApply) {
 }
 
 }  // namespace
+// The NUMA refit's accounting against the informer's delete (HAMi #3027: a refit that removes
+// and re-adds a pod's usage, racing a delete that removes it too, subtracts it twice and erases
+// other pods' usage, or brings a deleted pod back). ReplaceContainer is one step, so whatever
+// the order, the pod ends removed and the other pod's usage is exactly its own.
+TEST(LedgerConcurrencyTest, RefitRacingDeleteNeitherResurrectsNorSubtractsTwice) {
+  constexpr int kRounds = 300;
+  const auto node = MakeNode("a0", nullptr);
+  for (int round = 0; round < kRounds; ++round) {
+    Ledger ledger;
+    ASSERT_TRUE(ledger.SetNode(node).ok());
+    PodAllocation other = Mover(0, 0, 1);  // on GPU-a0-1, where the refit moves the pod
+    PodAllocation pod = Mover(1, 0, 0);
+    ASSERT_TRUE(ledger.Apply(other).ok());
+    ASSERT_TRUE(ledger.Apply(pod).ok());
+    std::atomic<bool> go{false};
+    std::thread deleter([&] {
+      while (!go.load()) {
+      }
+      ledger.Remove(pod.uid);
+    });
+    std::thread refit([&] {
+      while (!go.load()) {
+      }
+      absl::StatusOr<int> moved =
+          ledger.ReplaceContainer(pod.uid, 0, pod.devices[0], Mover(1, 0, 1).devices[0]);
+      // Either it ran first (moved) or the pod was already gone.
+      EXPECT_TRUE(moved.ok() ? *moved == 1 : absl::IsNotFound(moved.status())) << moved.status();
+    });
+    go.store(true);
+    deleter.join();
+    refit.join();
+    const auto truth = Ledger::Recompute({node}, {other}, {});
+    const LedgerDiff diff = Diff(ledger, *truth);
+    ASSERT_TRUE(diff.Empty()) << "round " << round << "\n" << diff.ToString();
+  }
+}
+
 }  // namespace tessera::ledger

@@ -701,4 +701,82 @@ TEST_F(LedgerTest, DiffReportsNodeDifferences) {
 }
 
 }  // namespace
+// ---- ReplaceContainer (the NUMA refit's accounting) ---------------------------------------
+
+TEST_F(LedgerTest, ReplaceContainerMovesOnlyThatContainersUsage) {
+  // Container 0 on GPU-a, container 1 on GPU-a too; container 1 moves to GPU-b.
+  ASSERT_TRUE(
+      ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}, {Dev("GPU-a", 2000, 20)}})).ok());
+  ASSERT_TRUE(ledger_.Apply(Bound("u2", "n1", {{Dev("GPU-b", 500, 5)}})).ok());
+  absl::StatusOr<int> moved =
+      ledger_.ReplaceContainer("u1", 1, {Dev("GPU-a", 2000, 20)}, {Dev("GPU-b", 2000, 20)});
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, 1);
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 10}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{2, 2500, 25}));
+  const std::optional<Held> held = ledger_.Find("u1");
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(held->node, "n1");
+  EXPECT_FALSE(held->reserved);
+  EXPECT_EQ(held->devices, (PodDevices{{Dev("GPU-a", 1000, 10)}, {Dev("GPU-b", 2000, 20)}}));
+  // The result is what the informer will deliver once it sees the patched annotation.
+  const auto truth =
+      Ledger::Recompute({MakeNode("n1", {"GPU-a", "GPU-b"}), MakeNode("n2", {"GPU-c"})},
+                        {Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}, {Dev("GPU-b", 2000, 20)}}),
+                         Bound("u2", "n1", {{Dev("GPU-b", 500, 5)}})},
+                        {});
+  EXPECT_TRUE(Diff(ledger_, *truth).Empty()) << Diff(ledger_, *truth).ToString();
+}
+
+TEST_F(LedgerTest, ReplaceContainerMovesTheReservationOfAnUnobservedBind) {
+  ASSERT_TRUE(ledger_
+                  .Reserve("u1", "default", "pod-u1", "n1", {{Dev("GPU-a", 1000, 10)}},
+                           kT0 + absl::Minutes(5))
+                  .ok());
+  absl::StatusOr<int> moved =
+      ledger_.ReplaceContainer("u1", 0, {Dev("GPU-a", 1000, 10)}, {Dev("GPU-b", 1000, 10)});
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, 1);
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{1, 1000, 10}));
+  ASSERT_THAT(ledger_.Reservations(), SizeIs(1));
+  EXPECT_EQ(ledger_.Reservations()[0].devices, (PodDevices{{Dev("GPU-b", 1000, 10)}}));
+  EXPECT_EQ(ledger_.Reservations()[0].expires_at, kT0 + absl::Minutes(5));
+}
+
+TEST_F(LedgerTest, ReplaceContainerChangesNothingWhenTheDevicesDiffer) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  // Another amount, another UUID, another container: the record no longer holds `from`.
+  for (const auto& [container, from] :
+       std::vector<std::pair<int, device::ContainerDevices>>{{0, {Dev("GPU-a", 999, 10)}},
+                                                             {0, {Dev("GPU-b", 1000, 10)}},
+                                                             {1, {Dev("GPU-a", 1000, 10)}}}) {
+    absl::StatusOr<int> moved =
+        ledger_.ReplaceContainer("u1", container, from, {Dev("GPU-b", 1000, 10)});
+    ASSERT_TRUE(moved.ok()) << moved.status();
+    EXPECT_EQ(*moved, 0);
+  }
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 10}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{}));
+}
+
+TEST_F(LedgerTest, ReplaceContainerRefusesBadInputAndUnknownPods) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  EXPECT_EQ(
+      ledger_.ReplaceContainer("nobody", 0, {Dev("GPU-a", 1000, 10)}, {Dev("GPU-b", 1000, 10)})
+          .status()
+          .code(),
+      absl::StatusCode::kNotFound);
+  EXPECT_EQ(ledger_.ReplaceContainer("u1", 0, {}, {Dev("GPU-b", 1000, 10)}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.ReplaceContainer("u1", 0, {Dev("GPU-a", 1000, 10)}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.ReplaceContainer("u1", -1, {Dev("GPU-a", 1000, 10)}, {Dev("GPU-b", 1, 1)})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 10}));
+  EXPECT_FALSE(ledger_.Find("nobody").has_value());
+}
+
 }  // namespace tessera::ledger

@@ -163,6 +163,7 @@ class Service::Impl : public extender::Backend {
   // extender::Backend
   extender::FilterResult Filter(const extender::FilterArgs& args) override;
   extender::BindResult Bind(const extender::BindArgs& args) override;
+  extender::RefitResponse Refit(const extender::RefitRequest& request) override;
   bool Ready(std::string* why) override;
   std::string DebugLedgerJson() override;
   std::string DebugAuditJson() override;
@@ -678,6 +679,26 @@ extender::BindResult Service::Impl::Bind(const extender::BindArgs& args) {
   extender::BindResult result = scheduler_->Bind(args, &outcome);
   metrics_->RecordBind(BindOutcomeOf(outcome.code), absl::Now() - start);
   return result;
+}
+
+// Only the leader moves an allocation: a refit decides under the decision lock of the replica
+// that answers it, and only the leader's lock orders it against the filters of the
+// kube-scheduler that schedules (docs/serve.md "NUMA refit").
+extender::RefitResponse Service::Impl::Refit(const extender::RefitRequest& request) {
+  extender::RefitResponse response;
+  if (!Synced()) {
+    response.failure_reason = "tessera is not ready: " + SyncState();
+  } else if (!elector_->IsLeader()) {
+    response.failure_reason = fmt::format(
+        "this replica is not the leader ({}): only the leader refits; point the device plugin "
+        "at the leader (hami.io/scheduler-role=leader)",
+        elector_->Describe());
+  } else {
+    return scheduler_->Refit(request);
+  }
+  TESSERA_VLOGS(2, "refit", "pod", request.pod_namespace + "/" + request.pod_name, "outcome",
+                response.failure_reason);
+  return response;
 }
 
 std::string Service::Impl::DebugLedgerJson() {

@@ -402,6 +402,85 @@ TEST_F(ServeTest, FilterWritesHamiAnnotationsAndBindBindsAndTheMetricsFollow) {
   }));
 }
 
+// The NUMA refit end to end over HTTP (HAMi refs/pull/2731 pkg/scheduler/routes/route.go:
+// NumaRefit and numa_refit_handler.go:RefitNumaAllocation): a filtered and bound pod whose
+// device plugin finds kubelet restricted to the other GPU asks /refit; both annotations, the
+// ledger (and so the metrics) and the pod's events follow.
+TEST_F(ServeTest, RefitMovesABoundPodsContainerAndTheMetricsFollow) {
+  AddNode(NodeJson("a", JsonRegister("a", 2, 16000)));
+  StartService([](ServeOptions& o) { o.leader.mode = LeaderMode::kNone; });
+  const std::string pod_json = AddPod(PodJson("train", {{.gpus = 1, .mem = 4000, .cores = 30}}));
+  nlohmann::json reply = Filter(pod_json, {"a"});
+  ASSERT_EQ(reply["NodeNames"], nlohmann::json::array({"a"})) << reply.dump();
+  kube::Pod pod = GetPod("train");
+  ASSERT_EQ(Bind(pod, "a")["Error"], "");
+  const std::string allocated(pod.meta.annotations.Get("hami.io/vgpu-devices-allocated"));
+  const std::string from = allocated.substr(0, allocated.find(','));
+  const std::string to = from == "GPU-a-0" ? "GPU-a-1" : "GPU-a-0";
+  ASSERT_TRUE(Eventually(
+      [&] { return nlohmann::json::parse(service_->DebugLedgerJson())["records"] == 1; }));
+
+  const nlohmann::json request = {{"podUID", pod.meta.uid}, {"podNamespace", "default"},
+                                  {"podName", "train"},     {"nodeName", "a"},
+                                  {"containerIndex", 0},    {"containerName", "c0"},
+                                  {"deviceType", "NVIDIA"}, {"allowedDeviceUUIDs", {to}}};
+  auto res = client_->Post("/refit", request.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, R"({"succeeded":true,"containerDevices":")" + to + R"(,NVIDIA,4000,30:"})");
+  pod = GetPod("train");
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-devices-allocated"), to + ",NVIDIA,4000,30:;");
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-devices-to-allocate"), to + ",NVIDIA,4000,30:;");
+  // The ledger moved with the patch; the informer's delivery of it changes nothing more.
+  EXPECT_TRUE(Eventually([&] {
+    return Metric("hami_gpu_memory_allocated_bytes", {"device_uuid=\"" + to + "\""}) ==
+               4000.0 * 1048576 &&
+           Metric("hami_gpu_memory_allocated_bytes", {"device_uuid=\"" + from + "\""}) == 0;
+  }));
+  const nlohmann::json audit = nlohmann::json::parse(service_->DebugLedgerJson());
+  EXPECT_EQ(audit["records"], 1) << audit.dump();
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<std::string> events =
+        sim_->store().List(*apisim::FindResource("", "v1", "events"), "default", {});
+    return events.ok() && events->find("NUMA refit moved container 0 from [" + from + "] to [" +
+                                       to + "]") != std::string::npos;
+  }));
+
+  // Refused in band: the pod's container is already on `to`; an unknown pod.
+  res = client_->Post("/refit", request.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->body, R"({"succeeded":true,"containerDevices":")" + to + R"(,NVIDIA,4000,30:"})");
+  nlohmann::json unknown = request;
+  unknown["podUID"] = "no-such-uid";
+  res = client_->Post("/refit", unknown.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(
+      res->body,
+      R"({"succeeded":false,"failureReason":"pod no-such-uid is not tracked by the scheduler"})");
+}
+
+// Only the leader refits: a follower answers in band and changes nothing.
+TEST_F(ServeTest, AFollowerRefusesTheRefit) {
+  AddNode(NodeJson("a", JsonRegister("a", 2, 16000)));
+  SetLeaseHolder("host-b_1f2e");
+  std::unique_ptr<Service> follower = StartFollowing("host-a");
+  ASSERT_NE(follower, nullptr);
+  ASSERT_TRUE(follower->WaitForSync(absl::Seconds(20)));
+  ASSERT_FALSE(follower->IsLeader());
+  httplib::Client c("127.0.0.1", follower->port());
+  const nlohmann::json request = {{"podUID", "u"},          {"podNamespace", "default"},
+                                  {"podName", "p"},         {"nodeName", "a"},
+                                  {"deviceType", "NVIDIA"}, {"allowedDeviceUUIDs", {"GPU-a-1"}}};
+  auto res = c.Post("/refit", request.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  const nlohmann::json reply = nlohmann::json::parse(res->body);
+  EXPECT_EQ(reply["succeeded"], false);
+  EXPECT_THAT(reply["failureReason"].get<std::string>(),
+              StartsWith("this replica is not the leader"));
+  follower->Stop();
+}
+
 // The node informer and the bind wired to the filter's busy nodes (extender/busy_nodes.h):
 // under binpack the next pod avoids the node whose lock the last pod's bind holds, until the
 // device plugin releases it; then binpack's fuller node wins again.
