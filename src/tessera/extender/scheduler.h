@@ -46,11 +46,13 @@
 #include "tessera/extender/event_recorder.h"
 #include "tessera/extender/node_lock.h"
 #include "tessera/extender/patch_writer.h"
+#include "tessera/extender/verdict_writer.h"
 #include "tessera/extender/wire.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/objects.h"
 #include "tessera/ledger/ledger.h"
 #include "tessera/schedule/fit.h"
+#include "tessera/schedule/score.h"
 
 namespace tessera::extender {
 
@@ -170,6 +172,10 @@ class Scheduler {
     // as new as the bind's lock write, at most this long (under load the node's watch events
     // trail the API calls by seconds).
     absl::Duration busy_after_bind = absl::Seconds(30);
+    // A filter that leaves a pod without a node writes its verdict (verdict.h) through a
+    // VerdictWriter while is_leader() holds (null: always); false: never.
+    bool verdicts = true;
+    std::function<bool()> is_leader;
   };
   struct Deps {
     ledger::Ledger* ledger = nullptr;
@@ -201,6 +207,8 @@ class Scheduler {
 
   // The event sender (Flush, counts): for tests and shutdown.
   EventRecorder& events() { return events_; }
+  // The verdicts of pending pods (counts for the metric, Retain for housekeeping).
+  VerdictWriter& verdicts() { return verdicts_; }
 
  private:
   FilterResult FilterNodes(const FilterArgs& args, const device::PodRequest& request,
@@ -229,6 +237,10 @@ class Scheduler {
   // PatchWriter's settle: ends the filter's reservation when its patch failed (unless a newer
   // filter of the pod replaced it).
   void SettlePatch(const PatchWriter::Job& job, const absl::Status& status);
+  // The verdict of a filter that found no node, offered to verdicts_ (verdict.h).
+  void OfferVerdict(const kube::Pod& pod, const device::PodRequest& request,
+                    const std::vector<schedule::Candidate>& candidates,
+                    const std::vector<FailedNode>& failed, std::string_view checked_version);
 
   const Options options_;
   ledger::Ledger* const ledger_;
@@ -255,6 +267,7 @@ class Scheduler {
 
   // Declared last: destroyed first, so the writers finish (and settle) while the rest lives.
   EventRecorder events_;
+  VerdictWriter verdicts_;
   PatchWriter patches_;
 };
 
