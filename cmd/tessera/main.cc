@@ -4,8 +4,9 @@
 
 int main(int argc, char** argv) {
   namespace cmd = tessera::cmd;
-  return cmd::RunCli(argc, argv,
-                     {cmd::AddServeCommand, cmd::AddExplainCommand, cmd::AddDecodeCommand,
-                      cmd::AddApisimCommand, cmd::AddBenchCommand, cmd::AddRbacCommand,
-                      cmd::AddSimulateCommand, cmd::AddEmulateCommand, cmd::AddVersionCommand});
+  return cmd::RunCli(
+      argc, argv,
+      {cmd::AddServeCommand, cmd::AddExplainCommand, cmd::AddWhyCommand, cmd::AddDecodeCommand,
+       cmd::AddApisimCommand, cmd::AddBenchCommand, cmd::AddRbacCommand, cmd::AddSimulateCommand,
+       cmd::AddEmulateCommand, cmd::AddVersionCommand});
 }

@@ -6,6 +6,6 @@
 int main(int argc, char** argv) {
   namespace cmd = tessera::cmd;
   return cmd::RunCli(argc, argv,
-                     {cmd::AddServeCommand, cmd::AddExplainCommand, cmd::AddDecodeCommand,
-                      cmd::AddRbacCommand, cmd::AddVersionCommand});
+                     {cmd::AddServeCommand, cmd::AddExplainCommand, cmd::AddWhyCommand,
+                      cmd::AddDecodeCommand, cmd::AddRbacCommand, cmd::AddVersionCommand});
 }

@@ -62,8 +62,9 @@ kube::MetadataPatch ToPatch(const kube::StringMap& annotations, const kube::Stri
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
-// The typed reason of a failed node, from the fields schedule::Decide fills.
-FailedNode ToFailedNode(std::string_view name, const schedule::NodeResult& r) {
+}  // namespace
+
+FailedNode FailedNodeOf(std::string_view name, const schedule::NodeResult& r) {
   FailedNode f;
   f.node = std::string(name);
   if (!r.reasons.empty()) {
@@ -77,8 +78,6 @@ FailedNode ToFailedNode(std::string_view name, const schedule::NodeResult& r) {
   }
   return f;
 }
-
-}  // namespace
 
 std::string_view FilterCodeName(FilterCode code) {
   switch (code) {
@@ -347,7 +346,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
         continue;
       }
       if (result.failed_nodes.insert_or_assign(candidates[i].name, r.reason).second) {
-        out.failed_nodes.push_back(ToFailedNode(candidates[i].name, r));  // once per node
+        out.failed_nodes.push_back(FailedNodeOf(candidates[i].name, r));  // once per node
       }
       for (std::string& key : ReasonKeys(r)) {
         by_reason[std::move(key)].push_back(candidates[i].name);
@@ -477,7 +476,7 @@ FilterResult Scheduler::FilterNodes(const FilterArgs& args, const device::PodReq
     if (!decision.nodes[i].fit) {
       if (result.failed_nodes.insert_or_assign(candidates[i].name, decision.nodes[i].reason)
               .second) {
-        outcome->failed_nodes.push_back(ToFailedNode(candidates[i].name, decision.nodes[i]));
+        outcome->failed_nodes.push_back(FailedNodeOf(candidates[i].name, decision.nodes[i]));
       }
     }
   }

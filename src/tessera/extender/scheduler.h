@@ -89,6 +89,9 @@ struct FailedNode {
   schedule::ReasonParts parts;  // kDevices: per reason, how many devices failed for it
 };
 
+// The typed reason of candidate `name` that failed, from the fields schedule::Decide fills.
+FailedNode FailedNodeOf(std::string_view name, const schedule::NodeResult& result);
+
 struct FilterOutcome {
   FilterCode code = FilterCode::kError;
   // A Nodes request (nodeCacheCapable: false): decided without reservation, patch or event.

@@ -130,8 +130,8 @@ std::optional<NearestMiss> FindNearest(const VerdictInput& in) {
       m.free_slots = d.count - u.used;
       const int64_t mem_short = std::max<int64_t>(0, m.need_mib - m.free_mib);
       const int64_t core_short = std::max<int64_t>(0, m.need_cores - m.free_cores);
-      const int shorts = (mem_short > 0 ? 1 : 0) + (core_short > 0 ? 1 : 0) +
-                         (m.free_slots <= 0 ? 1 : 0);
+      const int shorts =
+          (mem_short > 0 ? 1 : 0) + (core_short > 0 ? 1 : 0) + (m.free_slots <= 0 ? 1 : 0);
       const auto key = std::make_tuple(shorts, mem_short, core_short);
       if (!best || key < best_key) {
         best = std::move(m);
@@ -157,8 +157,7 @@ nlohmann::json HolderJson(const VerdictHolder& h) {
   return j;
 }
 
-nlohmann::json ToJson(const Verdict& v, size_t holders, bool lock, bool nearest,
-                      size_t reasons) {
+nlohmann::json ToJson(const Verdict& v, size_t holders, bool lock, bool nearest, size_t reasons) {
   nlohmann::json j = nlohmann::json::object();
   j["v"] = 1;
   j["reason"] = v.reason;
@@ -187,7 +186,8 @@ nlohmann::json ToJson(const Verdict& v, size_t holders, bool lock, bool nearest,
     j["nearest"] = std::move(n);
   }
   if (lock && v.lock) {
-    j["lock"] = {{"node", v.lock->node}, {"holder", v.lock->holder}, {"since", TimeText(v.lock->since)}};
+    j["lock"] = {
+        {"node", v.lock->node}, {"holder", v.lock->holder}, {"since", TimeText(v.lock->since)}};
   }
   j["unregistered"] = v.unregistered;
   j["unhealthy"] = v.unhealthy;
@@ -229,9 +229,7 @@ absl::Status Bad(std::string_view what) {
   return absl::InvalidArgumentError(fmt::format("not a Tessera verdict: {}", what));
 }
 
-std::string Ago(absl::Duration d) {
-  return absl::FormatDuration(absl::Trunc(d, absl::Seconds(1)));
-}
+std::string Ago(absl::Duration d) { return absl::FormatDuration(absl::Trunc(d, absl::Seconds(1))); }
 
 }  // namespace
 

@@ -72,7 +72,7 @@ struct NearestMiss {
   std::string device;  // UUID
   int64_t need_mib = 0, free_mib = 0;
   int64_t need_cores = 0, free_cores = 0;
-  int64_t free_slots = 0;  // allocations the device may still take (split count - used)
+  int64_t free_slots = 0;              // allocations the device may still take (split count - used)
   std::vector<VerdictHolder> held_by;  // largest memory first, at most kMaxHolders
   int64_t more_holders = 0;            // holders left out
   static constexpr size_t kMaxHolders = 3;

@@ -43,8 +43,7 @@ device::PodRequest Asks(int32_t mib, int32_t cores = 0) {
   return r;
 }
 
-FailedNode Failed(const std::string& node, schedule::Reason reason, int32_t count,
-                  int32_t total) {
+FailedNode Failed(const std::string& node, schedule::Reason reason, int32_t count, int32_t total) {
   FailedNode f;
   f.node = node;
   f.parts.AssignOne({reason, count, total});
@@ -57,25 +56,41 @@ class VerdictTest : public ::testing::Test {
   // free), and an unhealthy one; gpu-2: a 16000 MiB device with 10000 held (6000 free); gpu-3:
   // no registration.
   void SetUp() override {
-    ASSERT_TRUE(ledger_.SetNode(Node("gpu-1", {Gpu("GPU-a1", 0), Gpu("GPU-sick", 1, 8000, false)}))
-                    .ok());
+    ASSERT_TRUE(
+        ledger_.SetNode(Node("gpu-1", {Gpu("GPU-a1", 0), Gpu("GPU-sick", 1, 8000, false)})).ok());
     ASSERT_TRUE(ledger_.SetNode(Node("gpu-2", {Gpu("GPU-b1", 0, 16000)})).ok());
     ASSERT_TRUE(ledger_
-                    .Apply({"u-run", "ml", "infer-1", "gpu-1", "gpu-1", false, false, false,
-                            {{{"GPU-a1", "NVIDIA", 3000, 0}}}, 0})
+                    .Apply({"u-run",
+                            "ml",
+                            "infer-1",
+                            "gpu-1",
+                            "gpu-1",
+                            false,
+                            false,
+                            false,
+                            {{{"GPU-a1", "NVIDIA", 3000, 0}}},
+                            0})
                     .ok());
     ASSERT_TRUE(ledger_
                     .Reserve("u-res", "ml", "train-7", "gpu-1", {{{"GPU-a1", "NVIDIA", 2048, 0}}},
                              kNow + absl::Minutes(3))
                     .ok());
     ASSERT_TRUE(ledger_
-                    .Apply({"u-big", "ml", "big", "gpu-2", "gpu-2", false, false, false,
-                            {{{"GPU-b1", "NVIDIA", 10000, 0}}}, 0})
+                    .Apply({"u-big",
+                            "ml",
+                            "big",
+                            "gpu-2",
+                            "gpu-2",
+                            false,
+                            false,
+                            false,
+                            {{{"GPU-b1", "NVIDIA", 10000, 0}}},
+                            0})
                     .ok());
   }
 
-  Verdict Build(const device::PodRequest& request, std::function<std::string(std::string_view)>
-                                                       lock_of = nullptr) {
+  Verdict Build(const device::PodRequest& request,
+                std::function<std::string(std::string_view)> lock_of = nullptr) {
     std::vector<std::string_view> names = {"gpu-1", "gpu-2", "gpu-3"};
     std::vector<std::optional<device::NodeSnapshot>> snaps = ledger_.Snapshot(names);
     candidates_.clear();
@@ -104,8 +119,8 @@ TEST_F(VerdictTest, CountsReasonsAndBlockers) {
   const Verdict v = Build(Asks(7000));
   EXPECT_EQ(v.reason, "CardInsufficientMemory");
   EXPECT_EQ(v.nodes, 3);
-  EXPECT_THAT(v.reasons, ElementsAre(Pair("CardInsufficientMemory", 2),
-                                     Pair("node unregistered", 1)));
+  EXPECT_THAT(v.reasons,
+              ElementsAre(Pair("CardInsufficientMemory", 2), Pair("node unregistered", 1)));
   EXPECT_EQ(v.unregistered, 1);
   EXPECT_EQ(v.unhealthy, 1);  // GPU-sick
   EXPECT_EQ(v.blocked, 0);
@@ -137,8 +152,16 @@ TEST_F(VerdictTest, NearestMissNamesTheReservationHoldingTheDevice) {
 
   // With gpu-2 asked for more than it has, gpu-1 (2952 free) misses 3000 by 48 MiB.
   ASSERT_TRUE(ledger_
-                  .Apply({"u-big", "ml", "big", "gpu-2", "gpu-2", false, false, false,
-                          {{{"GPU-b1", "NVIDIA", 15000, 0}}}, 0})
+                  .Apply({"u-big",
+                          "ml",
+                          "big",
+                          "gpu-2",
+                          "gpu-2",
+                          false,
+                          false,
+                          false,
+                          {{{"GPU-b1", "NVIDIA", 15000, 0}}},
+                          0})
                   .ok());
   const Verdict w = Build(Asks(3000));
   ASSERT_TRUE(w.nearest.has_value());
@@ -170,18 +193,17 @@ TEST_F(VerdictTest, NodeLockOnTheNearestNodeIsABlocker) {
 }
 
 TEST_F(VerdictTest, EncodesAndDecodesTheSameVerdict) {
-  const Verdict v = Build(Asks(3000), [](std::string_view) {
-    return std::string("2025-12-31T23:58:00Z,ml,other");
-  });
+  const Verdict v = Build(
+      Asks(3000), [](std::string_view) { return std::string("2025-12-31T23:58:00Z,ml,other"); });
   const std::string json = EncodeVerdict(v);
   EXPECT_LE(json.size(), kMaxVerdictBytes);
   absl::StatusOr<Verdict> back = DecodeVerdict(json);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, v);
   // The same state gives the same bytes (the writer compares them).
-  EXPECT_EQ(EncodeVerdict(Build(Asks(3000), [](std::string_view) {
-              return std::string("2025-12-31T23:58:00Z,ml,other");
-            })),
+  EXPECT_EQ(EncodeVerdict(Build(
+                Asks(3000),
+                [](std::string_view) { return std::string("2025-12-31T23:58:00Z,ml,other"); })),
             json);
 }
 
@@ -217,9 +239,9 @@ TEST(VerdictBound, LongNamesLoseDetailNotTheBound) {
 }
 
 TEST(VerdictDecode, RejectsWhatIsNotAVerdict) {
-  for (std::string_view bad : {"", "[]", "{}", "{\"v\":2}", "{\"v\":1,\"nodes\":\"x\"}",
-                               "{\"v\":1,\"reasons\":[[\"a\"]]}", "{\"v\":1,\"nearest\":[]}",
-                               "{\"v\":1,\"lock\":{\"since\":\"yesterday\"}}", "{\"v\":1"}) {
+  for (std::string_view bad :
+       {"", "[]", "{}", "{\"v\":2}", "{\"v\":1,\"nodes\":\"x\"}", "{\"v\":1,\"reasons\":[[\"a\"]]}",
+        "{\"v\":1,\"nearest\":[]}", "{\"v\":1,\"lock\":{\"since\":\"yesterday\"}}", "{\"v\":1"}) {
     absl::StatusOr<Verdict> v = DecodeVerdict(bad);
     EXPECT_FALSE(v.ok()) << bad;
     if (!v.ok()) {

@@ -1,8 +1,8 @@
 #include "tessera/extender/verdict_writer.h"
 
-#include <pthread.h>
-
 #include <utility>
+
+#include <pthread.h>
 
 #include "tessera/base/logging.h"
 #include "tessera/device/annotations.h"
@@ -179,8 +179,8 @@ void VerdictWriter::WriteLoop() {
       TESSERA_VLOG(2, "verdict of pod {}/{} not written: {}", job.ns, job.name,
                    std::string(patched.status().message()));
       // Written again by the pod's next filter, unless a newer verdict is on its way already.
-      if (auto it = pods_.find(job.uid); it != pods_.end() && it->second.hash == job.hash &&
-                                         !jobs_.contains(job.uid)) {
+      if (auto it = pods_.find(job.uid);
+          it != pods_.end() && it->second.hash == job.hash && !jobs_.contains(job.uid)) {
         pods_.erase(it);
       }
     }

@@ -54,8 +54,8 @@ class VerdictWriter {
   // Totals since construction.
   struct Counts {
     uint64_t offered = 0;
-    uint64_t written = 0;  // patches that landed
-    uint64_t failed = 0;   // patches refused or failed
+    uint64_t written = 0;    // patches that landed
+    uint64_t failed = 0;     // patches refused or failed
     uint64_t unchanged = 0;  // offers equal to the last verdict written
   };
 
