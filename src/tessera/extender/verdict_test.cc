@@ -59,34 +59,22 @@ class VerdictTest : public ::testing::Test {
     ASSERT_TRUE(
         ledger_.SetNode(Node("gpu-1", {Gpu("GPU-a1", 0), Gpu("GPU-sick", 1, 8000, false)})).ok());
     ASSERT_TRUE(ledger_.SetNode(Node("gpu-2", {Gpu("GPU-b1", 0, 16000)})).ok());
-    ASSERT_TRUE(ledger_
-                    .Apply({"u-run",
-                            "ml",
-                            "infer-1",
-                            "gpu-1",
-                            "gpu-1",
-                            false,
-                            false,
-                            false,
-                            {{{"GPU-a1", "NVIDIA", 3000, 0}}},
-                            0})
-                    .ok());
+    Hold("u-run", "infer-1", "gpu-1", "GPU-a1", 3000);
     ASSERT_TRUE(ledger_
                     .Reserve("u-res", "ml", "train-7", "gpu-1", {{{"GPU-a1", "NVIDIA", 2048, 0}}},
                              kNow + absl::Minutes(3))
                     .ok());
-    ASSERT_TRUE(ledger_
-                    .Apply({"u-big",
-                            "ml",
-                            "big",
-                            "gpu-2",
-                            "gpu-2",
-                            false,
-                            false,
-                            false,
-                            {{{"GPU-b1", "NVIDIA", 10000, 0}}},
-                            0})
-                    .ok());
+    Hold("u-big", "big", "gpu-2", "GPU-b1", 10000);
+  }
+
+  // Pod ml/<name> (uid `uid`), bound to `node`, holds `mib` MiB of device `uuid`.
+  void Hold(const std::string& uid, const std::string& name, const std::string& node,
+            const std::string& uuid, int32_t mib) {
+    ASSERT_TRUE(
+        ledger_
+            .Apply(
+                {uid, "ml", name, node, node, false, false, false, {{{uuid, "NVIDIA", mib, 0}}}, 0})
+            .ok());
   }
 
   Verdict Build(const device::PodRequest& request,
@@ -151,18 +139,7 @@ TEST_F(VerdictTest, NearestMissNamesTheReservationHoldingTheDevice) {
   EXPECT_EQ(v.nearest->node, "gpu-2");
 
   // With gpu-2 asked for more than it has, gpu-1 (2952 free) misses 3000 by 48 MiB.
-  ASSERT_TRUE(ledger_
-                  .Apply({"u-big",
-                          "ml",
-                          "big",
-                          "gpu-2",
-                          "gpu-2",
-                          false,
-                          false,
-                          false,
-                          {{{"GPU-b1", "NVIDIA", 15000, 0}}},
-                          0})
-                  .ok());
+  Hold("u-big", "big", "gpu-2", "GPU-b1", 15000);
   const Verdict w = Build(Asks(3000));
   ASSERT_TRUE(w.nearest.has_value());
   EXPECT_EQ(w.nearest->node, "gpu-1");
