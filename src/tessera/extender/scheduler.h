@@ -13,7 +13,8 @@
 //
 // Filter decides under one lock shared by every filter and bind re-check, so two filters never
 // reserve the same capacity; its annotation patch goes to a PatchWriter (patch_writer.h) and
-// its events to an EventRecorder (event_recorder.h), both owned here. Bind takes the pod's
+// its events to an EventRecorder (event_recorder.h), and a filter that finds no node hands its
+// verdict (verdict.h) to a VerdictWriter (verdict_writer.h), all owned here. Bind takes the pod's
 // patch, HAMi's node lock (node_lock.h), re-checks the devices and posts the Binding.
 //
 // Errors: Filter and Bind never return a Status: a failure is the reply's error text (what
