@@ -228,6 +228,45 @@ TEST(VerdictDecode, RejectsWhatIsNotAVerdict) {
   EXPECT_FALSE(DecodeVerdict(std::string(5000, ' ')).ok());
 }
 
+// verdict_fuzz's property over its seeds and their one-byte edits and truncations (the fuzz build
+// needs clang): what decodes re-encodes within the bound, stably.
+TEST(VerdictDecode, WhatDecodesReEncodesWithinTheBound) {
+  const std::string seed =
+      R"({"v":1,"reason":"node unregistered","nodes":3,"reasons":[["node unregistered",2]],)"
+      R"("nearest":{"node":"n","device":"GPU-1","need_mib":9000,"free_mib":8000,"held_by":)"
+      R"([{"pod":"ml/a","mib":1000,"cores":0,"reserved_until":"2026-01-01T00:03:00Z"}]},)"
+      R"("lock":{"node":"n","holder":"ml/b","since":"2026-01-01T00:00:00Z"},"blocked":1,)"
+      R"("blocked_by":"ml/broken","quota":"q"})";
+  std::vector<std::string> inputs;
+  for (size_t i = 0; i < seed.size(); ++i) {
+    inputs.push_back(seed.substr(0, i));
+    for (char c : {'0', '"', '[', '{', 'x', '\xff'}) {
+      std::string edited = seed;
+      edited[i] = c;
+      inputs.push_back(std::move(edited));
+    }
+  }
+  inputs.push_back(seed);
+  std::string long_reason = seed;
+  long_reason.replace(long_reason.find("node unregistered"), 17, std::string(3000, 'r'));
+  inputs.push_back(long_reason);
+  size_t decoded = 0;
+  for (const std::string& in : inputs) {
+    absl::StatusOr<Verdict> v = DecodeVerdict(in);
+    if (!v.ok()) {
+      EXPECT_FALSE(v.status().message().empty());
+      continue;
+    }
+    ++decoded;
+    const std::string out = EncodeVerdict(*v);
+    EXPECT_LE(out.size(), kMaxVerdictBytes) << in;
+    absl::StatusOr<Verdict> back = DecodeVerdict(out);
+    ASSERT_TRUE(back.ok()) << back.status() << " from " << out;
+    EXPECT_EQ(EncodeVerdict(*back), out);
+  }
+  EXPECT_GT(decoded, 10u);
+}
+
 TEST(VerdictReasons, TheLabelSetIsFixedAndMainReasonIsInIt) {
   const std::vector<std::string_view> reasons = PendingReasons();
   EXPECT_EQ(reasons.size(), schedule::kReasonCount + 3 + 1);
