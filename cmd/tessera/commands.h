@@ -6,7 +6,8 @@
 // violation, a server that could not start), 2 bad input (flags, files, values).
 //
 //   tessera            (main.cc)            every subcommand, for users and tests;
-//   tessera-scheduler  (scheduler_main.cc)  the production subcommands only (serve, explain, top,
+//   tessera-scheduler  (scheduler_main.cc)  the production subcommands only (serve, explain, why,
+//   top,
 //                                           decode, rbac, version): no apisim, simulator,
 //                                           benchmark or test code (the image ships it).
 //
@@ -34,10 +35,11 @@ using AddCommandFn = void (*)(CLI::App& app, Runner* run);
 // selected one; returns its exit code (kExitUsage with the help text when none was selected).
 int RunCli(int argc, char** argv, std::initializer_list<AddCommandFn> commands);
 
-// The production subcommands (cli.cc, serve_command.cc, explain_command.cc, decode_command.cc,
-// rbac_command.cc, top_command.cc: library tessera_cmd_production).
+// The production subcommands (cli.cc, serve_command.cc, explain_command.cc, why_command.cc,
+// top_command.cc, decode_command.cc, rbac_command.cc: library tessera_cmd_production).
 void AddVersionCommand(CLI::App& app, Runner* run);
 void AddExplainCommand(CLI::App& app, Runner* run);
+void AddWhyCommand(CLI::App& app, Runner* run);
 void AddDecodeCommand(CLI::App& app, Runner* run);
 void AddServeCommand(CLI::App& app, Runner* run);
 void AddRbacCommand(CLI::App& app, Runner* run);

@@ -6,7 +6,7 @@ int main(int argc, char** argv) {
   namespace cmd = tessera::cmd;
   return cmd::RunCli(
       argc, argv,
-      {cmd::AddServeCommand, cmd::AddExplainCommand, cmd::AddDecodeCommand, cmd::AddApisimCommand,
-       cmd::AddBenchCommand, cmd::AddRbacCommand, cmd::AddSimulateCommand, cmd::AddEmulateCommand,
-       cmd::AddTopCommand, cmd::AddVersionCommand});
+      {cmd::AddServeCommand, cmd::AddExplainCommand, cmd::AddWhyCommand, cmd::AddTopCommand,
+       cmd::AddDecodeCommand, cmd::AddApisimCommand, cmd::AddBenchCommand, cmd::AddRbacCommand,
+       cmd::AddSimulateCommand, cmd::AddEmulateCommand, cmd::AddVersionCommand});
 }

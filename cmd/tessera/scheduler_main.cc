@@ -5,7 +5,8 @@
 
 int main(int argc, char** argv) {
   namespace cmd = tessera::cmd;
-  return cmd::RunCli(argc, argv,
-                     {cmd::AddServeCommand, cmd::AddExplainCommand, cmd::AddDecodeCommand,
-                      cmd::AddRbacCommand, cmd::AddTopCommand, cmd::AddVersionCommand});
+  return cmd::RunCli(
+      argc, argv,
+      {cmd::AddServeCommand, cmd::AddExplainCommand, cmd::AddWhyCommand, cmd::AddTopCommand,
+       cmd::AddDecodeCommand, cmd::AddRbacCommand, cmd::AddVersionCommand});
 }

@@ -117,9 +117,10 @@ int RunTop(const TopCommandOptions& opts) {
     kc.context = opts.context;
     absl::StatusOr<kube::RestConfig> rest = kube::LoadKubeconfig(kc);
     if (!rest.ok()) {
-      return Fail(Annotate(rest.status(), "a kubeconfig is needed to reach serve through the API "
-                                          "server's service proxy ($KUBECONFIG, else "
-                                          "~/.kube/config; or give --server URL)"),
+      return Fail(Annotate(rest.status(),
+                           "a kubeconfig is needed to reach serve through the API "
+                           "server's service proxy ($KUBECONFIG, else "
+                           "~/.kube/config; or give --server URL)"),
                   kExitUsage);
     }
     body = Get(*rest, *path, /*with_credentials=*/true);
@@ -184,8 +185,9 @@ void AddTopCommand(CLI::App& app, Runner* run) {
   sub->add_option("-o,--output", opts->output, "text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  sub->add_option("--now", opts->now_unix, "the time reservations are measured against (Unix "
-                                            "seconds; default: now); for reproducible output")
+  sub->add_option("--now", opts->now_unix,
+                  "the time reservations are measured against (Unix "
+                  "seconds; default: now); for reproducible output")
       ->group("");
   sub->callback([run, opts] { *run = [opts] { return RunTop(*opts); }; });
 }

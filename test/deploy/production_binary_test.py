@@ -46,7 +46,7 @@ def main():
     if version.returncode != 0 or not version.stdout.startswith("tessera "):
         failures.append(f"`{production} version` failed: {version.returncode} {version.stdout!r}")
     help_text = subprocess.run([production, "--help"], capture_output=True, text=True).stdout
-    for command in ("serve", "explain", "top", "decode", "rbac", "version"):
+    for command in ("serve", "explain", "why", "top", "decode", "rbac", "version"):
         if not re.search(rf"^\s+{command}\b", help_text, re.M):
             failures.append(f"{production} --help lacks the {command} subcommand")
     for command in ("apisim", "simulate", "bench"):

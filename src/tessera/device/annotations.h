@@ -45,6 +45,12 @@ inline constexpr std::string_view kBindPhaseAllocating = "allocating";
 inline constexpr std::string_view kBindPhaseSuccess = "success";
 inline constexpr std::string_view kBindPhaseFailed = "failed";
 
+// ---- Pod annotations owned by Tessera (not part of HAMi's protocol) -----------------------
+
+// The verdict on a pod /filter left without a node: a JSON document of at most 1 KiB
+// (extender/verdict.h, docs/explain.md "tessera why"). Removed by the filter that finds a node.
+inline constexpr std::string_view kVerdictAnnotation = "tessera.io/verdict";
+
 // ---- Pod annotations set by users (read by the scheduler) ----------------------------------
 
 // Comma list; a device passes when any token is a case-insensitive substring of its type.

@@ -29,7 +29,7 @@ class Reader {
     }
     const bool ok = want == json::value_t::number_integer
                         ? it->is_number_integer()
-                        : (want == json::value_t::string  ? it->is_string()
+                        : (want == json::value_t::string    ? it->is_string()
                            : want == json::value_t::boolean ? it->is_boolean()
                            : want == json::value_t::array   ? it->is_array()
                                                             : it->is_object());
@@ -96,7 +96,6 @@ class Reader {
   const json& value_;
   std::string path_;
 };
-
 
 absl::StatusOr<TopPod> DecodePod(const Reader& r) {
   TopPod p;
@@ -216,7 +215,8 @@ absl::StatusOr<TopView> DecodeTop(std::string_view ledger_json) {
   TESSERA_ASSIGN_OR_RETURN(view.synced, root.Bool("synced"));
   TESSERA_ASSIGN_OR_RETURN(Reader leadership, root.Member("leadership", json::value_t::object));
   TESSERA_ASSIGN_OR_RETURN(view.role, leadership.String("role"));
-  TESSERA_ASSIGN_OR_RETURN(std::vector<Reader> nodes, root.Elements("nodes", json::value_t::object));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Reader> nodes,
+                           root.Elements("nodes", json::value_t::object));
   for (const Reader& n : nodes) {
     TESSERA_ASSIGN_OR_RETURN(TopNode node, DecodeNode(n));
     view.nodes.push_back(std::move(node));
@@ -279,14 +279,12 @@ TopView FilterTop(TopView view, const TopOptions& options) {
   }
   if (options.sort == TopSort::kFree) {
     for (TopNode& n : kept) {
-      std::stable_sort(n.devices.begin(), n.devices.end(),
-                       [](const TopDevice& a, const TopDevice& b) {
-                         return a.FreeMem() > b.FreeMem();
-                       });
+      std::stable_sort(
+          n.devices.begin(), n.devices.end(),
+          [](const TopDevice& a, const TopDevice& b) { return a.FreeMem() > b.FreeMem(); });
     }
-    std::stable_sort(kept.begin(), kept.end(), [](const TopNode& a, const TopNode& b) {
-      return a.FreeMem() > b.FreeMem();
-    });
+    std::stable_sort(kept.begin(), kept.end(),
+                     [](const TopNode& a, const TopNode& b) { return a.FreeMem() > b.FreeMem(); });
   }
   view.nodes = std::move(kept);
   if (!options.ns.empty()) {
@@ -325,11 +323,10 @@ std::string RenderTopText(const TopView& view, absl::Time now) {
         if (p.reserved) {
           pod_state = p.expires_at ? "reserved, " + Left(*p.expires_at - now) : "reserved";
         }
-        rows.push_back({"",
-                        fmt::format("  {}/{} [{}{}]", p.ns, p.name, p.init ? "init " : "",
-                                    p.container),
-                        "", std::to_string(p.usedmem), "", std::to_string(p.usedcores), "",
-                        std::move(pod_state)});
+        rows.push_back(
+            {"", fmt::format("  {}/{} [{}{}]", p.ns, p.name, p.init ? "init " : "", p.container),
+             "", std::to_string(p.usedmem), "", std::to_string(p.usedcores), "",
+             std::move(pod_state)});
       }
     }
     if (n.devices.empty()) {
@@ -374,13 +371,17 @@ json TopJson(const TopView& view) {
     for (const TopDevice& d : n.devices) {
       json pods = json::array();
       for (const TopPod& p : d.pods) {
-        json pod = {{"namespace", p.ns},       {"name", p.name},
-                    {"uid", p.uid},            {"container", p.container},
-                    {"init", p.init},          {"usedmem_mib", p.usedmem},
-                    {"usedcores", p.usedcores}, {"state", p.reserved ? "reserved" : "bound"}};
+        json pod = {{"namespace", p.ns},
+                    {"name", p.name},
+                    {"uid", p.uid},
+                    {"container", p.container},
+                    {"init", p.init},
+                    {"usedmem_mib", p.usedmem},
+                    {"usedcores", p.usedcores},
+                    {"state", p.reserved ? "reserved" : "bound"}};
         if (p.expires_at) {
-          pod["expires_at"] = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", *p.expires_at,
-                                               absl::UTCTimeZone());
+          pod["expires_at"] =
+              absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", *p.expires_at, absl::UTCTimeZone());
         }
         pods.push_back(std::move(pod));
       }

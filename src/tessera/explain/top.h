@@ -32,9 +32,9 @@ struct TopPod {
   std::string ns, name, uid;
   int64_t container = 0;
   bool init = false;
-  int64_t usedmem = 0;    // MiB on this device
-  int64_t usedcores = 0;  // percent of this device
-  bool reserved = false;  // filtered, not yet bound
+  int64_t usedmem = 0;                   // MiB on this device
+  int64_t usedcores = 0;                 // percent of this device
+  bool reserved = false;                 // filtered, not yet bound
   std::optional<absl::Time> expires_at;  // a reservation's expiry
 };
 

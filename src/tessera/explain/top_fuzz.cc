@@ -17,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   tessera::explain::TopOptions options;
-  options.sort = size % 2 == 0 ? tessera::explain::TopSort::kFree : tessera::explain::TopSort::kNode;
+  options.sort =
+      size % 2 == 0 ? tessera::explain::TopSort::kFree : tessera::explain::TopSort::kNode;
   options.min_free = static_cast<int64_t>(size);
   const tessera::explain::TopView shown = tessera::explain::FilterTop(*view, options);
   (void)tessera::explain::RenderTopText(shown, absl::UnixEpoch());

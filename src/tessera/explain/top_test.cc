@@ -47,7 +47,7 @@ constexpr char kLedger[] = R"({
 })";
 
 TopOptions Only(std::string node, std::string ns, int64_t min_free = 0,
-               TopSort sort = TopSort::kNode) {
+                TopSort sort = TopSort::kNode) {
   TopOptions o;
   o.node = std::move(node);
   o.ns = std::move(ns);
@@ -69,7 +69,8 @@ TEST(TopTest, TheTableShowsDevicesTheirPodsReservationsAndProblems) {
   EXPECT_THAT(text, HasSubstr("gpu-b"));
   // Usage, free memory, cores and shares of GPU-b0; its two pods, one reserved with 3m12s left.
   EXPECT_THAT(text, HasSubstr("GPU-b0 (0)"));
-  EXPECT_THAT(text, ContainsRegex(R"(GPU-b0 \(0\) +NVIDIA-A100 +24000/40960 +16960 +30/100 +2/10\s)"));
+  EXPECT_THAT(text,
+              ContainsRegex(R"(GPU-b0 \(0\) +NVIDIA-A100 +24000/40960 +16960 +30/100 +2/10\s)"));
   EXPECT_THAT(text, HasSubstr("ml/train-7 [0]"));
   EXPECT_THAT(text, ContainsRegex(R"(ml/train-7 \[0\] +20000 +30 +bound)"));
   EXPECT_THAT(text, HasSubstr("web/infer-2 [1]"));

@@ -521,7 +521,8 @@ class HttpServer::Impl {
 
   void HandleMetrics(http::Request& req, http::Response* res) {
     const std::string& p = req.path;
-    if (p != "/metrics" && p != "/healthz" && p != "/debug/ledger" && p != "/debug/audit") {
+    if (p != "/metrics" && p != "/healthz" && p != "/debug/ledger" && p != "/debug/audit" &&
+        p != "/debug/why") {
       SendText(res, 404, StatusText(404));
       return;
     }
@@ -536,6 +537,18 @@ class HttpServer::Impl {
       SendJson(res, backend_->DebugLedgerJson());
     } else if (p == "/debug/audit") {
       SendJson(res, backend_->DebugAuditJson());
+    } else if (p == "/debug/why") {
+      absl::StatusOr<WhyRequest> why = ParseWhyQuery(req.query);
+      if (!why.ok()) {
+        SendText(res, 400, std::string(why.status().message()) + "\n");
+        return;
+      }
+      WhyReply reply = backend_->DebugWhy(*why);
+      if (reply.status == 200) {
+        SendJson(res, std::move(reply.body));
+      } else {
+        SendText(res, reply.status, std::move(reply.body));
+      }
     } else {
       res->status = 200;
       res->content_type = kMetricsType;
@@ -556,6 +569,59 @@ class HttpServer::Impl {
   std::unique_ptr<http::Server> main_;
   std::unique_ptr<http::Server> metrics_;
 };
+
+absl::StatusOr<WhyRequest> ParseWhyQuery(std::string_view query) {
+  http::Request req;  // for its parameter decoding
+  req.query = std::string(query);
+  // Each parameter at most once, and only these.
+  constexpr std::string_view kKnown[] = {"namespace", "name", "if-deleted", "node", "gpumem"};
+  for (std::string_view rest = query; !rest.empty();) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    const std::string_view key = pair.substr(0, pair.find('='));
+    if (key.empty()) {
+      continue;
+    }
+    if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
+      return absl::InvalidArgumentError(
+          fmt::format("unknown parameter \"{}\" (known: namespace, name, if-deleted, node, "
+                      "gpumem)",
+                      key.substr(0, 64)));
+    }
+  }
+  WhyRequest why;
+  why.ns = req.Param("namespace");
+  why.name = req.Param("name");
+  if (!kube::IsDnsLabel(why.ns)) {
+    return absl::InvalidArgumentError("namespace: a namespace name is required (a DNS label)");
+  }
+  if (!kube::IsDnsSubdomain(why.name)) {
+    return absl::InvalidArgumentError("name: a pod name is required (a DNS subdomain)");
+  }
+  if (req.HasParam("if-deleted")) {
+    const std::string pod = req.Param("if-deleted");
+    const size_t slash = pod.find('/');
+    why.if_deleted_ns = slash == std::string::npos ? why.ns : pod.substr(0, slash);
+    why.if_deleted_name = slash == std::string::npos ? pod : pod.substr(slash + 1);
+    if (!kube::IsDnsLabel(why.if_deleted_ns) || !kube::IsDnsSubdomain(why.if_deleted_name)) {
+      return absl::InvalidArgumentError("if-deleted: NAME or NAMESPACE/NAME of a pod");
+    }
+  }
+  if (req.HasParam("node")) {
+    why.node = req.Param("node");
+    if (!kube::IsDnsSubdomain(why.node)) {
+      return absl::InvalidArgumentError("node: a node name (a DNS subdomain)");
+    }
+  }
+  if (req.HasParam("gpumem")) {
+    if (!absl::SimpleAtoi(req.Param("gpumem"), &why.gpumem) || why.gpumem < 1 ||
+        why.gpumem > 1048576) {
+      return absl::InvalidArgumentError("gpumem: MiB per device, 1..1048576");
+    }
+  }
+  return why;
+}
 
 HttpServer::HttpServer(Backend* backend, HttpServerOptions options)
     : impl_(std::make_unique<Impl>(backend, std::move(options))) {}

@@ -3,9 +3,9 @@
 // HttpServer: the extender's HTTP(S) routes kube-scheduler calls (/filter, /bind, /healthz,
 // /readyz, /webhook), and /refit, which HAMi's device plugin calls, in front of a Backend that
 // makes the decisions, plus a plain-HTTP metrics listener (/metrics, /healthz, /debug/ledger,
-// /debug/audit). Both run on tessera::http. The route table, limits for hostile clients, memory
-// bounds, certificate reload, address syntax and the access log: docs/serve.md "The extender's HTTP
-// server".
+// /debug/audit, /debug/why). Both run on tessera::http. The route table, limits for hostile
+// clients, memory bounds, certificate reload, address syntax and the access log: docs/serve.md
+// "The extender's HTTP server".
 //
 //   HttpServer server(&backend, options);   // options.bind_address, metrics_bind_address, metrics
 //   TESSERA_RETURN_IF_ERROR(server.Start());  ...  server.port()  ...  server.Stop();
@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,6 +41,20 @@ namespace tessera::extender {
 // threads (one per open connection), with no lock held by the server, and must therefore be
 // thread-safe; Filter and Bind may block (kube-scheduler waits up to its httpTimeout), but each
 // call ties up one server thread while it does. The Backend must outlive the server's Stop().
+// GET /debug/why (metrics listener): replay the filter of one pending pod against the live
+// ledger, with optional what-ifs. The server validates every field before the Backend sees it.
+struct WhyRequest {
+  std::string ns, name;
+  std::string if_deleted_ns, if_deleted_name;  // --if-deleted: replay without this pod
+  std::string node;                            // --node: only this candidate
+  int32_t gpumem = 0;                          // --gpumem: MiB per device instead (0: as asked)
+};
+// The reply: an HTTP status and its body (JSON when 200, else one line of text).
+struct WhyReply {
+  int status = 404;
+  std::string body = "not served\n";
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -58,7 +73,14 @@ class Backend {
   // A JSON document describing the last audit and resync of the self-healing accounting
   // (docs/self-healing.md). The default: nothing has run.
   virtual std::string DebugAuditJson() { return "{\"audit\":null,\"resync\":null}\n"; }
+  // GET /debug/why (WhyRequest). The default: not served.
+  virtual WhyReply DebugWhy(const WhyRequest& /*request*/) { return {}; }
 };
+
+// The WhyRequest of a /debug/why query string's parameters, or InvalidArgument naming the bad
+// one: namespace (a DNS label) and name (a DNS subdomain) required; if-deleted NAME or NS/NAME;
+// node a DNS subdomain; gpumem 1..1048576; any other parameter is refused.
+absl::StatusOr<WhyRequest> ParseWhyQuery(std::string_view query);
 
 struct HttpServerOptions {
   // "host:port" of the extender routes (HAMi's --http_bind).

@@ -423,6 +423,39 @@ TEST_F(HttpServerTest, HealthReadyAndLedger) {
 
 // /debug/* is for operators: the metrics listener serves it, the extender port (reachable by
 // kube-scheduler and the API server) does not.
+// /debug/why is open to anyone who reaches the metrics port: every field is checked before the
+// Backend sees it, and an error names the field.
+TEST(WhyQuery, OnlyValidNamesAndBoundsReachTheBackend) {
+  absl::StatusOr<WhyRequest> ok =
+      ParseWhyQuery("namespace=ml&name=train-7&if-deleted=other&node=gpu-3&gpumem=8000");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->ns, "ml");
+  EXPECT_EQ(ok->name, "train-7");
+  EXPECT_EQ(ok->if_deleted_ns, "ml");  // NAME: the pod's namespace
+  EXPECT_EQ(ok->if_deleted_name, "other");
+  EXPECT_EQ(ok->node, "gpu-3");
+  EXPECT_EQ(ok->gpumem, 8000);
+  ok = ParseWhyQuery("namespace=ml&name=a&if-deleted=team%2Fb");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->if_deleted_ns, "team");
+  EXPECT_EQ(ok->if_deleted_name, "b");
+  for (const auto& [query, field] : std::vector<std::pair<std::string, std::string>>{
+           {"", "namespace"},
+           {"namespace=ml", "name"},
+           {"namespace=ML&name=a", "namespace"},
+           {"namespace=ml&name=a%2Fb", "name"},
+           {"namespace=ml&name=a&gpumem=-1", "gpumem"},
+           {"namespace=ml&name=a&gpumem=1048577", "gpumem"},
+           {"namespace=ml&name=a&node=a..b", "node"},
+           {"namespace=ml&name=a&if-deleted=", "if-deleted"},
+           {"namespace=ml&name=a&limit=5", "limit"},
+       }) {
+    absl::StatusOr<WhyRequest> bad = ParseWhyQuery(query);
+    EXPECT_FALSE(bad.ok()) << query;
+    EXPECT_THAT(bad.status().message(), HasSubstr(field)) << query;
+  }
+}
+
 TEST_F(HttpServerTest, DebugRoutesAreOnTheMetricsListenerOnly) {
   HttpServerOptions options = LocalOptions();
   options.metrics_bind_address = "127.0.0.1:0";

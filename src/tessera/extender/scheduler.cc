@@ -14,6 +14,7 @@
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
+#include "tessera/extender/verdict.h"
 #include "tessera/schedule/fit.h"
 #include "tessera/schedule/score.h"
 
@@ -61,8 +62,9 @@ kube::MetadataPatch ToPatch(const kube::StringMap& annotations, const kube::Stri
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
-// The typed reason of a failed node, from the fields schedule::Decide fills.
-FailedNode ToFailedNode(std::string_view name, const schedule::NodeResult& r) {
+}  // namespace
+
+FailedNode FailedNodeOf(std::string_view name, const schedule::NodeResult& r) {
   FailedNode f;
   f.node = std::string(name);
   if (!r.reasons.empty()) {
@@ -76,8 +78,6 @@ FailedNode ToFailedNode(std::string_view name, const schedule::NodeResult& r) {
   }
   return f;
 }
-
-}  // namespace
 
 std::string_view FilterCodeName(FilterCode code) {
   switch (code) {
@@ -199,6 +199,7 @@ Scheduler::Scheduler(Options options, Deps deps)
           options_.node_lock_timeout),
       events_({.component = options_.scheduler_name, .queue_limit = options_.event_queue_limit},
               client_, clock_),
+      verdicts_({}, client_, &events_),
       patches_(
           {.threads = options_.write_behind ? std::max(options_.patch_threads, 1) : 0,
            .wait = options_.patch_wait},
@@ -214,6 +215,25 @@ Scheduler::Scheduler(Options options, Deps deps)
 Scheduler::~Scheduler() = default;
 
 // ---- filter -------------------------------------------------------------------------------
+
+void Scheduler::OfferVerdict(const kube::Pod& pod, const device::PodRequest& request,
+                             const std::vector<schedule::Candidate>& candidates,
+                             const std::vector<FailedNode>& failed,
+                             std::string_view checked_version) {
+  if (!options_.verdicts || (options_.is_leader && !options_.is_leader())) {
+    return;
+  }
+  std::function<std::string(std::string_view)> lock_of;
+  if (options_.node_lock) {
+    lock_of = [this](std::string_view node) { return options_.node_lock(node).lock; };
+  }
+  const Verdict verdict = BuildVerdict({.request = &request,
+                                        .candidates = candidates,
+                                        .failed = &failed,
+                                        .ledger = ledger_,
+                                        .lock_of = std::move(lock_of)});
+  verdicts_.Offer(pod.meta, checked_version, verdict.reason, EncodeVerdict(verdict));
+}
 
 FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   const kube::Pod& pod = args.pod;
@@ -326,7 +346,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
         continue;
       }
       if (result.failed_nodes.insert_or_assign(candidates[i].name, r.reason).second) {
-        out.failed_nodes.push_back(ToFailedNode(candidates[i].name, r));  // once per node
+        out.failed_nodes.push_back(FailedNodeOf(candidates[i].name, r));  // once per node
       }
       for (std::string& key : ReasonKeys(r)) {
         by_reason[std::move(key)].push_back(candidates[i].name);
@@ -344,6 +364,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     if (names.empty()) {
       events_.Record(pod.meta, "FilteringFailed", "no candidate nodes", EventType::kWarning);
     }
+    OfferVerdict(pod, *request, candidates, out.failed_nodes, *checked_version);
     out.code = FilterCode::kNoFit;
     TESSERA_VLOGS(2, "filter", "pod", pod.Key(), "candidates", names.size(), "node", "", "outcome",
                   "no node fits");
@@ -360,6 +381,10 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   job.patch = ToPatch(device::FilterAnnotations(*options_.vendor, winner, decision.devices, now),
                       device::FilterLabels(winner));
   job.patch.uid = pod.meta.uid;  // this pod, never another of the same name
+  // The pod has a node now: its verdict goes (merge patch null; a no-op when it has none, and
+  // the pod informer does not keep the key, so it cannot say) with any queued write of it.
+  verdicts_.Forget(pod.meta.uid);
+  job.patch.annotations.emplace_back(std::string(device::kVerdictAnnotation), std::nullopt);
   if (!checked_version->empty()) {
     // ... and only while it is the pending pod the check saw: a pod bound meanwhile (by another
     // replica across a handover) is refused with 409, not re-annotated (PatchWriter re-checks).
@@ -451,7 +476,7 @@ FilterResult Scheduler::FilterNodes(const FilterArgs& args, const device::PodReq
     if (!decision.nodes[i].fit) {
       if (result.failed_nodes.insert_or_assign(candidates[i].name, decision.nodes[i].reason)
               .second) {
-        outcome->failed_nodes.push_back(ToFailedNode(candidates[i].name, decision.nodes[i]));
+        outcome->failed_nodes.push_back(FailedNodeOf(candidates[i].name, decision.nodes[i]));
       }
     }
   }
@@ -710,6 +735,7 @@ BindResult Scheduler::Bind(const BindArgs& args, BindOutcome* outcome) {
                              pod->meta.name),
                  EventType::kNormal);
   out.code = BindCode::kBound;
+  verdicts_.Forget(pod->meta.uid);  // scheduled: no longer pending
   TESSERA_VLOGS(2, "bind", "pod", pod->Key(), "node", args.node, "devices",
                 pod->meta.annotations.Get(device::kDevicesAllocatedAnnotation), "outcome", "bound");
   return result;

@@ -13,7 +13,8 @@
 //
 // Filter decides under one lock shared by every filter and bind re-check, so two filters never
 // reserve the same capacity; its annotation patch goes to a PatchWriter (patch_writer.h) and
-// its events to an EventRecorder (event_recorder.h), both owned here. Bind takes the pod's
+// its events to an EventRecorder (event_recorder.h), and a filter that finds no node hands its
+// verdict (verdict.h) to a VerdictWriter (verdict_writer.h), all owned here. Bind takes the pod's
 // patch, HAMi's node lock (node_lock.h), re-checks the devices and posts the Binding.
 //
 // Errors: Filter and Bind never return a Status: a failure is the reply's error text (what
@@ -47,11 +48,13 @@
 #include "tessera/extender/node_lock.h"
 #include "tessera/extender/patch_writer.h"
 #include "tessera/extender/refit.h"
+#include "tessera/extender/verdict_writer.h"
 #include "tessera/extender/wire.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/objects.h"
 #include "tessera/ledger/ledger.h"
 #include "tessera/schedule/fit.h"
+#include "tessera/schedule/score.h"
 
 namespace tessera::extender {
 
@@ -87,6 +90,9 @@ struct FailedNode {
   NodeFailure failure = NodeFailure::kDevices;
   schedule::ReasonParts parts;  // kDevices: per reason, how many devices failed for it
 };
+
+// The typed reason of candidate `name` that failed, from the fields schedule::Decide fills.
+FailedNode FailedNodeOf(std::string_view name, const schedule::NodeResult& result);
 
 struct FilterOutcome {
   FilterCode code = FilterCode::kError;
@@ -171,6 +177,10 @@ class Scheduler {
     // as new as the bind's lock write, at most this long (under load the node's watch events
     // trail the API calls by seconds).
     absl::Duration busy_after_bind = absl::Seconds(30);
+    // A filter that leaves a pod without a node writes its verdict (verdict.h) through a
+    // VerdictWriter while is_leader() holds (null: always); false: never.
+    bool verdicts = true;
+    std::function<bool()> is_leader;
   };
   struct Deps {
     ledger::Ledger* ledger = nullptr;
@@ -209,6 +219,8 @@ class Scheduler {
 
   // The event sender (Flush, counts): for tests and shutdown.
   EventRecorder& events() { return events_; }
+  // The verdicts of pending pods (counts for the metric, Retain for housekeeping).
+  VerdictWriter& verdicts() { return verdicts_; }
 
  private:
   FilterResult FilterNodes(const FilterArgs& args, const device::PodRequest& request,
@@ -237,6 +249,10 @@ class Scheduler {
   // PatchWriter's settle: ends the filter's reservation when its patch failed (unless a newer
   // filter of the pod replaced it).
   void SettlePatch(const PatchWriter::Job& job, const absl::Status& status);
+  // The verdict of a filter that found no node, offered to verdicts_ (verdict.h).
+  void OfferVerdict(const kube::Pod& pod, const device::PodRequest& request,
+                    const std::vector<schedule::Candidate>& candidates,
+                    const std::vector<FailedNode>& failed, std::string_view checked_version);
 
   const Options options_;
   ledger::Ledger* const ledger_;
@@ -263,6 +279,7 @@ class Scheduler {
 
   // Declared last: destroyed first, so the writers finish (and settle) while the rest lives.
   EventRecorder events_;
+  VerdictWriter verdicts_;
   PatchWriter patches_;
 };
 

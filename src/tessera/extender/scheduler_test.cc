@@ -21,6 +21,7 @@
 #include "tessera/accounting/projection.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
+#include "tessera/extender/verdict.h"
 #include "tessera/testing/apisim_env.h"
 #include "tessera/testing/objects.h"
 #include "tessera/testing/wait.h"
@@ -31,6 +32,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
 
 const absl::Time kNow = absl::FromUnixSeconds(1767225600);  // 2026-01-01T00:00:00Z
@@ -322,6 +324,7 @@ TEST_F(SchedulerTest, WithoutAvoidBusyNodesTheChoiceIsTheNodePolicysAlone) {
 }
 
 TEST_F(SchedulerTest, NoFitReturnsFailedNodesWithHamiReasons) {
+  options_.verdicts = false;  // HAMi's events alone (the verdict's: the Verdict tests)
   AddNode("n1", {{"GPU-a"}});
   env_.CreateNode("n2", "{}");  // no registration: not in the ledger
   env_.CreatePod("p1", Limits(20000));
@@ -379,6 +382,7 @@ TEST_F(SchedulerTest, ACandidateNamedTwiceFailsOnce) {
 // HAMi #2958: a running pod whose allocation does not decode blocks its node; the filter's
 // FailedNodes and its FilteringFailed event name the pod.
 TEST_F(SchedulerTest, ANodeBlockedByAnUnreadableAllocationIsRefusedWithThePodNamed) {
+  options_.verdicts = false;  // HAMi's events alone (the verdict's: the Verdict tests)
   AddNode("n1", {{"GPU-a"}});
   ledger::PodAllocation broken;
   broken.uid = "uid-broken";
@@ -423,6 +427,7 @@ TEST_F(SchedulerTest, ANodeBlockedByAnUnreadableAllocationIsRefusedWithThePodNam
 // kilobytes per pod. The list is cut to keep the message within the events.k8s.io note limit,
 // and what was cut is counted.
 TEST_F(SchedulerTest, EventNodeListsAreCutAtTheMessageLimitAndCounted) {
+  options_.verdicts = false;  // HAMi's events alone (the verdict's: the Verdict tests)
   std::vector<std::string> nodes;
   for (int i = 0; i < 120; ++i) {
     nodes.push_back(fmt::format("node-{:03}", i));
@@ -1635,6 +1640,123 @@ TEST_F(SchedulerTest, ChangesOtherThanADecisionDoNotFailFilterOrBind) {
   EXPECT_EQ(PodPatches("p1").size(), 4u);
   // the Binding at the filter's version (409), then at the label's
   EXPECT_EQ(env_.faults()->Matching("POST", std::string(kPodPath) + "p1/binding").size(), 2u);
+}
+
+// ---- verdicts (verdict.h, verdict_writer.h) ---------------------------------------------------
+
+// The pod's verdict annotation as the API server stores it ("" when absent): the client's decoder
+// keeps only hami.io/ and nvidia.com/ annotations.
+std::string VerdictOn(testing::ApisimEnv& env, const std::string& pod) {
+  absl::StatusOr<std::string> raw =
+      env.store().Get(*apisim::FindResource("", "v1", "pods"), "default", pod);
+  EXPECT_TRUE(raw.ok()) << raw.status();
+  const nlohmann::json doc = nlohmann::json::parse(raw.ok() ? *raw : "{}");
+  return doc.value("/metadata/annotations"_json_pointer, nlohmann::json::object())
+      .value(std::string(device::kVerdictAnnotation), "");
+}
+
+std::vector<std::string> VerdictMessages(const std::vector<SeenEvent>& events) {
+  std::vector<std::string> out;
+  for (const SeenEvent& e : events) {
+    if (e.reason == "FilteringFailed" && e.message.starts_with("{")) {
+      out.push_back(e.message);
+    }
+  }
+  return out;
+}
+
+// kube-scheduler retries an unschedulable pod again and again: the verdict is written (patch
+// and event) at the first filter and again only when the state behind it changes.
+TEST_F(SchedulerTest, AVerdictIsWrittenOnlyWhenItChanges) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(9000));
+  Scheduler& s = Make();
+  for (int i = 0; i < 5; ++i) {
+    FilterOutcome outcome;
+    s.Filter(Args("p1", {"n1"}), &outcome);
+    ASSERT_EQ(outcome.code, FilterCode::kNoFit);
+  }
+  s.verdicts().Flush();
+  EXPECT_EQ(s.verdicts().counts().written, 1u) << s.verdicts().counts().failed;
+  EXPECT_EQ(PodPatches("p1").size(), 1u);
+  const std::string written(VerdictOn(env_, "p1"));
+  absl::StatusOr<Verdict> v = DecodeVerdict(written);
+  ASSERT_TRUE(v.ok()) << v.status() << " in " << written;
+  EXPECT_EQ(v->reason, "CardInsufficientMemory");
+  ASSERT_TRUE(v->nearest.has_value());
+  EXPECT_EQ(v->nearest->node, "n1");
+  EXPECT_EQ(v->nearest->need_mib, 9000);
+  EXPECT_EQ(v->nearest->free_mib, 8000);
+  EXPECT_THAT(VerdictMessages(Events()), ElementsAre(written));
+  EXPECT_EQ(s.verdicts().counts().unchanged, 4u);
+
+  // Another pod's decision now holds 1000 MiB of the device: a new verdict naming it.
+  ASSERT_TRUE(ledger_
+                  .Reserve("uid-other", "default", "other", "n1", {{{"GPU-a", "NVIDIA", 1000, 0}}},
+                           kNow + absl::Minutes(5))
+                  .ok());
+  s.Filter(Args("p1", {"n1"}));
+  s.Filter(Args("p1", {"n1"}));
+  s.verdicts().Flush();
+  EXPECT_EQ(PodPatches("p1").size(), 2u);
+  v = DecodeVerdict(VerdictOn(env_, "p1"));
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->nearest->held_by.size(), 1u);
+  EXPECT_EQ(v->nearest->held_by[0].pod, "default/other");
+  EXPECT_EQ(v->nearest->held_by[0].reserved_until, kNow + absl::Minutes(5));
+  EXPECT_EQ(VerdictMessages(Events()).size(), 2u);
+  EXPECT_THAT(s.verdicts().CountByReason(), ElementsAre(Pair("CardInsufficientMemory", 1)));
+}
+
+// The filter that finds the pod a node removes its verdict in the decision's own patch, and the
+// pod is no longer counted as pending.
+TEST_F(SchedulerTest, TheVerdictIsClearedWhenThePodIsScheduled) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(9000));
+  Scheduler& s = Make();
+  s.Filter(Args("p1", {"n1"}));
+  s.verdicts().Flush();
+  ASSERT_NE(VerdictOn(env_, "p1"), "");
+  AddNode("n2", {{"GPU-b", 10, 16000}});
+  FilterResult r = s.Filter(Args("p1", {"n1", "n2"}));
+  ASSERT_TRUE(r.node_names.has_value());
+  ASSERT_THAT(*r.node_names, ElementsAre("n2"));
+  EXPECT_EQ(VerdictOn(env_, "p1"), "");
+  EXPECT_EQ(s.verdicts().size(), 0u);
+  EXPECT_EQ(s.Bind(BindFor("p1", "n2")).error, "");
+  EXPECT_EQ(VerdictOn(env_, "p1"), "");
+  EXPECT_THAT(s.verdicts().CountByReason(), IsEmpty());
+}
+
+// Only the leader writes: a follower's filter (its kube-scheduler may call it) leaves the pod
+// alone.
+TEST_F(SchedulerTest, AFollowerWritesNoVerdict) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(9000));
+  options_.is_leader = [] { return false; };
+  Scheduler& s = Make();
+  FilterOutcome outcome;
+  s.Filter(Args("p1", {"n1"}), &outcome);
+  EXPECT_EQ(outcome.code, FilterCode::kNoFit);
+  s.verdicts().Flush();
+  EXPECT_THAT(PodPatches("p1"), IsEmpty());
+  EXPECT_THAT(VerdictMessages(Events()), IsEmpty());
+  EXPECT_EQ(s.verdicts().size(), 0u);
+}
+
+// A failed write is forgotten, so the pod's next filter writes it again.
+TEST_F(SchedulerTest, AFailedVerdictWriteIsRetriedByTheNextFilter) {
+  AddNode("n1", {{"GPU-a"}});
+  env_.CreatePod("p1", Limits(9000));
+  Scheduler& s = Make();
+  env_.faults()->Inject("PATCH", std::string(kPodPath) + "p1", 500, "InternalError");
+  s.Filter(Args("p1", {"n1"}));
+  s.verdicts().Flush();
+  EXPECT_EQ(VerdictOn(env_, "p1"), "");
+  EXPECT_EQ(s.verdicts().counts().failed, 1u);
+  s.Filter(Args("p1", {"n1"}));
+  s.verdicts().Flush();
+  EXPECT_NE(VerdictOn(env_, "p1"), "");
 }
 
 }  // namespace

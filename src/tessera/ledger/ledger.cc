@@ -937,6 +937,24 @@ FullSnapshot Ledger::Full() const {
   return out;
 }
 
+std::optional<NodeView> Ledger::View(std::string_view node) const {
+  MutexLock lock(&mu_);
+  auto it = node_index_.find(Key(node));
+  if (it == node_index_.end() || nodes_[it->second].devices == nullptr) {
+    return std::nullopt;
+  }
+  return ViewLocked(nodes_[it->second]);
+}
+
+std::optional<absl::Time> Ledger::ReservationExpiry(std::string_view uid) const {
+  MutexLock lock(&mu_);
+  const uint32_t id = FindPod(uid);
+  if (id == kNone || pods_[id].res == nullptr) {
+    return std::nullopt;
+  }
+  return pods_[id].res->expires_at;
+}
+
 Problems Ledger::FindProblems() const {
   Problems out;
   MutexLock lock(&mu_);

@@ -256,6 +256,11 @@ class Ledger {
       const std::vector<std::string_view>& node_names) const;
   // Every registered node with per-device usage and holders. O(nodes + records).
   FullSnapshot Full() const;
+  // One registered node with per-device usage and holders, or nullopt if it is not registered.
+  // O(its devices + the holders on it).
+  std::optional<NodeView> View(std::string_view node) const;
+  // When pod `uid`'s live reservation expires, or nullopt when it has none. O(1).
+  std::optional<absl::Time> ReservationExpiry(std::string_view uid) const;
   // Conflicts, orphans, holders on unregistered nodes and blocking unreadable records.
   // O(records + reservations).
   Problems FindProblems() const;

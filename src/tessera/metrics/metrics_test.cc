@@ -554,6 +554,7 @@ TEST(Registry, KnownLabelValuesAreExportedAtZeroFromTheStart) {
   known.audit_causes = {"usage"};
   known.ledger_problem_kinds = {"orphan"};
   known.resync_kinds = {"gone"};
+  known.pending_reasons = {"CardInsufficientMemory", "no candidate nodes"};
   registry.DeclareKnownLabels(known);
   std::string text = registry.Render(ledger::FullSnapshot{}, false);
   for (const char* line : {
@@ -565,6 +566,8 @@ TEST(Registry, KnownLabelValuesAreExportedAtZeroFromTheStart) {
            "tessera_informer_events_total{resource=\"pods\"} 0\n",
            "tessera_ledger_audit_corrections_total{cause=\"usage\"} 0\n",
            "tessera_ledger_problems{kind=\"orphan\"} 0\n",
+           "tessera_pending_pods{reason=\"CardInsufficientMemory\"} 0\n",
+           "tessera_pending_pods{reason=\"no candidate nodes\"} 0\n",
            "tessera_resync_corrections_total{kind=\"gone\"} 0\n",
        }) {
     EXPECT_THAT(text, HasSubstr(line));
@@ -574,6 +577,17 @@ TEST(Registry, KnownLabelValuesAreExportedAtZeroFromTheStart) {
   text = registry.Render(ledger::FullSnapshot{}, false);
   EXPECT_THAT(text, HasSubstr("tessera_resync_corrections_total{kind=\"gone\"} 2\n"));
   ExpectEveryFamilyHasHelpAndType(text);
+}
+
+// A gauge: the count of the last housekeeping pass, not a sum of them.
+TEST(Registry, PendingPodsIsTheLastCountPerReason) {
+  Registry registry({"0.1.0", "abc123", "gcc 12.2.0"});
+  registry.SetPendingPods("CardInsufficientMemory", 3);
+  registry.SetPendingPods("CardInsufficientMemory", 2);
+  registry.SetPendingPods("node unregistered", 1);
+  const std::string text = registry.Render(ledger::FullSnapshot{}, false);
+  EXPECT_THAT(text, HasSubstr("tessera_pending_pods{reason=\"CardInsufficientMemory\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("tessera_pending_pods{reason=\"node unregistered\"} 1\n"));
 }
 
 TEST(Registry, InformerAgeFollowsTheClock) {

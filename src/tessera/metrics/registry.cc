@@ -130,6 +130,11 @@ struct Registry::Impl {
                             .Name("tessera_ledger_problems")
                             .Help("Ledger problems the last audit found, by kind.")
                             .Register(*registry)),
+        pending_pods(prometheus::BuildGauge()
+                         .Name("tessera_pending_pods")
+                         .Help("GPU pods the last filter left without a node, by the main reason "
+                               "of their verdict (the leader's count; docs/metrics.md).")
+                         .Register(*registry)),
         resync_corrections(prometheus::BuildCounter()
                                .Name("tessera_resync_corrections_total")
                                .Help("Store entries a resync found wrong and repaired, by kind.")
@@ -164,6 +169,7 @@ struct Registry::Impl {
   prometheus::Counter& reservations_expired;
   prometheus::Family<prometheus::Counter>& audit_corrections;
   prometheus::Family<prometheus::Gauge>& ledger_problems;
+  prometheus::Family<prometheus::Gauge>& pending_pods;
   prometheus::Family<prometheus::Counter>& resync_corrections;
   prometheus::Gauge& leader;
   prometheus::Family<prometheus::Gauge>& build_info;
@@ -196,6 +202,9 @@ void Registry::DeclareKnownLabels(const KnownLabels& known) {
   }
   for (const std::string& kind : known.ledger_problem_kinds) {
     impl_->ledger_problems.Add({{"kind", kind}});
+  }
+  for (const std::string& reason : known.pending_reasons) {
+    impl_->pending_pods.Add({{"reason", reason}});
   }
   for (const std::string& kind : known.resync_kinds) {
     impl_->resync_corrections.Add({{"kind", kind}});
@@ -248,6 +257,10 @@ void Registry::RecordAuditCorrections(std::string_view cause, int64_t n) {
 
 void Registry::SetLedgerProblems(std::string_view kind, int64_t n) {
   impl_->ledger_problems.Add({{"kind", std::string(kind)}}).Set(static_cast<double>(n));
+}
+
+void Registry::SetPendingPods(std::string_view reason, int64_t n) {
+  impl_->pending_pods.Add({{"reason", std::string(reason)}}).Set(static_cast<double>(n));
 }
 
 void Registry::RecordResyncCorrections(std::string_view kind, int64_t n) {

@@ -67,6 +67,7 @@ struct KnownLabels {
   std::vector<std::string> audit_causes;          // tessera_ledger_audit_corrections_total{cause}
   std::vector<std::string> ledger_problem_kinds;  // tessera_ledger_problems{kind}
   std::vector<std::string> resync_kinds;          // tessera_resync_corrections_total{kind}
+  std::vector<std::string> pending_reasons;       // tessera_pending_pods{reason}
 };
 
 class Registry {
@@ -97,6 +98,8 @@ class Registry {
   // The number of ledger problems of `kind` the last audit found (a gauge).
   void SetLedgerProblems(std::string_view kind, int64_t n);
   void RecordResyncCorrections(std::string_view kind, int64_t n);
+  // GPU pods whose last filter left them without a node, by the verdict's main reason (a gauge).
+  void SetPendingPods(std::string_view reason, int64_t n);
   void SetLeader(bool leader);
 
   // The whole /metrics body: RenderDeviceFamilies(snapshot, legacy), then Tessera's families

@@ -25,6 +25,7 @@
 #include "tessera/device/device_config.h"
 #include "tessera/device/vendor.h"
 #include "tessera/extender/scheduler.h"
+#include "tessera/extender/verdict.h"
 #include "tessera/extender/webhook.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/informer.h"
@@ -33,6 +34,7 @@
 #include "tessera/metrics/build_revision.h"
 #include "tessera/metrics/registry.h"
 #include "tessera/schedule/fit.h"
+#include "tessera/schedule/score.h"
 #include "tessera/serve/debug_json.h"
 
 #ifndef TESSERA_VERSION
@@ -49,32 +51,7 @@ namespace {
 // label ("node unregistered"), ties broken by name. Bounded by the fixed set of reasons, never
 // a node or pod name.
 std::string_view CommonFailureReason(const std::vector<extender::FailedNode>& failed_nodes) {
-  std::array<int64_t, schedule::kReasonCount> device{};
-  std::array<int64_t, extender::kNodeFailureCount> node{};
-  for (const extender::FailedNode& f : failed_nodes) {
-    if (f.failure != extender::NodeFailure::kDevices) {
-      ++node[static_cast<size_t>(f.failure)];
-      continue;
-    }
-    for (const schedule::ReasonPart& part : f.parts) {
-      ++device[static_cast<size_t>(part.reason)];
-    }
-  }
-  std::string_view best;
-  int64_t best_count = 0;
-  auto consider = [&](std::string_view name, int64_t count) {
-    if (count > best_count || (count == best_count && count > 0 && name < best)) {
-      best = name;
-      best_count = count;
-    }
-  };
-  for (size_t i = 0; i < device.size(); ++i) {
-    consider(schedule::ReasonName(static_cast<schedule::Reason>(i)), device[i]);
-  }
-  for (size_t i = 0; i < node.size(); ++i) {
-    consider(extender::NodeFailureLabel(static_cast<extender::NodeFailure>(i)), node[i]);
-  }
-  return best;
+  return failed_nodes.empty() ? std::string_view() : extender::MainReason(failed_nodes);
 }
 
 metrics::FilterOutcome FilterOutcomeOf(extender::FilterCode code) {
@@ -135,6 +112,9 @@ metrics::KnownLabels KnownLabelValues() {
         metrics::FilterOutcome::kUnschedulable,
         extender::NodeFailureLabel(static_cast<extender::NodeFailure>(i)));
   }
+  for (std::string_view reason : extender::PendingReasons()) {
+    known.pending_reasons.emplace_back(reason);
+  }
   known.informer_resources = {"pods", "nodes"};
   known.audit_causes.assign(accounting::kAuditCauses.begin(), accounting::kAuditCauses.end());
   known.ledger_problem_kinds.assign(kLedgerProblemKinds.begin(), kLedgerProblemKinds.end());
@@ -167,6 +147,11 @@ class Service::Impl : public extender::Backend {
   bool Ready(std::string* why) override;
   std::string DebugLedgerJson() override;
   std::string DebugAuditJson() override;
+  extender::WhyReply DebugWhy(const extender::WhyRequest& request) override;
+  // DebugWhy's replay on a copy of the ledger, under why_mu_.
+  extender::WhyReply Replay(const extender::WhyRequest& why, const kube::Pod& pod,
+                            device::PodRequest request, const device::PodConstraints& constraints,
+                            nlohmann::json doc);
   accounting::ResyncReport ResyncNow() { return resyncer_->RunOnce(); }
 
   bool IsLeader() const { return elector_->IsLeader(); }
@@ -186,6 +171,8 @@ class Service::Impl : public extender::Backend {
 
  private:
   void Housekeeping();
+  // tessera_pending_pods from the verdicts of the pods still pending (leader only).
+  void UpdatePendingPods(bool leader);
   void QueuePatches(std::vector<accounting::NodePatch> patches);
   void UpdateInformerMetrics();
   std::string SyncState() const;
@@ -231,6 +218,9 @@ class Service::Impl : public extender::Backend {
   std::deque<Repair> repairs_ ABSL_GUARDED_BY(repairs_mu_);
   std::map<std::string, std::map<std::string, int64_t>> repair_totals_ ABSL_GUARDED_BY(repairs_mu_);
   absl::Time next_audit_ = absl::InfinitePast();  // housekeeping thread only
+
+  // One /debug/why replay at a time (each copies the ledger); others are answered 429.
+  Mutex why_mu_;
 
   Mutex mu_;
   CondVar cv_;
@@ -396,6 +386,8 @@ absl::Status Service::Impl::Init() {
   scheduler_options.patch_threads = options_.patch_threads;
   scheduler_options.vendor = vendor_.get();
   scheduler_options.avoid_busy_nodes = options_.avoid_busy_nodes;
+  // Verdicts are written by the leader only (like every background write).
+  scheduler_options.is_leader = [this] { return elector_->IsLeader(); };
   scheduler_options.node_lock = [this](std::string_view name) {
     auto node = nodes_->store().Get(name);
     if (node == nullptr) {
@@ -585,6 +577,7 @@ void Service::Impl::Housekeeping() {
       }
     }
     UpdateInformerMetrics();
+    UpdatePendingPods(leader);
     if (!logged_synced_ && Synced()) {
       logged_synced_ = true;
       TESSERA_LOGS(kInfo, "informers synced", "pods", pods_->store().size(), "nodes",
@@ -616,6 +609,23 @@ void Service::Impl::Housekeeping() {
                      total, absl::FormatDuration(report.took));
       }
     }
+  }
+}
+
+void Service::Impl::UpdatePendingPods(bool leader) {
+  extender::VerdictWriter& verdicts = scheduler_->verdicts();
+  if (!leader) {
+    verdicts.Clear();  // the leader counts; a follower's entries would double them
+  } else {
+    verdicts.Retain([this](std::string_view uid) {
+      std::shared_ptr<const kube::Pod> pod = pods_->store().GetByUid(uid);
+      return pod != nullptr && pod->node_name.empty() && !pod->Deleting() && !pod->Terminal();
+    });
+  }
+  const std::map<std::string, int64_t> counts = verdicts.CountByReason();
+  for (std::string_view reason : extender::PendingReasons()) {
+    auto it = counts.find(std::string(reason));
+    metrics_->SetPendingPods(reason, it == counts.end() ? 0 : it->second);
   }
 }
 
@@ -715,6 +725,117 @@ std::string Service::Impl::DebugLedgerJson() {
                         {"audit", AuditJson(auditor_->last())},
                         {"pod_feed", PodFeedJson(feed_->stats())}};
   return doc.dump(2) + "\n";
+}
+
+extender::WhyReply Service::Impl::DebugWhy(const extender::WhyRequest& why) {
+  if (!Synced()) {
+    return {503, "tessera is not ready: " + SyncState() + "\n"};
+  }
+  std::shared_ptr<const kube::Pod> pod = pods_->store().Get(why.ns + "/" + why.name);
+  if (pod == nullptr) {
+    return {404, fmt::format("pod {}/{} not found\n", why.ns, why.name)};
+  }
+  nlohmann::json doc = {{"pod", pod->Key()}};
+  if (!pod->node_name.empty()) {
+    doc["scheduled"] = pod->node_name;
+    return {200, doc.dump() + "\n"};
+  }
+  absl::StatusOr<device::PodRequest> request = vendor_->DecodeRequest(*pod);
+  absl::StatusOr<device::PodConstraints> constraints =
+      request.ok() ? vendor_->DecodeConstraints(*pod) : request.status();
+  if (!constraints.ok()) {
+    doc["error"] = std::string(constraints.status().message()).substr(0, 512);
+    return {200, doc.dump() + "\n"};
+  }
+  if (request->Empty()) {
+    doc["error"] = "the pod asks for no device Tessera manages";
+    return {200, doc.dump() + "\n"};
+  }
+  if (!why_mu_.TryLock()) {
+    return {429, "another /debug/why replay is running; try again\n"};
+  }
+  extender::WhyReply reply = Replay(why, *pod, *std::move(request), *constraints, std::move(doc));
+  why_mu_.Unlock();
+  return reply;
+}
+
+extender::WhyReply Service::Impl::Replay(const extender::WhyRequest& why, const kube::Pod& pod,
+                                         device::PodRequest request,
+                                         const device::PodConstraints& constraints,
+                                         nlohmann::json doc) {
+  nlohmann::json what_if = nlohmann::json::object();
+  if (why.gpumem > 0) {
+    for (auto& c : request.containers) {
+      if (c.has_value() && c->nums > 0) {
+        c->memreq = why.gpumem;
+        c->mem_percentage = device::kPercentageUnset;
+      }
+    }
+    what_if["gpumem"] = why.gpumem;
+  }
+  // The replay's own ledger: the live one's nodes, records and reservations, without the pod's
+  // own reservation and without the --if-deleted pod. The live ledger is only read.
+  const ledger::FullSnapshot full = ledger_.Full();
+  std::vector<std::shared_ptr<const device::NodeDevices>> nodes;
+  std::vector<std::string> names;
+  for (const ledger::NodeView& n : full.nodes) {
+    nodes.push_back(n.devices);
+    if (why.node.empty() || n.devices->node == why.node) {
+      names.push_back(n.devices->node);
+    }
+  }
+  auto removed = [&](std::string_view uid, std::string_view ns, std::string_view name) {
+    return uid == pod.meta.uid ||
+           (!why.if_deleted_name.empty() && ns == why.if_deleted_ns && name == why.if_deleted_name);
+  };
+  std::vector<ledger::PodAllocation> records = ledger_.Records();
+  std::erase_if(records,
+                [&](const ledger::PodAllocation& r) { return removed(r.uid, r.ns, r.name); });
+  std::vector<ledger::Reservation> reservations = ledger_.Reservations();
+  std::erase_if(reservations,
+                [&](const ledger::Reservation& r) { return removed(r.uid, r.ns, r.name); });
+  std::unique_ptr<ledger::Ledger> replay = ledger::Ledger::Recompute(nodes, records, reservations);
+  if (!why.if_deleted_name.empty()) {
+    what_if["if_deleted"] = why.if_deleted_ns + "/" + why.if_deleted_name;
+  }
+  if (!why.node.empty()) {
+    what_if["node"] = why.node;
+    if (names.empty()) {
+      return {404, fmt::format("node {} has no device registration\n", why.node)};
+    }
+  }
+  std::vector<std::string_view> views(names.begin(), names.end());
+  std::vector<std::optional<device::NodeSnapshot>> snapshots = replay->Snapshot(views);
+  std::vector<schedule::Candidate> candidates(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    candidates[i].name = names[i];
+    candidates[i].snapshot = std::move(snapshots[i]);
+  }
+  const schedule::Decision decision =
+      schedule::Decide(candidates, request, constraints, options_.node_policy, options_.gpu_policy);
+  doc["what_if"] = std::move(what_if);
+  if (decision.winner) {
+    doc["fits"] = candidates[*decision.winner].name;
+    return {200, doc.dump() + "\n"};
+  }
+  std::vector<extender::FailedNode> failed;
+  for (size_t i = 0; i < decision.nodes.size(); ++i) {
+    if (!decision.nodes[i].fit) {
+      failed.push_back(extender::FailedNodeOf(candidates[i].name, decision.nodes[i]));
+    }
+  }
+  const extender::Verdict verdict = extender::BuildVerdict(
+      {.request = &request,
+       .candidates = candidates,
+       .failed = &failed,
+       .ledger = replay.get(),
+       .lock_of = [this](std::string_view node) {
+         auto n = nodes_->store().Get(node);
+         return n == nullptr ? std::string()
+                             : std::string(n->meta.annotations.Get(device::kNodeLockAnnotation));
+       }});
+  doc["verdict"] = nlohmann::json::parse(extender::EncodeVerdict(verdict));
+  return {200, doc.dump() + "\n"};
 }
 
 void Service::Impl::NoteRepair(std::string_view layer, std::string what) {

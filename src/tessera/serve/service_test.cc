@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include <fmt/core.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
@@ -37,6 +38,7 @@
 namespace tessera::serve {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
@@ -965,6 +967,118 @@ TEST_F(ServeTest, TheAuditRunsAndFindsNothingToRepairInAConsistentLedger) {
   })) << audit.dump();
   EXPECT_TRUE(audit["corrections"].empty()) << audit.dump();
   EXPECT_EQ(audit["nodes"], 1);
+}
+
+// ---- verdicts and /debug/why (issue #25) ----------------------------------------------------
+
+// A pod no node can take gets its verdict through the API as a user sees it: the annotation
+// (`kubectl get pod -o jsonpath`), the FilteringFailed event (`kubectl describe pod`), the
+// pending-pods metric, the /debug/why replay with its what-ifs, and `tessera why`.
+TEST_F(ServeTest, APendingPodsVerdictReachesTheUserThroughTheApi) {
+  AddNode(NodeJson("a", JsonRegister("a", 1, 16000)));
+  StartService();
+  ASSERT_EQ(FilterTo("small", {{.gpus = 1, .mem = 4000}}, {"a"}), "a");  // reserved, not bound
+  const std::string big = AddPod(PodJson("big", {{.gpus = 1, .mem = 14000}}));
+  for (int i = 0; i < 3; ++i) {  // kube-scheduler's retries
+    nlohmann::json reply = Filter(big, {"a"});
+    ASSERT_EQ(reply["NodeNames"], nlohmann::json::array()) << reply.dump();
+  }
+  auto verdict_on = [&](const std::string& name) -> std::string {
+    absl::StatusOr<std::string> raw = sim_->store().Get(Res("pods"), "default", name);
+    const nlohmann::json pod = nlohmann::json::parse(raw.ok() ? *raw : "{}");
+    return pod.value("/metadata/annotations"_json_pointer, nlohmann::json::object())
+        .value("tessera.io/verdict", "");
+  };
+  ASSERT_TRUE(Eventually([&] { return !verdict_on("big").empty(); }));
+  const std::string written = verdict_on("big");
+  const nlohmann::json v = nlohmann::json::parse(written);
+  EXPECT_LE(written.size(), 1024u);
+  EXPECT_EQ(v["reason"], "CardInsufficientMemory");
+  EXPECT_EQ(v["nearest"]["node"], "a");
+  EXPECT_EQ(v["nearest"]["need_mib"], 14000);
+  EXPECT_EQ(v["nearest"]["free_mib"], 12000);
+  EXPECT_EQ(v["nearest"]["held_by"][0]["pod"], "default/small");
+  EXPECT_TRUE(v["nearest"]["held_by"][0].contains("reserved_until"));
+
+  // One event with the verdict's text, however often the pod was retried.
+  auto verdict_events = [&] {
+    absl::StatusOr<std::string> list =
+        sim_->store().List(*apisim::FindResource("", "v1", "events"), "default", {});
+    std::vector<std::string> out;
+    const nlohmann::json doc = nlohmann::json::parse(list.ok() ? *list : "{}");
+    for (const auto& e : doc["items"]) {
+      if (e["involvedObject"]["name"] == "big" && e["reason"] == "FilteringFailed" &&
+          e.value("message", "").starts_with("{")) {
+        out.push_back(e["message"]);
+      }
+    }
+    return out;
+  };
+  ASSERT_TRUE(Eventually([&] { return !verdict_events().empty(); }));
+  EXPECT_THAT(verdict_events(), ElementsAre(written));
+  EXPECT_TRUE(Eventually(
+      [&] { return Metric("tessera_pending_pods", {"reason=\"CardInsufficientMemory\""}) == 1; }));
+  EXPECT_EQ(Metric("tessera_pending_pods", {"reason=\"node unregistered\""}), 0);
+
+  // The live replay, and what would change it.
+  httplib::Client metrics("127.0.0.1", service_->metrics_port());
+  auto why = [&](const std::string& query) {
+    auto res = metrics.Get("/debug/why?" + query);
+    EXPECT_TRUE(res) << query;
+    return res ? std::make_pair(res->status, res->body) : std::make_pair(0, std::string());
+  };
+  auto [status, body] = why("namespace=default&name=big");
+  ASSERT_EQ(status, 200) << body;
+  EXPECT_EQ(nlohmann::json::parse(body)["verdict"]["nearest"]["free_mib"], 12000) << body;
+  std::tie(status, body) = why("namespace=default&name=big&if-deleted=small");
+  EXPECT_EQ(nlohmann::json::parse(body)["fits"], "a") << body;
+  std::tie(status, body) = why("namespace=default&name=big&gpumem=12000");
+  EXPECT_EQ(nlohmann::json::parse(body)["fits"], "a") << body;
+  // The replay used a copy: the live ledger still holds small's reservation.
+  EXPECT_EQ(nlohmann::json::parse(service_->DebugLedgerJson())["reservations"].size(), 1u);
+  // Bad inputs: a clear 4xx, nothing else.
+  for (const char* bad :
+       {"name=big", "namespace=default", "namespace=Bad_NS&name=big",
+        "namespace=default&name=big&x=1", "namespace=default&name=big&gpumem=0",
+        "namespace=default&name=big&gpumem=abc", "namespace=default&name=big&if-deleted=a/b/c",
+        "namespace=default&name=big&node=-x"}) {
+    EXPECT_EQ(why(bad).first, 400) << bad << ": " << why(bad).second;
+  }
+  EXPECT_EQ(why("namespace=default&name=nope").first, 404);
+  EXPECT_EQ(why("namespace=default&name=big&node=zzz").first, 404);
+
+#ifdef TESSERA_BINARY_PATH
+  // `tessera why` with the rights of a namespace user (its kubeconfig) and the replay.
+  const std::string command = fmt::format(
+      "{} why default/big --kubeconfig {} --server http://127.0.0.1:{} "
+      "--if-deleted small 2>&1",
+      TESSERA_BINARY_PATH, kubeconfig_, service_->metrics_port());
+  std::string out;
+  if (FILE* p = popen(command.c_str(), "r"); p != nullptr) {
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) {
+      out.append(buf, n);
+    }
+    EXPECT_EQ(pclose(p), 0) << out;
+  }
+  std::printf("$ tessera why default/big --server ... --if-deleted small\n%s", out.c_str());
+  EXPECT_THAT(out, HasSubstr("nearest miss: node a / GPU-a-0: needs 14000 MiB, 12000 free"));
+  EXPECT_THAT(out, HasSubstr("4000 MiB held by the reservation of default/small, expires in"));
+  EXPECT_THAT(out, HasSubstr("live replay if pod default/small were deleted:\nnode a fits"));
+#endif
+
+  // Scheduled: the verdict goes, and the pod no longer counts as pending.
+  sim_->store()
+      .Delete(Res("pods"), "default", "small", R"({"gracePeriodSeconds":0})")
+      .IgnoreError();
+  ASSERT_TRUE(Eventually(
+      [&] { return nlohmann::json::parse(service_->DebugLedgerJson())["reservations"].empty(); }));
+  nlohmann::json reply = Filter(big, {"a"});
+  ASSERT_EQ(reply["NodeNames"], nlohmann::json::array({"a"})) << reply.dump();
+  EXPECT_EQ(verdict_on("big"), "");
+  EXPECT_EQ(Bind(GetPod("big"), "a")["Error"], "");
+  EXPECT_TRUE(Eventually(
+      [&] { return Metric("tessera_pending_pods", {"reason=\"CardInsufficientMemory\""}) == 0; }));
 }
 
 TEST_F(ServeTest, BadOptionsFailAtStartWithAMessage) {

@@ -1,0 +1,191 @@
+#include "tessera/extender/verdict_writer.h"
+
+#include <utility>
+
+#include <pthread.h>
+
+#include "tessera/base/logging.h"
+#include "tessera/device/annotations.h"
+
+namespace tessera::extender {
+
+VerdictWriter::VerdictWriter(Options options, kube::ApiClient* client, EventRecorder* events)
+    : options_(options), client_(client), events_(events) {
+  TESSERA_CHECK(client_ != nullptr && events_ != nullptr);
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "sched-verdict");
+    WriteLoop();
+  });
+}
+
+VerdictWriter::~VerdictWriter() {
+  {
+    MutexLock l(&mu_);
+    stopping_ = true;
+    cv_.SignalAll();
+  }
+  thread_.join();
+}
+
+bool VerdictWriter::Offer(const kube::ObjectMeta& pod, std::string_view resource_version,
+                          std::string_view reason, std::string json) {
+  const uint64_t hash = std::hash<std::string_view>{}(json);
+  {
+    MutexLock l(&mu_);
+    ++counts_.offered;
+    auto it = pods_.find(pod.uid);
+    if (it != pods_.end() && it->second.hash == hash) {
+      ++counts_.unchanged;
+      return false;
+    }
+    if (it == pods_.end()) {
+      if (pods_.size() >= options_.max_pods && !pods_.empty()) {
+        const std::string evicted = pods_.begin()->first;
+        jobs_.erase(evicted);  // its place in order_ is skipped by the writer
+        pods_.erase(pods_.begin());
+      }
+      it = pods_.emplace(pod.uid, Entry{}).first;
+    }
+    it->second = Entry{.ns = pod.ns, .name = pod.name, .reason = std::string(reason), .hash = hash};
+    auto [job, added] = jobs_.try_emplace(pod.uid);
+    job->second = Job{.ns = pod.ns,
+                      .name = pod.name,
+                      .uid = pod.uid,
+                      .resource_version = std::string(resource_version),
+                      .json = json,
+                      .hash = hash};
+    if (added) {
+      order_.push_back(pod.uid);
+    }
+  }
+  cv_.SignalAll();
+  events_->Record(pod, "FilteringFailed", std::move(json), EventType::kWarning);
+  return true;
+}
+
+bool VerdictWriter::Forget(std::string_view uid) {
+  MutexLock l(&mu_);
+  const std::string key(uid);
+  jobs_.erase(key);
+  return pods_.erase(key) > 0;
+}
+
+void VerdictWriter::Retain(const std::function<bool(std::string_view uid)>& pending) {
+  MutexLock l(&mu_);
+  for (auto it = pods_.begin(); it != pods_.end();) {
+    if (pending(it->first)) {
+      ++it;
+      continue;
+    }
+    jobs_.erase(it->first);
+    pods_.erase(it++);
+  }
+}
+
+void VerdictWriter::Clear() {
+  MutexLock l(&mu_);
+  pods_.clear();
+  jobs_.clear();
+}
+
+std::map<std::string, int64_t> VerdictWriter::CountByReason() const {
+  std::map<std::string, int64_t> out;
+  MutexLock l(&mu_);
+  for (const auto& [uid, e] : pods_) {
+    ++out[e.reason];
+  }
+  return out;
+}
+
+size_t VerdictWriter::size() const {
+  MutexLock l(&mu_);
+  return pods_.size();
+}
+
+VerdictWriter::Counts VerdictWriter::counts() const {
+  MutexLock l(&mu_);
+  return counts_;
+}
+
+void VerdictWriter::Flush() {
+  MutexLock l(&mu_);
+  while (!jobs_.empty() || busy_) {
+    cv_.Wait(&mu_);
+  }
+}
+
+absl::StatusOr<kube::Pod> VerdictWriter::WriteOnce(const Job& job, kube::MetadataPatch* patch) {
+  absl::StatusOr<kube::Pod> patched = client_->PatchPodMetadata(job.ns, job.name, *patch);
+  if (patched.ok() || !absl::IsAborted(patched.status()) || !patch->resource_version) {
+    return patched;
+  }
+  // The pod changed since the filter read it (kube-scheduler records the failed attempt in its
+  // status right after the filter): write once more at its new version while it is pending and
+  // this verdict is still its latest.
+  absl::StatusOr<kube::Pod> current = client_->GetPod(job.ns, job.name);
+  if (!current.ok()) {
+    return current.status();
+  }
+  if (current->meta.uid != job.uid || !current->node_name.empty() || current->Deleting() ||
+      current->Terminal()) {
+    return absl::FailedPreconditionError("the pod is no longer pending");
+  }
+  {
+    MutexLock l(&mu_);
+    auto it = pods_.find(job.uid);
+    if (it == pods_.end() || it->second.hash != job.hash || jobs_.contains(job.uid)) {
+      return absl::FailedPreconditionError("a newer verdict replaced this one");
+    }
+  }
+  patch->resource_version = current->meta.resource_version;
+  return client_->PatchPodMetadata(job.ns, job.name, *patch);
+}
+
+void VerdictWriter::WriteLoop() {
+  for (;;) {
+    Job job;
+    {
+      MutexLock l(&mu_);
+      for (;;) {
+        while (!order_.empty() && !jobs_.contains(order_.front())) {
+          order_.pop_front();  // forgotten or evicted
+        }
+        if (!order_.empty() || stopping_) {
+          break;
+        }
+        cv_.Wait(&mu_);
+      }
+      if (stopping_) {
+        return;
+      }
+      auto node = jobs_.extract(order_.front());
+      order_.pop_front();
+      job = std::move(node.mapped());
+      busy_ = true;
+    }
+    kube::MetadataPatch patch;
+    patch.annotations.emplace_back(std::string(device::kVerdictAnnotation), job.json);
+    patch.uid = job.uid;
+    if (!job.resource_version.empty()) {
+      patch.resource_version = job.resource_version;
+    }
+    absl::StatusOr<kube::Pod> patched = WriteOnce(job, &patch);
+    MutexLock l(&mu_);
+    busy_ = false;
+    if (patched.ok()) {
+      ++counts_.written;
+    } else {
+      ++counts_.failed;
+      TESSERA_VLOG(2, "verdict of pod {}/{} not written: {}", job.ns, job.name,
+                   std::string(patched.status().message()));
+      // Written again by the pod's next filter, unless a newer verdict is on its way already.
+      if (auto it = pods_.find(job.uid);
+          it != pods_.end() && it->second.hash == job.hash && !jobs_.contains(job.uid)) {
+        pods_.erase(it);
+      }
+    }
+    cv_.SignalAll();
+  }
+}
+
+}  // namespace tessera::extender
