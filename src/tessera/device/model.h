@@ -148,7 +148,9 @@ struct PodRequest {
 enum class NodePolicy { kBinpack, kSpread };
 
 // One key of a GPU policy chain (hami.io/gpu-scheduler-policy, e.g. "binpack,numa").
-enum class GpuPolicyKey { kBinpack, kSpread, kNuma, kMutex };
+// In a chain, kMutex and kTopologyAware are no sort keys (HAMi v2.10 gpu_policy.go: filters);
+// alone, mutex has its own order and topology-aware sorts as spread (schedule/fit.h).
+enum class GpuPolicyKey { kBinpack, kSpread, kNuma, kMutex, kTopologyAware };
 
 struct GpuPolicy {
   std::vector<GpuPolicyKey> chain = {GpuPolicyKey::kSpread};
