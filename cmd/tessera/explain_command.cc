@@ -331,7 +331,7 @@ void AddExplainCommand(CLI::App& app, Runner* run) {
       ->capture_default_str();
   sub->add_option("--gpu-policy", opts->gpu_policy,
                   "GPU policy when the pod has no hami.io/gpu-scheduler-policy: binpack, spread, "
-                  "mutex, numa or a chain such as binpack,numa")
+                  "topology-aware, mutex, numa or a chain such as binpack,numa")
       ->capture_default_str();
   sub->add_option("--device-config", opts->device_config,
                   "HAMi device-config YAML (resource names, defaultMemory, defaultCores, "

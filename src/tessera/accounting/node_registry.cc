@@ -64,7 +64,7 @@ bool ValidKey(std::string_view key) {
 
 bool SameDevices(const device::NodeDevices& a, const device::NodeDevices& b) {
   return a.node == b.node && a.format == b.format && a.devices == b.devices &&
-         a.cordoned == b.cordoned;
+         a.cordoned == b.cordoned && a.pair_scores == b.pair_scores;
 }
 
 std::string UtcText(absl::Time t) {
@@ -185,8 +185,11 @@ struct NodeRegistry::NodeState {
   // The last successful registration (devices and format; node name set).
   std::shared_ptr<const device::NodeDevices> registered;
   std::string register_value;  // the text it decoded from
+  // The hami.io/node-nvidia-score text it decoded with (nullopt: the annotation was absent).
+  std::optional<std::string> score_value;
   std::string decode_error;
   std::string bad_value;  // the last undecodable text (logged once per distinct value)
+  std::optional<std::string> bad_score;  // the score text that went with bad_value
   uint64_t decode_errors = 0;
 
   // Handshake (delimited).
@@ -258,25 +261,33 @@ std::vector<NodePatch> NodeRegistry::Observe(const kube::Node& node, absl::Time 
   // The registration.
   const std::string* reg = node.meta.annotations.Find(vendor_->RegisterAnnotation());
   s.has_register = reg != nullptr;
-  if (reg != nullptr && (s.registered == nullptr || *reg != s.register_value)) {
+  // The pair scores decode with the registration (HAMi's GetNodeDevices reads both): a change
+  // of either decodes again, and an undecodable score fails the registration as a whole.
+  const std::string* score_text = node.meta.annotations.Find(device::kNodeScoreAnnotation);
+  std::optional<std::string> score;
+  if (score_text != nullptr) {
+    score = *score_text;
+  }
+  if (reg != nullptr &&
+      (s.registered == nullptr || *reg != s.register_value || score != s.score_value)) {
     absl::StatusOr<device::NodeDevices> decoded = vendor_->DecodeNode(node);
     if (decoded.ok()) {
       decoded->cordoned.clear();  // applied from s.cordoned by SyncLedger
       // Plugins list devices in Go map order, which changes between writes: a canonical order
       // keeps a rewrite with the same devices from re-registering the node.
-      std::sort(decoded->devices.begin(), decoded->devices.end(),
-                [](const device::DeviceInfo& a, const device::DeviceInfo& b) {
-                  return a.index != b.index ? a.index < b.index : a.id < b.id;
-                });
+      decoded->SortByIndex();
       s.registered = std::make_shared<const device::NodeDevices>(*std::move(decoded));
       s.register_value = *reg;
+      s.score_value = std::move(score);
       s.decode_error.clear();
       s.bad_value.clear();
+      s.bad_score.reset();
     } else {
       s.decode_error = std::string(decoded.status().message());
-      if (*reg != s.bad_value) {
+      if (*reg != s.bad_value || score != s.bad_score) {
         ++s.decode_errors;
         s.bad_value = *reg;
+        s.bad_score = std::move(score);
         TESSERA_LOG(kWarning, "registry: node {}: registration ignored: {}", s.name,
                     s.decode_error);
       }

@@ -496,6 +496,46 @@ TEST_F(RegistryTest, MalformedRegistrationsAreReportedAndChangeNothing) {
   EXPECT_EQ(St("j1").decode_error, "");
 }
 
+TEST_F(RegistryTest, PairScoresFollowTheirAnnotation) {
+  // hami.io/node-nvidia-score decodes with the registration (HAMi v2.10 device.go,
+  // GetNodeDevices): a change of the scores alone re-registers the node; devices are sorted by
+  // index and the matrix with them; scores that do not decode are a registration that does not
+  // decode (HAMi keeps the node's previous devices; so does Tessera).
+  constexpr char kScoreKey[] = "hami.io/node-nvidia-score";
+  kube::Node n = MakeNode("j1", kJson, "1");
+  registry_->Observe(n, kT0);
+  EXPECT_THAT(Snap("j1")->devices->pair_scores, IsEmpty());  // missing: all zeros, no matrix
+  Bind("pod-1", "j1", "GPU-x");
+
+  n.meta.annotations.Set(kScoreKey, R"([{"uuid":"GPU-y","score":{"GPU-x":450}}])");
+  n.meta.resource_version = "2";
+  registry_->Observe(n, kT0);
+  std::shared_ptr<const device::NodeDevices> scored = Snap("j1")->devices;
+  EXPECT_EQ(scored->PairScore(1, 0), 450);  // GPU-y (index 1) towards GPU-x
+  EXPECT_EQ(scored->PairScore(0, 1), 0);
+  EXPECT_EQ(Snap("j1")->usage[0].usedmem, 2048);  // usage kept
+
+  n.meta.annotations.Set(kScoreKey, "not-valid-json");
+  n.meta.resource_version = "3";
+  registry_->Observe(n, kT0);
+  EXPECT_EQ(Snap("j1")->devices, scored);  // the last good registration stays
+  EXPECT_THAT(St("j1").decode_error, HasSubstr("hami.io/node-nvidia-score"));
+  EXPECT_EQ(St("j1").decode_errors, 1u);
+
+  n.meta.annotations.Erase(kScoreKey);
+  n.meta.resource_version = "4";
+  registry_->Observe(n, kT0);
+  EXPECT_THAT(Snap("j1")->devices->pair_scores, IsEmpty());
+  EXPECT_EQ(St("j1").decode_error, "");
+
+  // A node that never registered with scores that do not decode is not registered.
+  kube::Node fresh = MakeNode("j2", kJson, "1");
+  fresh.meta.annotations.Set(kScoreKey, R"([{"uuid":"GPU-x","score":{"GPU-y":1.5}}])");
+  registry_->Observe(fresh, kT0);
+  EXPECT_FALSE(Snap("j2").has_value());
+  EXPECT_EQ(St("j2").availability, Availability::kNoRegistration);
+}
+
 TEST_F(RegistryTest, MalformedDelimitedRegistrationKeepsTheHandshakeGoing) {
   registry_->Observe(Delimited("1", Reported(kT0)), kT0);
   kube::Node n = Delimited("2", Reported(kT0 + absl::Seconds(30)));

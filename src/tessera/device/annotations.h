@@ -22,7 +22,8 @@ inline constexpr std::string_view kNodeHandshakeAnnotation = "hami.io/node-hands
 inline constexpr std::string_view kNodeLockAnnotation = "hami.io/mutex.lock";
 // Operator-set comma list of GPU UUIDs that get no new allocations (HAMi v2.10).
 inline constexpr std::string_view kDeviceCordonAnnotation = "hami.io/device-cordon";
-// The per-GPU topology scores written with ENABLE_TOPOLOGY_SCORE (not used by Tessera yet).
+// The GPU pair scores written with ENABLE_TOPOLOGY_SCORE, read by the topology-aware GPU policy
+// (device/node_scores.h).
 inline constexpr std::string_view kNodeScoreAnnotation = "hami.io/node-nvidia-score";
 
 // ---- Pod annotations and labels written by the scheduler -----------------------------------

@@ -173,11 +173,17 @@ TEST(GpuPolicyTest, SingleKeysAndChains) {
   EXPECT_EQ(ParseGpuPolicy("binpack,numa")->chain, (std::vector<K>{K::kBinpack, K::kNuma}));
   EXPECT_EQ(ParseGpuPolicy(" numa , spread ,")->chain, (std::vector<K>{K::kNuma, K::kSpread}));
   EXPECT_EQ(ParseGpuPolicy("mutex,binpack")->chain, (std::vector<K>{K::kMutex, K::kBinpack}));
+  // HAMi v2.10 pkg/util/util.go, PolicyContains: trimmed comma tokens.
+  EXPECT_EQ(ParseGpuPolicy("topology-aware")->chain, std::vector<K>{K::kTopologyAware});
+  EXPECT_EQ(ParseGpuPolicy("binpack, topology-aware")->chain,
+            (std::vector<K>{K::kBinpack, K::kTopologyAware}));
+  EXPECT_EQ(GpuPolicyName(*ParseGpuPolicy(" mutex ,topology-aware")), "mutex,topology-aware");
 }
 
 TEST(GpuPolicyTest, Errors) {
-  EXPECT_THAT(ParseGpuPolicy("topology-aware"), ErrorContains("not supported by Tessera yet"));
-  EXPECT_THAT(ParseGpuPolicy("binpack,topology-aware"), ErrorContains("not supported"));
+  EXPECT_THAT(ParseGpuPolicy("topology-aware,topology-aware"),
+              ErrorContains("topology-aware given twice"));
+  EXPECT_THAT(ParseGpuPolicy("topology"), ErrorContains("unknown GPU scheduler policy"));
   EXPECT_THAT(ParseGpuPolicy("best"), ErrorContains("unknown GPU scheduler policy \"best\""));
   EXPECT_THAT(ParseGpuPolicy("numa,numa"), ErrorContains("numa given twice"));
   EXPECT_THAT(ParseGpuPolicy("binpack,spread"), ErrorContains("contradict"));
@@ -258,9 +264,9 @@ TEST(PodConstraintsTest, PolicyErrorsNameTheAnnotation) {
       ParsePodConstraints(kube::StringMap{{std::string(kNodeSchedulerPolicyAnnotation), "pack"}}),
       ErrorContains("hami.io/node-scheduler-policy: unknown node scheduler policy \"pack\""));
   EXPECT_THAT(ParsePodConstraints(
-                  kube::StringMap{{std::string(kGpuSchedulerPolicyAnnotation), "topology-aware"}}),
-              ErrorContains("hami.io/gpu-scheduler-policy: GPU scheduler policy \"topology-aware\" "
-                            "is not supported by Tessera yet"));
+                  kube::StringMap{{std::string(kGpuSchedulerPolicyAnnotation), "topology"}}),
+              ErrorContains("hami.io/gpu-scheduler-policy: unknown GPU scheduler policy "
+                            "\"topology\""));
 }
 
 TEST(AnnotationKeys, ExactStrings) {

@@ -156,10 +156,10 @@ std::vector<std::string> ParseCordonList(std::string_view value);
 // InvalidArgument error naming it (HAMi silently falls back to binpack).
 absl::StatusOr<NodePolicy> ParseNodePolicy(std::string_view value);
 
-// A comma chain of "binpack", "spread", "numa", "mutex" (HAMi v2.10), e.g. "binpack,numa";
-// tokens are trimmed, empty tokens skipped. InvalidArgument errors: an unknown key (HAMi falls
-// back to spread), "topology-aware" (not supported by Tessera yet), a repeated key, binpack
-// together with spread, an empty chain.
+// A comma chain of "binpack", "spread", "numa", "mutex", "topology-aware" (HAMi v2.10), e.g.
+// "binpack,numa"; tokens are trimmed, empty tokens skipped (HAMi's PolicyContains). InvalidArgument
+// errors: an unknown key (HAMi falls back to spread), a repeated key, binpack together with
+// spread, an empty chain.
 absl::StatusOr<GpuPolicy> ParseGpuPolicy(std::string_view value);
 
 // hami.io/numa-alignment (HAMi pkg/util/numa_alignment.go:ParseNumaAlignmentMode).

@@ -42,6 +42,8 @@ std::string_view PolicyKeyName(GpuPolicyKey key) {
       return "numa";
     case GpuPolicyKey::kMutex:
       return "mutex";
+    case GpuPolicyKey::kTopologyAware:
+      return "topology-aware";
   }
   return "?";
 }
@@ -117,12 +119,11 @@ absl::StatusOr<GpuPolicy> ParseGpuPolicy(std::string_view value) {
     } else if (token == "mutex") {
       key = GpuPolicyKey::kMutex;
     } else if (token == "topology-aware") {
-      return absl::InvalidArgumentError(
-          "GPU scheduler policy \"topology-aware\" is not supported by Tessera yet");
+      key = GpuPolicyKey::kTopologyAware;
     } else {
       return absl::InvalidArgumentError(fmt::format(
-          "unknown GPU scheduler policy {} (want binpack, spread, numa, mutex or a comma chain "
-          "of them)",
+          "unknown GPU scheduler policy {} (want binpack, spread, numa, mutex, topology-aware or "
+          "a comma chain of them)",
           Quote(token)));
     }
     for (GpuPolicyKey seen : policy.chain) {

@@ -55,6 +55,10 @@ struct NodeDevices {
   RegisterFormat format = RegisterFormat::kJson;
   // UUIDs listed in hami.io/device-cordon, sorted and unique.
   std::vector<std::string> cordoned;
+  // hami.io/node-nvidia-score over `devices` (device/node_scores.h): pair_scores[i * n + j] is
+  // device i's score towards device j, n = devices.size(). Empty when the node has no scores or
+  // every score is 0 (HAMi reads both as all zeros), so most nodes pay nothing for it.
+  std::vector<int64_t> pair_scores;
 
   // Index of the device with `uuid` in `devices`, or -1.
   int Find(std::string_view uuid) const {
@@ -66,6 +70,13 @@ struct NodeDevices {
     return -1;
   }
   bool IsCordoned(std::string_view uuid) const;
+  // Device i's score towards device j (positions in `devices`); 0 without scores.
+  int64_t PairScore(size_t i, size_t j) const {
+    return pair_scores.empty() ? 0 : pair_scores[i * devices.size() + j];
+  }
+  // Orders `devices` by index, then id (a canonical order: plugins list devices in Go map
+  // order), permuting pair_scores along.
+  void SortByIndex();
 };
 
 // Usage of one device: what the ledger holds per device and what fit consumes.
@@ -137,7 +148,9 @@ struct PodRequest {
 enum class NodePolicy { kBinpack, kSpread };
 
 // One key of a GPU policy chain (hami.io/gpu-scheduler-policy, e.g. "binpack,numa").
-enum class GpuPolicyKey { kBinpack, kSpread, kNuma, kMutex };
+// In a chain, kMutex and kTopologyAware are no sort keys (HAMi v2.10 gpu_policy.go: filters);
+// alone, mutex has its own order and topology-aware sorts as spread (schedule/fit.h).
+enum class GpuPolicyKey { kBinpack, kSpread, kNuma, kMutex, kTopologyAware };
 
 struct GpuPolicy {
   std::vector<GpuPolicyKey> chain = {GpuPolicyKey::kSpread};

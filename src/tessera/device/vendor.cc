@@ -8,6 +8,7 @@
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
+#include "tessera/device/node_scores.h"
 #include "tessera/device/other_vendors.h"
 #include "tessera/device/request.h"
 
@@ -46,6 +47,16 @@ class NvidiaVendor : public Vendor {
     out.devices = std::move(decoded->devices);
     if (const std::string* cordon = node.meta.annotations.Find(kDeviceCordonAnnotation)) {
       out.cordoned = ParseCordonList(*cordon);
+    }
+    // HAMi's GetNodeDevices: absent scores are all zeros; scores that do not decode fail the
+    // node's NVIDIA registration.
+    if (const std::string* scores = node.meta.annotations.Find(kNodeScoreAnnotation)) {
+      absl::StatusOr<std::vector<GpuPairScores>> decoded_scores = DecodeNodeScores(*scores);
+      if (!decoded_scores.ok()) {
+        return Annotate(decoded_scores.status(),
+                        fmt::format("node {}: {}", node.meta.name, kNodeScoreAnnotation));
+      }
+      out.pair_scores = PairScoreMatrix(out.devices, *decoded_scores);
     }
     return out;
   }

@@ -42,9 +42,9 @@ class Vendor {
   // The extended-resource names kube-scheduler must list under managedResources.
   virtual std::vector<std::string> ManagedResources() const = 0;
 
-  // The devices `node` registers, with its cordon list. NotFound when the node carries no
-  // registration of this vendor; InvalidArgument (naming the node and the annotation) when the
-  // registration does not decode.
+  // The devices `node` registers, with its cordon list and pair scores. NotFound when the node
+  // carries no registration of this vendor; InvalidArgument (naming the node and the annotation)
+  // when the registration or the pair scores do not decode.
   virtual absl::StatusOr<NodeDevices> DecodeNode(const kube::Node& node) const = 0;
   // What `pod` asks of this vendor, one entry per container (init containers first).
   // InvalidArgument names the pod, container and resource of a malformed value; Unimplemented

@@ -102,6 +102,35 @@ TEST_F(ExplainTest, PodAnnotationOverridesPolicies) {
   EXPECT_EQ(r.containers[0][0].uuid, "GPU-A");  // binpack: the fuller device first
 }
 
+TEST_F(ExplainTest, TopologyAwarePodsAreExplainedWithTheirPolicyAndScores) {
+  // Three cards with the pair scores of HAMi v2.10 device_test.go, TestFit_TopologyWorstSingleCard
+  // (0-1: 100, 0-2: 200, 1-2: 150): one GPU goes to the worst-connected card, GPU-1.
+  kube::Node node = GpuNode(
+      "topo",
+      R"([{"id":"GPU-0","count":10,"devmem":8000,"devcore":100,"type":"NVIDIA-A100","health":true},)"
+      R"({"id":"GPU-1","index":1,"count":10,"devmem":8000,"devcore":100,"type":"NVIDIA-A100","health":true},)"
+      R"({"id":"GPU-2","index":2,"count":10,"devmem":8000,"devcore":100,"type":"NVIDIA-A100","health":true}])");
+  node.meta.annotations.Set("hami.io/node-nvidia-score",
+                            R"([{"uuid":"GPU-0","score":{"GPU-1":100,"GPU-2":200}},)"
+                            R"({"uuid":"GPU-1","score":{"GPU-0":100,"GPU-2":150}},)"
+                            R"({"uuid":"GPU-2","score":{"GPU-0":200,"GPU-1":150}}])");
+  input_.nodes = {node};
+  input_.pods.clear();
+  Want("1000", "10");
+  input_.pod.meta.annotations.Set("hami.io/gpu-scheduler-policy", "topology-aware");
+  ExplainResult r = Run();
+  ASSERT_TRUE(r.node.has_value());
+  EXPECT_EQ(r.gpu_policy, "topology-aware");
+  EXPECT_EQ(r.containers[0][0].uuid, "GPU-1");
+  EXPECT_THAT(RenderExplainText(r), HasSubstr("topology-aware"));
+  EXPECT_THAT(RenderExplainJson(r), HasSubstr(R"("gpu": "topology-aware")"));
+  // Scores that do not decode: the node is unregistered for NVIDIA, as in HAMi.
+  input_.nodes[0].meta.annotations.Set("hami.io/node-nvidia-score", "not-valid-json");
+  r = Run();
+  EXPECT_FALSE(r.node.has_value());
+  EXPECT_THAT(NodeOf(r, "topo").reasons, ElementsAre("node unregistered"));
+}
+
 TEST_F(ExplainTest, ReasonsForEveryNodeThatDoesNotFit) {
   Want("9000", "");
   ExplainResult r = Run();

@@ -31,7 +31,7 @@ std::string_view BaseUuid(std::string_view uuid) {
 
 bool SameDevices(const device::NodeDevices& a, const device::NodeDevices& b) {
   return a.node == b.node && a.devices == b.devices && a.format == b.format &&
-         a.cordoned == b.cordoned;
+         a.cordoned == b.cordoned && a.pair_scores == b.pair_scores;
 }
 
 absl::Status CheckLengths(std::string_view uid, std::string_view ns, std::string_view name,

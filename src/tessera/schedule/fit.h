@@ -10,7 +10,11 @@
 //   2. each candidate gets a device score (ComputeDeviceScore) against the node's current usage;
 //   3. the candidates are sorted per the GPU policy (SortOrderFor) and walked from the END;
 //   4. each device passes the checks in HAMi's order (see docs/scheduling.md) or is skipped with
-//      one reason; the first `nums` devices that pass are taken.
+//      one reason; the first `nums` devices that pass are taken. Under topology-aware every
+//      passing device is collected instead, and with more than `nums` of them the pair scores
+//      (NodeDevices::pair_scores) choose: for one GPU the device with the lowest sum of scores
+//      towards the other candidates, for several the subset with the highest sum of pair scores
+//      (HAMi's computeWorstSingleCard / computeBestCombination; first in visiting order on ties).
 // App containers are fitted cumulatively on one copy of the node's usage (later containers see
 // earlier ones); each init container is fitted on its own fresh copy and the per-field peak of
 // those copies is kept; the usage after the pod is max(app cumulative, init peak) per field.
@@ -104,7 +108,7 @@ enum class SortKey : uint8_t {
   kScoreDescending,  // spread: lowest score tried first
   kNumaAscending,    // highest NUMA id tried first
   kNumaDescending,   // lowest NUMA id tried first (v2.5.2 binpack order)
-  kUsedDescending,   // mutex: idle devices tried first
+  kUsedDescending,   // single mutex: idle devices tried first
 };
 
 // The resolved device ordering for one pod: keys in order, then device index ascending, then
@@ -116,19 +120,27 @@ struct SortOrder {
   bool uses_score = false;
 };
 
-// HAMi v2.10's device sort for `policy` (§4.4):
-//   single binpack/spread: score primary, NUMA ascending as tie-breaker; with numa_bind the
-//     v2.5.2 NUMA-grouped order (binpack: NUMA descending, score ascending; spread: NUMA
-//     ascending, score descending);
+// HAMi v2.10's device sort for `policy` (§4.4; pkg/scheduler/policy/gpu_policy.go):
+//   single binpack/spread (and single topology-aware, which sorts as spread): score primary,
+//     NUMA ascending as tie-breaker; with numa_bind the v2.5.2 NUMA-grouped order (binpack: NUMA
+//     descending, score ascending; spread: NUMA ascending, score descending);
 //   single mutex: Used descending, NUMA ascending as tie-breaker, with or without numa_bind;
 //   bare numa or a chain: the keys in order (binpack = score ascending, spread = score descending,
-//     numa = NUMA ascending, mutex = Used descending); a key on a dimension (score, NUMA, Used)
-//     already ordered is dropped, since it can never decide; numa_bind forces NUMA ascending to
-//     be the first key.
+//     numa = NUMA ascending); mutex and topology-aware are no keys in a chain, and a chain without
+//     a key sorts as spread (score descending); a key on a dimension (score, NUMA) already ordered
+//     is dropped, since it can never decide; numa_bind forces NUMA ascending to be the first key.
 SortOrder SortOrderFor(const device::GpuPolicy& policy, bool numa_bind);
 
 // True when the policy chain contains mutex (enables the Used > 0 exclusivity check).
 bool HasMutex(const device::GpuPolicy& policy);
+// True when the policy chain contains topology-aware (HAMi's PolicyContains): the fit collects
+// every passing device and chooses among them by pair score (Fitter, docs/scheduling.md).
+bool HasTopology(const device::GpuPolicy& policy);
+
+// Under topology-aware, a container of N >= 2 GPUs with k candidates tries every one of the
+// C(k, N) subsets as HAMi does while there are at most this many (C(16, 8) = 12,870: every N on
+// a node of up to 16 GPUs); beyond it the choice is greedy (docs/compatibility.md).
+inline constexpr uint64_t kMaxTopologySubsets = 20000;
 
 // HAMi v2.10 ComputeScore with weights 1,1,1 for one device and one container request:
 //   10 * ((req + Used)/Count + (core + Usedcores)/Totalcore + (mem + Usedmem)/Totalmem),
@@ -259,6 +271,14 @@ class Fitter {
   bool FitContainer(int container, const device::ContainerRequest& request,
                     const device::NodeSnapshot& node, absl::Span<const device::DeviceUsage> usage,
                     std::vector<device::DeviceUsage>* apply, bool app);
+  // topology-aware: keeps in taken_ (more than nums devices, in visiting order) the nums
+  // devices HAMi would choose, in visiting order.
+  void SelectByTopology(const device::NodeDevices& node, int32_t nums);
+  // Enumerates the subsets of taken_ of size best_subset_.size() in index order (subset_ holds
+  // the first `depth` members, whose pair sum is `sum`); keeps the best in best_subset_.
+  void BestSubset(const device::NodeDevices& node, size_t start, size_t depth, int64_t sum);
+  // The greedy choice beyond kMaxTopologySubsets, into best_subset_.
+  void GreedySubset(const device::NodeDevices& node, size_t want);
   bool TypeFilterPasses(const device::DeviceInfo& info) const;
   bool UuidFilterPasses(const device::DeviceInfo& info) const;
 
@@ -272,6 +292,7 @@ class Fitter {
   int last_app_ = -1;                // the last app container with a request
   bool primary_is_nvidia_ = false;
   bool mutex_ = false;
+  bool topology_ = false;
   bool has_type_filters_ = false;
   bool has_uuid_filters_ = false;
 
@@ -285,6 +306,10 @@ class Fitter {
   std::vector<int32_t> base_rank_;       // entry indices in policy order, per entry list
   std::vector<int32_t> rank_;
   std::vector<Taken> taken_;
+  std::vector<Taken> picked_;         // topology-aware: the chosen subset of taken_
+  std::vector<int32_t> subset_;       // topology-aware: the subset being tried (taken_ indices)
+  std::vector<int32_t> best_subset_;  // topology-aware: the best subset so far
+  std::vector<bool> in_subset_;       // topology-aware, greedy: membership by taken_ index
   std::vector<Choice> choices_;
   std::string_view type_key_;
   std::string_view needle_;   // the request type being matched
@@ -292,12 +317,14 @@ class Fitter {
   uint64_t needle_bits_ = 0;
   uint64_t needle_mask_ = 0;
   double node_score_ = 0;
+  int64_t subset_best_ = 0;  // topology-aware: the pair sum of best_subset_
   ReasonParts reasons_;
   int failed_container_ = -1;
   bool any_exact_ = false;
   bool base_tracks_app_ = true;  // base entries reflect app_ (false after a rebuilt container)
   bool needle_valid_ = false;
-  bool needle_swar_ = false;  // all letters, at most 8: compare the prefix in one word
+  bool needle_swar_ = false;   // all letters, at most 8: compare the prefix in one word
+  bool subset_found_ = false;  // topology-aware: best_subset_ holds a subset
 };
 
 }  // namespace tessera::schedule

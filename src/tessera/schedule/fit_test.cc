@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -77,6 +78,30 @@ PodRequest Pod(std::vector<std::optional<ContainerRequest>> containers, size_t i
 FitResult FitOne(const NodeSnapshot& node, const ContainerRequest& req,
                  const PodConstraints& constraints = {}, const GpuPolicy& policy = kSpread) {
   return FitPod(node, Pod({req}), constraints, policy);
+}
+
+const GpuPolicy kTopology{{GpuPolicyKey::kTopologyAware}};
+
+// `node` with pair scores: scores[{i, j}] is device i's score towards device j (positions).
+NodeSnapshot WithScores(NodeSnapshot node, const std::map<std::pair<int, int>, int64_t>& scores) {
+  auto nd = std::make_shared<NodeDevices>(*node.devices);
+  const size_t n = nd->devices.size();
+  nd->pair_scores.assign(n * n, 0);
+  for (const auto& [ij, v] : scores) {
+    nd->pair_scores[static_cast<size_t>(ij.first) * n + static_cast<size_t>(ij.second)] = v;
+  }
+  node.devices = std::move(nd);
+  return node;
+}
+
+// Symmetric scores: each pair given once.
+NodeSnapshot WithPairs(NodeSnapshot node, const std::map<std::pair<int, int>, int64_t>& pairs) {
+  std::map<std::pair<int, int>, int64_t> both;
+  for (const auto& [ij, v] : pairs) {
+    both[ij] = v;
+    both[{ij.second, ij.first}] = v;
+  }
+  return WithScores(std::move(node), both);
 }
 
 std::vector<std::string> Uuids(const device::ContainerDevices& devs) {
@@ -502,13 +527,204 @@ TEST(FitTest, SortOrders) {
               ElementsAre(SortKey::kUsedDescending, SortKey::kNumaAscending));
   EXPECT_THAT(keys(SortOrderFor(kMutex, true)),
               ElementsAre(SortKey::kUsedDescending, SortKey::kNumaAscending));
+  // HAMi v2.10 pkg/scheduler/policy/gpu_policy.go, gpuSortKeyChain/lessByChain: mutex and
+  // topology-aware are no keys in a chain (Tessera used to sort mutex chains by Used first);
+  // a chain without a key sorts as spread, NUMA first with numa-bind.
+  EXPECT_THAT(keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kMutex, GpuPolicyKey::kBinpack}}, true)),
+              ElementsAre(SortKey::kNumaAscending, SortKey::kScoreAscending));
+  EXPECT_THAT(keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kBinpack, GpuPolicyKey::kMutex}}, false)),
+              ElementsAre(SortKey::kScoreAscending));
   EXPECT_THAT(
-      keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kMutex, GpuPolicyKey::kBinpack}}, true)),
-      ElementsAre(SortKey::kNumaAscending, SortKey::kUsedDescending, SortKey::kScoreAscending));
+      keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kMutex, GpuPolicyKey::kTopologyAware}}, false)),
+      ElementsAre(SortKey::kScoreDescending));
+  EXPECT_THAT(
+      keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kTopologyAware, GpuPolicyKey::kMutex}}, true)),
+      ElementsAre(SortKey::kNumaAscending, SortKey::kScoreDescending));
+  // A single topology-aware sorts as a single spread (DeviceUsageList.Less: not binpack, not
+  // mutex), with or without numa-bind.
+  EXPECT_THAT(keys(SortOrderFor(kTopology, false)),
+              ElementsAre(SortKey::kScoreDescending, SortKey::kNumaAscending));
+  EXPECT_THAT(keys(SortOrderFor(kTopology, true)),
+              ElementsAre(SortKey::kNumaAscending, SortKey::kScoreDescending));
+  EXPECT_THAT(
+      keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kBinpack, GpuPolicyKey::kTopologyAware}}, false)),
+      ElementsAre(SortKey::kScoreAscending));
+  EXPECT_TRUE(HasTopology(GpuPolicy{{GpuPolicyKey::kBinpack, GpuPolicyKey::kTopologyAware}}));
+  EXPECT_FALSE(HasTopology(kSpread));
   EXPECT_THAT(keys(SortOrderFor(GpuPolicy{{GpuPolicyKey::kBinpack, GpuPolicyKey::kNuma}}, true)),
               ElementsAre(SortKey::kNumaAscending, SortKey::kScoreAscending));
   EXPECT_TRUE(HasMutex(GpuPolicy{{GpuPolicyKey::kSpread, GpuPolicyKey::kMutex}}));
   EXPECT_FALSE(HasMutex(kBinpack));
+}
+
+TEST(FitTest, MutexInAChainIsAFilterNotASortKey) {
+  // HAMi v2.10 gpu_policy.go, lessByChain: "mutex,numa" sorts by NUMA, then index; mutex only
+  // rejects used GPUs (device.go, Fit). Tessera's former order (Used first) chose the same: it
+  // only moved GPUs that mutex rejects anyway. GPU-0 (NUMA 1) busy, GPU-1 and GPU-2 idle on NUMA 0
+  // and 1: the walk from the end tries GPU-2 (NUMA 1, higher index), then GPU-0 (busy), then GPU-1.
+  auto node = Node({Gpu(0, 8000, 1), Gpu(1, 8000, 0), Gpu(2, 8000, 1)},
+                   {{1, 1000, 0}, {0, 0, 0}, {0, 0, 0}});
+  GpuPolicy chain{{GpuPolicyKey::kMutex, GpuPolicyKey::kNuma}};
+  FitResult r = FitOne(node, Req(2, 1000, 0), {}, chain);
+  ASSERT_TRUE(r.fit) << r.reason;
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-2", "GPU-1"));
+  FitResult three = FitOne(node, Req(3, 1000, 0), {}, chain);
+  EXPECT_EQ(three.reason,
+            "1/3 ExclusiveDeviceAllocateConflict, 2/3 AllocatedCardsInsufficientRequest");
+}
+
+// HAMi v2.10 pkg/device/nvidia/device_test.go, TestFit_TopologyExactMatch: as many passing cards
+// as requested are taken without looking at scores.
+TEST(FitTopologyTest, ExactlyNPassingCardsAreTaken) {
+  auto node =
+      WithPairs(Node({Gpu(0), Gpu(1), Gpu(2)}, {{10, 0, 0}, {0, 0, 0}, {0, 0, 0}}), {{{1, 2}, 5}});
+  FitResult r = FitOne(node, Req(2, 100, 10), {}, kTopology);
+  ASSERT_TRUE(r.fit) << r.reason;
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-2", "GPU-1"));
+}
+
+// The scores of HAMi v2.10 pkg/device/nvidia/device_test.go, TestFit_TopologyWorstSingleCard,
+// TestFit_TopologyBestCombination and TestComputeWorstSingleCard/TestComputeBestCombination:
+// 0-1: 100, 0-2: 200, 1-2: 150.
+NodeSnapshot HamiThreeCards() {
+  return WithPairs(Node({Gpu(0), Gpu(1), Gpu(2)}), {{{0, 1}, 100}, {{0, 2}, 200}, {{1, 2}, 150}});
+}
+
+TEST(FitTopologyTest, OneGpuTakesTheWorstConnectedCard) {
+  // Sums: GPU-0 300, GPU-1 250, GPU-2 350 (TestFit_TopologyWorstSingleCard: dev-1).
+  FitResult r = FitOne(HamiThreeCards(), Req(1, 100, 10), {}, kTopology);
+  ASSERT_TRUE(r.fit) << r.reason;
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-1"));
+}
+
+TEST(FitTopologyTest, SeveralGpusTakeTheBestSubsetInVisitingOrder) {
+  // TestFit_TopologyBestCombination: {dev-0, dev-2} (200). The visiting order of the idle spread
+  // list is GPU-2, GPU-1, GPU-0, so the subset is written as [GPU-2, GPU-0].
+  FitResult r = FitOne(HamiThreeCards(), Req(2, 100, 10), {}, kTopology);
+  ASSERT_TRUE(r.fit) << r.reason;
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-2", "GPU-0"));
+}
+
+TEST(FitTopologyTest, NegativeScores) {
+  // HAMi v2.10 device_test.go, TestFit_TopologyNegativeScores: 0-1: -5, 0-2: -3, 1-2: -1.
+  // One GPU: sums -8, -6, -4 -> dev-0. Two GPUs: the best pair is {dev-1, dev-2} (-1).
+  auto node = WithPairs(Node({Gpu(0), Gpu(1), Gpu(2)}), {{{0, 1}, -5}, {{0, 2}, -3}, {{1, 2}, -1}});
+  FitResult one = FitOne(node, Req(1, 100, 10), {}, kTopology);
+  ASSERT_TRUE(one.fit) << one.reason;
+  EXPECT_THAT(Uuids(one.devices[0]), ElementsAre("GPU-0"));
+  FitResult two = FitOne(node, Req(2, 100, 10), {}, kTopology);
+  ASSERT_TRUE(two.fit) << two.reason;
+  EXPECT_THAT(Uuids(two.devices[0]), ElementsAre("GPU-2", "GPU-1"));
+}
+
+TEST(FitTopologyTest, ZeroScoresTakeTheFirstCardsVisited) {
+  // TestFit_TopologyBestCombinationZeroScores fits; with every score 0 (or no scores at all) the
+  // first subset in visiting order wins: GPU-3, GPU-2; one GPU: GPU-3.
+  for (const NodeSnapshot& node :
+       {Node({Gpu(0), Gpu(1), Gpu(2), Gpu(3)}),
+        WithPairs(Node({Gpu(0), Gpu(1), Gpu(2), Gpu(3)}), {{{0, 1}, 0}})}) {
+    FitResult two = FitOne(node, Req(2, 100, 10), {}, kTopology);
+    ASSERT_TRUE(two.fit) << two.reason;
+    EXPECT_THAT(Uuids(two.devices[0]), ElementsAre("GPU-3", "GPU-2"));
+    FitResult one = FitOne(node, Req(1, 100, 10), {}, kTopology);
+    EXPECT_THAT(Uuids(one.devices[0]), ElementsAre("GPU-3"));
+  }
+}
+
+TEST(FitTopologyTest, TiesGoToTheFirstInVisitingOrder) {
+  // Hand-computed. Every pair 100: each subset of 2 scores 100, the first visited wins (strict >
+  // in computeBestCombination); each card sums 300, the first visited is the worst (strict <).
+  auto node = WithPairs(
+      Node({Gpu(0), Gpu(1), Gpu(2), Gpu(3)}),
+      {{{0, 1}, 100}, {{0, 2}, 100}, {{0, 3}, 100}, {{1, 2}, 100}, {{1, 3}, 100}, {{2, 3}, 100}});
+  EXPECT_THAT(Uuids(FitOne(node, Req(2, 100, 10), {}, kTopology).devices[0]),
+              ElementsAre("GPU-3", "GPU-2"));
+  EXPECT_THAT(Uuids(FitOne(node, Req(1, 100, 10), {}, kTopology).devices[0]), ElementsAre("GPU-3"));
+  // Binpack first visits the busiest card: GPU-1 (used 2), then GPU-0 (used 1).
+  auto busy = WithPairs(Node({Gpu(0), Gpu(1), Gpu(2)}, {{1, 0, 0}, {2, 0, 0}, {0, 0, 0}}),
+                        {{{0, 1}, 100}, {{0, 2}, 100}, {{1, 2}, 100}});
+  GpuPolicy binpack{{GpuPolicyKey::kBinpack, GpuPolicyKey::kTopologyAware}};
+  EXPECT_THAT(Uuids(FitOne(busy, Req(2, 100, 10), {}, binpack).devices[0]),
+              ElementsAre("GPU-1", "GPU-0"));
+}
+
+TEST(FitTopologyTest, ScoresAreReadFromTheEarlierVisitedCard) {
+  // Hand-computed, asymmetric: computeBestCombination adds score[c_i][c_j] for i < j in visiting
+  // order (GPU-2, GPU-1, GPU-0). 2->1: 10 (1->2: 1000), 2->0: 50, 1->0: 20: the best is [2, 0].
+  auto node = WithScores(Node({Gpu(0), Gpu(1), Gpu(2)}),
+                         {{{2, 1}, 10}, {{1, 2}, 1000}, {{2, 0}, 50}, {{1, 0}, 20}});
+  FitResult r = FitOne(node, Req(2, 100, 10), {}, kTopology);
+  ASSERT_TRUE(r.fit) << r.reason;
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-2", "GPU-0"));
+  // One GPU sums c's own row over the other candidates: GPU-0 0, GPU-1 1020, GPU-2 60.
+  EXPECT_THAT(Uuids(FitOne(node, Req(1, 100, 10), {}, kTopology).devices[0]), ElementsAre("GPU-0"));
+}
+
+TEST(FitTopologyTest, OnlyPassingCardsAreCandidates) {
+  // GPU-2 (the best connected) is full; among GPU-0, GPU-1, GPU-3 the pair 0-3 is best.
+  auto node =
+      WithPairs(Node({Gpu(0), Gpu(1), Gpu(2), Gpu(3)}, {{0, 0, 0}, {0, 0, 0}, {1, 8000, 0}}),
+                {{{0, 2}, 900}, {{1, 2}, 900}, {{0, 3}, 300}, {{1, 3}, 200}});
+  FitResult r = FitOne(node, Req(2, 1000, 10), {}, kTopology);
+  ASSERT_TRUE(r.fit) << r.reason;
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-3", "GPU-0"));
+  // Fewer passing cards than requested: HAMi's reasons, the collected cards counted.
+  FitResult short_of = FitOne(node, Req(4, 1000, 10), {}, kTopology);
+  EXPECT_FALSE(short_of.fit);
+  EXPECT_EQ(short_of.reason, "1/4 CardInsufficientMemory, 3/4 AllocatedCardsInsufficientRequest");
+}
+
+TEST(FitTopologyTest, NumaBindKeepsOnlyTheLastNumaGroupVisited) {
+  // HAMi v2.10 device.go, Fit: under topology-aware the countdown never moves, so a NUMA change
+  // drops what was collected without counting NumaNotFit, and the walk goes on to the end. The
+  // spread + numa-bind list is NUMA ascending, walked from the end: NUMA 1 (GPU-3, GPU-2), then
+  // NUMA 0 (GPU-1, GPU-0), which is what remains.
+  PodConstraints c;
+  c.numa_bind = true;
+  auto node = Node({Gpu(0, 8000, 0), Gpu(1, 8000, 0), Gpu(2, 8000, 1), Gpu(3, 8000, 1)});
+  FitResult r = FitOne(node, Req(2, 1000, 0), c, kTopology);
+  ASSERT_TRUE(r.fit) << r.reason;
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-1", "GPU-0"));
+  // NUMA 0 holds one card: the pod fails there although NUMA 1 held two.
+  auto uneven = Node({Gpu(0, 8000, 0), Gpu(1, 8000, 1), Gpu(2, 8000, 1)});
+  FitResult u = FitOne(uneven, Req(2, 1000, 0), c, kTopology);
+  EXPECT_FALSE(u.fit);
+  EXPECT_EQ(u.reason, "1/3 AllocatedCardsInsufficientRequest");
+  // Plain spread stops at two cards on NUMA 1.
+  EXPECT_THAT(Uuids(FitOne(uneven, Req(2, 1000, 0), c, kSpread).devices[0]),
+              ElementsAre("GPU-2", "GPU-1"));
+}
+
+TEST(FitTopologyTest, BeyondTheSubsetBoundTheChoiceIsGreedy) {
+  // 20 candidates, 10 GPUs: C(20, 10) = 184,756 subsets > kMaxTopologySubsets. Cards 5..14 form
+  // a clique (pair score 100), everything else scores 1: the greedy choice is the clique.
+  std::vector<DeviceInfo> devs;
+  for (int i = 0; i < 20; ++i) {
+    devs.push_back(Gpu(i));
+  }
+  std::map<std::pair<int, int>, int64_t> pairs;
+  for (int i = 0; i < 20; ++i) {
+    for (int j = i + 1; j < 20; ++j) {
+      pairs[{i, j}] = (i >= 5 && i < 15 && j >= 5 && j < 15) ? 100 : 1;
+    }
+  }
+  auto node = WithPairs(Node(devs), pairs);
+  FitResult r = FitOne(node, Req(10, 100, 0), {}, kTopology);
+  ASSERT_TRUE(r.fit) << r.reason;
+  EXPECT_THAT(Uuids(r.devices[0]), ElementsAre("GPU-14", "GPU-13", "GPU-12", "GPU-11", "GPU-10",
+                                               "GPU-9", "GPU-8", "GPU-7", "GPU-6", "GPU-5"));
+  // 16 candidates, 8 GPUs: C(16, 8) = 12,870, enumerated exactly.
+  std::vector<DeviceInfo> sixteen(devs.begin(), devs.begin() + 16);
+  std::map<std::pair<int, int>, int64_t> best;
+  for (int i = 0; i < 16; ++i) {
+    for (int j = i + 1; j < 16; ++j) {
+      best[{i, j}] = (i % 2 == 0 && j % 2 == 0) ? 50 : 10;
+    }
+  }
+  FitResult even = FitOne(WithPairs(Node(sixteen), best), Req(8, 100, 0), {}, kTopology);
+  ASSERT_TRUE(even.fit) << even.reason;
+  EXPECT_THAT(Uuids(even.devices[0]), ElementsAre("GPU-14", "GPU-12", "GPU-10", "GPU-8", "GPU-6",
+                                                  "GPU-4", "GPU-2", "GPU-0"));
 }
 
 TEST(FitTest, DeviceScore) {
@@ -697,6 +913,7 @@ bool RefContainer(const NodeSnapshot& node, int c, const ContainerRequest& req,
   });
   std::map<std::string, int> reasons;
   const bool mutex = HasMutex(policy);
+  const bool topology = HasTopology(policy);
   int remaining = req.nums;
   int prevnuma = -1;
   int cores = req.coresreq;
@@ -729,7 +946,7 @@ bool RefContainer(const NodeSnapshot& node, int c, const ContainerRequest& req,
       continue;
     }
     if (pc.numa_bind && d.numa != prevnuma) {
-      if (!tmp.empty()) reasons["NumaNotFit"] += static_cast<int>(tmp.size());
+      if (!tmp.empty() && !topology) reasons["NumaNotFit"] += static_cast<int>(tmp.size());
       remaining = req.nums;
       tmp.clear();
       tmp_idx.clear();
@@ -774,7 +991,65 @@ bool RefContainer(const NodeSnapshot& node, int c, const ContainerRequest& req,
     }
     tmp.push_back({d.id, "NVIDIA", static_cast<int32_t>(mem), cores});
     tmp_idx.push_back(cand[k]);
-    if (--remaining == 0) break;
+    if (!topology && --remaining == 0) break;
+  }
+  if (topology) {
+    // HAMi v2.10 device.go: computeWorstSingleCard, generateCombinations, computeBestCombination.
+    auto pair_score = [&](size_t a, size_t b) {
+      return node.devices->PairScore(static_cast<size_t>(tmp_idx[a]),
+                                     static_cast<size_t>(tmp_idx[b]));
+    };
+    std::vector<size_t> pick;
+    if (tmp.size() > static_cast<size_t>(req.nums) && req.nums == 1) {
+      int64_t worst = 0;
+      for (size_t a = 0; a < tmp.size(); ++a) {
+        int64_t sum = 0;
+        for (size_t b = 0; b < tmp.size(); ++b) {
+          if (a != b) sum += pair_score(a, b);
+        }
+        if (pick.empty() || sum < worst) {
+          pick = {a};
+          worst = sum;
+        }
+      }
+    } else if (tmp.size() > static_cast<size_t>(req.nums)) {
+      std::vector<std::vector<size_t>> combos;
+      std::vector<size_t> cur;
+      std::function<void(size_t, size_t)> gen = [&](size_t start, size_t left) {
+        if (left == 0) {
+          combos.push_back(cur);
+          return;
+        }
+        for (size_t i = start; i + left <= tmp.size(); ++i) {
+          cur.push_back(i);
+          gen(i + 1, left - 1);
+          cur.pop_back();
+        }
+      };
+      gen(0, static_cast<size_t>(req.nums));
+      int64_t best = 0;
+      for (const auto& combo : combos) {
+        int64_t sum = 0;
+        for (size_t i = 0; i + 1 < combo.size(); ++i) {
+          for (size_t j = i + 1; j < combo.size(); ++j) sum += pair_score(combo[i], combo[j]);
+        }
+        if (pick.empty() || sum > best) {
+          pick = combo;
+          best = sum;
+        }
+      }
+    }
+    if (!pick.empty()) {
+      std::vector<device::ContainerDevice> t2;
+      std::vector<int> i2;
+      for (size_t p : pick) {
+        t2.push_back(tmp[p]);
+        i2.push_back(tmp_idx[p]);
+      }
+      tmp = t2;
+      tmp_idx = i2;
+    }
+    remaining = req.nums - static_cast<int>(tmp.size());
   }
   if (remaining > 0) {
     if (!tmp.empty()) reasons["AllocatedCardsInsufficientRequest"] = static_cast<int>(tmp.size());
@@ -832,7 +1107,10 @@ TEST(FitModelTest, MatchesTheStraightforwardModel) {
       GpuPolicy{{GpuPolicyKey::kBinpack, GpuPolicyKey::kNuma}},
       GpuPolicy{{GpuPolicyKey::kNuma, GpuPolicyKey::kSpread}},
       GpuPolicy{{GpuPolicyKey::kMutex, GpuPolicyKey::kBinpack}},
-      GpuPolicy{{GpuPolicyKey::kSpread, GpuPolicyKey::kBinpack, GpuPolicyKey::kNuma}}};
+      GpuPolicy{{GpuPolicyKey::kSpread, GpuPolicyKey::kBinpack, GpuPolicyKey::kNuma}},
+      kTopology,
+      GpuPolicy{{GpuPolicyKey::kBinpack, GpuPolicyKey::kTopologyAware}},
+      GpuPolicy{{GpuPolicyKey::kMutex, GpuPolicyKey::kTopologyAware}}};
   Fitter fitter;
   int fits = 0;
   for (int iter = 0; iter < 4000; ++iter) {
@@ -858,6 +1136,15 @@ TEST(FitModelTest, MatchesTheStraightforwardModel) {
     }
     std::sort(cordon.begin(), cordon.end());
     NodeSnapshot node = Node(devs, usage, cordon);
+    if (pick(2) == 0) {  // pair scores, asymmetric, some negative
+      std::map<std::pair<int, int>, int64_t> scores;
+      for (int i = 0; i < ndev; ++i) {
+        for (int j = 0; j < ndev; ++j) {
+          if (i != j && pick(4) != 0) scores[{i, j}] = pick(6) - 1 + 10 * pick(3);
+        }
+      }
+      node = WithScores(std::move(node), scores);
+    }
     PodRequest pod;
     const int ncont = 1 + pick(4);
     pod.init_count = static_cast<size_t>(pick(2) ? 0 : pick(ncont + 1));
