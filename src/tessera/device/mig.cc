@@ -282,6 +282,27 @@ absl::StatusOr<std::vector<MigAllocation>> DecodeMigAllocations(std::string_view
   return out;
 }
 
+std::vector<MigAllocation> MigAllocationsOf(const PodDevices& devices,
+                                            const PodMigReservations& reservations) {
+  std::vector<MigAllocation> out;
+  for (size_t c = 0; c < devices.size() && c < reservations.size(); ++c) {
+    for (size_t d = 0; d < devices[c].size() && d < reservations[c].size(); ++d) {
+      const std::optional<MigReservation>& r = reservations[c][d];
+      if (!r.has_value() || r->profile.empty() || r->placement.size == 0) {
+        continue;
+      }
+      MigAllocation a;
+      a.container_index = static_cast<int32_t>(c);
+      a.device_index = static_cast<int32_t>(d);
+      a.gpu_uuid = devices[c][d].uuid;
+      a.profile = r->profile;
+      a.placement = r->placement;
+      out.push_back(std::move(a));
+    }
+  }
+  return out;
+}
+
 std::string EncodeMigAllocations(const std::vector<MigAllocation>& allocations) {
   std::string out;
   if (allocations.empty()) {

@@ -61,6 +61,23 @@ struct MigAllocation {
   friend bool operator==(const MigAllocation&, const MigAllocation&) = default;
 };
 
+// A device's MIG reservation (what the fit chose), parallel to PodDevices: reservations[c][d]
+// belongs to devices[c][d]; nullopt for a device that is not a MIG instance.
+struct MigReservation {
+  std::string profile;
+  MigPlacement placement;
+  friend bool operator==(const MigReservation&, const MigReservation&) = default;
+};
+using PodMigReservations = std::vector<std::vector<std::optional<MigReservation>>>;
+
+// The annotation's entries as HAMi v2.10's EncodeMigAllocations builds them from a pod's
+// devices: one per device with a reservation of non-empty profile and non-zero size, in
+// container then device order; containerIndex and deviceIndex are its position in `devices`
+// (init containers first), gpuUUID the device's (plain card) UUID. Reservations beyond the
+// shape of `devices` are ignored; missing ones count as none.
+std::vector<MigAllocation> MigAllocationsOf(const PodDevices& devices,
+                                            const PodMigReservations& reservations);
+
 // Decodes the annotation with HAMi v2.10's rules (DecodeMigAllocations): "" is no allocation;
 // otherwise a JSON array of objects (keys as Go matches them, unknown keys ignored). Errors
 // (InvalidArgument), each naming the element i (0-based): not JSON or wrong types; a negative

@@ -105,6 +105,41 @@ TEST(MigAllocationsTest, EncodesTheSchedulerReservationAsHami) {
   EXPECT_EQ(EncodeMigAllocations({}), "");
 }
 
+// Worked example (reference §2.4): the filter patch of a 4000 MiB pod that got 1g.5gb at
+// start 6 — the device string carries the plain card UUID and the profile's NVML memory and
+// core; the allocation names container 0, device 0.
+TEST(MigAllocationsTest, WorkedExampleFilterPatchBytes) {
+  constexpr char kGpu[] = "GPU-5d1c7e2a-0000-4000-8000-000000000001";
+  const PodDevices devices = {{ContainerDevice{kGpu, "NVIDIA", 4864, 15}}};
+  const PodMigReservations reservations = {{MigReservation{"1g.5gb", {6, 1}}}};
+  EXPECT_EQ(EncodePodDevices(devices), std::string(kGpu) + ",NVIDIA,4864,15:;");
+  EXPECT_EQ(EncodeMigAllocations(MigAllocationsOf(devices, reservations)),
+            R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-5d1c7e2a-0000-4000-8000-)"
+            R"(000000000001","profile":"1g.5gb","placement":{"start":6,"size":1}}])");
+}
+
+// HAMi counts positions over every device of every container (init first), MIG or not, and
+// writes nothing for a pod without a reservation.
+TEST(MigAllocationsTest, IndicesArePositionsInThePodDevices) {
+  const PodDevices devices = {
+      {},  // init, no GPU
+      {ContainerDevice{"GPU-s", "NVIDIA", 1000, 10}, ContainerDevice{"GPU-m", "NVIDIA", 9856, 29},
+       ContainerDevice{"GPU-m", "NVIDIA", 9856, 29}},
+  };
+  const PodMigReservations reservations = {
+      {}, {std::nullopt, MigReservation{"2g.10gb", {0, 2}}, MigReservation{"2g.10gb", {2, 2}}}};
+  const std::vector<MigAllocation> a = MigAllocationsOf(devices, reservations);
+  ASSERT_EQ(a.size(), 2U);
+  EXPECT_EQ(a[0].container_index, 1);
+  EXPECT_EQ(a[0].device_index, 1);
+  EXPECT_EQ(a[1].device_index, 2);
+  EXPECT_EQ(a[1].placement, (MigPlacement{2, 2}));
+  EXPECT_TRUE(DecodeMigAllocations(EncodeMigAllocations(a)).ok());
+  EXPECT_EQ(EncodeMigAllocations(MigAllocationsOf(devices, {})), "");
+  EXPECT_EQ(EncodeMigAllocations(MigAllocationsOf(devices, {{}, {MigReservation{"1g.5gb", {}}}})),
+            "");  // size 0: HAMi skips it
+}
+
 // v2.10.0 TestDecodeMigAllocationsPreservesZeroRuntimeInstanceIDs.
 TEST(MigAllocationsTest, KeepsAZeroRuntimeId) {
   constexpr char kRaw[] =
