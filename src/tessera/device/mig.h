@@ -57,7 +57,9 @@ struct MigAllocation {
   std::optional<uint32_t> compute_instance_id;
 
   // The plugin realised the instance (HAMi's RuntimeReady).
-  bool RuntimeReady() const { return !mig_uuid.empty(); }
+  bool RuntimeReady() const {
+    return !mig_uuid.empty() && gpu_instance_id.has_value() && compute_instance_id.has_value();
+  }
   friend bool operator==(const MigAllocation&, const MigAllocation&) = default;
 };
 
