@@ -32,31 +32,31 @@ constexpr std::array<MigGeometryProfile, 7> EightSliceProfiles(
   }};
 }
 
-constexpr auto kA100_40 = EightSliceProfiles("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb",
-                                             "4g.20gb", "7g.40gb");
-constexpr auto kA100_80 = EightSliceProfiles("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb",
-                                             "3g.40gb", "4g.40gb", "7g.80gb");
-constexpr auto kH100_80 = EightSliceProfiles("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb",
-                                             "3g.40gb", "4g.40gb", "7g.80gb");
-constexpr auto kH200 = EightSliceProfiles("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb",
-                                          "4g.71gb", "7g.141gb");
+constexpr auto kProfilesA100x40 = EightSliceProfiles("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb",
+                                                     "3g.20gb", "4g.20gb", "7g.40gb");
+constexpr auto kProfilesA100x80 = EightSliceProfiles("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb",
+                                                     "3g.40gb", "4g.40gb", "7g.80gb");
+constexpr auto kProfilesH100x80 = EightSliceProfiles("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb",
+                                                     "3g.40gb", "4g.40gb", "7g.80gb");
+constexpr auto kProfilesH200 = EightSliceProfiles("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb",
+                                                  "3g.71gb", "4g.71gb", "7g.141gb");
 
 // NVML names: "NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100-SXM4-80GB",
 // "NVIDIA A100 80GB PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H200",
 // "NVIDIA H200 NVL".
-constexpr std::array<std::string_view, 3> kA100_40Names = {"A100-SXM4-40GB", "A100-PCIE-40GB",
+constexpr std::array<std::string_view, 3> kNamesA100x40 = {"A100-SXM4-40GB", "A100-PCIE-40GB",
                                                            "A100-40GB"};
-constexpr std::array<std::string_view, 3> kA100_80Names = {"A100-SXM4-80GB", "A100 80GB",
+constexpr std::array<std::string_view, 3> kNamesA100x80 = {"A100-SXM4-80GB", "A100 80GB",
                                                            "A100-80GB"};
-constexpr std::array<std::string_view, 4> kH100_80Names = {"H100 80GB", "H100-SXM5-80GB",
+constexpr std::array<std::string_view, 4> kNamesH100x80 = {"H100 80GB", "H100-SXM5-80GB",
                                                            "H100-80GB", "H100 PCIe"};
-constexpr std::array<std::string_view, 1> kH200Names = {"H200"};
+constexpr std::array<std::string_view, 1> kNamesH200 = {"H200"};
 
 constexpr std::array<MigGpuModel, 4> kModels = {{
-    {"A100-40GB", 40960, kA100_40Names, kA100_40},
-    {"A100-80GB", 81920, kA100_80Names, kA100_80},
-    {"H100-80GB", 81559, kH100_80Names, kH100_80},
-    {"H200", 143771, kH200Names, kH200},
+    {"A100-40GB", 40960, kNamesA100x40, kProfilesA100x40},
+    {"A100-80GB", 81920, kNamesA100x80, kProfilesA100x80},
+    {"H100-80GB", 81559, kNamesH100x80, kProfilesH100x80},
+    {"H200", 143771, kNamesH200, kProfilesH200},
 }};
 
 }  // namespace

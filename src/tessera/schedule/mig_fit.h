@@ -55,7 +55,10 @@ std::optional<MigChoice> SelectMigCandidateHami(std::span<const device::MigProfi
 struct MigHeadroom {
   uint32_t size = 0;
   uint32_t slices = 0;
-  friend auto operator<=>(const MigHeadroom&, const MigHeadroom&) = default;
+  friend bool operator==(const MigHeadroom&, const MigHeadroom&) = default;
+  friend bool operator<(const MigHeadroom& a, const MigHeadroom& b) {
+    return a.size != b.size ? a.size < b.size : a.slices < b.slices;
+  }
 };
 MigHeadroom HeadroomOf(std::span<const device::MigProfile> profiles,
                        std::span<const device::MigPlacement> occupied);
