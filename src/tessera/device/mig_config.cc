@@ -59,6 +59,17 @@ absl::Status CheckMap(const YAML::Node& node, std::string_view path) {
   return absl::OkStatus();
 }
 
+// Reads every element of the sequence with entry_of (which appends to `entries`); only when all
+// passed does `entries` replace `out`, so a bad value changes nothing.
+template <typename Entry, typename Fn>
+absl::Status ReadAll(const YAML::Node& node, std::string_view key, Fn entry_of,
+                     std::vector<Entry>& entries, std::vector<Entry>& out, bool& nonzero) {
+  TESSERA_RETURN_IF_ERROR(ForEachElement(node, key, entry_of));
+  nonzero = nonzero || !entries.empty();
+  out = std::move(entries);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ParseMigAllowlist(const YAML::Node& node, std::string_view key,
@@ -82,12 +93,7 @@ absl::Status ParseMigAllowlist(const YAML::Node& node, std::string_view key,
     entries.push_back(std::move(entry));
     return absl::OkStatus();
   };
-  if (absl::Status s = ForEachElement(node, key, entry_of); !s.ok()) {
-    return s;
-  }
-  nonzero = nonzero || !entries.empty();
-  out = std::move(entries);
-  return absl::OkStatus();
+  return ReadAll(node, key, entry_of, entries, out, nonzero);
 }
 
 absl::Status ParseMigGeometries(const YAML::Node& node, std::string_view key,
@@ -128,12 +134,7 @@ absl::Status ParseMigGeometries(const YAML::Node& node, std::string_view key,
     entries.push_back(entry);
     return absl::OkStatus();
   };
-  if (absl::Status s = ForEachElement(node, key, entry_of); !s.ok()) {
-    return s;
-  }
-  nonzero = nonzero || !entries.empty();
-  out = std::move(entries);
-  return absl::OkStatus();
+  return ReadAll(node, key, entry_of, entries, out, nonzero);
 }
 
 }  // namespace internal
