@@ -1,10 +1,10 @@
 // File: tessera/device/mig_geometry.h
 //
 // The MIG geometries of the GPU models Tessera knows: for each model its GPU-instance profiles
-// and their placements, as data. Source: NVIDIA's "Multi-Instance GPU User Guide", sections
-// "Supported MIG Profiles" (the per-GPU profile tables: name, fraction of memory and SMs,
-// instance count) and "A100/H100 placements" (`nvidia-smi mig -lgipp`: placement starts and
-// sizes in memory slices, 8 per GPU). docs/mig.md reproduces the tables.
+// and their placements, as data. Source: NVIDIA's "Multi-Instance GPU User Guide": its table of
+// GPU-instance profiles per supported GPU (name, fraction of memory and SMs, instance count)
+// and the placements `nvidia-smi mig -lgipp` lists in its examples (starts and sizes in memory
+// slices, 8 per GPU). docs/mig.md reproduces the tables.
 //
 // A v2.10 device plugin registers the NVML values of its card (DeviceInfo::mig_profiles), which
 // are what the scheduler uses; these tables serve as fixtures for fit tests and the simulator,
