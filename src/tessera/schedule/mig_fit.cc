@@ -6,6 +6,8 @@
 #include <string_view>
 #include <tuple>
 
+#include "fmt/format.h"
+
 namespace tessera::schedule {
 namespace {
 
@@ -118,6 +120,51 @@ std::optional<MigCardChoice> ChooseMigPlacement(std::span<const MigCard> cards, 
     }
   }
   return best;
+}
+
+std::string ExplainMigNoFit(std::span<const MigProfile> profiles,
+                            std::span<const MigPlacement> occupied, int32_t memreq) {
+  auto slices = [](const MigPlacement& p) {
+    return p.size <= 1 ? fmt::format("slice {}", p.start)
+                       : fmt::format("slices {}-{}", p.start, p.start + p.size - 1);
+  };
+  const std::vector<size_t> order = MigProfileOrder(profiles);
+  const auto adequate = std::find_if(order.begin(), order.end(),
+                                     [&](size_t i) { return profiles[i].memory_mb >= memreq; });
+  if (adequate == order.end()) {
+    if (order.empty()) {
+      return "the card registers no MIG profile";
+    }
+    const MigProfile& largest = profiles[order.back()];
+    return fmt::format("no profile has at least {} MiB (largest: {}, {} MiB)", memreq, largest.name,
+                       largest.memory_mb);
+  }
+  const MigProfile& profile = profiles[*adequate];
+  const std::vector<MigPlacement> placements = PlacementOrder(profile);
+  const MigPlacement* best = nullptr;
+  std::vector<MigPlacement> best_blockers;
+  for (const MigPlacement& p : placements) {
+    std::vector<MigPlacement> blockers;
+    for (const MigPlacement& o : occupied) {
+      if (p.Overlaps(o)) {
+        blockers.push_back(o);
+      }
+    }
+    if (best == nullptr || blockers.size() < best_blockers.size()) {
+      best = &p;
+      best_blockers = std::move(blockers);
+    }
+  }
+  std::string head = fmt::format("{} ({} MiB): no free placement", profile.name, profile.memory_mb);
+  if (best == nullptr) {
+    return head + " (it has none)";
+  }
+  std::string names;
+  for (const MigPlacement& b : best_blockers) {
+    names += (names.empty() ? "" : ", ") + slices(b);
+  }
+  return fmt::format("{}; {} would be free without the instance{} at {}", head, slices(*best),
+                     best_blockers.size() == 1 ? "" : "s", names);
 }
 
 }  // namespace tessera::schedule

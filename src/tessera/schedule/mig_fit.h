@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tessera/device/model.h"
@@ -81,5 +82,14 @@ struct MigCardChoice {
   friend bool operator==(const MigCardChoice&, const MigCardChoice&) = default;
 };
 std::optional<MigCardChoice> ChooseMigPlacement(std::span<const MigCard> cards, int32_t memreq);
+
+// Why a request of `memreq` MiB fits no placement of a card (for explain), one line:
+// - "no profile has at least N MiB (largest: 7g.40gb, 40192 MiB)" when none is large enough;
+// - otherwise, for the smallest adequate profile (HAMi's order), the placement that the fewest
+//   occupied instances block, and those instances: "3g.20gb (19968 MiB): no free placement;
+//   slices 0-3 would be free without the instance at slices 0-1".
+// Precondition: SelectMigCandidateHami(profiles, occupied, memreq) is nullopt.
+std::string ExplainMigNoFit(std::span<const device::MigProfile> profiles,
+                            std::span<const device::MigPlacement> occupied, int32_t memreq);
 
 }  // namespace tessera::schedule

@@ -58,8 +58,19 @@ TEST(MigFitHamiTest, WorkedExample) {
       occupied.push_back(c->placement);
     }
   }
+  // Explain: 3g's placement 0 is blocked by the 2g alone, placement 4 by both 1g.
+  EXPECT_EQ(ExplainMigNoFit(p, occupied, 15000),
+            "3g.20gb (19968 MiB): no free placement; slices 0-3 would be free without the "
+            "instance at slices 0-1");
   // A whole-card request (devmem 40960) exceeds 7g.40gb's 40192 MiB: never fits.
   EXPECT_FALSE(SelectMigCandidateHami(p, {}, 40960).has_value());
+  EXPECT_EQ(ExplainMigNoFit(p, {}, 40960),
+            "no profile has at least 40960 MiB (largest: 7g.40gb, 40192 MiB)");
+  const std::vector<MigPlacement> halves = {{0, 4}, {4, 4}};
+  EXPECT_EQ(ExplainMigNoFit(p, halves, 30000),
+            "7g.40gb (40192 MiB): no free placement; slices 0-7 would be free without the "
+            "instances at slices 0-3, slices 4-7");
+  EXPECT_EQ(ExplainMigNoFit({}, {}, 1), "the card registers no MIG profile");
 }
 
 // v2.10.0 TestCustomFilterUsesReportedPlacementCapacity: three 2g instances leave slice 6, which
