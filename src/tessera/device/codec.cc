@@ -13,6 +13,7 @@
 
 #include "tessera/base/status_macros.h"
 #include "tessera/device/codec_internal.h"
+#include "tessera/device/mig.h"
 #include "tessera/json/text.h"
 
 namespace tessera::device {
@@ -210,6 +211,21 @@ absl::Status ReadBool(simdjson::ondemand::value& v, size_t n, std::string_view f
   return absl::OkStatus();
 }
 
+// The migProfiles value, decoded by tessera/device/mig.h from its raw text.
+absl::Status ReadMigProfiles(simdjson::ondemand::value& v, size_t n, std::vector<MigProfile>* out) {
+  std::string_view raw;
+  if (auto e = simdjson::to_json_string(v).get(raw); e) {
+    return DeviceError(n, "migProfiles", JsonError(e));
+  }
+  absl::StatusOr<std::vector<MigProfile>> profiles = DecodeMigProfiles(raw);
+  if (!profiles.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("device {}: {}", n, std::string(profiles.status().message())));
+  }
+  *out = *std::move(profiles);
+  return absl::OkStatus();
+}
+
 absl::Status DecodeJsonDevice(simdjson::ondemand::value& element, size_t n, DeviceInfo* d) {
   // Go zero values: every key is omitempty, so an omitted key means zero/empty/false.
   d->index = 0;
@@ -219,6 +235,7 @@ absl::Status DecodeJsonDevice(simdjson::ondemand::value& element, size_t n, Devi
   d->numa = 0;
   d->health = false;
   d->mode.clear();
+  d->mig_profiles.clear();
   simdjson::ondemand::object object;
   if (auto e = element.get_object().get(object); e) {
     return absl::InvalidArgumentError(
@@ -256,8 +273,10 @@ absl::Status DecodeJsonDevice(simdjson::ondemand::value& element, size_t n, Devi
       s = ReadString(v, n, "mode", &d->mode);
     } else if (KeyIs(key, "health")) {
       s = ReadBool(v, n, "health", &d->health);
+    } else if (KeyIs(key, "migprofiles")) {
+      s = ReadMigProfiles(v, n, &d->mig_profiles);
     } else {
-      // Unknown keys (migProfiles, devicevendor, custominfo, ...): the iterator skips the
+      // Unknown keys (migtemplate, devicevendor, custominfo, ...): the iterator skips the
       // value when it moves to the next field.
     }
     if (!s.ok()) {
@@ -399,6 +418,10 @@ std::string EncodeNodeRegisterJson(const std::vector<DeviceInfo>& devices) {
     string_field("type", d.type);
     int_field("numa", d.numa);
     string_field("mode", d.mode);
+    if (!d.mig_profiles.empty()) {
+      key("migProfiles");
+      AppendMigProfilesJson(&out, d.mig_profiles);
+    }
     if (d.health) {
       key("health");
       out += "true";

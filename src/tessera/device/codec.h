@@ -38,13 +38,13 @@ struct DecodedRegister {
 // Decodes a node registration in either format. A value whose first non-whitespace byte is
 // '[' is the JSON array of v2.8+; anything else is the delimited format of v2.5–v2.7.
 //
-// JSON: keys are matched ASCII-case-insensitively (as Go does), unknown keys (migProfiles,
-// devicevendor, …) are ignored, null and omitted keys take Go zero values (index 0, count 0,
-// numa 0, health false, …) except that an omitted or empty mode means "hami-core". Numbers
-// must be integers in int32 range; index must be non-negative.
-// Delimited: "id,count,devmem,devcore,type,numa,health[,index,mode]:" per device; segments
-// without ',' are skipped, and at least one device must remain; a 7-field device has index 0
-// and mode "hami-core", an empty 9th field means "hami-core". Numbers follow Go strconv.Atoi
+// JSON: keys are matched ASCII-case-insensitively (as Go does), unknown keys (migtemplate,
+// devicevendor, …) are ignored, migProfiles is decoded by DecodeMigProfiles (mig.h), null and
+// omitted keys take Go zero values (index 0, count 0, numa 0, health false, …) except that an
+// omitted or empty mode means "hami-core". Numbers must be integers in int32 range; index must be
+// non-negative. Delimited: "id,count,devmem,devcore,type,numa,health[,index,mode]:" per device;
+// segments without ',' are skipped, and at least one device must remain; a 7-field device has index
+// 0 and mode "hami-core", an empty 9th field means "hami-core". Numbers follow Go strconv.Atoi
 // (optional sign, decimal, no spaces) and must fit int32; a negative index is an error; health
 // follows Go strconv.ParseBool.
 // JSON: an empty array is an error (HAMi v2.10's NVIDIA GetNodeDevices rejects it).

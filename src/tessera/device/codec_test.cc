@@ -143,7 +143,9 @@ TEST(NodeRegisterJson, HamiSchedulerTestString) {
 }
 
 // HEAD pkg/device/nvidia/device_test.go: a MIG device with migProfiles, which Tessera ignores.
-TEST(NodeRegisterJson, MigProfilesAreIgnored) {
+// The profiles are decoded (mig_test.cc has the details); keys the wire form lacks
+// (instanceCount, multiprocessorCount) are ignored.
+TEST(NodeRegisterJson, MigProfilesAreDecoded) {
   auto r = DecodeNodeRegister(
       R"([{"id":"GPU-0","count":7,"devmem":40960,"devcore":100,"type":"NVIDIA-A100-SXM4-40GB",)"
       R"("numa":0,"health":true,"mode":"mig","migProfiles":[{"name":"1g.5gb","memoryMB":5120,)"
@@ -151,7 +153,9 @@ TEST(NodeRegisterJson, MigProfilesAreIgnored) {
       R"("placements":[{"start":6,"size":1}]}]}])");
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->devices.size(), 1u);
-  EXPECT_EQ(r->devices[0], Dev("GPU-0", 0, 7, 40960, 100, "NVIDIA-A100-SXM4-40GB", 0, "mig", true));
+  DeviceInfo want = Dev("GPU-0", 0, 7, 40960, 100, "NVIDIA-A100-SXM4-40GB", 0, "mig", true);
+  want.mig_profiles = {MigProfile{"1g.5gb", 5120, 14, 1, {MigPlacement{6, 1}}}};
+  EXPECT_EQ(r->devices[0], want);
 }
 
 // HEAD MarshalNodeDevices: omitempty drops zero index, numa, and health:false.

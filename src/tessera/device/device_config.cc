@@ -20,6 +20,7 @@
 #include "yaml-cpp/yaml.h"
 
 #include "tessera/base/status_macros.h"
+#include "tessera/device/mig_config.h"
 #include "tessera/device/quantity.h"
 
 namespace tessera::device {
@@ -316,7 +317,14 @@ absl::Status ParseNvidia(const YAML::Node& section, NvidiaConfig& config, bool& 
         if (key == "runtimeClassName") {
           return ParseString(value, path, config.runtime_class_name, nonzero);
         }
-        // knownMigGeometries, migProfileAllowlist, disableCoreLimit and other plugin-side or
+        if (key == "migProfileAllowlist") {
+          return internal::ParseMigAllowlist(value, path, config.mig_profile_allowlist, nonzero);
+        }
+        if (key == "knownMigGeometries") {
+          return internal::ParseMigGeometries(value, path, &ParseNonNegativeInt32,
+                                              config.known_mig_geometries, nonzero);
+        }
+        // disableCoreLimit and other plugin-side or
         // unknown keys: not interpreted here, but they make the section non-empty.
         nonzero = nonzero || !GenericIsZero(value, 1, budget);
         return absl::OkStatus();

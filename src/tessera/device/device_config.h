@@ -7,6 +7,9 @@
 // sections are accepted and ignored. The keys and their defaults: docs/deploy.md "The device
 // configuration file".
 //
+// MIG keys: migProfileAllowlist and knownMigGeometries (docs/mig.md); an allowlist entry
+// without models or profiles, or with a profile name HAMi rejects, is an error, as in HAMi.
+//
 // Errors: InvalidArgument for a quoted or mistyped integer or boolean, a negative integer or
 // scaling, an empty resource name or one with whitespace, a duplicate key, or a document whose
 // vendor sections are all empty (as HAMi rejects it). Unknown keys are ignored, as in HAMi.
@@ -17,6 +20,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -28,6 +32,33 @@ enum class GpuCorePolicy { kDefault, kForce, kDisable };
 
 // "default", "force", "disable".
 std::string_view GpuCorePolicyName(GpuCorePolicy policy);
+
+// One nvidia.migProfileAllowlist entry (HAMi v2.10): the MIG profiles a v2.10 plugin registers
+// for a card whose type contains one of `models`. Both lists are non-empty and every profile
+// passes ValidateMigProfileName (tessera/device/mig.h).
+struct MigAllowlistEntry {
+  std::vector<std::string> models;
+  std::vector<std::string> profiles;
+  friend bool operator==(const MigAllowlistEntry&, const MigAllowlistEntry&) = default;
+};
+
+// One template of a static MIG geometry (HAMi v2.5–v2.9 knownMigGeometries): `count` instances
+// of `name`, each with `memory` MiB and `core` percent.
+struct MigTemplate {
+  std::string name;
+  int32_t core = 0;
+  int32_t memory = 0;
+  int32_t count = 0;
+  friend bool operator==(const MigTemplate&, const MigTemplate&) = default;
+};
+
+// One nvidia.knownMigGeometries entry: the geometries (each a list of templates) a v2.5–v2.9
+// scheduler attaches to a "mig" card whose type contains one of `models`.
+struct MigGeometryEntry {
+  std::vector<std::string> models;
+  std::vector<std::vector<MigTemplate>> geometries;
+  friend bool operator==(const MigGeometryEntry&, const MigGeometryEntry&) = default;
+};
 
 struct NvidiaConfig {
   // Extended-resource names a container asks with.
@@ -54,9 +85,18 @@ struct NvidiaConfig {
   // Webhook settings.
   GpuCorePolicy gpu_core_policy = GpuCorePolicy::kDefault;
   std::string runtime_class_name;  // empty: leave spec.runtimeClassName alone
+  // MIG: v2.10's allowlist (plugin side; the scheduler trusts what is registered) and v2.5–v2.9's
+  // static geometries. Empty when absent.
+  std::vector<MigAllowlistEntry> mig_profile_allowlist;
+  std::vector<MigGeometryEntry> known_mig_geometries;
 
   friend bool operator==(const NvidiaConfig&, const NvidiaConfig&) = default;
 };
+
+// The first entry with a model that is a substring of the card `type` (HAMi's rule for both
+// lists), or nullptr.
+const MigAllowlistEntry* FindMigAllowlist(const NvidiaConfig& config, std::string_view type);
+const MigGeometryEntry* FindMigGeometries(const NvidiaConfig& config, std::string_view type);
 
 // The HAMi chart's defaults (the values shown in the format above).
 NvidiaConfig DefaultNvidiaConfig();

@@ -45,7 +45,15 @@ TEST(DeviceConfigTest, ExampleFileIsTheChartDefaults) {
   absl::StatusOr<NvidiaConfig> c =
       LoadDeviceConfigFile(SourceDir() + "/examples/device-config.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(*c, DefaultNvidiaConfig());
+  // v2.5.2's chart geometries for A30, A100-40GB and A100-80GB.
+  ASSERT_EQ(c->known_mig_geometries.size(), 3U);
+  EXPECT_EQ(c->known_mig_geometries[1].models.front(), "A100-SXM4-40GB");
+  EXPECT_EQ(c->known_mig_geometries[1].geometries.size(), 4U);
+  EXPECT_EQ(c->known_mig_geometries[1].geometries[2],
+            (std::vector<MigTemplate>{{"3g.20gb", 0, 20480, 2}}));
+  NvidiaConfig rest = *c;
+  rest.known_mig_geometries.clear();
+  EXPECT_EQ(rest, DefaultNvidiaConfig());
 }
 
 TEST(DeviceConfigTest, ParsesEveryKey) {
@@ -112,7 +120,54 @@ somethingElse: 3
   ASSERT_TRUE(c.ok()) << c.status();
   NvidiaConfig want = DefaultNvidiaConfig();
   want.default_cores = 10;
+  want.known_mig_geometries = {{{"A30"}, {{{"1g.6gb", 0, 6144, 4}}}}};
   EXPECT_EQ(*c, want);
+}
+
+// HAMi v2.10 chart (templates/scheduler/device-configmap.yaml), two of its entries.
+TEST(DeviceConfigTest, MigProfileAllowlist) {
+  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(R"(
+nvidia:
+  migProfileAllowlist:
+  - models: ["A100-SXM4-40GB", "A100-40GB-PCIe", "A100-PCIE-40GB"]
+    profiles: ["1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb"]
+  - models: ["H200 NVL", "H200-SXM5"]
+    profiles: ["1g.18gb", "2g.35gb", "3g.71gb", "7g.141gb"]
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->mig_profile_allowlist.size(), 2U);
+  EXPECT_EQ(c->mig_profile_allowlist[1].profiles.back(), "7g.141gb");
+  const MigAllowlistEntry* a100 = FindMigAllowlist(*c, "NVIDIA A100-PCIE-40GB");
+  ASSERT_NE(a100, nullptr);
+  EXPECT_EQ(a100->profiles.front(), "1g.5gb");
+  EXPECT_EQ(FindMigAllowlist(*c, "NVIDIA H200 NVL"), &c->mig_profile_allowlist[1]);
+  EXPECT_EQ(FindMigAllowlist(*c, "NVIDIA H100 80GB HBM3"), nullptr);
+  EXPECT_EQ(FindMigGeometries(*c, "NVIDIA A100-PCIE-40GB"), nullptr);
+}
+
+// v2.10 mig_profiles.go:ValidateMigProfileAllowlist is fatal in HAMi; here the config is rejected.
+TEST(DeviceConfigTest, BadMigKeysAreRejectedNamingTheEntry) {
+  const std::pair<const char*, const char*> kBad[] = {
+      {"nvidia: {migProfileAllowlist: [{models: [A100]}]}",
+       "nvidia.migProfileAllowlist[0]: MIG profile allowlist must define models and profiles"},
+      {"nvidia: {migProfileAllowlist: [{models: [], profiles: [1g.5gb]}]}",
+       "must define models and profiles"},
+      {"nvidia: {migProfileAllowlist: [{models: [A100], profiles: [1g.5gb, g.5gb]}]}",
+       "nvidia.migProfileAllowlist[0]: invalid MIG profile \"g.5gb\""},
+      {"nvidia: {migProfileAllowlist: {models: [A100]}}",
+       "nvidia.migProfileAllowlist: not a sequence"},
+      {"nvidia: {migProfileAllowlist: [{models: [[x]], profiles: [1g.5gb]}]}",
+       "nvidia.migProfileAllowlist[0].models[0]: not a string"},
+      {"nvidia: {knownMigGeometries: [{models: [A30], allowedGeometries: [[{count: x}]]}]}",
+       "nvidia.knownMigGeometries[0].allowedGeometries[0][0].count: not an integer"},
+      {"nvidia: {knownMigGeometries: [{models: [A30], allowedGeometries: [[{memory: -1}]]}]}",
+       "must not be negative"},
+  };
+  for (const auto& [yaml, want] : kBad) {
+    absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(yaml);
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(want)) << yaml;
+  }
 }
 
 TEST(DeviceConfigTest, AnotherVendorAloneIsEnoughAndNvidiaTakesDefaults) {

@@ -29,6 +29,30 @@ inline constexpr std::string_view kNvidiaVendor = "NVIDIA";
 // The memory-percentage sentinel meaning "no percentage requested".
 inline constexpr int32_t kPercentageUnset = 101;
 
+// One MIG placement: the GPU's memory slices [start, start + size) that a GPU instance of some
+// profile occupies (NVML's placement; 8 slices on A100/H100/H200). tessera/device/mig.h.
+struct MigPlacement {
+  uint32_t start = 0;
+  uint32_t size = 0;
+
+  // True when the two ranges share a slice.
+  bool Overlaps(const MigPlacement& other) const {
+    return start < other.start + other.size && other.start < start + size;
+  }
+  friend bool operator==(const MigPlacement&, const MigPlacement&) = default;
+};
+
+// A MIG profile as a v2.10 device plugin registers it for a card in "mig" mode.
+struct MigProfile {
+  std::string name;       // "1g.5gb"
+  int32_t memory_mb = 0;  // NVML memory size of one instance, MiB
+  int32_t core = 0;       // percent of the card's SMs, rounded up
+  uint32_t slice_count = 0;
+  std::vector<MigPlacement> placements;  // where an instance may start, NVML's order
+
+  friend bool operator==(const MigProfile&, const MigProfile&) = default;
+};
+
 // A device as its node registers it (hami.io/node-nvidia-register), in either format.
 struct DeviceInfo {
   std::string id;  // NVML UUID, "GPU-…"
@@ -39,6 +63,8 @@ struct DeviceInfo {
   std::string type;     // "NVIDIA-Tesla T4", "NVIDIA A100-SXM4-40GB", …
   int32_t numa = 0;
   std::string mode = "hami-core";  // "hami-core", "mig" or "mps"
+  // The JSON key migProfiles (v2.10 plugin, mode "mig"); empty otherwise.
+  std::vector<MigProfile> mig_profiles = {};
   bool health = true;
 
   friend bool operator==(const DeviceInfo&, const DeviceInfo&) = default;
