@@ -27,6 +27,7 @@ constexpr std::array<std::string_view, kReasonCount> kReasonNames = {
     "CardUuidMismatch",
     "CardTimeSlicingExhausted",
     "ExclusiveDeviceAllocateConflict",
+    "ResourceQuotaNotFit",
     "CardInsufficientMemory",
     "CardInsufficientCore",
     "CardComputeUnitsExhausted",
@@ -314,9 +315,11 @@ double ComputeDeviceScore(const DeviceInfo& info, const DeviceUsage& usage,
 }
 
 void Fitter::Prepare(const device::PodRequest& request, const device::PodConstraints& constraints,
-                     const GpuPolicy& policy) {
+                     const GpuPolicy& policy, const NamespaceQuota* quota) {
   request_ = &request;
   constraints_ = &constraints;
+  quota_ = quota != nullptr && quota->Limited() ? quota : nullptr;
+  quota_miss_.reset();
   needle_valid_ = false;
   order_ = SortOrderFor(policy, constraints.numa_bind);
   for (size_t k = 0; k < order_.size; ++k) {
@@ -595,6 +598,59 @@ void Reposition(const std::vector<Fitter::SortEntry>& entries, std::vector<int32
 
 }  // namespace
 
+bool Fitter::QuotaFits(int container, bool app, int32_t device, int64_t memreq, int32_t coresreq) {
+  // The pod's entries on this node so far (earlier containers, then this container's cards),
+  // plus the card being tried; `container` marks init entries with -1.
+  const auto init_count = static_cast<int32_t>(request_->init_count);
+  quota_scratch_.clear();
+  for (const Choice& c : choices_) {
+    quota_scratch_.push_back(
+        Choice{c.container < init_count ? -1 : c.container, c.device, c.usedmem, c.usedcores});
+  }
+  const int32_t mark = app ? container : -1;
+  for (const Taken& t : taken_) {
+    quota_scratch_.push_back(Choice{mark, t.device, t.usedmem, t.usedcores});
+  }
+  quota_scratch_.push_back(Choice{mark, device, static_cast<int32_t>(memreq), coresreq});
+  // Collapse per card: max(peak over init entries, sum over app entries), as the ledger counts.
+  int64_t mem = 0, cores = 0;
+  for (size_t i = 0; i < quota_scratch_.size(); ++i) {
+    bool first = true;
+    for (size_t j = 0; j < i && first; ++j) {
+      first = quota_scratch_[j].device != quota_scratch_[i].device;
+    }
+    if (!first) {
+      continue;
+    }
+    int64_t init_mem = 0, init_cores = 0, app_mem = 0, app_cores = 0;
+    for (size_t j = i; j < quota_scratch_.size(); ++j) {
+      const Choice& e = quota_scratch_[j];
+      if (e.device != quota_scratch_[i].device) {
+        continue;
+      }
+      if (e.container < 0) {
+        init_mem = std::max<int64_t>(init_mem, e.usedmem);
+        init_cores = std::max<int64_t>(init_cores, e.usedcores);
+      } else {
+        app_mem += e.usedmem;
+        app_cores += e.usedcores;
+      }
+    }
+    mem += std::max(init_mem, app_mem);
+    cores += std::max(init_cores, app_cores);
+  }
+  if (quota_->Fits(mem, cores)) {
+    return true;
+  }
+  const bool memory = quota_->memory.has_value() && quota_->usedmem + mem > quota_->MemoryLimit();
+  const int64_t asked = memory ? mem : cores;
+  if (!quota_miss_.has_value() || (quota_miss_->memory == memory && asked < quota_miss_->asked) ||
+      (memory && !quota_miss_->memory)) {
+    quota_miss_ = QuotaMiss{memory, asked};
+  }
+  return false;
+}
+
 bool Fitter::FitContainer(int container, const ContainerRequest& request, const NodeSnapshot& snap,
                           absl::Span<const DeviceUsage> usage, std::vector<DeviceUsage>* apply,
                           bool app) {
@@ -690,6 +746,10 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
       memreq = request.memreq;
     } else if (request.mem_percentage != device::kPercentageUnset) {
       memreq = PercentOf(d.devmem, request.mem_percentage);
+    }
+    if (quota_ != nullptr && !QuotaFits(container, app, i, memreq, coresreq)) {
+      skip(Reason::kResourceQuotaNotFit);
+      continue;
     }
     if (d.devmem - u.usedmem < memreq) {
       skip(Reason::kCardInsufficientMemory);

@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "absl/types/span.h"
 
 #include "tessera/device/model.h"
+#include "tessera/schedule/quota.h"
 
 namespace tessera::schedule {
 
@@ -45,6 +47,9 @@ enum class Reason : uint8_t {
   kCardUuidMismatch,
   kCardTimeSlicingExhausted,
   kExclusiveDeviceAllocateConflict,
+  // The namespace's quota (quota.h) cannot take this card's share: checked where HAMi's NVIDIA
+  // Fit checks it, before the card's free memory.
+  kResourceQuotaNotFit,
   kCardInsufficientMemory,
   kCardInsufficientCore,
   kCardComputeUnitsExhausted,
@@ -54,7 +59,7 @@ enum class Reason : uint8_t {
   kAllocatedCardsInsufficientRequest,
   kNodeInsufficientDevice,
 };
-inline constexpr size_t kReasonCount = 13;
+inline constexpr size_t kReasonCount = 14;
 
 // The wire name, e.g. "CardInsufficientMemory".
 std::string_view ReasonName(Reason reason);
@@ -204,9 +209,10 @@ class Fitter {
     int32_t usedcores = 0;
   };
 
-  // Binds the pod. `request` and `constraints` must outlive the Fit calls.
+  // Binds the pod. `request`, `constraints` and `quota` must outlive the Fit calls. With a
+  // limited `quota` (nullptr or unlimited: no check) each card is checked against it.
   void Prepare(const device::PodRequest& request, const device::PodConstraints& constraints,
-               const device::GpuPolicy& policy);
+               const device::GpuPolicy& policy, const NamespaceQuota* quota = nullptr);
 
   // Fits the prepared pod on `node`. Returns true when every requesting container fits.
   // Afterwards choices() (on success) or failed_container()/reasons() (on failure) describe the
@@ -218,6 +224,9 @@ class Fitter {
   const std::vector<Choice>& choices() const { return choices_; }
   int failed_container() const { return failed_container_; }
   const ReasonParts& reasons() const { return reasons_; }
+  // The smallest ask the quota refused in the Fits since Prepare (nullopt when it refused none;
+  // a memory miss is kept over a cores miss).
+  const std::optional<QuotaMiss>& quota_miss() const { return quota_miss_; }
   // ComputeNodeScore of the node (valid after a Fit on a well-formed snapshot, fit or not).
   double node_score() const { return node_score_; }
   // Usage after the pod (valid after a successful Fit).
@@ -259,13 +268,17 @@ class Fitter {
   bool FitContainer(int container, const device::ContainerRequest& request,
                     const device::NodeSnapshot& node, absl::Span<const device::DeviceUsage> usage,
                     std::vector<device::DeviceUsage>* apply, bool app);
+  // Whether the namespace quota takes the pod's collapsed usage on this node with `device`
+  // added to the container being fitted (HAMi's hypothetical PodDevices); records a miss.
+  bool QuotaFits(int container, bool app, int32_t device, int64_t memreq, int32_t coresreq);
   bool TypeFilterPasses(const device::DeviceInfo& info) const;
   bool UuidFilterPasses(const device::DeviceInfo& info) const;
 
   // Members are grouped by size (largest first within each part), so the bools share words.
   const device::PodRequest* request_ = nullptr;
   const device::PodConstraints* constraints_ = nullptr;
-  std::string_view primary_type_;  // the type of the first requesting container
+  const NamespaceQuota* quota_ = nullptr;  // null unless limited
+  std::string_view primary_type_;          // the type of the first requesting container
   SortOrder order_;
   std::array<double, 3> key_sign_{};
   std::array<int, 3> key_source_{};  // per key: 0 = score, 1 = NUMA, 2 = Used
@@ -286,6 +299,8 @@ class Fitter {
   std::vector<int32_t> rank_;
   std::vector<Taken> taken_;
   std::vector<Choice> choices_;
+  std::vector<Choice> quota_scratch_;  // the hypothetical entries QuotaFits collapses
+  std::optional<QuotaMiss> quota_miss_;
   std::string_view type_key_;
   std::string_view needle_;   // the request type being matched
   std::string needle_lower_;  // needle_, lower-cased
