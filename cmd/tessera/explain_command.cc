@@ -113,7 +113,7 @@ void AppendYaml(const nlohmann::json& value, int indent, std::string* out) {
 struct Sources {
   std::vector<kube::Node> nodes;
   std::vector<kube::Pod> pods;
-  std::vector<kube::ResourceQuota> quotas;  // from --cluster files only (live: not read yet)
+  std::vector<kube::ResourceQuota> quotas;
   kube::Pod pod;
   std::vector<std::string> warnings;
 };
@@ -202,6 +202,10 @@ std::optional<int> LoadLive(const ExplainOptions& opts, Sources* sources) {
   }
   sources->nodes = std::move(live->nodes);
   sources->pods = std::move(live->pods);
+  sources->quotas = std::move(live->quotas);
+  if (!live->quota_error.empty()) {
+    sources->warnings.push_back(live->quota_error + ": namespace quota not checked");
+  }
   return std::nullopt;
 }
 

@@ -6,6 +6,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "tessera/testing/objects.h"
+
 namespace tessera::accounting {
 namespace {
 
@@ -24,16 +26,7 @@ kube::ResourceQuota Rq(const std::string& ns, const std::string& name,
 }
 
 std::shared_ptr<const device::NodeDevices> Node() {
-  auto n = std::make_shared<device::NodeDevices>();
-  n->node = "n1";
-  device::DeviceInfo d;
-  d.id = "GPU-a";
-  d.count = 10;
-  d.devmem = 80000;
-  d.devcore = 100;
-  d.type = "NVIDIA-A100";
-  n->devices.push_back(d);
-  return n;
+  return ::tessera::testing::GpuNodeDevices("n1", {"GPU-a"}, 80000);
 }
 
 TEST(QuotaBookTest, NamespaceWithoutQuotaIsUnlimited) {
@@ -49,8 +42,8 @@ TEST(QuotaBookTest, EditsAndDeletesTakeEffectAtOnce) {
   // quota_test.go TestUpdateQuota: raising one limit and dropping the other; a key the new
   // object no longer carries is released. TestAddQuotaAndDelQuota: a delete clears it.
   QuotaBook book({});
-  book.Upsert(Rq("ml", "gpu", {{"limits.nvidia.com/gpumem", "1000"},
-                               {"limits.nvidia.com/gpucores", "100"}}));
+  book.Upsert(Rq("ml", "gpu",
+                 {{"limits.nvidia.com/gpumem", "1000"}, {"limits.nvidia.com/gpucores", "100"}}));
   EXPECT_EQ(book.Limits("ml").memory->limit, 1000);
   EXPECT_EQ(book.Limits("ml").cores->limit, 100);
   book.Upsert(Rq("ml", "gpu", {{"limits.nvidia.com/gpumem", "2000"}}));
@@ -80,8 +73,9 @@ TEST(QuotaBookTest, UsageIsTheLedgersView) {
   book.Upsert(Rq("ml", "gpu", {{"limits.nvidia.com/gpumem", "40000"}}));
   ledger::Ledger ledger;
   ASSERT_TRUE(ledger.SetNode(Node()).ok());
-  ASSERT_TRUE(ledger.Reserve("u1", "ml", "p1", "n1", {{{"GPU-a", "NVIDIA", 36000, 0}}},
-                             absl::InfiniteFuture())
+  ASSERT_TRUE(ledger
+                  .Reserve("u1", "ml", "p1", "n1", {{{"GPU-a", "NVIDIA", 36000, 0}}},
+                           absl::InfiniteFuture())
                   .ok());
   schedule::NamespaceQuota q = book.Quota("ml", ledger);
   EXPECT_EQ(q.usedmem, 36000);
@@ -97,7 +91,8 @@ TEST(QuotaBookTest, SkippedValuesAreListed) {
   QuotaBook book({});
   book.Upsert(Rq("ml", "gpu", {{"limits.nvidia.com/gpumem", "1.5"}}));
   EXPECT_FALSE(book.Limits("ml").Limited());
-  EXPECT_THAT(book.Skipped(), ElementsAre(::testing::StartsWith("ml/gpu: limits.nvidia.com/gpumem")));
+  EXPECT_THAT(book.Skipped(),
+              ElementsAre(::testing::StartsWith("ml/gpu: limits.nvidia.com/gpumem")));
 }
 
 }  // namespace

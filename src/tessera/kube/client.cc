@@ -383,6 +383,13 @@ absl::StatusOr<NodeList> ApiClient::ListNodes(const ListOptions& options) {
   return DecodeList<Node>(&r.body);
 }
 
+// Not `tessera serve`'s (its informer lists with ListAsync): `tessera explain` on a live cluster.
+absl::StatusOr<ResourceQuotaList> ApiClient::ListResourceQuotas(const ListOptions& options) {
+  TESSERA_ASSIGN_OR_RETURN(Response r,
+                           Call(Get(ResourceQuotasPath(options.ns) + ListQuery(options))));
+  return DecodeList<ResourceQuota>(&r.body);
+}
+
 // RBAC: api_calls.cc "list pods", "list nodes", "list resourcequotas" (per T; Tessera lists no
 // Leases).
 template <typename T>

@@ -177,6 +177,7 @@ class ApiClient {
   // One page.
   absl::StatusOr<PodList> ListPods(const ListOptions& options);
   absl::StatusOr<NodeList> ListNodes(const ListOptions& options);
+  absl::StatusOr<ResourceQuotaList> ListResourceQuotas(const ListOptions& options);
 
   // --- async reads (for the reflector) -------------------------------------------------------
   // Sends one LIST page of T (Pod, Node or ResourceQuota) without retrying; `done` runs on the

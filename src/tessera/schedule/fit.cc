@@ -319,6 +319,27 @@ void Fitter::Prepare(const device::PodRequest& request, const device::PodConstra
   request_ = &request;
   constraints_ = &constraints;
   quota_ = quota != nullptr && quota->Limited() ? quota : nullptr;
+  if (quota_ != nullptr) {
+    // The pod's collapsed usage is at most the plain sum of its requests (each container's nums
+    // cards of memreq MiB, cores at most 100 each). When even that fits, no card can fail the
+    // check and it is skipped. A percentage or whole-card request depends on the card: checked.
+    int64_t mem = 0, cores = 0;
+    bool bounded = true;
+    for (const auto& c : request.containers) {
+      if (!c.has_value() || c->nums <= 0) {
+        continue;
+      }
+      if (c->memreq <= 0) {
+        bounded = false;
+        break;
+      }
+      mem += int64_t{c->nums} * c->memreq;
+      cores += int64_t{c->nums} * std::min(c->coresreq, 100);
+    }
+    if (bounded && quota_->Fits(mem, cores)) {
+      quota_ = nullptr;
+    }
+  }
   quota_miss_.reset();
   needle_valid_ = false;
   order_ = SortOrderFor(policy, constraints.numa_bind);
@@ -598,47 +619,64 @@ void Reposition(const std::vector<Fitter::SortEntry>& entries, std::vector<int32
 
 }  // namespace
 
-bool Fitter::QuotaFits(int container, bool app, int32_t device, int64_t memreq, int32_t coresreq) {
-  // The pod's entries on this node so far (earlier containers, then this container's cards),
-  // plus the card being tried; `container` marks init entries with -1.
+void Fitter::PrepareQuotaBase() {
+  // The pod's entries on this node from its earlier containers, collapsed per card:
+  // max(peak over init entries, sum over app entries), as the ledger counts them.
   const auto init_count = static_cast<int32_t>(request_->init_count);
-  quota_scratch_.clear();
+  quota_base_.clear();
+  quota_base_mem_ = 0;
+  quota_base_cores_ = 0;
   for (const Choice& c : choices_) {
-    quota_scratch_.push_back(
-        Choice{c.container < init_count ? -1 : c.container, c.device, c.usedmem, c.usedcores});
+    QuotaCard* card = nullptr;
+    for (QuotaCard& q : quota_base_) {
+      if (q.device == c.device) {
+        card = &q;
+        break;
+      }
+    }
+    if (card == nullptr) {
+      card = &quota_base_.emplace_back(QuotaCard{c.device});
+    }
+    if (c.container < init_count) {
+      card->init_mem = std::max<int64_t>(card->init_mem, c.usedmem);
+      card->init_cores = std::max<int64_t>(card->init_cores, c.usedcores);
+    } else {
+      card->app_mem += c.usedmem;
+      card->app_cores += c.usedcores;
+    }
   }
-  const int32_t mark = app ? container : -1;
+  for (const QuotaCard& q : quota_base_) {
+    quota_base_mem_ += std::max(q.init_mem, q.app_mem);
+    quota_base_cores_ += std::max(q.init_cores, q.app_cores);
+  }
+}
+
+bool Fitter::QuotaFits(bool app, int32_t device, int64_t memreq, int32_t coresreq) {
+  // The collapsed total with this container's cards so far and `device` added. A container
+  // visits each card once, so these cards are distinct: each changes only its own card's term.
+  int64_t mem = quota_base_mem_, cores = quota_base_cores_;
+  auto add = [&](int32_t dev, int64_t m, int64_t c) {
+    QuotaCard card{dev};
+    for (const QuotaCard& q : quota_base_) {
+      if (q.device == dev) {
+        card = q;
+        break;
+      }
+    }
+    mem -= std::max(card.init_mem, card.app_mem);
+    cores -= std::max(card.init_cores, card.app_cores);
+    if (app) {
+      mem += std::max(card.init_mem, card.app_mem + m);
+      cores += std::max(card.init_cores, card.app_cores + c);
+    } else {
+      mem += std::max(std::max(card.init_mem, m), card.app_mem);
+      cores += std::max(std::max(card.init_cores, c), card.app_cores);
+    }
+  };
   for (const Taken& t : taken_) {
-    quota_scratch_.push_back(Choice{mark, t.device, t.usedmem, t.usedcores});
+    add(t.device, t.usedmem, t.usedcores);
   }
-  quota_scratch_.push_back(Choice{mark, device, static_cast<int32_t>(memreq), coresreq});
-  // Collapse per card: max(peak over init entries, sum over app entries), as the ledger counts.
-  int64_t mem = 0, cores = 0;
-  for (size_t i = 0; i < quota_scratch_.size(); ++i) {
-    bool first = true;
-    for (size_t j = 0; j < i && first; ++j) {
-      first = quota_scratch_[j].device != quota_scratch_[i].device;
-    }
-    if (!first) {
-      continue;
-    }
-    int64_t init_mem = 0, init_cores = 0, app_mem = 0, app_cores = 0;
-    for (size_t j = i; j < quota_scratch_.size(); ++j) {
-      const Choice& e = quota_scratch_[j];
-      if (e.device != quota_scratch_[i].device) {
-        continue;
-      }
-      if (e.container < 0) {
-        init_mem = std::max<int64_t>(init_mem, e.usedmem);
-        init_cores = std::max<int64_t>(init_cores, e.usedcores);
-      } else {
-        app_mem += e.usedmem;
-        app_cores += e.usedcores;
-      }
-    }
-    mem += std::max(init_mem, app_mem);
-    cores += std::max(init_cores, app_cores);
-  }
+  add(device, memreq, coresreq);
   if (quota_->Fits(mem, cores)) {
     return true;
   }
@@ -704,6 +742,9 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
   int32_t prevnuma = -1;
   int32_t coresreq = request.coresreq;
   taken_.clear();
+  if (quota_ != nullptr) {
+    PrepareQuotaBase();
+  }
   for (size_t k = m; k-- > 0;) {
     const int32_t i = ent[order[k]].pos;
     const DeviceInfo& d = devs[i];
@@ -747,7 +788,7 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
     } else if (request.mem_percentage != device::kPercentageUnset) {
       memreq = PercentOf(d.devmem, request.mem_percentage);
     }
-    if (quota_ != nullptr && !QuotaFits(container, app, i, memreq, coresreq)) {
+    if (quota_ != nullptr && !QuotaFits(app, i, memreq, coresreq)) {
       skip(Reason::kResourceQuotaNotFit);
       continue;
     }

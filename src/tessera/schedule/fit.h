@@ -268,9 +268,17 @@ class Fitter {
   bool FitContainer(int container, const device::ContainerRequest& request,
                     const device::NodeSnapshot& node, absl::Span<const device::DeviceUsage> usage,
                     std::vector<device::DeviceUsage>* apply, bool app);
+  // One card's share of the pod's earlier containers on this node (for the quota check).
+  struct QuotaCard {
+    int32_t device = 0;
+    int64_t init_mem = 0, init_cores = 0;  // peak over init containers
+    int64_t app_mem = 0, app_cores = 0;    // sum over app containers
+  };
+  // Collapses choices_ (the earlier containers) into quota_base_; once per container.
+  void PrepareQuotaBase();
   // Whether the namespace quota takes the pod's collapsed usage on this node with `device`
   // added to the container being fitted (HAMi's hypothetical PodDevices); records a miss.
-  bool QuotaFits(int container, bool app, int32_t device, int64_t memreq, int32_t coresreq);
+  bool QuotaFits(bool app, int32_t device, int64_t memreq, int32_t coresreq);
   bool TypeFilterPasses(const device::DeviceInfo& info) const;
   bool UuidFilterPasses(const device::DeviceInfo& info) const;
 
@@ -299,7 +307,9 @@ class Fitter {
   std::vector<int32_t> rank_;
   std::vector<Taken> taken_;
   std::vector<Choice> choices_;
-  std::vector<Choice> quota_scratch_;  // the hypothetical entries QuotaFits collapses
+  std::vector<QuotaCard> quota_base_;  // PrepareQuotaBase's cards
+  int64_t quota_base_mem_ = 0;
+  int64_t quota_base_cores_ = 0;
   std::optional<QuotaMiss> quota_miss_;
   std::string_view type_key_;
   std::string_view needle_;   // the request type being matched

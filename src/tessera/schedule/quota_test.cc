@@ -10,6 +10,7 @@
 
 #include "tessera/schedule/fit.h"
 #include "tessera/schedule/score.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::schedule {
 namespace {
@@ -123,22 +124,13 @@ TEST(NamespaceQuotaTest, MissTextNamesQuotaLimitUsageAndAsk) {
 // ---- the per-card check in the fit ------------------------------------------------------
 
 device::NodeSnapshot Node(int gpus, int32_t devmem) {
-  auto nd = std::make_shared<device::NodeDevices>();
-  nd->node = "n1";
+  std::vector<std::string> uuids;
   for (int i = 0; i < gpus; ++i) {
-    device::DeviceInfo d;
-    d.id = "GPU-" + std::to_string(i);
-    d.index = i;
-    d.count = 10;
-    d.devmem = devmem;
-    d.devcore = 100;
-    d.type = "NVIDIA-A100";
-    d.health = true;
-    nd->devices.push_back(d);
+    uuids.push_back("GPU-" + std::to_string(i));
   }
   device::NodeSnapshot s;
+  s.devices = ::tessera::testing::GpuNodeDevices("n1", uuids, devmem);
   s.usage.resize(static_cast<size_t>(gpus));
-  s.devices = std::move(nd);
   return s;
 }
 
