@@ -16,6 +16,7 @@
 #include "benchmark/benchmark.h"
 #include "cold_caches.h"
 
+#include "tessera/schedule/quota.h"
 #include "tessera/schedule/score.h"
 
 namespace tessera::schedule {
@@ -127,6 +128,21 @@ PodRequest OneContainer() {
   return p;
 }
 
+// The same two with memory as a percentage of the card (12 % = 3932 MiB of a 32 GiB card): the
+// quota cannot be settled before the card is known, so every card is checked.
+PodRequest OneContainerPercent() {
+  PodRequest p = OneContainer();
+  p.containers[0]->memreq = 0;
+  p.containers[0]->mem_percentage = 12;
+  return p;
+}
+PodRequest FewContainersPercent() {
+  PodRequest p = FewContainers();
+  p.containers[1]->memreq = 0;
+  p.containers[1]->mem_percentage = 12;
+  return p;
+}
+
 // A pod that most nodes reject: every failing node gets its reason string built.
 PodRequest LargeRequest() {
   PodRequest p;
@@ -134,14 +150,31 @@ PodRequest LargeRequest() {
   return p;
 }
 
+// A namespace quota that limits memory and cores but never refuses.
+const NamespaceQuota* RoomyQuota() {
+  static const NamespaceQuota* quota = [] {
+    auto* q = new NamespaceQuota;
+    q->ns = "ml";
+    q->memory_name = "nvidia.com/gpumem";
+    q->cores_name = "nvidia.com/gpucores";
+    q->memory = QuotaLimit{int64_t{1} << 40, "gpu"};
+    q->cores = QuotaLimit{int64_t{1} << 40, "gpu"};
+    q->usedmem = 123456;
+    q->usedcores = 1234;
+    return q;
+  }();
+  return quota;
+}
+
 void RunDecide(benchmark::State& state, NodePolicy node_policy, GpuPolicy gpu_policy,
-               bool numa_bind, const PodRequest& pod = FewContainers()) {
+               bool numa_bind, const PodRequest& pod = FewContainers(),
+               const NamespaceQuota* quota = nullptr) {
   const std::vector<Candidate> candidates = PickCandidates(7);
   device::PodConstraints constraints;
   constraints.numa_bind = numa_bind;
   size_t fits = 0;
   for (auto _ : state) {
-    Decision d = Decide(candidates, pod, constraints, node_policy, gpu_policy);
+    Decision d = Decide(candidates, pod, constraints, node_policy, gpu_policy, quota);
     benchmark::DoNotOptimize(d);
     fits = 0;
     for (const auto& n : d.nodes) {
@@ -192,7 +225,39 @@ void BM_Decide_MostNodesFail(benchmark::State& state) {
 void BM_Decide_OneContainer(benchmark::State& state) {
   RunDecide(state, NodePolicy::kBinpack, GpuPolicy{{GpuPolicyKey::kSpread}}, false, OneContainer());
 }
+// The same two with a namespace quota with room for them (settled once per pod, Fitter::Prepare).
+void BM_Decide_OneContainer_Quota(benchmark::State& state) {
+  RunDecide(state, NodePolicy::kBinpack, GpuPolicy{{GpuPolicyKey::kSpread}}, false, OneContainer(),
+            RoomyQuota());
+}
+void BM_Decide_BinpackSpread_Quota(benchmark::State& state) {
+  RunDecide(state, NodePolicy::kBinpack, GpuPolicy{{GpuPolicyKey::kSpread}}, false, FewContainers(),
+            RoomyQuota());
+}
+// Percentage requests, without and with the quota: the check runs on every card that reaches it.
+void BM_Decide_OneContainerPercent(benchmark::State& state) {
+  RunDecide(state, NodePolicy::kBinpack, GpuPolicy{{GpuPolicyKey::kSpread}}, false,
+            OneContainerPercent());
+}
+void BM_Decide_OneContainerPercent_Quota(benchmark::State& state) {
+  RunDecide(state, NodePolicy::kBinpack, GpuPolicy{{GpuPolicyKey::kSpread}}, false,
+            OneContainerPercent(), RoomyQuota());
+}
+void BM_Decide_FewContainersPercent(benchmark::State& state) {
+  RunDecide(state, NodePolicy::kBinpack, GpuPolicy{{GpuPolicyKey::kSpread}}, false,
+            FewContainersPercent());
+}
+void BM_Decide_FewContainersPercent_Quota(benchmark::State& state) {
+  RunDecide(state, NodePolicy::kBinpack, GpuPolicy{{GpuPolicyKey::kSpread}}, false,
+            FewContainersPercent(), RoomyQuota());
+}
+BENCHMARK(BM_Decide_OneContainerPercent)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Decide_OneContainerPercent_Quota)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Decide_FewContainersPercent)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Decide_FewContainersPercent_Quota)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Decide_OneContainer)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Decide_OneContainer_Quota)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Decide_BinpackSpread_Quota)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Decide_OneContainer_ColdCaches)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Decide_BinpackSpread)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Decide_MostNodesFail)->Unit(benchmark::kMicrosecond);

@@ -113,6 +113,7 @@ void AppendYaml(const nlohmann::json& value, int indent, std::string* out) {
 struct Sources {
   std::vector<kube::Node> nodes;
   std::vector<kube::Pod> pods;
+  std::vector<kube::ResourceQuota> quotas;
   kube::Pod pod;
   std::vector<std::string> warnings;
 };
@@ -201,6 +202,10 @@ std::optional<int> LoadLive(const ExplainOptions& opts, Sources* sources) {
   }
   sources->nodes = std::move(live->nodes);
   sources->pods = std::move(live->pods);
+  sources->quotas = std::move(live->quotas);
+  if (!live->quota_error.empty()) {
+    sources->warnings.push_back(live->quota_error + ": namespace quota not checked");
+  }
   return std::nullopt;
 }
 
@@ -220,6 +225,7 @@ std::optional<int> LoadFiles(const ExplainOptions& opts, Sources* sources) {
   }
   sources->nodes = std::move(cluster->nodes);
   sources->pods = std::move(cluster->pods);
+  sources->quotas = std::move(cluster->quotas);
   sources->pod = *std::move(pod);
   sources->warnings = std::move(cluster->warnings);
   return std::nullopt;
@@ -269,6 +275,10 @@ int RunExplain(ExplainOptions opts) {
   input.nodes = std::move(sources.nodes);
   input.pods = std::move(sources.pods);
   input.pod = std::move(sources.pod);
+  input.quotas = std::move(sources.quotas);
+  input.quota_names = {.memory_name = config.resource_memory_name,
+                       .cores_name = config.resource_core_name,
+                       .memory_factor = config.memory_factor};
   if (input.pod.meta.ns.empty()) {
     input.pod.meta.ns = "default";
   }

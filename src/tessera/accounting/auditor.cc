@@ -107,6 +107,15 @@ AuditReport Auditor::Run(absl::Time now) {
     }
   };
 
+  // Namespace quota usage before the repairs: what a filter would have checked quotas against.
+  for (const ledger::NamespaceDiff& n : diff.namespaces) {
+    report.quota.push_back(QuotaCorrection{n.ns, n.a, n.b, {}});
+  }
+
+  // Namespaces with a counted record or node correction: their quota usage change is counted.
+  absl::flat_hash_set<std::string> corrected_ns;
+  bool node_corrected = false;
+
   // Pods: repair each differing uid from the store's current object; count real changes only.
   absl::flat_hash_set<std::string> uids;
   for (const ledger::RecordDiff& d : diff.records) {
@@ -155,6 +164,7 @@ AuditReport Auditor::Run(absl::Time now) {
       }
       // Node and devices of the same records (before and after the repair), never the diff's
       // node with the repaired devices.
+      corrected_ns.insert(d.ns);
       note(CauseOf(d.kind),
            fmt::format("pod {}/{} (uid {}): held on node {} [{}], truth node {} [{}]", d.ns, d.name,
                        d.uid, was && !was->node.empty() ? was->node : "-", Devices(was),
@@ -176,6 +186,7 @@ AuditReport Auditor::Run(absl::Time now) {
       ledger_->RemoveNode(d.node);
     }
     renewed.insert(d.node);
+    node_corrected = true;
     note("node", fmt::format("node {}: registered in the ledger {}, in the registry {}", d.node,
                              d.registered_a, d.registered_b));
   }
@@ -190,6 +201,15 @@ AuditReport Auditor::Run(absl::Time now) {
                                 "MiB / {} cores",
                                 u.node, u.uuid, u.a.used, u.a.usedmem, u.a.usedcores, u.b.used,
                                 u.b.usedmem, u.b.usedcores));
+    }
+  }
+  for (QuotaCorrection& q : report.quota) {
+    q.after = ledger_->UsageOf(q.ns);
+    if (q.after != q.filter && (node_corrected || corrected_ns.contains(q.ns))) {
+      note("quota", fmt::format("namespace {}: quota usage {} MiB / {} cores, truth {} MiB / {} "
+                                "cores",
+                                q.ns, q.filter.usedmem, q.filter.usedcores, q.truth.usedmem,
+                                q.truth.usedcores));
     }
   }
   report.problems = ledger_->FindProblems();

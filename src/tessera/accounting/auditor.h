@@ -49,8 +49,17 @@ struct AuditorOptions {
 };
 
 // Every cause an AuditReport's corrections can name (described there).
-inline constexpr std::array<std::string_view, 5> kAuditCauses = {"stale_record", "missing_record",
-                                                                 "changed_record", "node", "usage"};
+inline constexpr std::array<std::string_view, 6> kAuditCauses = {
+    "stale_record", "missing_record", "changed_record", "node", "usage", "quota"};
+
+// A namespace whose quota usage (ledger::NamespaceUsage, what /filter checks quotas against)
+// differed from the usage recomputed from the store.
+struct QuotaCorrection {
+  std::string ns;
+  ledger::NamespaceUsage filter;  // what the live ledger held before the audit's repairs
+  ledger::NamespaceUsage truth;   // recomputed from the store's pods and the reservations
+  ledger::NamespaceUsage after;   // the live ledger after the repairs
+};
 
 struct AuditReport {
   absl::Time at = absl::InfinitePast();  // when it ran (InfinitePast: never)
@@ -60,12 +69,17 @@ struct AuditReport {
   // Corrections by cause: "stale_record" (the ledger held a pod the store says holds nothing or
   // does not have), "missing_record" (the store's pod holds devices the ledger did not count),
   // "changed_record" (node, bound state or devices differ), "node" (a registration differs),
-  // "usage" (device usage differs with no record difference: a ledger bug, counted and logged).
+  // "usage" (device usage differs with no record difference: a ledger bug, counted and logged),
+  // "quota" (a namespace's quota usage differed from the truth and the counted record or node
+  // corrections changed it: one per namespace, beside the corrections that caused it).
   std::map<std::string, int64_t> corrections;
   // One line per correction (at most 100): the cause, the pod or node, the devices involved.
   std::vector<std::string> details;
   ledger::Problems problems;  // conflicts, orphans, unregistered holders, unreadable blockers
   std::vector<ForeignAllocation> foreign;  // sorted by uid
+  // Every namespace whose quota usage differed, sorted by namespace (a difference the repairs
+  // did not change, e.g. a delivery racing the audit, is listed but not counted).
+  std::vector<QuotaCorrection> quota;
 };
 
 class Auditor {

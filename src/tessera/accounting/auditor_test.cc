@@ -82,7 +82,10 @@ TEST_F(AuditorTest, AMissedAddIsCountedAndRepaired) {
   store_[pod.meta.uid] = std::make_shared<const kube::Pod>(pod);  // the handler never ran
   AuditReport r = auditor_.Run(clock_.Now());
   EXPECT_EQ(r.corrections["missing_record"], 1);
-  ASSERT_EQ(r.details.size(), 1u);
+  EXPECT_EQ(r.corrections["quota"], 1);  // namespace ml's quota usage was short by 1000 MiB
+  ASSERT_EQ(r.details.size(), 2u);
+  EXPECT_EQ(r.details[1],
+            "quota: namespace ml: quota usage 0 MiB / 0 cores, truth 1000 MiB / 10 cores");
   EXPECT_THAT(r.details[0], HasSubstr("ml/p"));
   EXPECT_THAT(r.details[0], HasSubstr("GPU-1 1000MiB"));
   EXPECT_EQ(UsedMem(), 1000);
@@ -99,6 +102,31 @@ TEST_F(AuditorTest, ALeakedRecordOfAGonePodIsCountedAndFreed) {
   AuditReport r = auditor_.Run(clock_.Now());
   EXPECT_EQ(r.corrections["stale_record"], 1);
   EXPECT_EQ(UsedMem(), 0);
+}
+
+TEST_F(AuditorTest, QuotaUsageOfALostDeleteIsReportedAndCorrected) {
+  // AllocatedPod's namespace is "ml". A live pod holds 1000 MiB; a deleted one, whose DELETED
+  // event was lost, still holds 4000 in the ledger: the filter would check ml's quota against
+  // 5000 until the audit recomputes 1000 from the store.
+  Add(AllocatedPod("p", "a", "GPU-1,NVIDIA,1000,10:;"));
+  ASSERT_TRUE(ledger_
+                  .Apply(*accounting::ProjectPod(
+                      *vendor_, AllocatedPod("ghost", "a", "GPU-1,NVIDIA,4000,10:;")))
+                  .ok());
+  EXPECT_EQ(ledger_.UsageOf("ml").usedmem, 5000);
+  AuditReport r = auditor_.Run(clock_.Now());
+  EXPECT_EQ(r.corrections["stale_record"], 1);
+  EXPECT_EQ(r.corrections["quota"], 1);
+  ASSERT_EQ(r.quota.size(), 1u);
+  EXPECT_EQ(r.quota[0].ns, "ml");
+  EXPECT_EQ(r.quota[0].filter, (ledger::NamespaceUsage{5000, 20, 2}));
+  EXPECT_EQ(r.quota[0].truth, (ledger::NamespaceUsage{1000, 10, 1}));
+  EXPECT_EQ(r.quota[0].after, r.quota[0].truth);
+  EXPECT_THAT(r.details, ::testing::Contains(
+                             "quota: namespace ml: quota usage 5000 MiB / 20 cores, truth 1000 MiB "
+                             "/ 10 cores"));
+  EXPECT_EQ(ledger_.UsageOf("ml").usedmem, 1000);
+  EXPECT_THAT(auditor_.Run(clock_.Now()).quota, IsEmpty());
 }
 
 TEST_F(AuditorTest, AChangedRecordIsReplacedByTheStoresTruth) {
@@ -138,6 +166,8 @@ TEST_F(AuditorTest, AStoreObjectNewerThanTheAuditsListIsAppliedButNotCounted) {
   AuditReport r = auditor_.Run(clock_.Now());
   EXPECT_THAT(r.corrections, IsEmpty());
   EXPECT_EQ(UsedMem(), 2000);
+  ASSERT_EQ(r.quota.size(), 1u);  // listed, not counted: the repair raced a delivery
+  EXPECT_EQ(r.quota[0].after.usedmem, 2000);
 }
 
 TEST_F(AuditorTest, ACorrectionReportsNodeAndDevicesOfTheSameRecords) {
@@ -147,7 +177,7 @@ TEST_F(AuditorTest, ACorrectionReportsNodeAndDevicesOfTheSameRecords) {
   wrong.meta.annotations.Set("hami.io/vgpu-node", "elsewhere");
   ASSERT_TRUE(ledger_.Apply(*accounting::ProjectPod(*vendor_, wrong)).ok());
   AuditReport r = auditor_.Run(clock_.Now());
-  ASSERT_EQ(r.details.size(), 1u);
+  ASSERT_EQ(r.details.size(), 2u);  // the record, then namespace ml's quota usage it restored
   EXPECT_THAT(r.details[0], HasSubstr("held on node elsewhere [GPU-1 1000MiB 10%], truth node a "
                                       "[GPU-1 1000MiB 10%]"));
 }

@@ -135,8 +135,18 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
     candidates[i].name = input.nodes[i].meta.name;
     candidates[i].snapshot = std::move(snapshots[i]);
   }
+  accounting::QuotaBook quotas(input.quota_names);
+  quotas.Replace(input.quotas);
+  for (const std::string& skipped : quotas.Skipped()) {
+    result.warnings.push_back(fmt::format("quota value skipped (not a whole number): {}", skipped));
+  }
+  const schedule::NamespaceQuota quota = quotas.Quota(input.pod.meta.ns, ledger);
   schedule::Decision decision =
-      schedule::Decide(candidates, request, constraints, input.node_policy, input.gpu_policy);
+      schedule::Decide(candidates, request, constraints, input.node_policy, input.gpu_policy,
+                       quota.Limited() ? &quota : nullptr);
+  if (decision.quota_miss) {
+    result.quota = schedule::QuotaMissText(quota, *decision.quota_miss);
+  }
   result.no_request = decision.no_request;
   for (size_t i = 0; i < decision.nodes.size(); ++i) {
     const schedule::NodeResult& r = decision.nodes[i];
@@ -224,6 +234,9 @@ std::string RenderExplainText(const ExplainResult& r, bool wide) {
     out += fmt::format("pod {} fits no node   (node policy {}, GPU policy {})\n", r.pod,
                        r.node_policy, r.gpu_policy);
   }
+  if (!r.quota.empty()) {
+    out += fmt::format("quota: {}\n", r.quota);
+  }
   size_t width = 4;
   for (const ExplainNode& n : r.nodes) {
     width = std::max(width, n.name.size());
@@ -292,6 +305,8 @@ std::string RenderExplainJson(const ExplainResult& r) {
   doc["nodes"] = std::move(nodes);
   doc["policies"] = {{"node", r.node_policy}, {"gpu", r.gpu_policy}};
   doc["warnings"] = r.warnings;
+  doc["quota"] =
+      r.quota.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.quota);
   return doc.dump(2) + "\n";
 }
 

@@ -17,9 +17,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+#include "tessera/accounting/quota_book.h"
 #include "tessera/device/model.h"
 #include "tessera/device/vendor.h"
 #include "tessera/kube/objects.h"
+#include "tessera/kube/resource_quota.h"
 
 namespace tessera::explain {
 
@@ -27,6 +29,10 @@ struct ExplainInput {
   std::vector<kube::Node> nodes;  // candidates, in this order
   std::vector<kube::Pod> pods;    // occupy devices per the ledger's holder rule
   kube::Pod pod;                  // the pod to place
+  // The cluster's ResourceQuotas: the pod's namespace quota is checked as /filter checks it,
+  // against the usage the ledger built from `pods` (docs/quota.md).
+  std::vector<kube::ResourceQuota> quotas;
+  accounting::QuotaBook::Options quota_names;  // the vendor's resource names, memoryFactor
   device::NodePolicy node_policy = device::NodePolicy::kBinpack;
   device::GpuPolicy gpu_policy;  // default: spread
   // The decision time (written as hami.io/vgpu-time) and the reference for in-flight pods: an
@@ -69,6 +75,9 @@ struct ExplainResult {
   std::string node_policy;         // effective policies, e.g. "binpack" and "spread"
   std::string gpu_policy;
   std::vector<std::string> warnings;  // objects that could not be projected, in-flight pods
+  // The namespace quota refused a card: "namespace ml: limits.nvidia.com/gpumem 40000, used
+  // 36000 + 8000 asked" (the text of /filter's event); empty otherwise.
+  std::string quota;
 };
 
 // Explains the placement of `input.pod`. Errors (InvalidArgument, naming the pod, container

@@ -60,6 +60,31 @@ class ExplainTest : public ::testing::Test {
   ExplainInput input_;
 };
 
+TEST_F(ExplainTest, TheNamespaceQuotaIsCheckedAndNamed) {
+  kube::ResourceQuota q;
+  q.meta.ns = "ml";
+  q.meta.name = "gpu";
+  q.hard.Set("limits.nvidia.com/gpumem", kube::ShortString("8000"));
+  input_.quotas = {q};
+  ExplainResult r = Run();
+  EXPECT_FALSE(r.node.has_value());
+  EXPECT_THAT(NodeOf(r, "big").reasons, ElementsAre("2/2 ResourceQuotaNotFit"));
+  EXPECT_THAT(NodeOf(r, "small").reasons, ElementsAre("1/1 ResourceQuotaNotFit"));
+  EXPECT_EQ(r.quota, "namespace ml: limits.nvidia.com/gpumem 8000, used 6000 + 3000 asked");
+  EXPECT_THAT(RenderExplainText(r),
+              HasSubstr("quota: namespace ml: limits.nvidia.com/gpumem 8000, used 6000 + 3000 "
+                        "asked\n"));
+  EXPECT_EQ(nlohmann::json::parse(RenderExplainJson(r))["quota"], r.quota);
+  // 9000 takes it; another namespace is unlimited.
+  q.hard.Set("limits.nvidia.com/gpumem", kube::ShortString("9000"));
+  input_.quotas = {q};
+  EXPECT_EQ(Run().node, "big");
+  input_.pod.meta.ns = "other";
+  q.hard.Set("limits.nvidia.com/gpumem", kube::ShortString("0"));
+  input_.quotas = {q};
+  EXPECT_EQ(Run().node, "big");
+}
+
 TEST_F(ExplainTest, BinpackPicksTheBusierNodeAndSpreadTheEmptyDevice) {
   ExplainResult r = Run();
   ASSERT_TRUE(r.node.has_value());

@@ -60,11 +60,27 @@ absl::StatusOr<std::vector<kube::Pod>> ListAllPods(kube::ApiClient& client,
   return pods;
 }
 
+absl::StatusOr<std::vector<kube::ResourceQuota>> ListAllResourceQuotas(
+    kube::ApiClient& client, const ListClusterOptions& options) {
+  absl::StatusOr<std::vector<kube::ResourceQuota>> quotas = ListAll<kube::ResourceQuota>(
+      options, [&client](const kube::ListOptions& o) { return client.ListResourceQuotas(o); });
+  if (!quotas.ok()) {
+    return Annotate(quotas.status(), "listing resourcequotas");
+  }
+  return quotas;
+}
+
 absl::StatusOr<LiveCluster> ListCluster(kube::ApiClient& client,
                                         const ListClusterOptions& options) {
   LiveCluster live;
   TESSERA_ASSIGN_OR_RETURN(live.nodes, ListAllNodes(client, options));
   TESSERA_ASSIGN_OR_RETURN(live.pods, ListAllPods(client, options));
+  absl::StatusOr<std::vector<kube::ResourceQuota>> quotas = ListAllResourceQuotas(client, options);
+  if (quotas.ok()) {
+    live.quotas = *std::move(quotas);
+  } else {
+    live.quota_error = std::string(quotas.status().message());
+  }
   return live;
 }
 

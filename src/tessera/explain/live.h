@@ -31,8 +31,12 @@ struct ListClusterOptions {
 };
 
 struct LiveCluster {
-  std::vector<kube::Node> nodes;  // in the server's order (by name)
-  std::vector<kube::Pod> pods;    // every namespace, in the server's order
+  std::vector<kube::Node> nodes;            // in the server's order (by name)
+  std::vector<kube::Pod> pods;              // every namespace, in the server's order
+  std::vector<kube::ResourceQuota> quotas;  // every namespace (namespace quota, docs/quota.md)
+  // Why the ResourceQuotas could not be listed (then `quotas` is empty and no quota is checked);
+  // empty when they were.
+  std::string quota_error;
 };
 
 // Every node, then every pod. Errors are the client's (client.h), prefixed with "listing nodes"
@@ -41,6 +45,10 @@ absl::StatusOr<std::vector<kube::Node>> ListAllNodes(kube::ApiClient& client,
                                                      const ListClusterOptions& options = {});
 absl::StatusOr<std::vector<kube::Pod>> ListAllPods(kube::ApiClient& client,
                                                    const ListClusterOptions& options = {});
+absl::StatusOr<std::vector<kube::ResourceQuota>> ListAllResourceQuotas(
+    kube::ApiClient& client, const ListClusterOptions& options = {});
+// Nodes and pods as above (their errors are errors), then the ResourceQuotas (an error there,
+// e.g. a user who may not list them, is `quota_error`).
 absl::StatusOr<LiveCluster> ListCluster(kube::ApiClient& client,
                                         const ListClusterOptions& options = {});
 

@@ -57,6 +57,11 @@ TEST_F(LiveTest, FollowsContinueTokensAndKeepsServerOrder) {
       return Http(200, R"({"kind":"PodList","metadata":{},"items":[)"
                        R"({"metadata":{"name":"p","namespace":"ml"},"spec":{"nodeName":"a"}}]})");
     }
+    if (r.path == "/api/v1/resourcequotas?limit=2") {
+      return Http(200, R"({"kind":"ResourceQuotaList","metadata":{},"items":[)"
+                       R"({"metadata":{"name":"gpu","namespace":"ml"},)"
+                       R"("spec":{"hard":{"limits.nvidia.com/gpumem":"40000"}}}]})");
+    }
     return Http(404, "");
   });
   absl::StatusOr<LiveCluster> live = ListCluster(client_, {.page_size = 2});
@@ -69,8 +74,28 @@ TEST_F(LiveTest, FollowsContinueTokensAndKeepsServerOrder) {
   ASSERT_EQ(live->pods.size(), 1u);
   EXPECT_EQ(live->pods[0].meta.ns, "ml");
   EXPECT_EQ(live->pods[0].node_name, "a");
+  ASSERT_EQ(live->quotas.size(), 1u);
+  EXPECT_EQ(live->quotas[0].hard.Get("limits.nvidia.com/gpumem"), "40000");
+  EXPECT_EQ(live->quota_error, "");
   EXPECT_THAT(Paths(), ElementsAre("/api/v1/nodes?limit=2", "/api/v1/nodes?continue=t1&limit=2",
-                                   "/api/v1/pods?limit=2"));
+                                   "/api/v1/pods?limit=2", "/api/v1/resourcequotas?limit=2"));
+}
+
+TEST_F(LiveTest, ResourceQuotasThatCannotBeListedAreAWarningNotAnError) {
+  fake_.SetHandler([](const kube::Request& r) -> absl::StatusOr<kube::Response> {
+    if (r.path.starts_with("/api/v1/resourcequotas")) {
+      return Http(403, R"({"kind":"Status","reason":"Forbidden","code":403,)"
+                       R"("message":"resourcequotas is forbidden"})");
+    }
+    if (r.path.starts_with("/api/v1/nodes")) {
+      return Http(200, NodePage({"a"}, ""));
+    }
+    return Http(200, R"({"kind":"PodList","metadata":{},"items":[]})");
+  });
+  absl::StatusOr<LiveCluster> live = ListCluster(client_);
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_TRUE(live->quotas.empty());
+  EXPECT_THAT(live->quota_error, HasSubstr("listing resourcequotas: resourcequotas is forbidden"));
 }
 
 TEST_F(LiveTest, StartsOverWhenTheContinueTokenExpires) {

@@ -183,6 +183,7 @@ absl::Status NotPending(const kube::Pod& pod) {
 Scheduler::Scheduler(Options options, Deps deps)
     : options_(std::move(options)),
       ledger_(deps.ledger),
+      quotas_(deps.quotas),
       client_(deps.client),
       clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
       lookup_(std::move(deps.lookup)),
@@ -308,6 +309,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     candidates[i].busy = options_.avoid_busy_nodes && busy_.Busy(names[i], asking, now);
   }
   schedule::Decision decision;
+  schedule::NamespaceQuota quota;
   uint64_t seq = 0;
   {
     MutexLock l(&decide_mu_);
@@ -318,8 +320,13 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     for (size_t i = 0; i < names.size(); ++i) {
       candidates[i].snapshot = std::move(snapshots[i]);
     }
+    // Under the same lock as the devices: concurrent filters of one namespace see each other's
+    // reservations in its usage, so together they cannot pass its quota.
+    if (quotas_ != nullptr) {
+      quota = quotas_->Quota(pod.meta.ns, *ledger_);
+    }
     decision = schedule::Decide(candidates, *request, *constraints, options_.node_policy,
-                                options_.gpu_policy);
+                                options_.gpu_policy, quota.Limited() ? &quota : nullptr);
     if (decision.winner) {
       absl::Status reserved = ledger_->Reserve(pod.meta.uid, pod.meta.ns, pod.meta.name,
                                                candidates[*decision.winner].name, decision.devices,
@@ -363,6 +370,10 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     }
     if (names.empty()) {
       events_.Record(pod.meta, "FilteringFailed", "no candidate nodes", EventType::kWarning);
+    }
+    if (decision.quota_miss) {
+      out.quota = schedule::QuotaMissText(quota, *decision.quota_miss);
+      events_.Record(pod.meta, "FilteringFailed", out.quota, EventType::kWarning);
     }
     OfferVerdict(pod, *request, candidates, out.failed_nodes, *checked_version);
     out.code = FilterCode::kNoFit;
@@ -463,8 +474,13 @@ FilterResult Scheduler::FilterNodes(const FilterArgs& args, const device::PodReq
       candidates[i].snapshot = std::move(snap);
     }
   }
+  schedule::NamespaceQuota quota;
+  if (quotas_ != nullptr) {
+    quota = quotas_->Quota(args.pod.meta.ns, *ledger_);
+  }
   schedule::Decision decision =
-      schedule::Decide(candidates, request, constraints, options_.node_policy, options_.gpu_policy);
+      schedule::Decide(candidates, request, constraints, options_.node_policy, options_.gpu_policy,
+                       quota.Limited() ? &quota : nullptr);
   FilterResult result;
   result.nodes.emplace();
   if (decision.winner) {

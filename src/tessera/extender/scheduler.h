@@ -39,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
+#include "tessera/accounting/quota_book.h"
 #include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
 #include "tessera/device/model.h"
@@ -101,6 +102,9 @@ struct FilterOutcome {
   // kNoFit: every candidate (once, however often the request names it), in candidate order;
   // empty for other codes.
   std::vector<FailedNode> failed_nodes;
+  // The namespace quota refused a card: "namespace ml: limits.nvidia.com/gpumem 40000, used
+  // 36000 + 8000 asked" (schedule::QuotaMissText); empty otherwise.
+  std::string quota;
 };
 
 // What a Bind call did. Refusals change nothing; failures release what the bind took.
@@ -187,6 +191,9 @@ class Scheduler {
     kube::ApiClient* client = nullptr;
     Clock* clock = nullptr;
     PodLookup lookup;  // may be null: every lookup goes to the API
+    // Namespace quota limits (docs/quota.md); null: no namespace is limited. Must outlive the
+    // Scheduler.
+    const accounting::QuotaBook* quotas = nullptr;
   };
 
   Scheduler(Options options, Deps deps);
@@ -256,6 +263,7 @@ class Scheduler {
 
   const Options options_;
   ledger::Ledger* const ledger_;
+  const accounting::QuotaBook* const quotas_;
   kube::ApiClient* const client_;
   Clock* const clock_;
   const PodLookup lookup_;

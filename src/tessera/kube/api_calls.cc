@@ -36,6 +36,11 @@ constexpr ApiCall kCalls[] = {
     {"patch", "", "nodes", "", kCluster,
      "the node lock hami.io/mutex.lock and the handshake annotation "
      "(ApiClient::PatchNodeMetadata, JsonPatchNode)"},
+    {"list", "", "resourcequotas", "", kCluster,
+     "the ResourceQuota informer's list: namespace quota on GPU memory and cores "
+     "(ApiClient::ListAsync<ResourceQuota>)"},
+    {"watch", "", "resourcequotas", "", kCluster,
+     "the ResourceQuota informer (ApiClient::Watch<ResourceQuota>)"},
     {"create", "", "events", "", kCluster,
      "FilteringSucceed/FilteringFailed/BindingSucceed/BindingFailed/NumaRefitSucceed/"
      "NumaRefitFailed events on pods "

@@ -67,6 +67,12 @@ std::string NodesPath() { return "/api/v1/nodes"; }
 std::string NodePath(std::string_view name) {
   return fmt::format("/api/v1/nodes/{}", Escape(name));
 }
+std::string ResourceQuotasPath(std::string_view ns) {
+  if (ns.empty()) {
+    return "/api/v1/resourcequotas";
+  }
+  return fmt::format("/api/v1/namespaces/{}/resourcequotas", Escape(ns));
+}
 std::string LeasesPath(std::string_view ns) {
   return fmt::format("/apis/coordination.k8s.io/v1/namespaces/{}/leases", Escape(ns));
 }
@@ -77,6 +83,8 @@ std::string CollectionPath(std::string_view ns) {
     return PodsPath(ns);
   } else if constexpr (std::is_same_v<T, Node>) {
     return NodesPath();
+  } else if constexpr (std::is_same_v<T, ResourceQuota>) {
+    return ResourceQuotasPath(ns);
   } else {
     return LeasesPath(ns);
   }
@@ -114,9 +122,12 @@ absl::StatusOr<ApiClient::ListOf<T>> DecodeList(std::string* body) {
   if constexpr (std::is_same_v<T, Pod>) {
     thread_local Decoder decoder;
     return decoder.DecodePodListInPlace(body);
-  } else {
+  } else if constexpr (std::is_same_v<T, Node>) {
     thread_local Decoder decoder;
     return decoder.DecodeNodeListInPlace(body);
+  } else {
+    thread_local Decoder decoder;
+    return decoder.DecodeResourceQuotaListInPlace(body);
   }
 }
 
@@ -372,7 +383,15 @@ absl::StatusOr<NodeList> ApiClient::ListNodes(const ListOptions& options) {
   return DecodeList<Node>(&r.body);
 }
 
-// RBAC: api_calls.cc "list pods", "list nodes" (per T; Tessera lists no Leases).
+// Not `tessera serve`'s (its informer lists with ListAsync): `tessera explain` on a live cluster.
+absl::StatusOr<ResourceQuotaList> ApiClient::ListResourceQuotas(const ListOptions& options) {
+  TESSERA_ASSIGN_OR_RETURN(Response r,
+                           Call(Get(ResourceQuotasPath(options.ns) + ListQuery(options))));
+  return DecodeList<ResourceQuota>(&r.body);
+}
+
+// RBAC: api_calls.cc "list pods", "list nodes", "list resourcequotas" (per T; Tessera lists no
+// Leases).
 template <typename T>
 void ApiClient::ListAsync(const ListOptions& options,
                           absl::AnyInvocable<void(absl::StatusOr<ListOf<T>>)> done) {
@@ -392,7 +411,8 @@ void ApiClient::ListAsync(const ListOptions& options,
   });
 }
 
-// RBAC: api_calls.cc "watch pods", "watch nodes" (per T; Tessera watches no Leases).
+// RBAC: api_calls.cc "watch pods", "watch nodes", "watch resourcequotas" (per T; Tessera watches
+// no Leases).
 template <typename T>
 WatchHandle ApiClient::Watch(const WatchOptions& options, WatchCallbacks<T> callbacks) {
   auto state = std::make_shared<internal_client::WatchState<T>>();
@@ -424,7 +444,11 @@ template void ApiClient::ListAsync<Pod>(const ListOptions&,
                                         absl::AnyInvocable<void(absl::StatusOr<PodList>)>);
 template void ApiClient::ListAsync<Node>(const ListOptions&,
                                          absl::AnyInvocable<void(absl::StatusOr<NodeList>)>);
+template void ApiClient::ListAsync<ResourceQuota>(
+    const ListOptions&, absl::AnyInvocable<void(absl::StatusOr<ResourceQuotaList>)>);
 template WatchHandle ApiClient::Watch<Pod>(const WatchOptions&, WatchCallbacks<Pod>);
+template WatchHandle ApiClient::Watch<ResourceQuota>(const WatchOptions&,
+                                                     WatchCallbacks<ResourceQuota>);
 template WatchHandle ApiClient::Watch<Node>(const WatchOptions&, WatchCallbacks<Node>);
 template WatchHandle ApiClient::Watch<Lease>(const WatchOptions&, WatchCallbacks<Lease>);
 

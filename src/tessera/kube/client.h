@@ -177,12 +177,15 @@ class ApiClient {
   // One page.
   absl::StatusOr<PodList> ListPods(const ListOptions& options);
   absl::StatusOr<NodeList> ListNodes(const ListOptions& options);
+  absl::StatusOr<ResourceQuotaList> ListResourceQuotas(const ListOptions& options);
 
   // --- async reads (for the reflector) -------------------------------------------------------
-  // Sends one LIST page of T (Pod or Node) without retrying; `done` runs on the transport
-  // thread with the decoded page (PodList / NodeList) or the error.
+  // Sends one LIST page of T (Pod, Node or ResourceQuota) without retrying; `done` runs on the
+  // transport thread with the decoded page (PodList / NodeList / ResourceQuotaList) or the error.
   template <typename T>
-  using ListOf = std::conditional_t<std::is_same_v<T, Pod>, PodList, NodeList>;
+  using ListOf =
+      std::conditional_t<std::is_same_v<T, Pod>, PodList,
+                         std::conditional_t<std::is_same_v<T, Node>, NodeList, ResourceQuotaList>>;
   template <typename T>
   void ListAsync(const ListOptions& options,
                  absl::AnyInvocable<void(absl::StatusOr<ListOf<T>>)> done);

@@ -22,6 +22,7 @@ constexpr char kFieldErrorPayload[] = "type.tessera.dev/kube.FieldError";
 std::string_view KindOf(const Pod*) { return "Pod"; }
 std::string_view KindOf(const Node*) { return "Node"; }
 std::string_view KindOf(const Lease*) { return "Lease"; }
+std::string_view KindOf(const ResourceQuota*) { return "ResourceQuota"; }
 
 ConditionStatus ParseConditionStatus(std::string_view s) {
   if (s == "True") {
@@ -156,6 +157,7 @@ class Decoder::Impl {
   static const ObjectMeta& MetaOf(const Pod& p) { return p.meta; }
   static const ObjectMeta& MetaOf(const Node& n) { return n.meta; }
   static const ObjectMeta& MetaOf(const Lease& l) { return l.meta; }
+  static const ObjectMeta& MetaOf(const ResourceQuota& q) { return q.meta; }
 
   // ---- error bookkeeping ----
 
@@ -803,6 +805,32 @@ class Decoder::Impl {
     });
   }
 
+  // Labels and annotations are dropped; spec.hard keeps the "limits.*" keys (their values are
+  // still checked as quantities, like every kept or dropped entry).
+  static bool NoKey(std::string_view /*key*/) { return false; }
+  bool DecodeValue(od::value& v, ResourceQuota* quota) {
+    return Fields(v, [&](std::string_view key, od::value& value) {
+      if (key == "metadata") {
+        return Meta(value, &quota->meta, &NoKey, &NoKey) || Push(key);
+      }
+      if (key == "spec") {
+        return Fields(value,
+                      [&](std::string_view skey, od::value& svalue) {
+                        if (skey == "hard") {
+                          return StringMapValue(svalue, &quota->hard, true, &QuotaLimitKey) ||
+                                 Push(skey);
+                        }
+                        return true;
+                      }) ||
+               Push(key);
+      }
+      if (key == "kind") {
+        return CheckKind(value, "ResourceQuota") || Push(key);
+      }
+      return true;
+    });
+  }
+
   bool DecodeApiStatus(od::value& v, ApiStatus* s) {
     return Fields(v, [&](std::string_view key, od::value& value) {
       if (key == "status") {
@@ -1014,6 +1042,9 @@ absl::StatusOr<Node> Decoder::DecodeNode(std::string_view json) {
 absl::StatusOr<Lease> Decoder::DecodeLease(std::string_view json) {
   return impl_->DecodeObject<Lease>(json);
 }
+absl::StatusOr<ResourceQuota> Decoder::DecodeResourceQuota(std::string_view json) {
+  return impl_->DecodeObject<ResourceQuota>(json);
+}
 absl::StatusOr<ApiStatus> Decoder::DecodeStatus(std::string_view json) {
   return impl_->DecodeStatus(json);
 }
@@ -1022,6 +1053,12 @@ absl::StatusOr<PodList> Decoder::DecodePodList(std::string_view json) {
 }
 absl::StatusOr<NodeList> Decoder::DecodeNodeList(std::string_view json) {
   return impl_->DecodeList<Node, NodeList>(json, nullptr, "NodeList");
+}
+absl::StatusOr<ResourceQuotaList> Decoder::DecodeResourceQuotaList(std::string_view json) {
+  return impl_->DecodeList<ResourceQuota, ResourceQuotaList>(json, nullptr, "ResourceQuotaList");
+}
+absl::StatusOr<ResourceQuotaList> Decoder::DecodeResourceQuotaListInPlace(std::string* body) {
+  return impl_->DecodeList<ResourceQuota, ResourceQuotaList>({}, body, "ResourceQuotaList");
 }
 absl::StatusOr<PodList> Decoder::DecodePodListInPlace(std::string* body) {
   return impl_->DecodeList<Pod, PodList>({}, body, "PodList");
@@ -1036,6 +1073,8 @@ absl::StatusOr<WatchEvent<T>> Decoder::DecodeWatchEvent(std::string_view json) {
 template absl::StatusOr<WatchEvent<Pod>> Decoder::DecodeWatchEvent<Pod>(std::string_view);
 template absl::StatusOr<WatchEvent<Node>> Decoder::DecodeWatchEvent<Node>(std::string_view);
 template absl::StatusOr<WatchEvent<Lease>> Decoder::DecodeWatchEvent<Lease>(std::string_view);
+template absl::StatusOr<WatchEvent<ResourceQuota>> Decoder::DecodeWatchEvent<ResourceQuota>(
+    std::string_view);
 
 namespace {
 Decoder& ThreadDecoder() {
@@ -1058,6 +1097,12 @@ absl::StatusOr<PodList> DecodePodList(std::string_view json) {
 absl::StatusOr<NodeList> DecodeNodeList(std::string_view json) {
   return ThreadDecoder().DecodeNodeList(json);
 }
+absl::StatusOr<ResourceQuota> DecodeResourceQuota(std::string_view json) {
+  return ThreadDecoder().DecodeResourceQuota(json);
+}
+absl::StatusOr<ResourceQuotaList> DecodeResourceQuotaList(std::string_view json) {
+  return ThreadDecoder().DecodeResourceQuotaList(json);
+}
 template <typename T>
 absl::StatusOr<WatchEvent<T>> DecodeWatchEvent(std::string_view json) {
   return ThreadDecoder().DecodeWatchEvent<T>(json);
@@ -1065,5 +1110,7 @@ absl::StatusOr<WatchEvent<T>> DecodeWatchEvent(std::string_view json) {
 template absl::StatusOr<WatchEvent<Pod>> DecodeWatchEvent<Pod>(std::string_view);
 template absl::StatusOr<WatchEvent<Node>> DecodeWatchEvent<Node>(std::string_view);
 template absl::StatusOr<WatchEvent<Lease>> DecodeWatchEvent<Lease>(std::string_view);
+template absl::StatusOr<WatchEvent<ResourceQuota>> DecodeWatchEvent<ResourceQuota>(
+    std::string_view);
 
 }  // namespace tessera::kube

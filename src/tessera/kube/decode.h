@@ -26,6 +26,7 @@
 
 #include "tessera/kube/lease.h"
 #include "tessera/kube/objects.h"
+#include "tessera/kube/resource_quota.h"
 
 namespace tessera::kube {
 
@@ -59,12 +60,17 @@ struct NodeList {
   std::vector<Node> items;
 };
 
+struct ResourceQuotaList {
+  ListMeta meta;
+  std::vector<ResourceQuota> items;
+};
+
 enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark, kError };
 
 // "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR".
 std::string_view WatchEventTypeName(WatchEventType type);
 
-// One event of a watch stream on objects of type T (Pod, Node or Lease).
+// One event of a watch stream on objects of type T (Pod, Node, ResourceQuota or Lease).
 template <typename T>
 struct WatchEvent {
   WatchEventType type = WatchEventType::kAdded;
@@ -94,10 +100,12 @@ class Decoder {
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
 
-  // A single object. `kind`, when present, must match ("Pod", "Node", "Lease", "Status").
+  // A single object. `kind`, when present, must match ("Pod", "Node", "Lease", "ResourceQuota",
+  // "Status").
   absl::StatusOr<Pod> DecodePod(std::string_view json);
   absl::StatusOr<Node> DecodeNode(std::string_view json);
   absl::StatusOr<Lease> DecodeLease(std::string_view json);
+  absl::StatusOr<ResourceQuota> DecodeResourceQuota(std::string_view json);
   absl::StatusOr<ApiStatus> DecodeStatus(std::string_view json);
 
   // A list response (one page). `kind`, when present, must be "PodList"/"NodeList" or "List";
@@ -105,15 +113,18 @@ class Decoder {
   // `items` absent or null decodes to an empty list.
   absl::StatusOr<PodList> DecodePodList(std::string_view json);
   absl::StatusOr<NodeList> DecodeNodeList(std::string_view json);
+  absl::StatusOr<ResourceQuotaList> DecodeResourceQuotaList(std::string_view json);
 
   // The same, parsing `*body` in place instead of copying it: the body's capacity is grown by
   // the parser's padding (64 bytes) when it lacks it, which reallocates at most once, and the
   // bytes past size() are overwritten. For multi-megabyte LIST bodies held in a std::string.
   absl::StatusOr<PodList> DecodePodListInPlace(std::string* body);
   absl::StatusOr<NodeList> DecodeNodeListInPlace(std::string* body);
+  absl::StatusOr<ResourceQuotaList> DecodeResourceQuotaListInPlace(std::string* body);
 
-  // One watch event {"type": ..., "object": ...}. T is Pod, Node or Lease. The object's kind,
-  // when present, must be T's kind (or "Status" for ERROR); an unknown type is an error.
+  // One watch event {"type": ..., "object": ...}. T is Pod, Node, ResourceQuota or Lease. The
+  // object's kind, when present, must be T's kind (or "Status" for ERROR); an unknown type is an
+  // error.
   template <typename T>
   absl::StatusOr<WatchEvent<T>> DecodeWatchEvent(std::string_view json);
 
@@ -129,6 +140,8 @@ absl::StatusOr<Lease> DecodeLease(std::string_view json);
 absl::StatusOr<ApiStatus> DecodeStatus(std::string_view json);
 absl::StatusOr<PodList> DecodePodList(std::string_view json);
 absl::StatusOr<NodeList> DecodeNodeList(std::string_view json);
+absl::StatusOr<ResourceQuota> DecodeResourceQuota(std::string_view json);
+absl::StatusOr<ResourceQuotaList> DecodeResourceQuotaList(std::string_view json);
 template <typename T>
 absl::StatusOr<WatchEvent<T>> DecodeWatchEvent(std::string_view json);
 

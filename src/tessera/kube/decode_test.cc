@@ -444,6 +444,61 @@ TEST(DecodeLeaseTest, FixtureAndReleasedLease) {
   EXPECT_EQ(Message(big.status()), "Lease: spec.leaseTransitions: integer out of range");
 }
 
+TEST(DecodeResourceQuotaTest, KeepsOnlyLimitsKeysOfSpecHard) {
+  // The shape kubectl shows for HAMi's quota example: limits.* keys, others, status.used.
+  absl::StatusOr<ResourceQuota> q = DecodeResourceQuota(R"({
+    "kind":"ResourceQuota","apiVersion":"v1",
+    "metadata":{"name":"gpu","namespace":"ml","uid":"u1","resourceVersion":"12",
+                "labels":{"team":"ml"},"annotations":{"x":"y"}},
+    "spec":{"hard":{"limits.nvidia.com/gpumem":"40000","limits.nvidia.com/gpucores":200,
+                    "requests.nvidia.com/gpumem":"100","pods":"10"},
+            "scopes":["NotBestEffort"]},
+    "status":{"used":{"limits.nvidia.com/gpumem":"36000"}}})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->meta.ns, "ml");
+  EXPECT_EQ(q->meta.name, "gpu");
+  EXPECT_EQ(q->meta.resource_version, "12");
+  EXPECT_TRUE(q->meta.labels.empty());
+  EXPECT_TRUE(q->meta.annotations.empty());
+  ASSERT_EQ(q->hard.size(), 2u);
+  EXPECT_EQ(q->hard.Get("limits.nvidia.com/gpumem"), "40000");
+  EXPECT_EQ(q->hard.Get("limits.nvidia.com/gpucores"), "200");  // a number, as a quantity
+
+  absl::StatusOr<ResourceQuota> bad =
+      DecodeResourceQuota(R"({"metadata":{"name":"q","namespace":"n"},"spec":{"hard":[1]}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(Message(bad.status()), "ResourceQuota n/q: spec.hard: expected object");
+  // A dropped key's value is still checked.
+  absl::StatusOr<ResourceQuota> bad_value = DecodeResourceQuota(R"({"spec":{"hard":{"pods":{}}}})");
+  ASSERT_FALSE(bad_value.ok());
+  EXPECT_THAT(Message(bad_value.status()), HasSubstr("spec.hard.pods"));
+  EXPECT_FALSE(DecodeResourceQuota(R"({"kind":"Pod"})").ok());
+}
+
+TEST(DecodeResourceQuotaTest, ListAndWatchEvent) {
+  std::string body = R"({"kind":"ResourceQuotaList","metadata":{"resourceVersion":"40"},
+    "items":[{"metadata":{"name":"a","namespace":"n1"},"spec":{"hard":{"limits.nvidia.com/gpumem":"1k"}}},
+             {"metadata":{"name":"b","namespace":"n2"},"spec":{}}]})";
+  absl::StatusOr<ResourceQuotaList> list = DecodeResourceQuotaList(body);
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->meta.resource_version, "40");
+  ASSERT_EQ(list->items.size(), 2u);
+  EXPECT_EQ(list->items[0].hard.Get("limits.nvidia.com/gpumem"), "1k");
+  EXPECT_TRUE(list->items[1].hard.empty());
+  Decoder decoder;
+  absl::StatusOr<ResourceQuotaList> in_place = decoder.DecodeResourceQuotaListInPlace(&body);
+  ASSERT_TRUE(in_place.ok());
+  EXPECT_EQ(in_place->items, list->items);
+
+  auto deleted = DecodeWatchEvent<ResourceQuota>(
+      R"({"type":"DELETED","object":{"kind":"ResourceQuota","metadata":{"name":"a","namespace":"n1"}}})");
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(deleted->type, WatchEventType::kDeleted);
+  EXPECT_EQ(deleted->object.meta.name, "a");
+  EXPECT_FALSE(
+      DecodeWatchEvent<ResourceQuota>(R"({"type":"ADDED","object":{"kind":"Node"}})").ok());
+}
+
 TEST(DecodeStatusTest, ConflictAndTimeout) {
   absl::StatusOr<ApiStatus> conflict = DecodeStatus(Fixture("status-409.json"));
   ASSERT_TRUE(conflict.ok()) << conflict.status();

@@ -389,5 +389,6 @@ void Informer<T>::MaybeResync(absl::Time now) {
 
 template class Informer<Pod>;
 template class Informer<Node>;
+template class Informer<ResourceQuota>;
 
 }  // namespace tessera::kube

@@ -1,10 +1,10 @@
 // File: tessera/kube/informer.h
 //
-// Informer<T> (T = Pod or Node): a Reflector feeding a Store, with event handlers delivered in
-// order on one worker thread — client-go's shared informer with one listener. The store is
-// updated before each handler runs. Reconcile() takes a list its caller LISTed from the API server
-// and repairs the store against it (the resync layer). Delivery order, tombstones and the
-// resourceVersion rule of Reconcile: docs/kube-client.md "The informer".
+// Informer<T> (T = Pod, Node or ResourceQuota): a Reflector feeding a Store, with event handlers
+// delivered in order on one worker thread — client-go's shared informer with one listener. The
+// store is updated before each handler runs. Reconcile() takes a list its caller LISTed from the
+// API server and repairs the store against it (the resync layer). Delivery order, tombstones and
+// the resourceVersion rule of Reconcile: docs/kube-client.md "The informer".
 //
 //   Informer<Pod> pods(&client, opts, {.on_add = ..., .on_update = ..., .on_delete = ...});
 //   pods.Start();  pods.WaitForSync(absl::Seconds(30));  pods.store().ListByNode("node-a");
@@ -164,8 +164,10 @@ class Informer : private ReflectorSink<T> {
 
 extern template class Informer<Pod>;
 extern template class Informer<Node>;
+extern template class Informer<ResourceQuota>;
 
 using PodInformer = Informer<Pod>;
 using NodeInformer = Informer<Node>;
+using ResourceQuotaInformer = Informer<ResourceQuota>;
 
 }  // namespace tessera::kube

@@ -282,7 +282,7 @@ class Loader {
       return absl::InvalidArgumentError(where + ": expected an object");
     }
     const std::string kind = StringField(doc, "kind");
-    if (kind == "List" || kind == "PodList" || kind == "NodeList") {
+    if (kind == "List" || kind == "PodList" || kind == "NodeList" || kind == "ResourceQuotaList") {
       auto items = doc.find("items");
       if (items == doc.end() || items->is_null()) {
         return absl::OkStatus();
@@ -290,7 +290,10 @@ class Loader {
       if (!items->is_array()) {
         return absl::InvalidArgumentError(where + " (" + kind + "): items: expected array");
       }
-      const std::string implied = kind == "PodList" ? "Pod" : kind == "NodeList" ? "Node" : "";
+      const std::string implied = kind == "PodList"             ? "Pod"
+                                  : kind == "NodeList"          ? "Node"
+                                  : kind == "ResourceQuotaList" ? "ResourceQuota"
+                                                                : "";
       for (size_t i = 0; i < items->size(); ++i) {
         const Json& item = (*items)[i];
         const std::string item_where = fmt::format("{} items[{}]", where, i);
@@ -312,7 +315,7 @@ class Loader {
 
  private:
   absl::Status AddObject(const Json& object, const std::string& kind, const std::string& where) {
-    if (kind != "Pod" && kind != "Node") {
+    if (kind != "Pod" && kind != "Node" && kind != "ResourceQuota") {
       result_.warnings.push_back(kind.empty() ? where + ": object without kind skipped"
                                               : where + ": skipped " + Describe(kind, object));
       return absl::OkStatus();
@@ -326,6 +329,13 @@ class Loader {
         return absl::OkStatus();
       }
       status = pod.status();
+    } else if (kind == "ResourceQuota") {
+      absl::StatusOr<ResourceQuota> quota = decoder_.DecodeResourceQuota(text);
+      if (quota.ok()) {
+        result_.quotas.push_back(*std::move(quota));
+        return absl::OkStatus();
+      }
+      status = quota.status();
     } else {
       absl::StatusOr<Node> node = decoder_.DecodeNode(text);
       if (node.ok()) {

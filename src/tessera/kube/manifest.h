@@ -1,9 +1,10 @@
 // File: tessera/kube/manifest.h
 //
-// Loads pods and nodes from Kubernetes manifests on disk — the input of `tessera explain` and
-// of the simulators: what `kubectl get nodes,pods -A -o yaml` (or `-o json`) writes, a `List`,
-// `PodList` or `NodeList` with items, several `---` separated YAML documents, concatenated JSON
-// objects, or single objects. Objects of other kinds are skipped and named in `warnings`.
+// Loads pods, nodes and ResourceQuotas from Kubernetes manifests on disk — the input of `tessera
+// explain` and of the simulators: what `kubectl get nodes,pods,resourcequotas -A -o yaml` (or
+// `-o json`) writes, a `List`, `PodList`, `NodeList` or `ResourceQuotaList` with items, several
+// `---` separated YAML documents, concatenated JSON objects, or single objects. Objects of other
+// kinds are skipped and named in `warnings`.
 //
 // YAML is converted to JSON and decoded by the same decoders as the API server's responses
 // (tessera/kube/decode.h), so a manifest means exactly what the same object means on the wire.
@@ -29,12 +30,14 @@
 #include "absl/status/statusor.h"
 
 #include "tessera/kube/objects.h"
+#include "tessera/kube/resource_quota.h"
 
 namespace tessera::kube {
 
 struct Manifests {
-  std::vector<Pod> pods;    // in input order
-  std::vector<Node> nodes;  // in input order
+  std::vector<Pod> pods;              // in input order
+  std::vector<Node> nodes;            // in input order
+  std::vector<ResourceQuota> quotas;  // in input order (namespace quota, docs/quota.md)
   // One line per skipped object or document, e.g.
   //   "cluster.yaml: document 4: skipped Service default/web".
   std::vector<std::string> warnings;

@@ -84,6 +84,35 @@ TEST(LoadManifestsTest, JsonListAndConcatenatedObjects) {
   EXPECT_THAT(m->warnings, ElementsAre(HasSubstr("document 2: skipped ConfigMap default/cfg")));
 }
 
+TEST(LoadManifestsTest, ResourceQuotasAreKept) {
+  // `kubectl get resourcequotas -A -o yaml` shape (a List) and a ResourceQuotaList without kinds.
+  absl::StatusOr<Manifests> m = LoadManifests(R"(
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ResourceQuota
+  metadata: {name: gpu, namespace: ml}
+  spec:
+    hard:
+      limits.nvidia.com/gpumem: "40000"
+      requests.cpu: "4"
+---
+kind: ResourceQuotaList
+items:
+- metadata: {name: cores, namespace: ml}
+  spec: {hard: {limits.nvidia.com/gpucores: 200}}
+)",
+                                              "quotas.yaml");
+  ASSERT_TRUE(m.ok()) << Message(m.status());
+  ASSERT_EQ(m->quotas.size(), 2u);
+  EXPECT_EQ(m->quotas[0].meta.ns, "ml");
+  EXPECT_EQ(m->quotas[0].hard.Get("limits.nvidia.com/gpumem"), "40000");
+  EXPECT_FALSE(m->quotas[0].hard.Contains("requests.cpu"));
+  EXPECT_EQ(m->quotas[1].hard.Get("limits.nvidia.com/gpucores"), "200");
+  EXPECT_THAT(m->warnings, ::testing::IsEmpty());
+}
+
 TEST(LoadManifestsTest, ApiServerPodListAndSingleObjects) {
   // Items of a PodList carry no kind.
   absl::StatusOr<Manifests> m = LoadManifestFile(TestData("podlist.json"));

@@ -293,5 +293,6 @@ void Reflector<T>::Fail(Retry retry, absl::Status error, bool immediate) {
 
 template class Reflector<Pod>;
 template class Reflector<Node>;
+template class Reflector<ResourceQuota>;
 
 }  // namespace tessera::kube

@@ -1,9 +1,9 @@
 // File: tessera/kube/reflector.h
 //
-// Reflector<T> (T = Pod or Node) keeps a sink in step with the API server with client-go's
-// list/watch semantics (docs/k8s-protocol.md §3.1): a paged LIST, then a WATCH from the list's
-// resourceVersion with bookmarks, and on each end of the watch a re-watch, a relist or a backoff.
-// What each ending leads to: docs/kube-client.md "The reflector".
+// Reflector<T> (T = Pod, Node or ResourceQuota) keeps a sink in step with the API server with
+// client-go's list/watch semantics (docs/k8s-protocol.md §3.1): a paged LIST, then a WATCH from the
+// list's resourceVersion with bookmarks, and on each end of the watch a re-watch, a relist or a
+// backoff. What each ending leads to: docs/kube-client.md "The reflector".
 //
 //   Reflector<Pod> reflector(&client, options, clock, &sink, post);  // sink: OnReplace, OnEvent
 //   reflector.Start();  ...  reflector.Tick();                // retries whose backoff elapsed
@@ -156,5 +156,6 @@ class Reflector {
 
 extern template class Reflector<Pod>;
 extern template class Reflector<Node>;
+extern template class Reflector<ResourceQuota>;
 
 }  // namespace tessera::kube

@@ -231,5 +231,6 @@ size_t Store<T>::size() const {
 
 template class Store<Pod>;
 template class Store<Node>;
+template class Store<ResourceQuota>;
 
 }  // namespace tessera::kube

@@ -29,6 +29,7 @@
 
 #include "tessera/base/mutex.h"
 #include "tessera/kube/objects.h"
+#include "tessera/kube/resource_quota.h"
 
 namespace tessera::kube {
 
@@ -121,6 +122,7 @@ class Store {
 
 extern template class Store<Pod>;
 extern template class Store<Node>;
+extern template class Store<ResourceQuota>;
 
 using PodStore = Store<Pod>;
 using NodeStore = Store<Node>;

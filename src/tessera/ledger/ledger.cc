@@ -152,7 +152,25 @@ void Ledger::ReleaseEntries(const Entries& entries) {
   }
 }
 
-void Ledger::AddUsage(const Entries& entries, uint16_t init_count, NodeSlot* slot, int32_t sign) {
+void Ledger::AddNamespaceUsage(std::string_view ns, int64_t mem, int64_t cores, int32_t sign) {
+  auto it = namespaces_.find(Key(ns));
+  if (it == namespaces_.end()) {
+    if (sign < 0) {
+      return;  // cannot happen: every subtraction follows its addition
+    }
+    it = namespaces_.emplace(std::string(ns), NamespaceUsage{}).first;
+  }
+  NamespaceUsage& n = it->second;
+  n.usedmem += sign * mem;
+  n.usedcores += sign * cores;
+  n.holders += sign;
+  if (n.holders <= 0) {
+    namespaces_.erase(it);
+  }
+}
+
+void Ledger::AddUsage(const Entries& entries, uint16_t init_count, NodeSlot* slot,
+                      std::string_view ns, int32_t sign) {
   if (entries.size() == 1) {
     // One entry (most pods): the collapse of a single entry is the entry itself.
     const Entry& e = entries.front();
@@ -161,6 +179,7 @@ void Ledger::AddUsage(const Entries& entries, uint16_t init_count, NodeSlot* slo
       u.used += sign;
       u.usedmem += int64_t{sign} * e.usedmem;
       u.usedcores += int64_t{sign} * e.usedcores;
+      AddNamespaceUsage(ns, e.usedmem, e.usedcores, sign);
     }
     return;
   }
@@ -187,13 +206,21 @@ void Ledger::AddUsage(const Entries& entries, uint16_t init_count, NodeSlot* slo
       c.app_cores += e.usedcores;
     }
   }
+  int64_t mem = 0, cores = 0;
   for (int16_t d : touched_) {
     Collapse& c = collapse_[static_cast<size_t>(d)];
     device::DeviceUsage& u = slot->usage[static_cast<size_t>(d)];
+    const int64_t m = std::max(c.init_mem, c.app_mem);
+    const int64_t k = std::max(c.init_cores, c.app_cores);
     u.used += sign * std::max(c.init ? 1 : 0, c.app);
-    u.usedmem += sign * std::max(c.init_mem, c.app_mem);
-    u.usedcores += sign * std::max(c.init_cores, c.app_cores);
+    u.usedmem += sign * m;
+    u.usedcores += sign * k;
+    mem += m;
+    cores += k;
     c = Collapse();
+  }
+  if (!touched_.empty()) {
+    AddNamespaceUsage(ns, mem, cores, sign);
   }
 }
 
@@ -361,7 +388,7 @@ void Ledger::Account(uint32_t id) {
       slot.holders[static_cast<size_t>(e.dev)].push_back(id);
     }
   }
-  AddUsage(*src, init_count, &slot, +1);
+  AddUsage(*src, init_count, &slot, p.ns(), +1);
 }
 
 void Ledger::Unaccount(uint32_t id) {
@@ -382,7 +409,7 @@ void Ledger::Unaccount(uint32_t id) {
   }
   Entries& src = reserved ? p.res->entries : p.entries;
   NodeSlot& slot = nodes_[reserved ? p.res->node : p.node];
-  AddUsage(src, reserved ? p.res->init_count : p.init_count, &slot, -1);
+  AddUsage(src, reserved ? p.res->init_count : p.init_count, &slot, p.ns(), -1);
   for (Entry& e : src) {
     if (e.dev < 0) {
       continue;
@@ -934,6 +961,9 @@ FullSnapshot Ledger::Full() const {
   }
   out.records = records_;
   out.reservations = reserved_.size();
+  out.namespaces.assign(namespaces_.begin(), namespaces_.end());
+  std::sort(out.namespaces.begin(), out.namespaces.end(),
+            [](const auto& x, const auto& y) { return x.first < y.first; });
   return out;
 }
 
@@ -953,6 +983,12 @@ std::optional<absl::Time> Ledger::ReservationExpiry(std::string_view uid) const 
     return std::nullopt;
   }
   return pods_[id].res->expires_at;
+}
+
+NamespaceUsage Ledger::UsageOf(std::string_view ns) const {
+  MutexLock lock(&mu_);
+  auto it = namespaces_.find(Key(ns));
+  return it == namespaces_.end() ? NamespaceUsage{} : it->second;
 }
 
 Problems Ledger::FindProblems() const {
@@ -1045,6 +1081,7 @@ std::vector<Reservation> Ledger::Reservations() const {
 // ---- recompute and diff -------------------------------------------------------------------
 
 void Ledger::RebuildUsageLocked() {
+  namespaces_.clear();
   for (NodeSlot& slot : nodes_) {
     std::fill(slot.usage.begin(), slot.usage.end(), device::DeviceUsage{});
     for (auto& h : slot.holders) {
@@ -1248,6 +1285,20 @@ LedgerDiff Ledger::DiffLocked(const Ledger& a, const Ledger& b) {
   std::sort(out.usage.begin(), out.usage.end(), [](const UsageDiff& x, const UsageDiff& y) {
     return std::tie(x.node, x.uuid) < std::tie(y.node, y.uuid);
   });
+  for (const auto& [ns, ua] : a.namespaces_) {
+    auto it = b.namespaces_.find(ns);
+    const NamespaceUsage ub = it == b.namespaces_.end() ? NamespaceUsage{} : it->second;
+    if (ua != ub) {
+      out.namespaces.push_back(NamespaceDiff{ns, ua, ub});
+    }
+  }
+  for (const auto& [ns, ub] : b.namespaces_) {
+    if (!a.namespaces_.contains(ns)) {
+      out.namespaces.push_back(NamespaceDiff{ns, NamespaceUsage{}, ub});
+    }
+  }
+  std::sort(out.namespaces.begin(), out.namespaces.end(),
+            [](const NamespaceDiff& x, const NamespaceDiff& y) { return x.ns < y.ns; });
   return out;
 }
 
@@ -1269,6 +1320,12 @@ std::string LedgerDiff::ToString() const {
         "holders [{}])\n",
         u.node, u.uuid, u.a.used, u.a.usedmem, u.a.usedcores, fmt::join(u.holders_a, ","), u.b.used,
         u.b.usedmem, u.b.usedcores, fmt::join(u.holders_b, ","));
+  }
+  for (const NamespaceDiff& n : namespaces) {
+    out += fmt::format(
+        "namespace {}: a=(mem {}, cores {}, holders {}) b=(mem {}, cores {}, "
+        "holders {})\n",
+        n.ns, n.a.usedmem, n.a.usedcores, n.a.holders, n.b.usedmem, n.b.usedcores, n.b.holders);
   }
   return out;
 }

@@ -89,11 +89,25 @@ struct NodeView {
   std::vector<std::vector<Holder>> holders;  // holders[i] likewise; sorted by (uid, container)
 };
 
+// What the pods of one namespace hold: the sum, over its holding records and reservations, of
+// the collapsed usage (counting rule 5) of the entries that hold a device. It is derived in the
+// same step as the per-device usage, so it always equals the namespace's share of that usage.
+// Namespace quota reads it (docs/quota.md).
+struct NamespaceUsage {
+  int64_t usedmem = 0;    // MiB (scaled by memoryFactor, as recorded)
+  int64_t usedcores = 0;  // percent
+  int32_t holders = 0;    // records and reservations that hold at least one device
+
+  friend bool operator==(const NamespaceUsage&, const NamespaceUsage&) = default;
+};
+
 // The whole ledger at one instant (for metrics and /debug/ledger).
 struct FullSnapshot {
   std::vector<NodeView> nodes;  // registered nodes, sorted by name
   size_t records = 0;           // stored observed records
   size_t reservations = 0;
+  // Every namespace whose pods hold a device, sorted by namespace.
+  std::vector<std::pair<std::string, NamespaceUsage>> namespaces;
 };
 
 // A pod bound to a node other than its hami.io/vgpu-node.
@@ -157,6 +171,12 @@ struct UsageDiff {
   std::vector<std::string> holders_a, holders_b;  // sorted UIDs, one per container entry
 };
 
+// A namespace whose usage differs (absent = zero usage).
+struct NamespaceDiff {
+  std::string ns;
+  NamespaceUsage a, b;
+};
+
 // A node registered in only one ledger, or registered with different devices.
 struct NodeDiff {
   std::string node;
@@ -175,10 +195,13 @@ struct Held {
 };
 
 struct LedgerDiff {
-  std::vector<RecordDiff> records;  // sorted by (reservation, uid)
-  std::vector<UsageDiff> usage;     // sorted by (node, uuid)
-  std::vector<NodeDiff> nodes;      // sorted by node
-  bool Empty() const { return records.empty() && usage.empty() && nodes.empty(); }
+  std::vector<RecordDiff> records;        // sorted by (reservation, uid)
+  std::vector<UsageDiff> usage;           // sorted by (node, uuid)
+  std::vector<NodeDiff> nodes;            // sorted by node
+  std::vector<NamespaceDiff> namespaces;  // sorted by namespace
+  bool Empty() const {
+    return records.empty() && usage.empty() && nodes.empty() && namespaces.empty();
+  }
   // A human-readable multi-line summary, one line per difference (for logs and test failures).
   std::string ToString() const;
 };
@@ -261,6 +284,8 @@ class Ledger {
   std::optional<NodeView> View(std::string_view node) const;
   // When pod `uid`'s live reservation expires, or nullopt when it has none. O(1).
   std::optional<absl::Time> ReservationExpiry(std::string_view uid) const;
+  // What the pods of namespace `ns` hold (zero when none). O(1): one hash lookup.
+  NamespaceUsage UsageOf(std::string_view ns) const;
   // Conflicts, orphans, holders on unregistered nodes and blocking unreadable records.
   // O(records + reservations).
   Problems FindProblems() const;
@@ -361,8 +386,10 @@ class Ledger {
   absl::Status BuildEntries(const device::PodDevices& devices, Entries* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds (sign +1) or subtracts (sign -1) the collapsed usage of `entries` (those with dev >= 0)
-  // on `slot`; entries with container < init_count are init containers.
-  void AddUsage(const Entries& entries, uint16_t init_count, NodeSlot* slot, int32_t sign)
+  // on `slot` and on namespace `ns`; entries with container < init_count are init containers.
+  void AddUsage(const Entries& entries, uint16_t init_count, NodeSlot* slot, std::string_view ns,
+                int32_t sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddNamespaceUsage(std::string_view ns, int64_t mem, int64_t cores, int32_t sign)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseEntries(const Entries& entries) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t NodeSlotFor(std::string_view name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -418,6 +445,9 @@ class Ledger {
   std::vector<UuidSlot> uuids_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_uuids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> uuid_index_ ABSL_GUARDED_BY(mu_);
+  // Per namespace, kept in step with the per-device usage by AddUsage; entries with no holder
+  // are erased.
+  absl::flat_hash_map<std::string, NamespaceUsage> namespaces_ ABSL_GUARDED_BY(mu_);
   std::vector<Collapse> collapse_ ABSL_GUARDED_BY(mu_);  // indexed by device; all untouched
   std::vector<int16_t> touched_ ABSL_GUARDED_BY(mu_);
 };

@@ -700,6 +700,99 @@ TEST_F(LedgerTest, DiffReportsNodeDifferences) {
   EXPECT_THAT(d.usage, IsEmpty());  // nothing is used on either side
 }
 
+// ---- namespace usage (the view namespace quota reads) ------------------------------------
+
+PodAllocation InNs(PodAllocation p, const std::string& ns) {
+  p.ns = ns;
+  return p;
+}
+
+TEST_F(LedgerTest, NamespaceUsageCountsPerDeviceTimesCount) {
+  // HAMi v2.10 pkg/device/quota.go countPodDevices: a container given 2 cards x 3000 MiB counts
+  // 6000 (issue #1393); TestAddUsageAndRmUsage: add, then remove back to nothing.
+  ASSERT_TRUE(
+      ledger_
+          .Apply(InNs(Bound("u1", "n1", {{Dev("GPU-a", 3000, 20), Dev("GPU-b", 3000, 20)}}), "ml"))
+          .ok());
+  ASSERT_TRUE(ledger_.Apply(InNs(Bound("u2", "n2", {{Dev("GPU-c", 1000, 0)}}), "ml")).ok());
+  ASSERT_TRUE(ledger_.Apply(Bound("u3", "n2", {{Dev("GPU-c", 500, 5)}})).ok());
+  EXPECT_EQ(ledger_.UsageOf("ml"), (NamespaceUsage{7000, 40, 2}));
+  EXPECT_EQ(ledger_.UsageOf("default"), (NamespaceUsage{500, 5, 1}));
+  EXPECT_EQ(ledger_.UsageOf("other"), NamespaceUsage{});
+  const FullSnapshot full = ledger_.Full();
+  ASSERT_THAT(full.namespaces, SizeIs(2));
+  EXPECT_EQ(full.namespaces[0].first, "default");
+  EXPECT_EQ(full.namespaces[1].first, "ml");
+
+  EXPECT_TRUE(ledger_.Remove("u1"));
+  EXPECT_EQ(ledger_.UsageOf("ml"), (NamespaceUsage{1000, 0, 1}));
+  EXPECT_TRUE(ledger_.Remove("u2"));
+  EXPECT_FALSE(ledger_.Remove("u2"));  // a second delete subtracts nothing (HAMi clamps at 0)
+  EXPECT_EQ(ledger_.UsageOf("ml"), NamespaceUsage{});
+  EXPECT_THAT(ledger_.Full().namespaces, SizeIs(1));
+}
+
+TEST_F(LedgerTest, NamespaceUsageCollapsesInitContainersLikeDeviceUsage) {
+  // HAMi v2.10 pkg/device/initContainer.go CollapseInitContainerUsage: per card,
+  // max(peak over init containers, sum over app containers). Init 5000 on GPU-a, apps 3000 +
+  // 1000 on GPU-a and 2000 on GPU-b: max(5000, 4000) + 2000 = 7000 MiB.
+  PodAllocation p = InNs(Bound("u1", "n1",
+                               {{Dev("GPU-a", 5000, 50)},
+                                {Dev("GPU-a", 3000, 10)},
+                                {Dev("GPU-a", 1000, 10), Dev("GPU-b", 2000, 30)}}),
+                         "ml");
+  p.init_count = 1;
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  EXPECT_EQ(ledger_.UsageOf("ml"), (NamespaceUsage{7000, 80, 1}));
+  // Once the init container is no longer counted (a new record without it), usage shrinks to
+  // the apps' sum, as HAMi's ReplaceUsage after the init containers exit.
+  p.devices.erase(p.devices.begin());
+  p.init_count = 0;
+  ASSERT_TRUE(ledger_.Apply(p).ok());
+  EXPECT_EQ(ledger_.UsageOf("ml"), (NamespaceUsage{6000, 50, 1}));
+}
+
+TEST_F(LedgerTest, ReservationsCountTowardNamespaceUsageAndReleaseWithIt) {
+  ASSERT_TRUE(ledger_.Reserve("r1", "ml", "p1", "n1", {{Dev("GPU-a", 8000, 0)}}, kT0).ok());
+  EXPECT_EQ(ledger_.UsageOf("ml"), (NamespaceUsage{8000, 0, 1}));
+  // Observed bound with the same devices: the record replaces the reservation, counted once.
+  PodAllocation bound = InNs(Bound("r1", "n1", {{Dev("GPU-a", 8000, 0)}}), "ml");
+  bound.name = "p1";
+  ASSERT_TRUE(ledger_.Apply(bound).ok());
+  EXPECT_EQ(ledger_.UsageOf("ml"), (NamespaceUsage{8000, 0, 1}));
+  ASSERT_TRUE(ledger_.Reserve("r2", "ml", "p2", "n2", {{Dev("GPU-c", 1000, 0)}}, kT0).ok());
+  EXPECT_EQ(ledger_.UsageOf("ml").usedmem, 9000);
+  EXPECT_TRUE(ledger_.Release("r2"));
+  EXPECT_EQ(ledger_.UsageOf("ml").usedmem, 8000);
+  ASSERT_TRUE(ledger_.Reserve("r3", "ml", "p3", "n2", {{Dev("GPU-c", 1000, 0)}}, kT0).ok());
+  EXPECT_THAT(ledger_.ExpireReservations(kT0), SizeIs(1));
+  EXPECT_EQ(ledger_.UsageOf("ml").usedmem, 8000);
+  // A finished pod holds nothing.
+  bound.terminal = true;
+  ASSERT_TRUE(ledger_.Apply(bound).ok());
+  EXPECT_EQ(ledger_.UsageOf("ml"), NamespaceUsage{});
+}
+
+TEST_F(LedgerTest, NamespaceUsageFollowsNodeRegistrationAndDiff) {
+  ASSERT_TRUE(ledger_.Apply(InNs(Bound("u1", "n2", {{Dev("GPU-c", 4000, 0)}}), "ml")).ok());
+  EXPECT_TRUE(ledger_.RemoveNode("n2"));  // its devices are unknown: nothing is held
+  EXPECT_EQ(ledger_.UsageOf("ml"), NamespaceUsage{});
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n2", {"GPU-c"})).ok());
+  EXPECT_EQ(ledger_.UsageOf("ml").usedmem, 4000);
+
+  auto recomputed = Ledger::Recompute(
+      {MakeNode("n1", {"GPU-a", "GPU-b"}), MakeNode("n2", {"GPU-c"})}, ledger_.Records(), {});
+  EXPECT_TRUE(Diff(ledger_, *recomputed).Empty()) << Diff(ledger_, *recomputed).ToString();
+  EXPECT_EQ(recomputed->UsageOf("ml").usedmem, 4000);
+  auto empty = Ledger::Recompute({MakeNode("n2", {"GPU-c"})}, {}, {});
+  const LedgerDiff d = Diff(ledger_, *empty);
+  ASSERT_THAT(d.namespaces, SizeIs(1));
+  EXPECT_EQ(d.namespaces[0].ns, "ml");
+  EXPECT_EQ(d.namespaces[0].a.usedmem, 4000);
+  EXPECT_EQ(d.namespaces[0].b, NamespaceUsage{});
+  EXPECT_THAT(d.ToString(), ::testing::HasSubstr("namespace ml: a=(mem 4000"));
+}
+
 }  // namespace
 // ---- ReplaceContainer (the NUMA refit's accounting) ---------------------------------------
 

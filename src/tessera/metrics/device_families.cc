@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <locale>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -455,6 +457,92 @@ void RenderDeviceFamilies(const ledger::FullSnapshot& snapshot, bool legacy,
     }
     chunker.End();
   }
+}
+
+void RenderQuotaFamilies(const ledger::FullSnapshot& snapshot,
+                         const std::vector<schedule::NamespaceQuota>& limits,
+                         const schedule::NamespaceQuota& names, bool legacy,
+                         absl::FunctionRef<void(std::string_view)> sink) {
+  // One row per (namespace, resource) with the usage and the limit (if any).
+  struct Row {
+    std::string ns;
+    const std::string* resource;
+    int64_t used = 0;
+    std::optional<int64_t> limit;
+  };
+  std::map<std::string, std::pair<const ledger::NamespaceUsage*, const schedule::NamespaceQuota*>>
+      by_ns;
+  for (const auto& [ns, usage] : snapshot.namespaces) {
+    by_ns[ns].first = &usage;
+  }
+  for (const schedule::NamespaceQuota& q : limits) {
+    by_ns[q.ns].second = &q;
+  }
+  std::vector<Row> rows;
+  for (const auto& [ns, entry] : by_ns) {
+    const auto [usage, quota] = entry;
+    const bool holds = usage != nullptr;
+    if (holds || (quota != nullptr && quota->memory)) {
+      Row r{ns, &names.memory_name, holds ? usage->usedmem : 0, std::nullopt};
+      if (quota != nullptr && quota->memory) {
+        r.limit = quota->memory->limit;
+      }
+      rows.push_back(std::move(r));
+    }
+    if (holds || (quota != nullptr && quota->cores)) {
+      Row r{ns, &names.cores_name, holds ? usage->usedcores : 0, std::nullopt};
+      if (quota != nullptr && quota->cores) {
+        r.limit = quota->cores->limit;
+      }
+      rows.push_back(std::move(r));
+    }
+  }
+  TextChunker chunker(sink);
+  // Sorted by name, like the device families: QuotaUsed, hami_resource_quota_limit, _used.
+  if (legacy) {
+    chunker.Begin("QuotaUsed", "GPU resources a namespace holds against its quota (legacy name).",
+                  {"limit", "quotaName", "quotanamespace", "zone"});
+    for (const Row& r : rows) {
+      prometheus::ClientMetric& m = chunker.Next();
+      m.label[0].value = std::to_string(r.limit.value_or(0));
+      m.label[1].value = *r.resource;
+      m.label[2].value = r.ns;
+      m.gauge.value = static_cast<double>(r.used);
+    }
+    chunker.End();
+  }
+  chunker.Begin("hami_resource_quota_limit",
+                "The limit a namespace's ResourceQuota sets on a GPU resource.",
+                {"namespace", "quota_name", "zone"});
+  for (const Row& r : rows) {
+    if (r.limit) {
+      prometheus::ClientMetric& m = chunker.Next();
+      m.label[0].value = r.ns;
+      m.label[1].value = *r.resource;
+      m.gauge.value = static_cast<double>(*r.limit);
+    }
+  }
+  chunker.End();
+  chunker.Begin("hami_resource_quota_used",
+                "GPU resources a namespace's pods hold (memory in MiB, cores in percent).",
+                {"limit", "namespace", "quota_name", "zone"});
+  for (const Row& r : rows) {
+    prometheus::ClientMetric& m = chunker.Next();
+    m.label[0].value = std::to_string(r.limit.value_or(0));
+    m.label[1].value = r.ns;
+    m.label[2].value = *r.resource;
+    m.gauge.value = static_cast<double>(r.used);
+  }
+  chunker.End();
+}
+
+std::string RenderQuotaFamilies(const ledger::FullSnapshot& snapshot,
+                                const std::vector<schedule::NamespaceQuota>& limits,
+                                const schedule::NamespaceQuota& names, bool legacy) {
+  std::string out;
+  RenderQuotaFamilies(snapshot, limits, names, legacy,
+                      [&out](std::string_view piece) { out.append(piece); });
+  return out;
 }
 
 std::string RenderDeviceFamilies(const ledger::FullSnapshot& snapshot, bool legacy) {

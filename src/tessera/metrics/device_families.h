@@ -15,10 +15,12 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 
 #include "tessera/ledger/ledger.h"
+#include "tessera/schedule/quota.h"
 
 namespace tessera::metrics {
 
@@ -30,5 +32,23 @@ void RenderDeviceFamilies(const ledger::FullSnapshot& snapshot, bool legacy,
                           absl::FunctionRef<void(std::string_view)> sink);
 // The same, as one string.
 std::string RenderDeviceFamilies(const ledger::FullSnapshot& snapshot, bool legacy);
+
+// HAMi's namespace quota families (v2.10 cmd/scheduler/metrics.go collectQuotaMetrics;
+// docs/quota.md "Metrics"), zone="vGPU":
+//   hami_resource_quota_used{limit,namespace,quota_name}  the namespace's usage from
+//     `snapshot.namespaces` (memory in scaled MiB, cores in percent); `limit` is the unscaled
+//     limit, "0" when the resource has none;
+//   hami_resource_quota_limit{namespace,quota_name}       the limit, only where one is set;
+//   QuotaUsed{limit,quotaName,quotanamespace}              with `legacy`, the same as _used.
+// A namespace gets both resources' _used series when it holds anything, else only the limited
+// ones. `limits` is QuotaBook::AllLimits() (names and factor of every entry alike); `names`
+// gives the resource names when `limits` is empty.
+void RenderQuotaFamilies(const ledger::FullSnapshot& snapshot,
+                         const std::vector<schedule::NamespaceQuota>& limits,
+                         const schedule::NamespaceQuota& names, bool legacy,
+                         absl::FunctionRef<void(std::string_view)> sink);
+std::string RenderQuotaFamilies(const ledger::FullSnapshot& snapshot,
+                                const std::vector<schedule::NamespaceQuota>& limits,
+                                const schedule::NamespaceQuota& names, bool legacy);
 
 }  // namespace tessera::metrics

@@ -328,6 +328,45 @@ TEST(DeviceFamilies, EmptySnapshotRendersNothing) {
   EXPECT_EQ(RenderDeviceFamilies(ledger::FullSnapshot{}, true), "");
 }
 
+schedule::NamespaceQuota QuotaNames() {
+  schedule::NamespaceQuota q;
+  q.memory_name = "nvidia.com/gpumem";
+  q.cores_name = "nvidia.com/gpucores";
+  return q;
+}
+
+// HAMi v2.10 collectQuotaMetrics's names and labels (hami-v2.10-additions.md §1.6 examples).
+TEST(QuotaFamilies, HamisNamesLabelsAndValues) {
+  ledger::FullSnapshot snap;
+  snap.namespaces = {{"team-a", {6000, 20, 2}}, {"team-b", {0, 30, 1}}};
+  schedule::NamespaceQuota a = QuotaNames();
+  a.ns = "team-a";
+  a.memory = schedule::QuotaLimit{20000, "gpu"};
+  schedule::NamespaceQuota c = QuotaNames();
+  c.ns = "team-c";  // limited, holds nothing
+  c.cores = schedule::QuotaLimit{0, "block"};
+  const std::string text = RenderQuotaFamilies(snap, {a, c}, QuotaNames(), false);
+  EXPECT_THAT(text, HasSubstr("hami_resource_quota_used{limit=\"20000\",namespace=\"team-a\","
+                              "quota_name=\"nvidia.com/gpumem\",zone=\"vGPU\"} 6000\n"));
+  EXPECT_THAT(text, HasSubstr("hami_resource_quota_used{limit=\"0\",namespace=\"team-a\","
+                              "quota_name=\"nvidia.com/gpucores\",zone=\"vGPU\"} 20\n"));
+  EXPECT_THAT(text, HasSubstr("hami_resource_quota_limit{namespace=\"team-a\",quota_name=\"nvidia."
+                              "com/gpumem\",zone=\"vGPU\"} 20000\n"));
+  EXPECT_THAT(text, HasSubstr("hami_resource_quota_used{limit=\"0\",namespace=\"team-b\","
+                              "quota_name=\"nvidia.com/gpucores\",zone=\"vGPU\"} 30\n"));
+  // An explicit 0 is a limit (exported); a namespace holding nothing shows only its limited
+  // resource.
+  EXPECT_THAT(text, HasSubstr("hami_resource_quota_limit{namespace=\"team-c\",quota_name=\"nvidia."
+                              "com/gpucores\",zone=\"vGPU\"} 0\n"));
+  EXPECT_THAT(text, Not(HasSubstr("namespace=\"team-c\",quota_name=\"nvidia.com/gpumem\"")));
+  EXPECT_THAT(text, Not(HasSubstr("hami_resource_quota_limit{namespace=\"team-b\"")));
+  EXPECT_THAT(text, Not(HasSubstr("QuotaUsed")));
+  const std::string legacy = RenderQuotaFamilies(snap, {a, c}, QuotaNames(), true);
+  EXPECT_THAT(legacy, HasSubstr("QuotaUsed{limit=\"20000\",quotaName=\"nvidia.com/gpumem\","
+                                "quotanamespace=\"team-a\",zone=\"vGPU\"} 6000\n"));
+  EXPECT_EQ(RenderQuotaFamilies(ledger::FullSnapshot{}, {}, QuotaNames(), true), "");
+}
+
 TEST(DeviceFamilies, ZeroMemoryDeviceHasNoRatioAndAmdIsNormalised) {
   ledger::Ledger l;
   ASSERT_TRUE(

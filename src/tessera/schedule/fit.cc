@@ -28,6 +28,7 @@ constexpr std::array<std::string_view, kReasonCount> kReasonNames = {
     "CardUuidMismatch",
     "CardTimeSlicingExhausted",
     "ExclusiveDeviceAllocateConflict",
+    "ResourceQuotaNotFit",
     "CardInsufficientMemory",
     "CardInsufficientCore",
     "CardComputeUnitsExhausted",
@@ -330,9 +331,32 @@ double ComputeDeviceScore(const DeviceInfo& info, const DeviceUsage& usage,
 }
 
 void Fitter::Prepare(const device::PodRequest& request, const device::PodConstraints& constraints,
-                     const GpuPolicy& policy) {
+                     const GpuPolicy& policy, const NamespaceQuota* quota) {
   request_ = &request;
   constraints_ = &constraints;
+  quota_ = quota != nullptr && quota->Limited() ? quota : nullptr;
+  if (quota_ != nullptr) {
+    // The pod's collapsed usage is at most the plain sum of its requests (each container's nums
+    // cards of memreq MiB, cores at most 100 each). When even that fits, no card can fail the
+    // check and it is skipped. A percentage or whole-card request depends on the card: checked.
+    int64_t mem = 0, cores = 0;
+    bool bounded = true;
+    for (const auto& c : request.containers) {
+      if (!c.has_value() || c->nums <= 0) {
+        continue;
+      }
+      if (c->memreq <= 0) {
+        bounded = false;
+        break;
+      }
+      mem += int64_t{c->nums} * c->memreq;
+      cores += int64_t{c->nums} * std::min(c->coresreq, 100);
+    }
+    if (bounded && quota_->Fits(mem, cores)) {
+      quota_ = nullptr;
+    }
+  }
+  quota_miss_.reset();
   needle_valid_ = false;
   order_ = SortOrderFor(policy, constraints.numa_bind);
   for (size_t k = 0; k < order_.size; ++k) {
@@ -612,6 +636,76 @@ void Reposition(const std::vector<Fitter::SortEntry>& entries, std::vector<int32
 
 }  // namespace
 
+void Fitter::PrepareQuotaBase() {
+  // The pod's entries on this node from its earlier containers, collapsed per card:
+  // max(peak over init entries, sum over app entries), as the ledger counts them.
+  const auto init_count = static_cast<int32_t>(request_->init_count);
+  quota_base_.clear();
+  quota_base_mem_ = 0;
+  quota_base_cores_ = 0;
+  for (const Choice& c : choices_) {
+    QuotaCard* card = nullptr;
+    for (QuotaCard& q : quota_base_) {
+      if (q.device == c.device) {
+        card = &q;
+        break;
+      }
+    }
+    if (card == nullptr) {
+      card = &quota_base_.emplace_back(QuotaCard{c.device});
+    }
+    if (c.container < init_count) {
+      card->init_mem = std::max<int64_t>(card->init_mem, c.usedmem);
+      card->init_cores = std::max<int64_t>(card->init_cores, c.usedcores);
+    } else {
+      card->app_mem += c.usedmem;
+      card->app_cores += c.usedcores;
+    }
+  }
+  for (const QuotaCard& q : quota_base_) {
+    quota_base_mem_ += std::max(q.init_mem, q.app_mem);
+    quota_base_cores_ += std::max(q.init_cores, q.app_cores);
+  }
+}
+
+bool Fitter::QuotaFits(bool app, int32_t device, int64_t memreq, int32_t coresreq) {
+  // The collapsed total with this container's cards so far and `device` added. A container
+  // visits each card once, so these cards are distinct: each changes only its own card's term.
+  int64_t mem = quota_base_mem_, cores = quota_base_cores_;
+  auto add = [&](int32_t dev, int64_t m, int64_t c) {
+    QuotaCard card{dev};
+    for (const QuotaCard& q : quota_base_) {
+      if (q.device == dev) {
+        card = q;
+        break;
+      }
+    }
+    mem -= std::max(card.init_mem, card.app_mem);
+    cores -= std::max(card.init_cores, card.app_cores);
+    if (app) {
+      mem += std::max(card.init_mem, card.app_mem + m);
+      cores += std::max(card.init_cores, card.app_cores + c);
+    } else {
+      mem += std::max(std::max(card.init_mem, m), card.app_mem);
+      cores += std::max(std::max(card.init_cores, c), card.app_cores);
+    }
+  };
+  for (const Taken& t : taken_) {
+    add(t.device, t.usedmem, t.usedcores);
+  }
+  add(device, memreq, coresreq);
+  if (quota_->Fits(mem, cores)) {
+    return true;
+  }
+  const bool memory = quota_->memory.has_value() && quota_->usedmem + mem > quota_->MemoryLimit();
+  const int64_t asked = memory ? mem : cores;
+  if (!quota_miss_.has_value() || (quota_miss_->memory == memory && asked < quota_miss_->asked) ||
+      (memory && !quota_miss_->memory)) {
+    quota_miss_ = QuotaMiss{memory, asked};
+  }
+  return false;
+}
+
 bool Fitter::FitContainer(int container, const ContainerRequest& request, const NodeSnapshot& snap,
                           absl::Span<const DeviceUsage> usage, std::vector<DeviceUsage>* apply,
                           bool app) {
@@ -665,6 +759,9 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
   int32_t prevnuma = -1;
   int32_t coresreq = request.coresreq;
   taken_.clear();
+  if (quota_ != nullptr) {
+    PrepareQuotaBase();
+  }
   for (size_t k = m; k-- > 0;) {
     const int32_t i = ent[order[k]].pos;
     const DeviceInfo& d = devs[i];
@@ -711,6 +808,10 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
       memreq = request.memreq;
     } else if (request.mem_percentage != device::kPercentageUnset) {
       memreq = PercentOf(d.devmem, request.mem_percentage);
+    }
+    if (quota_ != nullptr && !QuotaFits(app, i, memreq, coresreq)) {
+      skip(Reason::kResourceQuotaNotFit);
+      continue;
     }
     if (d.devmem - u.usedmem < memreq) {
       skip(Reason::kCardInsufficientMemory);

@@ -30,6 +30,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,7 @@
 #include "absl/types/span.h"
 
 #include "tessera/device/model.h"
+#include "tessera/schedule/quota.h"
 
 namespace tessera::schedule {
 
@@ -49,6 +51,9 @@ enum class Reason : uint8_t {
   kCardUuidMismatch,
   kCardTimeSlicingExhausted,
   kExclusiveDeviceAllocateConflict,
+  // The namespace's quota (quota.h) cannot take this card's share: checked where HAMi's NVIDIA
+  // Fit checks it, before the card's free memory.
+  kResourceQuotaNotFit,
   kCardInsufficientMemory,
   kCardInsufficientCore,
   kCardComputeUnitsExhausted,
@@ -58,7 +63,7 @@ enum class Reason : uint8_t {
   kAllocatedCardsInsufficientRequest,
   kNodeInsufficientDevice,
 };
-inline constexpr size_t kReasonCount = 13;
+inline constexpr size_t kReasonCount = 14;
 
 // The wire name, e.g. "CardInsufficientMemory".
 std::string_view ReasonName(Reason reason);
@@ -216,9 +221,10 @@ class Fitter {
     int32_t usedcores = 0;
   };
 
-  // Binds the pod. `request` and `constraints` must outlive the Fit calls.
+  // Binds the pod. `request`, `constraints` and `quota` must outlive the Fit calls. With a
+  // limited `quota` (nullptr or unlimited: no check) each card is checked against it.
   void Prepare(const device::PodRequest& request, const device::PodConstraints& constraints,
-               const device::GpuPolicy& policy);
+               const device::GpuPolicy& policy, const NamespaceQuota* quota = nullptr);
 
   // Fits the prepared pod on `node`. Returns true when every requesting container fits.
   // Afterwards choices() (on success) or failed_container()/reasons() (on failure) describe the
@@ -230,6 +236,9 @@ class Fitter {
   const std::vector<Choice>& choices() const { return choices_; }
   int failed_container() const { return failed_container_; }
   const ReasonParts& reasons() const { return reasons_; }
+  // The smallest ask the quota refused in the Fits since Prepare (nullopt when it refused none;
+  // a memory miss is kept over a cores miss).
+  const std::optional<QuotaMiss>& quota_miss() const { return quota_miss_; }
   // ComputeNodeScore of the node (valid after a Fit on a well-formed snapshot, fit or not).
   double node_score() const { return node_score_; }
   // Usage after the pod (valid after a successful Fit).
@@ -279,13 +288,25 @@ class Fitter {
   void BestSubset(const device::NodeDevices& node, size_t start, size_t depth, int64_t sum);
   // The greedy choice beyond kMaxTopologySubsets, into best_subset_.
   void GreedySubset(const device::NodeDevices& node, size_t want);
+  // One card's share of the pod's earlier containers on this node (for the quota check).
+  struct QuotaCard {
+    int32_t device = 0;
+    int64_t init_mem = 0, init_cores = 0;  // peak over init containers
+    int64_t app_mem = 0, app_cores = 0;    // sum over app containers
+  };
+  // Collapses choices_ (the earlier containers) into quota_base_; once per container.
+  void PrepareQuotaBase();
+  // Whether the namespace quota takes the pod's collapsed usage on this node with `device`
+  // added to the container being fitted (HAMi's hypothetical PodDevices); records a miss.
+  bool QuotaFits(bool app, int32_t device, int64_t memreq, int32_t coresreq);
   bool TypeFilterPasses(const device::DeviceInfo& info) const;
   bool UuidFilterPasses(const device::DeviceInfo& info) const;
 
   // Members are grouped by size (largest first within each part), so the bools share words.
   const device::PodRequest* request_ = nullptr;
   const device::PodConstraints* constraints_ = nullptr;
-  std::string_view primary_type_;  // the type of the first requesting container
+  const NamespaceQuota* quota_ = nullptr;  // null unless limited
+  std::string_view primary_type_;          // the type of the first requesting container
   SortOrder order_;
   std::array<double, 3> key_sign_{};
   std::array<int, 3> key_source_{};  // per key: 0 = score, 1 = NUMA, 2 = Used
@@ -311,6 +332,10 @@ class Fitter {
   std::vector<int32_t> best_subset_;  // topology-aware: the best subset so far
   std::vector<bool> in_subset_;       // topology-aware, greedy: membership by taken_ index
   std::vector<Choice> choices_;
+  std::vector<QuotaCard> quota_base_;  // PrepareQuotaBase's cards
+  int64_t quota_base_mem_ = 0;
+  int64_t quota_base_cores_ = 0;
+  std::optional<QuotaMiss> quota_miss_;
   std::string_view type_key_;
   std::string_view needle_;   // the request type being matched
   std::string needle_lower_;  // needle_, lower-cased

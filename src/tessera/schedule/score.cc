@@ -61,7 +61,7 @@ void Prefetch(const std::vector<Candidate>& candidates, size_t i) {
 
 Decision Decide(const std::vector<Candidate>& candidates, const device::PodRequest& request,
                 const device::PodConstraints& constraints, device::NodePolicy default_node_policy,
-                const device::GpuPolicy& default_gpu_policy) {
+                const device::GpuPolicy& default_gpu_policy, const NamespaceQuota* quota) {
   Decision decision;
   decision.nodes.resize(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
@@ -80,7 +80,7 @@ Decision Decide(const std::vector<Candidate>& candidates, const device::PodReque
   const bool binpack = node_policy == device::NodePolicy::kBinpack;
 
   Fitter fitter;
-  fitter.Prepare(request, constraints, gpu_policy);
+  fitter.Prepare(request, constraints, gpu_policy, quota);
   std::optional<size_t> best;
   for (size_t i = 0; i < candidates.size(); ++i) {
     Prefetch(candidates, i);
@@ -123,6 +123,7 @@ Decision Decide(const std::vector<Candidate>& candidates, const device::PodReque
       best = i;
     }
   }
+  decision.quota_miss = fitter.quota_miss();
   if (best.has_value()) {
     decision.winner = best;
     const auto& snapshot = *candidates[*best].snapshot;

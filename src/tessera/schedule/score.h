@@ -62,6 +62,8 @@ struct Decision {
   std::optional<size_t> winner;   // index into the candidates (and `nodes`)
   device::PodDevices devices;     // the winner's devices, one entry per container (init first)
   std::vector<NodeResult> nodes;  // one per candidate, in candidate order
+  // The namespace quota refused a card on some node: the smallest such ask (Fitter::quota_miss).
+  std::optional<QuotaMiss> quota_miss;
 };
 
 // Decides where the pod goes. The effective policies are the pod's annotations
@@ -70,8 +72,9 @@ struct Decision {
 // binpack picks the highest score and spread the lowest; equal scores go to the node name
 // ascending, then candidate position ascending. A fitting node that is not busy beats every busy
 // one; with no busy candidate (HAMi's case) the choice is HAMi's.
+// With a limited `quota` every card is also checked against the namespace's quota (quota.h).
 Decision Decide(const std::vector<Candidate>& candidates, const device::PodRequest& request,
                 const device::PodConstraints& constraints, device::NodePolicy default_node_policy,
-                const device::GpuPolicy& default_gpu_policy);
+                const device::GpuPolicy& default_gpu_policy, const NamespaceQuota* quota = nullptr);
 
 }  // namespace tessera::schedule

@@ -61,6 +61,20 @@ nlohmann::json ForeignJson(const std::vector<accounting::ForeignAllocation>& for
   return out;
 }
 
+nlohmann::json QuotaJson(const std::vector<accounting::QuotaCorrection>& quota) {
+  nlohmann::json out = nlohmann::json::array();
+  auto usage = [](const ledger::NamespaceUsage& u) {
+    return nlohmann::json{{"mem_mib", u.usedmem}, {"cores", u.usedcores}, {"holders", u.holders}};
+  };
+  for (const accounting::QuotaCorrection& q : quota) {
+    out.push_back({{"namespace", q.ns},
+                   {"filter_used", usage(q.filter)},
+                   {"truth", usage(q.truth)},
+                   {"after", usage(q.after)}});
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json ResyncJson(const accounting::ResyncReport& r, absl::Duration period) {
@@ -93,7 +107,8 @@ nlohmann::json AuditJson(const accounting::AuditReport& r) {
           {"orphans", r.problems.orphans.size()},
           {"unregistered", r.problems.unregistered.size()},
           {"unreadable", r.problems.unreadable.size()},
-          {"foreign_allocations", ForeignJson(r.foreign)}};
+          {"foreign_allocations", ForeignJson(r.foreign)},
+          {"quota", QuotaJson(r.quota)}};
 }
 
 nlohmann::json NodesJson(const ledger::FullSnapshot& full,

@@ -209,7 +209,7 @@ class LeakPathsTest : public ::testing::Test {
   // --- apisim -------------------------------------------------------------------------------
   void Create(const char* resource, const std::string& json) {
     absl::StatusOr<std::string> created =
-        sim_->store().Create(Res(resource), resource == std::string("pods") ? "default" : "", json);
+        sim_->store().Create(Res(resource), Res(resource).namespaced ? "default" : "", json);
     ASSERT_TRUE(created.ok()) << created.status();
   }
   void DeletePod(const std::string& name) {
@@ -759,6 +759,41 @@ TEST_F(LeakPathsTest, TesseraRestartedMidBindRebuildsTheReservationAndTheRetried
   EXPECT_EQ(Get("pods", "midbind")["spec"].value("nodeName", ""), "a");
   ExpectConverged({"squeeze"});
   ExpectNothingToRepair();
+}
+
+// Namespace quota (docs/quota.md) is a view of the ledger: a delete lost for good keeps the
+// namespace's quota used only until the resync repairs the ledger, and then the quota admits
+// again. A cache of quota usage beside the ledger (HAMi's) would keep the dead pod's 8000 MiB
+// until a restart.
+TEST_F(LeakPathsTest, AQuotaHeldByADeleteLostForGoodIsFreedByTheResync) {
+  Create("nodes", NodeJson("a"));
+  Create("resourcequotas", Json({{"apiVersion", "v1"},
+                                 {"kind", "ResourceQuota"},
+                                 {"metadata", {{"name", "gpu"}, {"namespace", "default"}}},
+                                 {"spec", {{"hard", {{"limits.nvidia.com/gpumem", "10000"}}}}}})
+                               .dump());
+  Create("pods", RunningPod("lost", "a", "GPU-a-0", 8000));
+  Create("pods", PendingPod("next", 4000));
+  StartService();
+  ExpectConverged({});
+  auto filter = [this] {
+    Json args = {{"Pod", Get("pods", "next")}, {"Nodes", nullptr}, {"NodeNames", {"a"}}};
+    auto res = client_->Post("/filter", args.dump(), "application/json");
+    return res && res->status == 200 ? Json::parse(res->body) : Json();
+  };
+  Json refused = filter();
+  EXPECT_EQ(refused["FailedNodes"]["a"], "2/2 ResourceQuotaNotFit") << refused.dump();
+  EXPECT_THAT(Scrape(), HasSubstr("hami_resource_quota_used{limit=\"10000\",namespace=\"default\","
+                                  "quota_name=\"nvidia.com/gpumem\",zone=\"vGPU\"} 8000"));
+
+  Drop("pods", "DELETED");
+  DeletePod("lost");
+  ExpectConverged({});
+  Json admitted = filter();
+  ASSERT_EQ(admitted["NodeNames"].size(), 1u) << admitted.dump();
+  EXPECT_EQ(admitted["NodeNames"][0], "a");
+  EXPECT_THAT(Scrape(), HasSubstr("hami_resource_quota_used{limit=\"10000\",namespace=\"default\","
+                                  "quota_name=\"nvidia.com/gpumem\",zone=\"vGPU\"} 4000"));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "tessera/accounting/auditor.h"
 #include "tessera/accounting/node_registry.h"
 #include "tessera/accounting/pod_feed.h"
+#include "tessera/accounting/quota_book.h"
 #include "tessera/accounting/resyncer.h"
 #include "tessera/base/allocator.h"
 #include "tessera/base/logging.h"
@@ -115,7 +116,7 @@ metrics::KnownLabels KnownLabelValues() {
   for (std::string_view reason : extender::PendingReasons()) {
     known.pending_reasons.emplace_back(reason);
   }
-  known.informer_resources = {"pods", "nodes"};
+  known.informer_resources = {"pods", "nodes", "resourcequotas"};
   known.audit_causes.assign(accounting::kAuditCauses.begin(), accounting::kAuditCauses.end());
   known.ledger_problem_kinds.assign(kLedgerProblemKinds.begin(), kLedgerProblemKinds.end());
   known.resync_kinds.assign(accounting::kResyncKinds.begin(), accounting::kResyncKinds.end());
@@ -132,10 +133,13 @@ class Service::Impl : public extender::Backend {
   absl::Status Init();
   void Stop();
 
-  bool Synced() const { return pods_->HasSynced() && nodes_->HasSynced(); }
+  bool Synced() const {
+    return pods_->HasSynced() && nodes_->HasSynced() && quota_informer_->HasSynced();
+  }
   bool WaitForSync(absl::Duration timeout) const {
     const absl::Time deadline = absl::Now() + timeout;
-    return pods_->WaitForSync(timeout) && nodes_->WaitForSync(deadline - absl::Now());
+    return pods_->WaitForSync(timeout) && nodes_->WaitForSync(deadline - absl::Now()) &&
+           quota_informer_->WaitForSync(deadline - absl::Now());
   }
   int port() const { return http_->port(); }
   int metrics_port() const { return http_->metrics_port(); }
@@ -166,7 +170,11 @@ class Service::Impl : public extender::Backend {
     if (!leader) {
       snapshot.nodes.clear();  // tessera_reservations_in_flight stays this replica's own
     }
-    return metrics_->Render(snapshot, options_.legacy_metrics);
+    // HAMi's quota families from the same snapshot (every replica, as HAMi's followers too).
+    std::string body = metrics_->Render(snapshot, options_.legacy_metrics);
+    body += metrics::RenderQuotaFamilies(snapshot, quotas_->AllLimits(), quotas_->Limits(""),
+                                         options_.legacy_metrics);
+    return body;
   }
 
  private:
@@ -196,6 +204,9 @@ class Service::Impl : public extender::Backend {
   std::atomic<bool> trim_again_{false};  // a large request was served since the last trim
   std::unique_ptr<kube::Informer<kube::Pod>> pods_;
   std::unique_ptr<kube::Informer<kube::Node>> nodes_;
+  // Namespace quota: the limits of the observed ResourceQuotas (usage is the ledger's).
+  std::unique_ptr<accounting::QuotaBook> quotas_;
+  std::unique_ptr<kube::Informer<kube::ResourceQuota>> quota_informer_;
   std::unique_ptr<extender::Scheduler> scheduler_;
   std::unique_ptr<extender::HttpServer> http_;
   std::unique_ptr<accounting::Auditor> auditor_;
@@ -231,6 +242,7 @@ class Service::Impl : public extender::Backend {
   // Informer counters as last exported (housekeeping thread only).
   int64_t pod_relists_ = 0, node_relists_ = 0;
   int64_t pod_events_ = 0, node_events_ = 0;
+  int64_t quota_relists_ = 0, quota_events_ = 0;
 };
 
 absl::Status Service::Impl::Init() {
@@ -362,6 +374,29 @@ absl::Status Service::Impl::Init() {
   nodes_ = std::make_unique<kube::Informer<kube::Node>>(client_.get(), node_options,
                                                         std::move(node_handlers));
 
+  quotas_ = std::make_unique<accounting::QuotaBook>(
+      accounting::QuotaBook::Options{.memory_name = config.resource_memory_name,
+                                     .cores_name = config.resource_core_name,
+                                     .memory_factor = config.memory_factor});
+  kube::Informer<kube::ResourceQuota>::Options quota_options;
+  quota_options.name = "resourcequotas";
+  quota_options.reflector.min_watch_timeout = options_.min_watch_timeout;
+  quota_options.clock = clock();
+  kube::EventHandlers<kube::ResourceQuota> quota_handlers;
+  quota_handlers.on_add = [this](const kube::ResourceQuota& q, bool) { quotas_->Upsert(q); };
+  quota_handlers.on_update = [this](const kube::ResourceQuota& old_q,
+                                    const kube::ResourceQuota& q) {
+    if (old_q.meta.ns != q.meta.ns || old_q.meta.name != q.meta.name) {
+      quotas_->Remove(old_q.meta.ns, old_q.meta.name);
+    }
+    quotas_->Upsert(q);
+  };
+  quota_handlers.on_delete = [this](const kube::ResourceQuota& q, bool) {
+    quotas_->Remove(q.meta.ns, q.meta.name);
+  };
+  quota_informer_ = std::make_unique<kube::Informer<kube::ResourceQuota>>(
+      client_.get(), quota_options, std::move(quota_handlers));
+
   extender::Scheduler::Options scheduler_options;
   scheduler_options.scheduler_name = options_.scheduler_name;
   scheduler_options.node_policy = options_.node_policy;
@@ -407,6 +442,7 @@ absl::Status Service::Impl::Init() {
   };
   extender::Scheduler::Deps deps;
   deps.ledger = &ledger_;
+  deps.quotas = quotas_.get();
   deps.client = client_.get();
   deps.clock = clock();
   deps.lookup = [this](std::string_view ns, std::string_view name) -> std::optional<kube::Pod> {
@@ -473,6 +509,7 @@ absl::Status Service::Impl::Init() {
   elector_->Start();
   pods_->Start();
   nodes_->Start();
+  quota_informer_->Start();
   loop_ = std::thread([this] { Housekeeping(); });
   resyncer_->Start();
   TESSERA_LOG(kInfo, "serve: extender on {} (port {}), metrics on {} (port {})", options_.http_bind,
@@ -509,6 +546,9 @@ void Service::Impl::Stop() {
   }
   if (nodes_ != nullptr) {
     nodes_->Stop();
+  }
+  if (quota_informer_ != nullptr) {
+    quota_informer_->Stop();
   }
   scheduler_.reset();  // drains its event queue while the client still exists
 }
@@ -647,12 +687,15 @@ void Service::Impl::UpdateInformerMetrics() {
   };
   update("pods", pods_->counters(), pods_->HasSynced(), &pod_relists_, &pod_events_);
   update("nodes", nodes_->counters(), nodes_->HasSynced(), &node_relists_, &node_events_);
+  update("resourcequotas", quota_informer_->counters(), quota_informer_->HasSynced(),
+         &quota_relists_, &quota_events_);
 }
 
 std::string Service::Impl::SyncState() const {
-  return fmt::format("waiting for the informers to sync (pods: {}, nodes: {})",
+  return fmt::format("waiting for the informers to sync (pods: {}, nodes: {}, resourcequotas: {})",
                      pods_->HasSynced() ? "synced" : "listing",
-                     nodes_->HasSynced() ? "synced" : "listing");
+                     nodes_->HasSynced() ? "synced" : "listing",
+                     quota_informer_->HasSynced() ? "synced" : "listing");
 }
 
 // Readiness is the informers' sync for every role: a follower serves /filter and /bind from
