@@ -220,7 +220,7 @@ Scheduler::~Scheduler() = default;
 void Scheduler::OfferVerdict(const kube::Pod& pod, const device::PodRequest& request,
                              const std::vector<schedule::Candidate>& candidates,
                              const std::vector<FailedNode>& failed,
-                             std::string_view checked_version) {
+                             std::string_view checked_version, std::string_view quota) {
   if (!options_.verdicts || (options_.is_leader && !options_.is_leader())) {
     return;
   }
@@ -228,11 +228,12 @@ void Scheduler::OfferVerdict(const kube::Pod& pod, const device::PodRequest& req
   if (options_.node_lock) {
     lock_of = [this](std::string_view node) { return options_.node_lock(node).lock; };
   }
-  const Verdict verdict = BuildVerdict({.request = &request,
-                                        .candidates = candidates,
-                                        .failed = &failed,
-                                        .ledger = ledger_,
-                                        .lock_of = std::move(lock_of)});
+  Verdict verdict = BuildVerdict({.request = &request,
+                                  .candidates = candidates,
+                                  .failed = &failed,
+                                  .ledger = ledger_,
+                                  .lock_of = std::move(lock_of)});
+  verdict.quota = std::string(quota);
   verdicts_.Offer(pod.meta, checked_version, verdict.reason, EncodeVerdict(verdict));
 }
 
@@ -375,7 +376,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       out.quota = schedule::QuotaMissText(quota, *decision.quota_miss);
       events_.Record(pod.meta, "FilteringFailed", out.quota, EventType::kWarning);
     }
-    OfferVerdict(pod, *request, candidates, out.failed_nodes, *checked_version);
+    OfferVerdict(pod, *request, candidates, out.failed_nodes, *checked_version, out.quota);
     out.code = FilterCode::kNoFit;
     TESSERA_VLOGS(2, "filter", "pod", pod.Key(), "candidates", names.size(), "node", "", "outcome",
                   "no node fits");

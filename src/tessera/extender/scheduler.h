@@ -256,10 +256,12 @@ class Scheduler {
   // PatchWriter's settle: ends the filter's reservation when its patch failed (unless a newer
   // filter of the pod replaced it).
   void SettlePatch(const PatchWriter::Job& job, const absl::Status& status);
-  // The verdict of a filter that found no node, offered to verdicts_ (verdict.h).
+  // The verdict of a filter that found no node, offered to verdicts_ (verdict.h); `quota` is
+  // the namespace quota's refusal (FilterOutcome::quota), empty when none refused.
   void OfferVerdict(const kube::Pod& pod, const device::PodRequest& request,
                     const std::vector<schedule::Candidate>& candidates,
-                    const std::vector<FailedNode>& failed, std::string_view checked_version);
+                    const std::vector<FailedNode>& failed, std::string_view checked_version,
+                    std::string_view quota);
 
   const Options options_;
   ledger::Ledger* const ledger_;

@@ -1829,6 +1829,28 @@ std::vector<std::string> VerdictMessages(const std::vector<SeenEvent>& events) {
   return out;
 }
 
+// A pod the namespace quota refuses: its verdict names the quota, its limit, the usage and the
+// ask, as the quota's own event does.
+TEST_F(SchedulerTest, AVerdictNamesTheQuotaThatRefusedThePod) {
+  AddNode("n1", {{"GPU-a", 10, 48000}});
+  ledger::PodAllocation running{
+      "r1", "default", "r1", "n1", "n1", false, false, false, {{{"GPU-a", "NVIDIA", 36000, 0}}}, 0};
+  ASSERT_TRUE(ledger_.Apply(running).ok());
+  env_.CreatePod("p1", Limits(8000));
+  accounting::QuotaBook book({});
+  book.Upsert(GpuMemQuota("default", "gpu", "40000"));
+  scheduler_ = std::make_unique<Scheduler>(
+      options_, Scheduler::Deps{&ledger_, env_.client(), &clock_, nullptr, &book});
+  FilterOutcome outcome;
+  scheduler_->Filter(Args("p1", {"n1"}), &outcome);
+  ASSERT_EQ(outcome.code, FilterCode::kNoFit);
+  scheduler_->verdicts().Flush();
+  absl::StatusOr<Verdict> v = DecodeVerdict(VerdictOn(env_, "p1"));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->reason, "ResourceQuotaNotFit");
+  EXPECT_EQ(v->quota, "namespace default: limits.nvidia.com/gpumem 40000, used 36000 + 8000 asked");
+}
+
 // kube-scheduler retries an unschedulable pod again and again: the verdict is written (patch
 // and event) at the first filter and again only when the state behind it changes.
 TEST_F(SchedulerTest, AVerdictIsWrittenOnlyWhenItChanges) {
