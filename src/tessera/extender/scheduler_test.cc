@@ -128,6 +128,19 @@ class SchedulerTest : public ::testing::Test {
         options_, Scheduler::Deps{&ledger_, env_.client(), &clock_, std::move(lookup)});
     return *scheduler_;
   }
+  // Node n1 (one 48000 MiB GPU) with 36000 MiB held by default/r1, pod p1 asking 8000 MiB, and
+  // a scheduler whose quotas are `book`'s (the quota tests put 40000 MiB there).
+  Scheduler& MakeWithQuotaOn36000MiBUsed(const accounting::QuotaBook* book) {
+    AddNode("n1", {{"GPU-a", 10, 48000}});
+    ledger::PodAllocation running{
+        "r1", "default", "r1", "n1", "n1", false, false, false, {{{"GPU-a", "NVIDIA", 36000, 0}}},
+        0};
+    EXPECT_TRUE(ledger_.Apply(running).ok());
+    env_.CreatePod("p1", Limits(8000));
+    scheduler_ = std::make_unique<Scheduler>(
+        options_, Scheduler::Deps{&ledger_, env_.client(), &clock_, nullptr, book});
+    return *scheduler_;
+  }
   FilterArgs Args(const std::string& pod, std::vector<std::string> nodes) {
     FilterArgs args;
     args.pod = Pod(pod);
@@ -621,16 +634,10 @@ kube::ResourceQuota GpuMemQuota(const std::string& ns, const std::string& name,
 }
 
 TEST_F(SchedulerTest, FilterRefusesWhatTheNamespaceQuotaCannotTakeAndNamesIt) {
-  AddNode("n1", {{"GPU-a", 10, 48000}});
-  ledger::PodAllocation running{
-      "r1", "default", "r1", "n1", "n1", false, false, false, {{{"GPU-a", "NVIDIA", 36000, 0}}}, 0};
-  ASSERT_TRUE(ledger_.Apply(running).ok());
-  env_.CreatePod("p1", Limits(8000));
   accounting::QuotaBook book({});
   book.Upsert(GpuMemQuota("default", "gpu", "40000"));
   options_.verdicts = false;  // HAMi's events and the quota's (the verdict's: the Verdict tests)
-  scheduler_ = std::make_unique<Scheduler>(
-      options_, Scheduler::Deps{&ledger_, env_.client(), &clock_, nullptr, &book});
+  MakeWithQuotaOn36000MiBUsed(&book);
   FilterOutcome outcome;
   FilterResult r = scheduler_->Filter(Args("p1", {"n1"}), &outcome);
   EXPECT_EQ(r.error, "");
@@ -1832,15 +1839,9 @@ std::vector<std::string> VerdictMessages(const std::vector<SeenEvent>& events) {
 // A pod the namespace quota refuses: its verdict names the quota, its limit, the usage and the
 // ask, as the quota's own event does.
 TEST_F(SchedulerTest, AVerdictNamesTheQuotaThatRefusedThePod) {
-  AddNode("n1", {{"GPU-a", 10, 48000}});
-  ledger::PodAllocation running{
-      "r1", "default", "r1", "n1", "n1", false, false, false, {{{"GPU-a", "NVIDIA", 36000, 0}}}, 0};
-  ASSERT_TRUE(ledger_.Apply(running).ok());
-  env_.CreatePod("p1", Limits(8000));
   accounting::QuotaBook book({});
   book.Upsert(GpuMemQuota("default", "gpu", "40000"));
-  scheduler_ = std::make_unique<Scheduler>(
-      options_, Scheduler::Deps{&ledger_, env_.client(), &clock_, nullptr, &book});
+  MakeWithQuotaOn36000MiBUsed(&book);
   FilterOutcome outcome;
   scheduler_->Filter(Args("p1", {"n1"}), &outcome);
   ASSERT_EQ(outcome.code, FilterCode::kNoFit);
