@@ -219,6 +219,13 @@ class Service::Impl : public extender::Backend {
     std::string layer;
     std::string what;
   };
+  // The verdict's VerdictInput::withheld: the registry has `node` in the ledger but it does not
+  // offer its devices (handshake expired, not Ready, not selected).
+  bool Withheld(std::string_view node) const {
+    const std::optional<accounting::NodeStatus> status = registry_->Find(node);
+    return status && status->in_ledger &&
+           status->availability != accounting::Availability::kAvailable;
+  }
   void NoteRepair(std::string_view layer, std::string what);
   void NoteRepairCounts(std::string_view layer, const std::map<std::string, int64_t>& counts);
   // Ends the reservations made before `list_started` whose pod the informer's store (which
@@ -423,6 +430,7 @@ absl::Status Service::Impl::Init() {
   scheduler_options.avoid_busy_nodes = options_.avoid_busy_nodes;
   // Verdicts are written by the leader only (like every background write).
   scheduler_options.is_leader = [this] { return elector_->IsLeader(); };
+  scheduler_options.withheld = [this](std::string_view node) { return Withheld(node); };
   scheduler_options.node_lock = [this](std::string_view name) {
     auto node = nodes_->store().Get(name);
     if (node == nullptr) {
@@ -872,11 +880,14 @@ extender::WhyReply Service::Impl::Replay(const extender::WhyRequest& why, const 
        .candidates = candidates,
        .failed = &failed,
        .ledger = replay.get(),
-       .lock_of = [this](std::string_view node) {
-         auto n = nodes_->store().Get(node);
-         return n == nullptr ? std::string()
-                             : std::string(n->meta.annotations.Get(device::kNodeLockAnnotation));
-       }});
+       .lock_of =
+           [this](std::string_view node) {
+             auto n = nodes_->store().Get(node);
+             return n == nullptr
+                        ? std::string()
+                        : std::string(n->meta.annotations.Get(device::kNodeLockAnnotation));
+           },
+       .withheld = [this](std::string_view node) { return Withheld(node); }});
   doc["verdict"] = nlohmann::json::parse(extender::EncodeVerdict(verdict));
   return {200, doc.dump() + "\n"};
 }
