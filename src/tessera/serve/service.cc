@@ -35,6 +35,7 @@
 #include "tessera/metrics/build_revision.h"
 #include "tessera/metrics/registry.h"
 #include "tessera/schedule/fit.h"
+#include "tessera/schedule/quota.h"
 #include "tessera/schedule/score.h"
 #include "tessera/serve/debug_json.h"
 
@@ -862,8 +863,15 @@ extender::WhyReply Service::Impl::Replay(const extender::WhyRequest& why, const 
     candidates[i].name = names[i];
     candidates[i].snapshot = std::move(snapshots[i]);
   }
+  // The namespace quota as the filter checks it, with the usage of the replay's ledger (so
+  // --if-deleted frees the deleted pod's share too).
+  schedule::NamespaceQuota quota;
+  if (quotas_ != nullptr) {
+    quota = quotas_->Quota(pod.meta.ns, *replay);
+  }
   const schedule::Decision decision =
-      schedule::Decide(candidates, request, constraints, options_.node_policy, options_.gpu_policy);
+      schedule::Decide(candidates, request, constraints, options_.node_policy, options_.gpu_policy,
+                       quota.Limited() ? &quota : nullptr);
   doc["what_if"] = std::move(what_if);
   if (decision.winner) {
     doc["fits"] = candidates[*decision.winner].name;
@@ -875,7 +883,7 @@ extender::WhyReply Service::Impl::Replay(const extender::WhyRequest& why, const 
       failed.push_back(extender::FailedNodeOf(candidates[i].name, decision.nodes[i]));
     }
   }
-  const extender::Verdict verdict = extender::BuildVerdict(
+  extender::Verdict verdict = extender::BuildVerdict(
       {.request = &request,
        .candidates = candidates,
        .failed = &failed,
@@ -888,6 +896,9 @@ extender::WhyReply Service::Impl::Replay(const extender::WhyRequest& why, const 
                         : std::string(n->meta.annotations.Get(device::kNodeLockAnnotation));
            },
        .withheld = [this](std::string_view node) { return Withheld(node); }});
+  if (decision.quota_miss) {
+    verdict.quota = schedule::QuotaMissText(quota, *decision.quota_miss);
+  }
   doc["verdict"] = nlohmann::json::parse(extender::EncodeVerdict(verdict));
   return {200, doc.dump() + "\n"};
 }
