@@ -115,6 +115,13 @@ check "tessera why waits: the lock's holder and since when" \
 check "tessera why waits --if-deleted holder: gpu-a would fit" \
   contains "$WHY" $'live replay if pod e2e/holder were deleted:\nnode gpu-a fits'
 check "tessera_pending_pods: 1 CardInsufficientMemory (waits)" wait_until 10 "the metric" pending_is CardInsufficientMemory 1
+# The operator's view of the same device (serve's ledger): the reservation and its expiry.
+top="$("$TESSERA_BIN" top --server "http://127.0.0.1:$TESSERA_METRICS_PORT" 2>&1)" || true
+echo "e2e: \$ tessera top --server http://127.0.0.1:\$TESSERA_METRICS_PORT"; echo "$top"
+check "tessera top: gpu-a's GPU, 6000 of 8192 MiB booked" grep -qE '^gpu-a +GPU-gpu-a-0 \(0\) +NVIDIA-Tesla T4 +6000/8192 +2192 ' <<<"$top"
+check "tessera top: holder's reservation and its expiry" \
+  grep -qE '^ +e2e/holder \[0\] +4000 +0 +reserved, expires in [0-9]+m[0-9]+s$' <<<"$top"
+check "tessera top: trainer bound" grep -qE '^ +e2e/trainer \[0\] +2000 +0 +bound$' <<<"$top"
 # Written only when it changes: kube-scheduler filters waits again and again (HAMi's per-filter
 # FilteringFailed event each time), the verdict's event stays one.
 failed_events() { # failed_events POD MESSAGE-PREFIX: how many FilteringFailed events of POD start so
@@ -186,6 +193,8 @@ check "over-quota: ResourceQuotaNotFit, the quota named" \
   test "$(field team/over-quota 'v["reason"], v["quota"]')" = "ResourceQuotaNotFit namespace team: limits.nvidia.com/gpumem 2000, used 0 + 3000 asked"
 check "tessera why over-quota: the quota line" \
   contains "$WHY" "quota: namespace team: limits.nvidia.com/gpumem 2000, used 0 + 3000 asked"
+check "tessera why over-quota: the live replay is refused by the quota too" \
+  contains "$WHY" $'live replay if only node gpu-e were a candidate:\nno node fits: 1 candidate node failed, mostly ResourceQuotaNotFit'
 phase_done "plugin, health, quota"
 
 # --- tessera_pending_pods{reason}: each pending pod under its main reason ---------------------------
