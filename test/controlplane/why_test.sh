@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # "Why is my pod pending?" on a real control plane (issue #25): stock etcd, kube-apiserver and
-# kube-scheduler on 127.0.0.1 (tools/controlplane.sh), Tessera as the extender. One pending GPU
-# pod per reason Tessera writes — no device fits (the nearest miss and its exact shortfall), a
-# reservation holding the device, HAMi's node lock held, a device plugin that stopped reporting
-# (stale handshake), unhealthy devices, the namespace quota — each seen as its owner sees it:
-# the FilteringFailed event in `kubectl describe pod`, the tessera.io/verdict annotation through
-# `kubectl get -o jsonpath`, and `tessera why` run with a namespace user's token (get on pods in
-# its namespaces, no cluster-wide right). Then tessera_pending_pods{reason} counts them, and a
+# kube-scheduler on 127.0.0.1 (tools/controlplane.sh), Tessera as the extender. Pending GPU pods
+# that cover every reason Tessera writes — no device fits (the nearest miss and its exact
+# shortfall) with a reservation holding the device and HAMi's node lock held, a device plugin that
+# stopped reporting (stale handshake), an unhealthy device, the namespace quota — each seen as its
+# owner sees it: the FilteringFailed event in `kubectl describe pod`, the tessera.io/verdict
+# annotation through `kubectl get -o jsonpath`, and `tessera why` run with a namespace user's
+# token (get on pods in its namespaces, no cluster-wide right). Then tessera_pending_pods{reason} counts them, and a
 # pod whose device is freed is bound and loses its verdict. docs/e2e.md "The why test".
 #
 #   test/controlplane/why_test.sh [--tessera PATH] [--keep] [--up-arg ARG]...
