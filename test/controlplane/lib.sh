@@ -173,7 +173,13 @@ gpu_json() {
 # the node lifecycle controller would. make_node is the shorthand for N identical 8192 MiB T4s.
 make_gpu_node() {
   local name="$1"; shift
-  local devs; devs="$(IFS=,; echo "$*")"
+  make_registered_node "$name" "$#" "[$(IFS=,; echo "$*")]"
+}
+# make_registered_node NAME GPUS REGISTER [HANDSHAKE]: make_gpu_node with the register annotation's
+# value as given (either format, docs/wire-formats.md) and, when HANDSHAKE is given, the v2.5–v2.7
+# plugin's hami.io/node-handshake; GPUS devices for the allocatable count.
+make_registered_node() {
+  local name="$1" gpus="$2" register="$3" handshake="${4:-}"
   k apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Node
@@ -182,11 +188,12 @@ metadata:
   labels:
     kubernetes.io/hostname: $name
   annotations:
-    hami.io/node-nvidia-register: '[$devs]'
+    hami.io/node-nvidia-register: '$register'
+$([[ -z "$handshake" ]] || echo "    hami.io/node-handshake: '$handshake'")
 YAML
   # What a kubelet reports: capacity, allocatable (nvidia.com/gpu = GPUs x split count) and Ready.
   local now; now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  local res="{\"cpu\":\"32\",\"memory\":\"128Gi\",\"pods\":\"110\",\"nvidia.com/gpu\":\"$(($# * 10))\"}"
+  local res="{\"cpu\":\"32\",\"memory\":\"128Gi\",\"pods\":\"110\",\"nvidia.com/gpu\":\"$((gpus * 10))\"}"
   k patch node "$name" --subresource=status --type=merge -p "{\"status\":{\"capacity\":$res,\"allocatable\":$res,\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"e2e\",\"lastHeartbeatTime\":\"$now\",\"lastTransitionTime\":\"$now\"}]}}" >/dev/null
   # The TaintNodesByCondition admission plugin tainted the node not-ready at creation; with no
   # kube-controller-manager here, do what its node lifecycle controller does once Ready is True.

@@ -232,7 +232,8 @@ void Scheduler::OfferVerdict(const kube::Pod& pod, const device::PodRequest& req
                                   .candidates = candidates,
                                   .failed = &failed,
                                   .ledger = ledger_,
-                                  .lock_of = std::move(lock_of)});
+                                  .lock_of = std::move(lock_of),
+                                  .withheld = options_.withheld});
   verdict.quota = std::string(quota);
   verdicts_.Offer(pod.meta, checked_version, verdict.reason, EncodeVerdict(verdict));
 }

@@ -185,6 +185,9 @@ class Scheduler {
     // VerdictWriter while is_leader() holds (null: always); false: never.
     bool verdicts = true;
     std::function<bool()> is_leader;
+    // For the verdict: whether a registered node withholds its devices
+    // (VerdictInput::withheld); null: none does.
+    std::function<bool(std::string_view node)> withheld;
   };
   struct Deps {
     ledger::Ledger* ledger = nullptr;

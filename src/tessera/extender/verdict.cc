@@ -292,8 +292,13 @@ std::string_view MainReason(const std::vector<FailedNode>& failed_nodes) {
 
 Verdict BuildVerdict(const VerdictInput& in) {
   Verdict v;
-  static const std::vector<FailedNode> kNone;
-  const std::vector<FailedNode>& failed = in.failed != nullptr ? *in.failed : kNone;
+  std::vector<FailedNode> failed = in.failed != nullptr ? *in.failed : std::vector<FailedNode>();
+  for (FailedNode& f : failed) {
+    if (f.failure == NodeFailure::kDevices && in.withheld && in.withheld(f.node)) {
+      f.failure = NodeFailure::kUnregistered;
+      f.parts = schedule::ReasonParts();
+    }
+  }
   v.reason = std::string(MainReason(failed));
   v.nodes = static_cast<int64_t>(in.candidates.size());
   const auto counts = CountReasons(failed);
@@ -306,7 +311,7 @@ Verdict BuildVerdict(const VerdictInput& in) {
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   v.unregistered = counts[schedule::kReasonCount + static_cast<size_t>(NodeFailure::kUnregistered)];
   for (const schedule::Candidate& c : in.candidates) {
-    if (!c.snapshot || c.snapshot->devices == nullptr) {
+    if (!c.snapshot || c.snapshot->devices == nullptr || (in.withheld && in.withheld(c.name))) {
       continue;
     }
     if (!c.snapshot->blocked_by.empty()) {

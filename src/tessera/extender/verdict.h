@@ -115,6 +115,12 @@ struct VerdictInput {
   const ledger::Ledger* ledger = nullptr;            // holders and reservation expiries
   // The hami.io/mutex.lock value of a node ("" when none); may be null.
   std::function<std::string(std::string_view node)> lock_of;
+  // Whether a registered node withholds its devices: its device plugin stopped reporting (an
+  // expired handshake, a JSON node not Ready) or --node-label-selector leaves it out. The ledger
+  // keeps such a node with every device unhealthy (docs/serve.md "The node registry"); the
+  // verdict counts it as `unregistered`, under "node unregistered", as HAMi's filter would name
+  // it, and not its devices as unhealthy. May be null: no node withholds its devices.
+  std::function<bool(std::string_view node)> withheld;
 };
 
 // The verdict of a filter that found no node. Strings longer than 128 bytes are cut.

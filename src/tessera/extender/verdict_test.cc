@@ -3,7 +3,9 @@
 #include "tessera/extender/verdict.h"
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/core.h>
@@ -95,7 +97,8 @@ class VerdictTest : public ::testing::Test {
                          .candidates = candidates_,
                          .failed = &failed_,
                          .ledger = &ledger_,
-                         .lock_of = std::move(lock_of)});
+                         .lock_of = std::move(lock_of),
+                         .withheld = nullptr});
   }
 
   ledger::Ledger ledger_;
@@ -167,6 +170,41 @@ TEST_F(VerdictTest, NodeLockOnTheNearestNodeIsABlocker) {
   EXPECT_EQ(v.lock->since, kNow - absl::Minutes(2));
   EXPECT_THAT(FormatVerdict(v, kNow), HasSubstr("node lock on gpu-2 held by ml/other since "
                                                 "2025-12-31T23:58:00Z (2m ago)"));
+}
+
+// A node whose device plugin stopped reporting stays in the ledger with every device unhealthy
+// (accounting/node_registry.h), so its filter reason is CardNotHealth. Its owner must read "the
+// device plugin stopped reporting", as HAMi's filter names such a node, not "devices unhealthy"
+// (seen on the real control plane: test/controlplane/why_test.sh).
+TEST(VerdictWithheld, ANodeWhosePluginStoppedReportingIsUnregisteredNotUnhealthy) {
+  ledger::Ledger ledger;
+  ASSERT_TRUE(
+      ledger.SetNode(Node("silent", {Gpu("GPU-s0", 0, 8000, false), Gpu("GPU-s1", 1, 8000, false)}))
+          .ok());
+  ASSERT_TRUE(ledger.SetNode(Node("sick", {Gpu("GPU-x0", 0, 8000, false)})).ok());
+  std::vector<std::string_view> names = {"silent", "sick"};
+  std::vector<std::optional<device::NodeSnapshot>> snaps = ledger.Snapshot(names);
+  std::vector<schedule::Candidate> candidates;
+  for (size_t i = 0; i < names.size(); ++i) {
+    candidates.push_back({std::string(names[i]), std::move(snaps[i])});
+  }
+  const std::vector<FailedNode> failed = {Failed("silent", schedule::Reason::kCardNotHealth, 2, 2),
+                                          Failed("sick", schedule::Reason::kCardNotHealth, 1, 1)};
+  const device::PodRequest request = Asks(1000);
+  const Verdict v =
+      BuildVerdict({.request = &request,
+                    .candidates = candidates,
+                    .failed = &failed,
+                    .ledger = &ledger,
+                    .lock_of = nullptr,
+                    .withheld = [](std::string_view node) { return node == "silent"; }});
+  EXPECT_EQ(v.unregistered, 1);
+  EXPECT_EQ(v.unhealthy, 1);  // GPU-x0 only
+  EXPECT_THAT(v.reasons, ElementsAre(Pair("CardNotHealth", 1), Pair("node unregistered", 1)));
+  EXPECT_FALSE(v.nearest.has_value());
+  EXPECT_THAT(FormatVerdict(v, kNow),
+              HasSubstr("1 node without a device registration (the device plugin stopped "
+                        "reporting or the handshake expired)\n1 device unhealthy or cordoned\n"));
 }
 
 TEST_F(VerdictTest, EncodesAndDecodesTheSameVerdict) {

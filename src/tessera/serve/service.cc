@@ -35,6 +35,7 @@
 #include "tessera/metrics/build_revision.h"
 #include "tessera/metrics/registry.h"
 #include "tessera/schedule/fit.h"
+#include "tessera/schedule/quota.h"
 #include "tessera/schedule/score.h"
 #include "tessera/serve/debug_json.h"
 
@@ -219,6 +220,13 @@ class Service::Impl : public extender::Backend {
     std::string layer;
     std::string what;
   };
+  // The verdict's VerdictInput::withheld: the registry has `node` in the ledger but it does not
+  // offer its devices (handshake expired, not Ready, not selected).
+  bool Withheld(std::string_view node) const {
+    const std::optional<accounting::NodeStatus> status = registry_->Find(node);
+    return status && status->in_ledger &&
+           status->availability != accounting::Availability::kAvailable;
+  }
   void NoteRepair(std::string_view layer, std::string what);
   void NoteRepairCounts(std::string_view layer, const std::map<std::string, int64_t>& counts);
   // Ends the reservations made before `list_started` whose pod the informer's store (which
@@ -423,6 +431,7 @@ absl::Status Service::Impl::Init() {
   scheduler_options.avoid_busy_nodes = options_.avoid_busy_nodes;
   // Verdicts are written by the leader only (like every background write).
   scheduler_options.is_leader = [this] { return elector_->IsLeader(); };
+  scheduler_options.withheld = [this](std::string_view node) { return Withheld(node); };
   scheduler_options.node_lock = [this](std::string_view name) {
     auto node = nodes_->store().Get(name);
     if (node == nullptr) {
@@ -854,8 +863,15 @@ extender::WhyReply Service::Impl::Replay(const extender::WhyRequest& why, const 
     candidates[i].name = names[i];
     candidates[i].snapshot = std::move(snapshots[i]);
   }
+  // The namespace quota as the filter checks it, with the usage of the replay's ledger (so
+  // --if-deleted frees the deleted pod's share too).
+  schedule::NamespaceQuota quota;
+  if (quotas_ != nullptr) {
+    quota = quotas_->Quota(pod.meta.ns, *replay);
+  }
   const schedule::Decision decision =
-      schedule::Decide(candidates, request, constraints, options_.node_policy, options_.gpu_policy);
+      schedule::Decide(candidates, request, constraints, options_.node_policy, options_.gpu_policy,
+                       quota.Limited() ? &quota : nullptr);
   doc["what_if"] = std::move(what_if);
   if (decision.winner) {
     doc["fits"] = candidates[*decision.winner].name;
@@ -867,16 +883,22 @@ extender::WhyReply Service::Impl::Replay(const extender::WhyRequest& why, const 
       failed.push_back(extender::FailedNodeOf(candidates[i].name, decision.nodes[i]));
     }
   }
-  const extender::Verdict verdict = extender::BuildVerdict(
+  extender::Verdict verdict = extender::BuildVerdict(
       {.request = &request,
        .candidates = candidates,
        .failed = &failed,
        .ledger = replay.get(),
-       .lock_of = [this](std::string_view node) {
-         auto n = nodes_->store().Get(node);
-         return n == nullptr ? std::string()
-                             : std::string(n->meta.annotations.Get(device::kNodeLockAnnotation));
-       }});
+       .lock_of =
+           [this](std::string_view node) {
+             auto n = nodes_->store().Get(node);
+             return n == nullptr
+                        ? std::string()
+                        : std::string(n->meta.annotations.Get(device::kNodeLockAnnotation));
+           },
+       .withheld = [this](std::string_view node) { return Withheld(node); }});
+  if (decision.quota_miss) {
+    verdict.quota = schedule::QuotaMissText(quota, *decision.quota_miss);
+  }
   doc["verdict"] = nlohmann::json::parse(extender::EncodeVerdict(verdict));
   return {200, doc.dump() + "\n"};
 }

@@ -1081,6 +1081,38 @@ TEST_F(ServeTest, APendingPodsVerdictReachesTheUserThroughTheApi) {
       [&] { return Metric("tessera_pending_pods", {"reason=\"CardInsufficientMemory\""}) == 0; }));
 }
 
+// The replay checks the namespace quota as the filter does: a pod its quota refused does not
+// "fit" in the replay (it did: seen on the real control plane, test/controlplane/why_test.sh),
+// and --if-deleted frees the deleted pod's share of the quota too.
+TEST_F(ServeTest, TheWhyReplayChecksTheNamespaceQuota) {
+  AddNode(NodeJson("a", JsonRegister("a", 1, 16000)));
+  ASSERT_TRUE(sim_->store()
+                  .Create(Res("resourcequotas"), "default",
+                          R"({"apiVersion":"v1","kind":"ResourceQuota",
+                              "metadata":{"name":"gpu","namespace":"default"},
+                              "spec":{"hard":{"limits.nvidia.com/gpumem":"5000"}}})")
+                  .ok());
+  StartService();
+  ASSERT_EQ(FilterTo("small", {{.gpus = 1, .mem = 3000}}, {"a"}), "a");  // 3000 of the 5000
+  const std::string big = AddPod(PodJson("big", {{.gpus = 1, .mem = 4000}}));
+  ASSERT_TRUE(Eventually([&] { return Filter(big, {"a"})["NodeNames"].empty(); }));
+
+  httplib::Client metrics("127.0.0.1", service_->metrics_port());
+  auto why = [&](const std::string& query) {
+    auto res = metrics.Get("/debug/why?" + query);
+    EXPECT_TRUE(res && res->status == 200) << query;
+    return nlohmann::json::parse(res ? res->body : "{}");
+  };
+  const nlohmann::json refused = why("namespace=default&name=big");
+  ASSERT_FALSE(refused.contains("fits")) << refused.dump();
+  EXPECT_EQ(refused["verdict"]["reason"], "ResourceQuotaNotFit") << refused.dump();
+  EXPECT_EQ(refused["verdict"]["quota"],
+            "namespace default: limits.nvidia.com/gpumem 5000, used 3000 + 4000 asked")
+      << refused.dump();
+  EXPECT_EQ(why("namespace=default&name=big&if-deleted=small")["fits"], "a");
+  EXPECT_EQ(why("namespace=default&name=big&gpumem=2000")["fits"], "a");
+}
+
 TEST_F(ServeTest, BadOptionsFailAtStartWithAMessage) {
   ServeOptions o;
   o.http_bind = "127.0.0.1:0";
