@@ -38,7 +38,7 @@ bash tools/tidy.sh build/dev
 
 stage "e2e: Tessera in the real control plane (stock etcd, kube-apiserver, kube-scheduler; docs/e2e.md)"
 # The control plane is built once per version into a cache outside the clone (a cold build takes
-# ~10 minutes on 2 cores; the Go module and build caches are reused).
+# ~5 minutes on 2 cores; the Go module and build caches are reused).
 bash tools/controlplane.sh build
 cmake --preset dev -DTESSERA_CONTROLPLANE_E2E=ON >/dev/null
 TESSERA_E2E_REQUIRED=1 ctest --preset dev -R '^(controlplane|simulate_real)_' --output-on-failure
