@@ -29,9 +29,9 @@ device::NodeSnapshot RandomNode(std::mt19937_64& rng, int index) {
   const int32_t size = kCardSizes[pick(0, 4)];
   device::NodeSnapshot s;
   for (int g = 0; g < gpus; ++g) {
-    device::DeviceInfo d = ::tessera::testing::GpuDevice(
-        "GPU-" + std::to_string(index) + "-" + std::to_string(g), g,
-        mixed ? kCardSizes[pick(0, 4)] : size);
+    device::DeviceInfo d =
+        ::tessera::testing::GpuDevice("GPU-" + std::to_string(index) + "-" + std::to_string(g), g,
+                                      mixed ? kCardSizes[pick(0, 4)] : size);
     d.numa = pick(0, 1);
     devices->devices.push_back(d);
     device::DeviceUsage u;
@@ -143,9 +143,8 @@ TEST(QuotaBoundTest, SettlingNeverChangesADecision) {
       } else {
         ASSERT_EQ(settling.failed_container(), exact.failed_container()) << "round " << round;
         ASSERT_EQ(settling.reasons().Joined(), exact.reasons().Joined()) << "round " << round;
-        ++(settling.reasons().Joined().find("ResourceQuotaNotFit") != std::string::npos
-               ? refused
-               : other);
+        ++(settling.reasons().Joined().find("ResourceQuotaNotFit") != std::string::npos ? refused
+                                                                                        : other);
       }
       ASSERT_EQ(settling.quota_miss(), exact.quota_miss()) << "round " << round;
     }
