@@ -476,6 +476,7 @@ void Fitter::BuildImpl(const NodeSnapshot& node, absl::Span<const DeviceUsage> u
   SortEntry* e = out->data();
   size_t m = 0;
   NodeUsageTotals totals;
+  int32_t max_devmem = 0;
   // Nodes are usually homogeneous: reuse the inverses of the previous device's totals.
   int32_t last_count = -1;
   int32_t last_core = -1;
@@ -492,6 +493,7 @@ void Fitter::BuildImpl(const NodeSnapshot& node, absl::Span<const DeviceUsage> u
     const DeviceUsage& u = usage[i];
     if constexpr (base) {
       totals.Add(d, u);
+      max_devmem = std::max(max_devmem, d.devmem);
     }
     const bool exact = d.type == type;
     if (!exact && !TypeMatches(d.type, type)) {
@@ -532,6 +534,7 @@ void Fitter::BuildImpl(const NodeSnapshot& node, absl::Span<const DeviceUsage> u
   out->resize(m);
   if constexpr (base) {
     node_score_ = totals.Score();
+    node_max_devmem_ = max_devmem;
   }
 }
 
@@ -659,10 +662,7 @@ const NamespaceQuota* Fitter::QuotaFor(const device::NodeDevices& node) {
   if (pod_quota_ == nullptr || !bound_per_node_) {
     return pod_quota_;  // no limit, settled for the pod, or every card checked
   }
-  int32_t devmem = 0;
-  for (const DeviceInfo& d : node.devices) {
-    devmem = std::max(devmem, d.devmem);
-  }
+  const int32_t devmem = node_max_devmem_;
   const std::pair<int32_t, int32_t> key{devmem, static_cast<int32_t>(node.devices.size())};
   if (key != bound_node_) {
     int64_t mem = 0, cores = 0;
@@ -1081,9 +1081,9 @@ bool Fitter::Fit(const NodeSnapshot& node, bool want_usage_after) {
   if (node.devices == nullptr || node.usage.size() != node.devices->devices.size()) {
     return false;
   }
-  quota_ = QuotaFor(*node.devices);
   type_key_ = primary_type_;
   Build(node, node.usage, type_key_, nullptr, &base_entries_, /*base=*/true);
+  quota_ = QuotaFor(*node.devices);
   SortRank(base_entries_, &base_rank_);
   base_tracks_app_ = true;
   const auto& containers = request_->containers;

@@ -305,7 +305,8 @@ class Fitter {
   // pod when it can.
   void PrepareQuotaBound(bool settle);
   // The quota the cards of `node` are checked against: nullptr when the bound with the node's
-  // largest card fits (cached per card size: nodes are usually alike).
+  // largest card (node_max_devmem_, from the base Build) fits (cached per card size and device
+  // count: nodes are usually alike).
   const NamespaceQuota* QuotaFor(const device::NodeDevices& node);
   // Collapses choices_ (the earlier containers) into quota_base_; once per container.
   void PrepareQuotaBase();
@@ -365,7 +366,8 @@ class Fitter {
   uint64_t needle_bits_ = 0;
   uint64_t needle_mask_ = 0;
   double node_score_ = 0;
-  int64_t subset_best_ = 0;  // topology-aware: the pair sum of best_subset_
+  int32_t node_max_devmem_ = 0;  // the base Build's largest card
+  int64_t subset_best_ = 0;      // topology-aware: the pair sum of best_subset_
   ReasonParts reasons_;
   int failed_container_ = -1;
   bool any_exact_ = false;
