@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "absl/strings/str_split.h"
 #include <fmt/core.h>
 
 #include "tessera/device/codec.h"
@@ -74,14 +75,9 @@ QuotaTruth ComputeQuotaTruth(const Truth& truth, const std::vector<kube::Pod>& p
 absl::StatusOr<QuotaUsed> ParseQuotaUsed(std::string_view text) {
   constexpr std::string_view kFamily = "hami_resource_quota_used{";
   QuotaUsed out;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string_view::npos) {
-      nl = text.size();
-    }
-    const std::string_view line = text.substr(pos, nl - pos);
-    pos = nl + 1;
+  for (const absl::string_view piece :
+       absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
+    const std::string_view line(piece.data(), piece.size());
     if (!line.starts_with(kFamily)) {
       continue;
     }

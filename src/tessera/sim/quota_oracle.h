@@ -40,7 +40,7 @@
 namespace tessera::sim {
 
 // HAMi's default NVIDIA resource names, the only ones the simulated cluster uses.
-inline constexpr std::string_view kQuotaMemoryResource = "nvidia.com/gpumem";  // MiB
+inline constexpr std::string_view kQuotaMemoryResource = "nvidia.com/gpumem";   // MiB
 inline constexpr std::string_view kQuotaCoresResource = "nvidia.com/gpucores";  // percent
 
 // {namespace, resource}.

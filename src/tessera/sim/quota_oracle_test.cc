@@ -74,7 +74,8 @@ TEST(QuotaTruthTest, CountsAsHamiDoes) {
 
 TEST(QuotaTruthTest, LimitsAreTheSmallestWholeNumberOfEveryQuota) {
   const std::vector<kube::ResourceQuota> quotas = {
-      Quota("ml", "a", {{"limits.nvidia.com/gpumem", "20k"}, {"limits.nvidia.com/gpucores", "300"}}),
+      Quota("ml", "a",
+            {{"limits.nvidia.com/gpumem", "20k"}, {"limits.nvidia.com/gpucores", "300"}}),
       Quota("ml", "b", {{"limits.nvidia.com/gpumem", "15000"}}),
       Quota("ml", "c", {{"limits.nvidia.com/gpumem", "1.5"}}),  // not a whole number: no limit
       Quota("idle", "d", {{"limits.nvidia.com/gpucores", "0"}}),
@@ -106,7 +107,8 @@ TEST(QuotaOracleTest, ANamespaceOverItsLimitIsAViolationAtOnce) {
   const std::vector<kube::Pod> pods = {Held("ml", "p", "GPU-a,NVIDIA,6000,0:;")};
   const Truth truth = NodeTruth(pods);
   QuotaObservation q;
-  q.truth = ComputeQuotaTruth(truth, pods, {Quota("ml", "gpu", {{"limits.nvidia.com/gpumem", "5000"}})});
+  q.truth =
+      ComputeQuotaTruth(truth, pods, {Quota("ml", "gpu", {{"limits.nvidia.com/gpumem", "5000"}})});
   q.exported = QuotaUsed{{{"ml", kMem}, 6000}, {{"ml", kCores}, 0}};
   Oracle oracle(absl::Seconds(10));
   const absl::Time t0 = absl::FromUnixSeconds(1000);
