@@ -193,6 +193,10 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
         "bench serve: --nodes, --gpus, --candidates, --clients and --duration must be positive, "
         "--pods non-negative");
   }
+  if (o.pending_mem_percent < 0 || o.pending_mem_percent > 100 || !(o.quota_headroom >= 0)) {
+    return absl::InvalidArgumentError(
+        "bench serve: --pending-mem-percent must be 0-100, --quota-headroom non-negative");
+  }
   ServeBenchResult r;
   r.nodes = o.nodes;
   r.gpus = o.nodes * o.gpus_per_node;
@@ -217,6 +221,26 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
   }
   const std::string kubeconfig = std::string(dir) + "/kubeconfig";
   std::ofstream(kubeconfig) << sim->Kubeconfig();
+
+  const std::string ns = cluster_options.ns;
+  const int phase2_pool = 500;
+  // Enough that the clients do not run out at 2,400 pairs/s (phase 3 is two thirds of `duration`).
+  const int phase3_pool =
+      std::max(2000, static_cast<int>(absl::ToDoubleSeconds(o.duration) * 1600));
+  if (o.quota_headroom > 0) {
+    const double pods = static_cast<double>(o.pods) + phase2_pool + phase3_pool;
+    const auto mem = static_cast<int64_t>(o.quota_headroom * pods * cluster_options.devmem_mib);
+    const auto cores = static_cast<int64_t>(o.quota_headroom * pods * 100);
+    nlohmann::json quota = {{"apiVersion", "v1"},
+                            {"kind", "ResourceQuota"},
+                            {"metadata", {{"name", "gpu"}, {"namespace", ns}}},
+                            {"spec",
+                             {{"hard",
+                               {{"limits.nvidia.com/gpumem", std::to_string(mem)},
+                                {"limits.nvidia.com/gpucores", std::to_string(cores)}}}}}};
+    TESSERA_RETURN_IF_ERROR(
+        sim->store().Create(Resource("resourcequotas"), ns, quota.dump()).status());
+  }
 
   ServeOptions serve_options;
   serve_options.http_bind = "127.0.0.1:0";
@@ -244,19 +268,20 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
   rmdir(dir);
 
   // Pending pods for phases 2 and 3 (created after the sync so they do not count in it).
-  const std::string ns = cluster_options.ns;
-  const int phase2_pool = 500;
-  // Enough that the clients do not run out at 2,400 pairs/s (phase 3 is two thirds of `duration`).
-  const int phase3_pool =
-      std::max(2000, static_cast<int>(absl::ToDoubleSeconds(o.duration) * 1600));
   std::vector<PendingPod> pending;
   pending.reserve(phase2_pool + phase3_pool);
   for (int i = 0; i < phase2_pool + phase3_pool; ++i) {
     PendingPod p;
     p.name = fmt::format("bench-{:06d}", i);
-    TESSERA_ASSIGN_OR_RETURN(
-        p.json,
-        sim->store().Create(Resource("pods"), ns, sim::PendingPodJson(ns, p.name, 1, 1000, 10)));
+    std::string json = sim::PendingPodJson(ns, p.name, 1, 1000, 10);
+    if (o.pending_mem_percent > 0) {
+      nlohmann::json pod = nlohmann::json::parse(json);
+      nlohmann::json& limits = pod["spec"]["containers"][0]["resources"]["limits"];
+      limits.erase("nvidia.com/gpumem");
+      limits["nvidia.com/gpumem-percentage"] = std::to_string(o.pending_mem_percent);
+      json = pod.dump();
+    }
+    TESSERA_ASSIGN_OR_RETURN(p.json, sim->store().Create(Resource("pods"), ns, json));
     nlohmann::json parsed = nlohmann::json::parse(p.json);
     p.uid = parsed["metadata"]["uid"];
     pending.push_back(std::move(p));

@@ -64,6 +64,14 @@ struct ServeBenchOptions {
   std::string node_policy = "spread";
   // ServeOptions::avoid_busy_nodes (serve --avoid-busy-nodes).
   bool avoid_busy_nodes = true;
+  // > 0: the pending pods (phases 2 and 3) ask this percentage of a card's memory instead of
+  // 1,000 MiB (a percentage makes the namespace quota check depend on the card).
+  int pending_mem_percent = 0;
+  // > 0: a ResourceQuota "gpu" in the pods' namespace whose limits.nvidia.com/gpumem and
+  // limits.nvidia.com/gpucores are this many times what the namespace could hold at most (the
+  // bound pods plus every pending pod on a whole card at 100 % cores), so that every pod fits
+  // and /filter pays for the check alone. 0: no quota (the namespace is unlimited).
+  double quota_headroom = 0;
   uint64_t seed = 42;
 };
 

@@ -94,6 +94,17 @@ void AddBenchCommand(CLI::App& app, Runner* run) {
       ->add_flag("--avoid-busy-nodes", flags->options.avoid_busy_nodes,
                  "The service's --avoid-busy-nodes (default true; =false: the node policy alone)")
       ->capture_default_str();
+  serve
+      ->add_option("--pending-mem-percent", flags->options.pending_mem_percent,
+                   "The measured pods ask this percentage of a card's memory (0: 1,000 MiB)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100));
+  serve
+      ->add_option("--quota-headroom", flags->options.quota_headroom,
+                   "A ResourceQuota on the pods' namespace, this many times what the namespace "
+                   "could hold at most (0: no quota)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   serve->add_flag("--json", flags->json, "Print the figures as one JSON object");
   serve->callback([run, flags] { *run = [flags] { return RunBenchServe(*flags); }; });
 }

@@ -331,31 +331,10 @@ double ComputeDeviceScore(const DeviceInfo& info, const DeviceUsage& usage,
 }
 
 void Fitter::Prepare(const device::PodRequest& request, const device::PodConstraints& constraints,
-                     const GpuPolicy& policy, const NamespaceQuota* quota) {
+                     const GpuPolicy& policy, const NamespaceQuota* quota, bool settle_quota) {
   request_ = &request;
   constraints_ = &constraints;
-  quota_ = quota != nullptr && quota->Limited() ? quota : nullptr;
-  if (quota_ != nullptr) {
-    // The pod's collapsed usage is at most the plain sum of its requests (each container's nums
-    // cards of memreq MiB, cores at most 100 each). When even that fits, no card can fail the
-    // check and it is skipped. A percentage or whole-card request depends on the card: checked.
-    int64_t mem = 0, cores = 0;
-    bool bounded = true;
-    for (const auto& c : request.containers) {
-      if (!c.has_value() || c->nums <= 0) {
-        continue;
-      }
-      if (c->memreq <= 0) {
-        bounded = false;
-        break;
-      }
-      mem += int64_t{c->nums} * c->memreq;
-      cores += int64_t{c->nums} * std::min(c->coresreq, 100);
-    }
-    if (bounded && quota_->Fits(mem, cores)) {
-      quota_ = nullptr;
-    }
-  }
+  quota_ = nullptr;
   quota_miss_.reset();
   needle_valid_ = false;
   order_ = SortOrderFor(policy, constraints.numa_bind);
@@ -387,6 +366,8 @@ void Fitter::Prepare(const device::PodRequest& request, const device::PodConstra
   has_type_filters_ = !constraints.use_types.empty() || !constraints.nouse_types.empty() ||
                       constraints.vgpu_mode.has_value();
   has_uuid_filters_ = !constraints.use_uuids.empty() || !constraints.nouse_uuids.empty();
+  pod_quota_ = quota != nullptr && quota->Limited() ? quota : nullptr;
+  PrepareQuotaBound(settle_quota);
 }
 
 bool Fitter::TypeFilterPasses(const DeviceInfo& info) const {
@@ -495,6 +476,7 @@ void Fitter::BuildImpl(const NodeSnapshot& node, absl::Span<const DeviceUsage> u
   SortEntry* e = out->data();
   size_t m = 0;
   NodeUsageTotals totals;
+  int32_t max_devmem = 0;
   // Nodes are usually homogeneous: reuse the inverses of the previous device's totals.
   int32_t last_count = -1;
   int32_t last_core = -1;
@@ -511,6 +493,7 @@ void Fitter::BuildImpl(const NodeSnapshot& node, absl::Span<const DeviceUsage> u
     const DeviceUsage& u = usage[i];
     if constexpr (base) {
       totals.Add(d, u);
+      max_devmem = std::max(max_devmem, d.devmem);
     }
     const bool exact = d.type == type;
     if (!exact && !TypeMatches(d.type, type)) {
@@ -551,6 +534,7 @@ void Fitter::BuildImpl(const NodeSnapshot& node, absl::Span<const DeviceUsage> u
   out->resize(m);
   if constexpr (base) {
     node_score_ = totals.Score();
+    node_max_devmem_ = max_devmem;
   }
 }
 
@@ -635,6 +619,63 @@ void Reposition(const std::vector<Fitter::SortEntry>& entries, std::vector<int32
 }
 
 }  // namespace
+
+void Fitter::PrepareQuotaBound(bool settle) {
+  // The pod's collapsed usage on a node is at most the plain sum of its requests: per container,
+  // its cards times what it asks per card (fixed MiB, or its percentage of the card), cores
+  // clamped to 100 as the fit clamps them; a negative ask counts 0, which only raises the bound.
+  // A container's cards are nums, but under topology-aware HAMi's check counts every passing
+  // card it has collected so far: up to the node's device count. A percentage grows with the
+  // card, so with the node's largest card it bounds every card's ask.
+  bound_asks_.clear();
+  bound_node_ = {-1, -1};
+  bound_settled_ = false;
+  bound_per_node_ = false;
+  if (pod_quota_ == nullptr || !settle) {
+    return;
+  }
+  bool fixed = !topology_;
+  int64_t mem = 0, cores = 0;
+  for (const auto& c : request_->containers) {
+    if (!c.has_value() || c->nums <= 0) {
+      continue;
+    }
+    BoundAsk ask{c->nums, std::max(c->memreq, 0), 0, std::clamp(c->coresreq, 0, 100)};
+    if (c->memreq <= 0 && c->mem_percentage != device::kPercentageUnset) {
+      ask.pct = std::max(c->mem_percentage, 0);
+      fixed = false;
+    }
+    mem += int64_t{ask.nums} * ask.memreq;
+    cores += int64_t{ask.nums} * ask.cores;
+    bound_asks_.push_back(ask);
+  }
+  if (fixed) {
+    if (pod_quota_->Fits(mem, cores)) {
+      pod_quota_ = nullptr;  // settled for every node: no card can fail the check
+    }
+    return;  // otherwise every card is checked
+  }
+  bound_per_node_ = true;
+}
+
+const NamespaceQuota* Fitter::QuotaFor(const device::NodeDevices& node) {
+  if (pod_quota_ == nullptr || !bound_per_node_) {
+    return pod_quota_;  // no limit, settled for the pod, or every card checked
+  }
+  const int32_t devmem = node_max_devmem_;
+  const std::pair<int32_t, int32_t> key{devmem, static_cast<int32_t>(node.devices.size())};
+  if (key != bound_node_) {
+    int64_t mem = 0, cores = 0;
+    for (const BoundAsk& a : bound_asks_) {
+      const int64_t cards = topology_ ? std::max(a.nums, key.second) : a.nums;
+      mem += cards * (a.pct > 0 ? PercentOf(devmem, a.pct) : a.memreq);
+      cores += cards * a.cores;
+    }
+    bound_node_ = key;
+    bound_settled_ = pod_quota_->Fits(mem, cores);
+  }
+  return bound_settled_ ? nullptr : pod_quota_;
+}
 
 void Fitter::PrepareQuotaBase() {
   // The pod's entries on this node from its earlier containers, collapsed per card:
@@ -1042,6 +1083,7 @@ bool Fitter::Fit(const NodeSnapshot& node, bool want_usage_after) {
   }
   type_key_ = primary_type_;
   Build(node, node.usage, type_key_, nullptr, &base_entries_, /*base=*/true);
+  quota_ = QuotaFor(*node.devices);
   SortRank(base_entries_, &base_rank_);
   base_tracks_app_ = true;
   const auto& containers = request_->containers;

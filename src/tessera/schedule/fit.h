@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -222,9 +223,15 @@ class Fitter {
   };
 
   // Binds the pod. `request`, `constraints` and `quota` must outlive the Fit calls. With a
-  // limited `quota` (nullptr or unlimited: no check) each card is checked against it.
+  // limited `quota` (nullptr or unlimited: no check) each card is checked against it, unless an
+  // upper bound of the pod's collapsed usage fits: then no card can fail and none is checked.
+  // The bound is the plain sum of the requests, settled once per pod when every request is in
+  // fixed MiB, and per node with its largest card when one is a percentage (whole cards are
+  // 100 %) or under topology-aware (a container's check counts every card it collected).
+  // `settle_quota` false checks every card (tests compare the two; same decisions).
   void Prepare(const device::PodRequest& request, const device::PodConstraints& constraints,
-               const device::GpuPolicy& policy, const NamespaceQuota* quota = nullptr);
+               const device::GpuPolicy& policy, const NamespaceQuota* quota = nullptr,
+               bool settle_quota = true);
 
   // Fits the prepared pod on `node`. Returns true when every requesting container fits.
   // Afterwards choices() (on success) or failed_container()/reasons() (on failure) describe the
@@ -294,6 +301,13 @@ class Fitter {
     int64_t init_mem = 0, init_cores = 0;  // peak over init containers
     int64_t app_mem = 0, app_cores = 0;    // sum over app containers
   };
+  // Prepare's part for the quota (after the policy): the pod's bound (bound_*), settling the
+  // pod when it can.
+  void PrepareQuotaBound(bool settle);
+  // The quota the cards of `node` are checked against: nullptr when the bound with the node's
+  // largest card (node_max_devmem_, from the base Build) fits (cached per card size and device
+  // count: nodes are usually alike).
+  const NamespaceQuota* QuotaFor(const device::NodeDevices& node);
   // Collapses choices_ (the earlier containers) into quota_base_; once per container.
   void PrepareQuotaBase();
   // Whether the namespace quota takes the pod's collapsed usage on this node with `device`
@@ -305,8 +319,9 @@ class Fitter {
   // Members are grouped by size (largest first within each part), so the bools share words.
   const device::PodRequest* request_ = nullptr;
   const device::PodConstraints* constraints_ = nullptr;
-  const NamespaceQuota* quota_ = nullptr;  // null unless limited
-  std::string_view primary_type_;          // the type of the first requesting container
+  const NamespaceQuota* quota_ = nullptr;      // the node's check: null unless limited
+  const NamespaceQuota* pod_quota_ = nullptr;  // the pod's: null unless limited and unsettled
+  std::string_view primary_type_;              // the type of the first requesting container
   SortOrder order_;
   std::array<double, 3> key_sign_{};
   std::array<int, 3> key_source_{};  // per key: 0 = score, 1 = NUMA, 2 = Used
@@ -333,6 +348,15 @@ class Fitter {
   std::vector<bool> in_subset_;       // topology-aware, greedy: membership by taken_ index
   std::vector<Choice> choices_;
   std::vector<QuotaCard> quota_base_;  // PrepareQuotaBase's cards
+  // One requesting container's share of the bound: per card memreq MiB or pct % of the card.
+  struct BoundAsk {
+    int32_t nums;
+    int32_t memreq;
+    int32_t pct;  // > 0: a percentage (memreq is 0)
+    int32_t cores;
+  };
+  std::vector<BoundAsk> bound_asks_;
+  std::pair<int32_t, int32_t> bound_node_{-1, -1};  // (largest card, devices) of bound_settled_
   int64_t quota_base_mem_ = 0;
   int64_t quota_base_cores_ = 0;
   std::optional<QuotaMiss> quota_miss_;
@@ -342,14 +366,17 @@ class Fitter {
   uint64_t needle_bits_ = 0;
   uint64_t needle_mask_ = 0;
   double node_score_ = 0;
-  int64_t subset_best_ = 0;  // topology-aware: the pair sum of best_subset_
+  int32_t node_max_devmem_ = 0;  // the base Build's largest card
+  int64_t subset_best_ = 0;      // topology-aware: the pair sum of best_subset_
   ReasonParts reasons_;
   int failed_container_ = -1;
   bool any_exact_ = false;
   bool base_tracks_app_ = true;  // base entries reflect app_ (false after a rebuilt container)
   bool needle_valid_ = false;
-  bool needle_swar_ = false;   // all letters, at most 8: compare the prefix in one word
-  bool subset_found_ = false;  // topology-aware: best_subset_ holds a subset
+  bool needle_swar_ = false;     // all letters, at most 8: compare the prefix in one word
+  bool subset_found_ = false;    // topology-aware: best_subset_ holds a subset
+  bool bound_per_node_ = false;  // pod_quota_ is settled per node (percentage or topology)
+  bool bound_settled_ = false;   // the bound for bound_node_ fits
 };
 
 }  // namespace tessera::schedule

@@ -129,23 +129,54 @@ absl::Status MakeNodeReady(kube::Transport& t, std::string_view name,
   return absl::OkStatus();
 }
 
-absl::Status CreateDefaultServiceAccount(kube::Transport& t, std::string_view ns) {
+namespace {
+// POST `body` to `path`; an AlreadyExists is success. `what` names the object in errors.
+absl::Status CreateObject(kube::Transport& t, std::string path, std::string body,
+                          const std::string& what) {
   kube::Request r;
   r.method = "POST";
-  r.path = fmt::format("/api/v1/namespaces/{}/serviceaccounts", ns);
+  r.path = std::move(path);
   r.content_type = "application/json";
-  r.body = json{{"apiVersion", "v1"},
-                {"kind", "ServiceAccount"},
-                {"metadata", {{"name", "default"}, {"namespace", ns}}}}
-               .dump();
+  r.body = std::move(body);
   absl::StatusOr<kube::Response> resp = kube::Do(t, r, QuickRetry());
   if (!resp.ok() &&
       !(absl::IsAborted(resp.status()) && kube::ReasonOf(resp.status()) == "AlreadyExists")) {
     return absl::Status(resp.status().code(),
-                        fmt::format("creating ServiceAccount {}/default: {}", ns,
-                                    std::string(resp.status().message())));
+                        fmt::format("creating {}: {}", what, std::string(resp.status().message())));
   }
   return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status CreateDefaultServiceAccount(kube::Transport& t, std::string_view ns) {
+  return CreateObject(t, fmt::format("/api/v1/namespaces/{}/serviceaccounts", ns),
+                      json{{"apiVersion", "v1"},
+                           {"kind", "ServiceAccount"},
+                           {"metadata", {{"name", "default"}, {"namespace", ns}}}}
+                          .dump(),
+                      fmt::format("ServiceAccount {}/default", ns));
+}
+
+absl::Status CreateNamespace(kube::Transport& t, std::string_view ns) {
+  return CreateObject(
+      t, "/api/v1/namespaces",
+      json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}}.dump(),
+      fmt::format("Namespace {}", ns));
+}
+
+absl::Status CreateResourceQuota(kube::Transport& t, std::string_view ns, std::string_view name,
+                                 const std::vector<std::pair<std::string, std::string>>& hard) {
+  json spec = json::object();
+  for (const auto& [key, value] : hard) {
+    spec[key] = value;
+  }
+  return CreateObject(t, fmt::format("/api/v1/namespaces/{}/resourcequotas", ns),
+                      json{{"apiVersion", "v1"},
+                           {"kind", "ResourceQuota"},
+                           {"metadata", {{"name", name}, {"namespace", ns}}},
+                           {"spec", {{"hard", spec}}}}
+                          .dump(),
+                      fmt::format("ResourceQuota {}/{}", ns, name));
 }
 
 // ---- workload -------------------------------------------------------------------------------

@@ -70,6 +70,11 @@ absl::Status MakeNodeReady(kube::Transport& t, std::string_view name,
 // What kube-controller-manager would create: a namespace's `default` ServiceAccount, which the
 // ServiceAccount admission plugin requires of every pod. AlreadyExists is OK.
 absl::Status CreateDefaultServiceAccount(kube::Transport& t, std::string_view ns);
+// A namespace, and a ResourceQuota `name` in it whose spec.hard is `hard` (key, quantity). An
+// AlreadyExists (a retried create) is success.
+absl::Status CreateNamespace(kube::Transport& t, std::string_view ns);
+absl::Status CreateResourceQuota(kube::Transport& t, std::string_view ns, std::string_view name,
+                                 const std::vector<std::pair<std::string, std::string>>& hard);
 
 // ---- workload -------------------------------------------------------------------------------
 

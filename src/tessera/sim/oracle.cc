@@ -16,8 +16,28 @@
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
+#include "tessera/sim/quota_oracle.h"
 
 namespace tessera::sim {
+
+std::optional<device::PodDevices> HeldAllocation(const kube::Pod& p) {
+  if (p.Terminal() || p.node_name.empty()) {
+    return std::nullopt;
+  }
+  if (p.meta.annotations.Get(device::kVgpuNodeAnnotation) != p.node_name ||
+      p.meta.annotations.Get(device::kBindPhaseAnnotation) == device::kBindPhaseFailed) {
+    return std::nullopt;
+  }
+  const std::string* alloc = p.meta.annotations.Find(device::kDevicesAllocatedAnnotation);
+  if (alloc == nullptr) {
+    return std::nullopt;
+  }
+  absl::StatusOr<device::PodDevices> devs = device::DecodePodDevices(*alloc);
+  if (!devs.ok()) {
+    return std::nullopt;
+  }
+  return *std::move(devs);
+}
 
 Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube::Pod>& pods) {
   Truth t;
@@ -39,19 +59,8 @@ Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube:
     }
   }
   for (const kube::Pod& p : pods) {
-    if (p.Terminal() || p.node_name.empty()) {
-      continue;
-    }
-    if (p.meta.annotations.Get(device::kVgpuNodeAnnotation) != p.node_name ||
-        p.meta.annotations.Get(device::kBindPhaseAnnotation) == device::kBindPhaseFailed) {
-      continue;
-    }
-    const std::string* alloc = p.meta.annotations.Find(device::kDevicesAllocatedAnnotation);
-    if (alloc == nullptr) {
-      continue;
-    }
-    absl::StatusOr<device::PodDevices> devs = device::DecodePodDevices(*alloc);
-    if (!devs.ok()) {
+    std::optional<device::PodDevices> devs = HeldAllocation(p);
+    if (!devs.has_value()) {
       continue;
     }
     bool holds = false;
@@ -78,11 +87,9 @@ Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube:
   return t;
 }
 
-namespace {
-
-// The value of label `name` in a sample's label block `{a="x",b="y"}` (no escapes expected in
-// the labels read here; an escaped quote ends nothing early because \" is skipped).
-std::optional<std::string> Label(std::string_view labels, std::string_view name) {
+// No escapes expected in the labels read here; an escaped quote ends nothing early because \"
+// is skipped.
+std::optional<std::string> SampleLabel(std::string_view labels, std::string_view name) {
   size_t pos = 0;
   while (pos < labels.size()) {
     const size_t eq = labels.find("=\"", pos);
@@ -109,8 +116,6 @@ std::optional<std::string> Label(std::string_view labels, std::string_view name)
   }
   return std::nullopt;
 }
-
-}  // namespace
 
 namespace {
 
@@ -181,7 +186,7 @@ absl::StatusOr<Exported> ParseDialect(std::string_view text, const Dialect& dial
       return absl::InvalidArgumentError(fmt::format("unterminated labels: {}", line));
     }
     std::string_view labels = line.substr(family->name.size(), close + 1 - family->name.size());
-    std::optional<std::string> uuid = Label(labels, dialect.uuid);
+    std::optional<std::string> uuid = SampleLabel(labels, dialect.uuid);
     if (!uuid.has_value()) {
       return absl::InvalidArgumentError(fmt::format("sample without {}: {}", dialect.uuid, line));
     }
@@ -195,14 +200,15 @@ absl::StatusOr<Exported> ParseDialect(std::string_view text, const Dialect& dial
       return absl::InvalidArgumentError(fmt::format("bad sample value: {}", line));
     }
     if (family->field >= kShareMem) {
-      std::optional<std::string> ns = Label(labels, dialect.ns);
-      std::optional<std::string> pod = Label(labels, dialect.pod);
+      std::optional<std::string> ns = SampleLabel(labels, dialect.ns);
+      std::optional<std::string> pod = SampleLabel(labels, dialect.pod);
       if (!ns.has_value() || !pod.has_value()) {
         return absl::InvalidArgumentError(
             fmt::format("pod sample without {} or {}: {}", dialect.ns, dialect.pod, line));
       }
       PodShare& s = out.shares[{*ns + "/" + *pod, *uuid}];
-      if (std::optional<std::string> node = Label(labels, dialect.share_node); node.has_value()) {
+      if (std::optional<std::string> node = SampleLabel(labels, dialect.share_node);
+          node.has_value()) {
         s.node = *node;
       }
       // Several container_index values of one share add up (HAMi before HEAD's collapse).
@@ -214,7 +220,7 @@ absl::StatusOr<Exported> ParseDialect(std::string_view text, const Dialect& dial
       continue;
     }
     ExportedDevice& d = out.devices[*uuid];
-    if (std::optional<std::string> node = Label(labels, dialect.node); node.has_value()) {
+    if (std::optional<std::string> node = SampleLabel(labels, dialect.node); node.has_value()) {
       d.node = *node;
     }
     switch (family->field) {
@@ -263,7 +269,7 @@ void CompareEveryKey(const std::map<K, T>& truth, const std::map<K, E>& exported
 }  // namespace
 
 void Oracle::Observe(absl::Time now, const Truth& truth, const Exported* exported,
-                     const std::string& last_fault) {
+                     const std::string& last_fault, const QuotaObservation* quota) {
   ++observations_;
   for (const auto& [uuid, u] : truth.devices) {
     const bool over = u.used > u.count || u.usedmem > u.devmem || u.usedcores > u.devcore;
@@ -276,6 +282,19 @@ void Oracle::Observe(absl::Time now, const Truth& truth, const Exported* exporte
            /*overcommit=*/true});
     }
     was = over;
+  }
+  if (quota != nullptr) {
+    for (const auto& [key, q] : quota->truth) {
+      const bool over = q.limit.has_value() && q.used > *q.limit;
+      bool& was = overcommitted_["quota " + key.first + " " + key.second];
+      if (over && !was) {
+        violations_.push_back({now,
+                               fmt::format("namespace {} over its quota: limits.{} {}, used {}",
+                                           key.first, key.second, *q.limit, q.used),
+                               /*overcommit=*/true});
+      }
+      was = over;
+    }
   }
   if (exported == nullptr) {
     return;
@@ -305,9 +324,25 @@ void Oracle::Observe(absl::Time now, const Truth& truth, const Exported* exporte
     }
   };
   CompareEveryKey(truth.shares, exported->shares, kNoShare, kNoShare, compare_share);
-  // Close what no longer differs.
+  // A namespace's usage sums many pods, so under churn some pod of it is nearly always in flight
+  // and the sums would differ in chained samples: quota usage is compared in the quiet samples
+  // only, those where every device and pod share agrees (then the sums must agree too).
+  const bool quiet = differ.empty();
+  if (quiet && quota != nullptr && quota->exported.has_value()) {
+    static const NamespaceQuotaTruth kNoQuota;
+    auto compare_quota = [&](const QuotaKey& key, const NamespaceQuotaTruth& t, int64_t e) {
+      if (t.used != e) {
+        differ[{"", fmt::format("quota {} {}", key.first, key.second)}] = {
+            "", fmt::format("quota usage: truth {}, exported {}", t.used, e)};
+      }
+    };
+    CompareEveryKey(quota->truth, *quota->exported, kNoQuota, int64_t{0}, compare_quota);
+  }
+  // Close what no longer differs (quota usage: judged in quiet samples only).
   for (auto it = pending_.begin(); it != pending_.end();) {
-    if (differ.find(it->first) == differ.end()) {
+    const bool unjudged =
+        !quiet && it->first.first.empty() && it->first.second.starts_with("quota ");
+    if (!unjudged && differ.find(it->first) == differ.end()) {
       Close(it->second, now);
       it = pending_.erase(it);
     } else {

@@ -27,9 +27,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+#include "tessera/device/model.h"
 #include "tessera/kube/objects.h"
 
 namespace tessera::sim {
+
+struct QuotaObservation;  // quota_oracle.h
 
 struct DeviceUsage {
   std::string node;
@@ -53,6 +56,14 @@ struct Truth {
 };
 
 Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube::Pod>& pods);
+
+// The truth's rule for one pod: its hami.io/vgpu-devices-allocated when it holds them (not
+// terminal, bound, hami.io/vgpu-node equal to spec.nodeName, not bind-phase failed, the
+// annotation decodes), else nullopt. Which entries count is still the node's registration's.
+std::optional<device::PodDevices> HeldAllocation(const kube::Pod& pod);
+
+// The value of label `name` in a Prometheus sample's label block `{a="x",b="y"}`.
+std::optional<std::string> SampleLabel(std::string_view labels, std::string_view name);
 
 struct ExportedDevice {
   std::string node;
@@ -103,9 +114,11 @@ class Oracle {
  public:
   explicit Oracle(absl::Duration window) : window_(window) {}
 
-  // One observation. `exported` null: /metrics could not be read (not compared).
+  // One observation. `exported` null: /metrics could not be read (not compared). `quota`
+  // (quota_oracle.h), when given, is judged too: a namespace over a limit is a violation, and
+  // its exported usage is compared as a device is, keyed "quota <namespace> <resource>".
   void Observe(absl::Time now, const Truth& truth, const Exported* exported,
-               const std::string& last_fault);
+               const std::string& last_fault, const QuotaObservation* quota = nullptr);
   // Closes the run: open divergences older than the window become violations.
   void Finish(absl::Time now);
 
@@ -134,7 +147,8 @@ class Oracle {
   size_t open_shares_ = 0;
   std::vector<Divergence> divergences_;
   std::vector<Violation> violations_;
-  std::map<std::string, bool> overcommitted_;  // devices currently over-committed (reported once)
+  // Devices (and "quota <namespace> <resource>") currently over-committed (reported once).
+  std::map<std::string, bool> overcommitted_;
   int64_t transient_ = 0;
   int64_t observations_ = 0;
   int64_t compared_ = 0;

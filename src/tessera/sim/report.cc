@@ -90,6 +90,9 @@ Rows Figures(const RunResult& r, bool compact) {
       compact ? fmt::format("{} ({} answers)", r.unschedulable, r.unschedulable_attempts)
               : fmt::format("{} ({} filter answers without a node)", r.unschedulable,
                             r.unschedulable_attempts));
+  if (r.quota_refusals > 0) {
+    row("refused by a namespace quota", fmt::format("{} filter answers", r.quota_refusals));
+  }
   row("pods deleted", fmt::format("{} ({} ran to completion)", r.deleted, r.completed));
   row("device plugin allocations", std::to_string(r.allocations));
   if (r.control_plane == "real") {
@@ -280,6 +283,7 @@ nlohmann::json RunJson(const RunResult& r) {
               {"scheduled", r.scheduled},
               {"unschedulable", r.unschedulable},
               {"unschedulable_attempts", r.unschedulable_attempts},
+              {"quota_refusals", r.quota_refusals},
               {"deleted", r.deleted},
               {"completed", r.completed},
               {"allocations", r.allocations}}},

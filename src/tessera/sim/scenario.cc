@@ -1,8 +1,11 @@
 #include "tessera/sim/scenario.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -174,7 +177,60 @@ absl::StatusOr<Comparison> ParseComparison(const YAML::Node& c, const std::strin
   return out;
 }
 
+absl::StatusOr<std::vector<QuotaNamespace>> ParseNamespaces(const YAML::Node& list) {
+  if (!list.IsSequence()) {
+    return Bad("namespaces", "want a list of {name, gpumem, gpucores}");
+  }
+  std::vector<QuotaNamespace> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = fmt::format("namespaces[{}]", i);
+    absl::Status keys = CheckKeys(list[i], where, {"name", "gpumem", "gpucores"});
+    if (!keys.ok()) {
+      return keys;
+    }
+    QuotaNamespace ns;
+    if (!list[i]["name"]) {
+      return Bad(where + ".name", "missing");
+    }
+    TESSERA_SCN_ASSIGN(ns.name, Text(list[i]["name"], where + ".name"));
+    if (ns.name.empty() || ns.name.size() > 63 ||
+        !std::all_of(ns.name.begin(), ns.name.end(), [](char c) {
+          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+        })) {
+      return Bad(where + ".name", "want a DNS label (lower-case letters, digits, '-')");
+    }
+    for (const auto& [key, slot] : {std::pair{"gpumem", &ns.gpumem}, {"gpucores", &ns.gpucores}}) {
+      if (list[i][key]) {
+        *slot = list[i][key].as<int64_t>();
+        if (**slot < 0) {
+          return Bad(where + "." + key, "want a non-negative limit");
+        }
+      }
+    }
+    for (const QuotaNamespace& other : out) {
+      if (other.name == ns.name) {
+        return Bad(where + ".name", "listed twice");
+      }
+    }
+    out.push_back(std::move(ns));
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string Scenario::NamespaceOf(std::string_view pod) const {
+  if (namespaces.empty()) {
+    return "default";
+  }
+  uint64_t n = 0;
+  for (char c : pod) {
+    if (c >= '0' && c <= '9') {
+      n = n * 10 + static_cast<uint64_t>(c - '0');
+    }
+  }
+  return namespaces[n % namespaces.size()].name;
+}
 
 std::string_view FaultKindName(FaultKind k) { return kKindNames[static_cast<int>(k)]; }
 
@@ -201,7 +257,7 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
     absl::Status keys =
         CheckKeys(root, "",
                   {"name", "description", "seed", "duration", "drain", "convergence_window",
-                   "scheduler_args", "compare", "cluster", "workload", "faults"});
+                   "scheduler_args", "compare", "cluster", "workload", "faults", "namespaces"});
     if (!keys.ok()) {
       return keys;
     }
@@ -307,6 +363,9 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
         }
         s.faults.push_back(*spec);
       }
+    }
+    if (const YAML::Node n = root["namespaces"]; n) {
+      TESSERA_SCN_ASSIGN(s.namespaces, ParseNamespaces(n));
     }
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(fmt::format("scenario: {}", e.what()));

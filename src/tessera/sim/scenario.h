@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -66,6 +67,13 @@ struct Comparison {
   std::string primary_label = "primary";  // what the primary run is (with its own args)
 };
 
+// A namespace of the workload and its quota's spec.hard limits (nullopt: not set).
+struct QuotaNamespace {
+  std::string name;
+  std::optional<int64_t> gpumem;    // limits.nvidia.com/gpumem, MiB
+  std::optional<int64_t> gpucores;  // limits.nvidia.com/gpucores, percent
+};
+
 struct Scenario {
   std::string name;
   std::string description;
@@ -94,6 +102,13 @@ struct Scenario {
   std::map<Shape, double> shapes = {{Shape::kMemory, 1}};
 
   std::vector<FaultSpec> faults;
+
+  // Namespace quota (docs/simulate.md "Namespace quota"): pod sim-N is created in
+  // namespaces[N mod size], each with a ResourceQuota "gpu" of its limits. Empty: every pod in
+  // "default", no quota.
+  std::vector<QuotaNamespace> namespaces;
+  // The namespace of `pod` ("sim-000042"): "default" without namespaces.
+  std::string NamespaceOf(std::string_view pod) const;
 };
 
 absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text);

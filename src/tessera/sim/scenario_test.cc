@@ -12,7 +12,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(ScenarioTest, EveryEmbeddedScenarioParses) {
-  for (const char* name : {"quick", "seed-bug", "chaos", "scale"}) {
+  for (const char* name : {"quick", "seed-bug", "chaos", "scale", "quota"}) {
     absl::StatusOr<Scenario> s = LoadScenario(name);
     ASSERT_TRUE(s.ok()) << name << ": " << s.status();
     EXPECT_EQ(s->name, name);
@@ -68,6 +68,29 @@ faults:
   EXPECT_EQ(s->faults[0].code, 429);
   EXPECT_EQ(s->faults[1].event_type, "MODIFIED");
   EXPECT_EQ(s->faults[1].delete_burst, 3);
+}
+
+TEST(ScenarioTest, NamespacesWithQuotasTakeThePodsInTurn) {
+  absl::StatusOr<Scenario> s = ParseScenario(R"(
+namespaces:
+  - {name: ml, gpumem: 40000, gpucores: 200}
+  - {name: free}
+)");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->namespaces.size(), 2u);
+  EXPECT_EQ(s->namespaces[0].gpumem, 40000);
+  EXPECT_EQ(s->namespaces[0].gpucores, 200);
+  EXPECT_FALSE(s->namespaces[1].gpumem.has_value());
+  EXPECT_EQ(s->NamespaceOf("sim-000004"), "ml");
+  EXPECT_EQ(s->NamespaceOf("sim-000007"), "free");
+  EXPECT_EQ(Scenario{}.NamespaceOf("sim-000007"), "default");
+  for (const char* bad : {"namespaces: {ml: 1}", "namespaces: [{gpumem: 1}]",
+                          "namespaces: [{name: ML}]", "namespaces: [{name: a, gpumem: -1}]",
+                          "namespaces: [{name: a}, {name: a}]", "namespaces: [{name: a, x: 1}]"}) {
+    absl::StatusOr<Scenario> r = ParseScenario(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(r.status().message(), HasSubstr("namespaces")) << bad;
+  }
 }
 
 TEST(ScenarioTest, ParsesAComparison) {

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include <fmt/core.h>
@@ -39,6 +40,7 @@
 #include "tessera/kube/transport.h"
 #include "tessera/sim/control_plane.h"
 #include "tessera/sim/emulators.h"
+#include "tessera/sim/quota_oracle.h"
 #include "tessera/sim/synthetic.h"
 
 namespace tessera::sim {
@@ -190,6 +192,13 @@ class Simulation {
   absl::Status StartServe(bool restart);
   absl::Status MakeTransports();
   absl::Status CreateNodes();
+  // The scenario's namespaces, each with its ResourceQuota "gpu" (and, on the real control
+  // plane, its default ServiceAccount).
+  absl::Status CreateQuotaNamespaces();
+  // The path prefix of the pods the workload creates: one namespace, or all of them.
+  std::string PodScope() const {
+    return s_.namespaces.empty() ? fmt::format("/api/v1/namespaces/{}", kNamespace) : "/api/v1";
+  }
   absl::Status WaitReady();
   void Tick(absl::Time now, absl::Duration elapsed);
   // The v2.5 plugins whose handshake report is due (every 30 s, as the plugin does; HAMi v2.5
@@ -513,10 +522,10 @@ void Simulation::CreateTask(const std::string& name) {
   {
     MutexLock l(&rng_mu_);
     const Shape shape = workload_.Pick(rng_);
-    body = workload_.PodJson(shape, kNamespace, name, rng_);
+    body = workload_.PodJson(shape, s_.NamespaceOf(name), name, rng_);
     full_nodes = std::uniform_real_distribution<double>(0, 1)(rng_) < s_.full_nodes_share;
   }
-  absl::StatusOr<std::string> created = CreatePod(*api_t_, kNamespace, name, body);
+  absl::StatusOr<std::string> created = CreatePod(*api_t_, s_.NamespaceOf(name), name, body);
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
   if (!created.ok()) {
@@ -583,6 +592,9 @@ void Simulation::ScheduleTask(const std::string& name) {
       filter_ms_.push_back(absl::ToDoubleMilliseconds(f->latency));
       if (f->node.empty()) {
         ++r_.unschedulable_attempts;
+        if (absl::StrContains(f->failed_reason, "ResourceQuotaNotFit")) {
+          ++r_.quota_refusals;
+        }
         if (!p.ever_unschedulable) {
           p.ever_unschedulable = true;
           ++r_.unschedulable;
@@ -597,7 +609,7 @@ void Simulation::ScheduleTask(const std::string& name) {
       return;
     }
   }
-  absl::Status bound = extender_->Bind(kNamespace, name, uid, f->node);
+  absl::Status bound = extender_->Bind(s_.NamespaceOf(name), name, uid, f->node);
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
   if (!bound.ok()) {
@@ -636,7 +648,7 @@ void Simulation::AllocateTask(const std::string& name, int tries) {
     }
     plugin = n->plugin.get();
   }
-  absl::StatusOr<AllocateResult> a = plugin->Allocate(*node_client_, kNamespace, name);
+  absl::StatusOr<AllocateResult> a = plugin->Allocate(*node_client_, s_.NamespaceOf(name), name);
   MutexLock l(&mu_);
   if (a.ok() && a->success && a->name == name) {
     ++r_.allocations;
@@ -660,7 +672,7 @@ void Simulation::StartTask(const std::string& name) {
       return;
     }
   }
-  absl::Status s = Kubelet::Start(*node_t_, kNamespace, name);
+  absl::Status s = Kubelet::Start(*node_t_, s_.NamespaceOf(name), name);
   absl::Duration life;
   {
     MutexLock l(&rng_mu_);
@@ -688,7 +700,7 @@ void Simulation::FinishTask(const std::string& name) {
       return;
     }
   }
-  absl::Status s = Kubelet::Finish(*node_t_, kNamespace, name);
+  absl::Status s = Kubelet::Finish(*node_t_, s_.NamespaceOf(name), name);
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
   if (!s.ok()) {
@@ -704,7 +716,7 @@ void Simulation::FinishTask(const std::string& name) {
 }
 
 void Simulation::CleanupTask(const std::string& name) {
-  absl::Status s = DeletePod(*api_t_, kNamespace, name, 0);
+  absl::Status s = DeletePod(*api_t_, s_.NamespaceOf(name), name, 0);
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
   if (!s.ok()) {
@@ -733,7 +745,7 @@ void Simulation::DeleteTask(const std::string& name, bool force) {
   }
   // Graceful (30 s) unless forced: a forced delete removes the pod at once, with one DELETED
   // event and no update before it.
-  absl::Status s = DeletePod(*api_t_, kNamespace, name, force ? 0 : -1);
+  absl::Status s = DeletePod(*api_t_, s_.NamespaceOf(name), name, force ? 0 : -1);
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
   if (!s.ok()) {
@@ -753,11 +765,11 @@ void Simulation::DeleteTask(const std::string& name, bool force) {
 }
 
 void Simulation::TerminateTask(const std::string& name) {
-  absl::Status s = Kubelet::Finish(*node_t_, kNamespace, name);
+  absl::Status s = Kubelet::Finish(*node_t_, s_.NamespaceOf(name), name);
   if (real_ && (s.ok() || absl::IsNotFound(s))) {
     // A real API server keeps a gracefully deleted pod until its kubelet deletes it with grace
     // 0 once the containers stopped.
-    s = DeletePod(*node_t_, kNamespace, name, 0);
+    s = DeletePod(*node_t_, s_.NamespaceOf(name), name, 0);
   }
   MutexLock l(&mu_);
   SimPod& p = pods_[name];
@@ -961,7 +973,7 @@ void Simulation::Fault(const FaultSpec& f) {
       }
       // The node lifecycle controller's eviction, done at once.
       for (const std::string& name : pods) {
-        if (DeletePod(*api_t_, kNamespace, name, 0).ok()) {
+        if (DeletePod(*api_t_, s_.NamespaceOf(name), name, 0).ok()) {
           MutexLock l(&mu_);
           if (pods_[name].stage != Stage::kGone) {
             pods_[name].stage = Stage::kGone;
@@ -1246,8 +1258,8 @@ void Simulation::Poll() {
         escaped += fmt::format("%{:02X}", static_cast<unsigned>(static_cast<unsigned char>(c)));
       }
     }
-    r.path = fmt::format("/api/v1/namespaces/{}/pods?limit=500{}", kNamespace,
-                         cont.empty() ? "" : "&continue=" + escaped);
+    r.path =
+        fmt::format("{}/pods?limit=500{}", PodScope(), cont.empty() ? "" : "&continue=" + escaped);
     kube::DoOptions once;
     once.retry.max_attempts = 1;
     absl::StatusOr<kube::Response> resp = kube::Do(*obs_t_, r, std::move(once));
@@ -1336,6 +1348,27 @@ void Simulation::PollLoop() {
   }
 }
 
+absl::Status Simulation::CreateQuotaNamespaces() {
+  for (const QuotaNamespace& ns : s_.namespaces) {
+    TESSERA_RETURN_IF_ERROR(CreateNamespace(*api_t_, ns.name));
+    if (real_) {
+      TESSERA_RETURN_IF_ERROR(CreateDefaultServiceAccount(*api_t_, ns.name));
+    }
+    std::vector<std::pair<std::string, std::string>> hard;
+    if (ns.gpumem.has_value()) {
+      hard.emplace_back(fmt::format("limits.{}", kQuotaMemoryResource), std::to_string(*ns.gpumem));
+    }
+    if (ns.gpucores.has_value()) {
+      hard.emplace_back(fmt::format("limits.{}", kQuotaCoresResource),
+                        std::to_string(*ns.gpucores));
+    }
+    if (!hard.empty()) {
+      TESSERA_RETURN_IF_ERROR(CreateResourceQuota(*api_t_, ns.name, "gpu", hard));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // ---- oracle ---------------------------------------------------------------------------------
 
 void Simulation::Observe() {
@@ -1362,6 +1395,14 @@ void Simulation::Observe() {
     return;
   }
   nodes = std::move(nl->items);
+  std::vector<kube::ResourceQuota> quotas;
+  if (!s_.namespaces.empty()) {
+    absl::StatusOr<kube::ResourceQuotaList> ql = obs_client_->ListResourceQuotas(no);
+    if (!ql.ok()) {
+      return;
+    }
+    quotas = std::move(ql->items);
+  }
   const absl::Time now = Now();
   kube::Request r;
   r.path = "/metrics";
@@ -1376,6 +1417,17 @@ void Simulation::Observe() {
     }
   }
   const Truth truth = ComputeTruth(nodes, pods);
+  std::optional<QuotaObservation> quota;
+  if (!s_.namespaces.empty()) {
+    quota.emplace();
+    quota->truth = ComputeQuotaTruth(truth, pods, quotas);
+    if (resp.ok()) {
+      absl::StatusOr<QuotaUsed> used = ParseQuotaUsed(resp->body);
+      if (used.ok()) {
+        quota->exported = std::move(*used);
+      }
+    }
+  }
   std::string cause;
   {
     MutexLock l(&mu_);
@@ -1395,7 +1447,8 @@ void Simulation::Observe() {
   }
   {
     MutexLock l(&oracle_mu_);
-    oracle_.Observe(now, truth, exported.has_value() ? &*exported : nullptr, cause);
+    oracle_.Observe(now, truth, exported.has_value() ? &*exported : nullptr, cause,
+                    quota.has_value() ? &*quota : nullptr);
     sample.diverging = static_cast<int64_t>(oracle_.open());
     sample.diverging_shares = static_cast<int64_t>(oracle_.open_shares());
   }
@@ -1544,6 +1597,7 @@ absl::StatusOr<RunResult> Simulation::Run() {
     // No kube-controller-manager: the ServiceAccount admission plugin wants `default`.
     TESSERA_RETURN_IF_ERROR(CreateDefaultServiceAccount(*api_t_, kNamespace));
   }
+  TESSERA_RETURN_IF_ERROR(CreateQuotaNamespaces());
   TESSERA_RETURN_IF_ERROR(CreateNodes());
   TESSERA_RETURN_IF_ERROR(WaitReady());
   return RunWorkload();
@@ -1620,7 +1674,7 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
   if (real_) {
     kube::Informer<kube::Pod>::Options io;
     io.name = "sim-kubelet";
-    io.reflector.ns = kNamespace;
+    io.reflector.ns = s_.namespaces.empty() ? kNamespace : "";  // "": every namespace
     kube::EventHandlers<kube::Pod> h;
     h.on_add = [this](const kube::Pod& p, bool) { OnPodSeen(p); };
     h.on_update = [this](const kube::Pod&, const kube::Pod& p) { OnPodSeen(p); };

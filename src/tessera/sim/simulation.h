@@ -101,6 +101,9 @@ struct RunResult {
   int64_t created = 0, scheduled = 0, unschedulable = 0, unschedulable_attempts = 0;
   int64_t deleted = 0, completed = 0, bind_errors = 0, filter_errors = 0;
   int64_t full_nodes_filters = 0, allocations = 0;
+  // Filter answers without a node whose first reason names ResourceQuotaNotFit (a scenario's
+  // namespace quota refusing the pod).
+  int64_t quota_refusals = 0;
   absl::Duration filter_p50, filter_p99;
   std::vector<FaultRecord> faults;
   std::vector<Divergence> divergences;
