@@ -198,7 +198,7 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
       result.containers.push_back(std::move(out));
     }
     result.annotations =
-        device::FilterAnnotations(vendor, winner.name, decision.devices, input.now);
+        device::FilterAnnotations(vendor, winner.name, decision.devices, input.now, decision.mig);
     result.labels = device::FilterLabels(winner.name);
   }
   return result;

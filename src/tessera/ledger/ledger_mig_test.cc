@@ -60,8 +60,8 @@ PodAllocation BoundMig(const std::string& uid, const std::string& uuid,
 class LedgerMigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(ledger_.SetNode(::tessera::testing::MigNodeDevices("m1", {"GPU-m0", "GPU-m1"}))
-                    .ok());
+    ASSERT_TRUE(
+        ledger_.SetNode(::tessera::testing::MigNodeDevices("m1", {"GPU-m0", "GPU-m1"})).ok());
   }
   std::vector<MigCardUsage> Mig() {
     auto snap = ledger_.Snapshot({"m1"});
@@ -79,7 +79,8 @@ class LedgerMigTest : public ::testing::Test {
 };
 
 TEST_F(LedgerMigTest, AnObservedPodHoldsItsPlacementUntilRemoved) {
-  ASSERT_TRUE(ledger_.Apply(BoundMig("u1", "GPU-m1", {Realised(Alloc("GPU-m1", {6, 1}), 13)})).ok());
+  ASSERT_TRUE(
+      ledger_.Apply(BoundMig("u1", "GPU-m1", {Realised(Alloc("GPU-m1", {6, 1}), 13)})).ok());
   std::vector<MigCardUsage> mig = Mig();
   ASSERT_EQ(mig.size(), 2U);
   EXPECT_THAT(mig[0].occupied, IsEmpty());
@@ -158,7 +159,8 @@ TEST_F(LedgerMigTest, OverlappingPlacementsOfTwoPodsAreAProblem) {
 TEST_F(LedgerMigTest, UnrealisedAndStrayInstancesAreProblems) {
   ASSERT_TRUE(ledger_.Apply(BoundMig("u1", "GPU-m0", {Alloc("GPU-m0", {6, 1})})).ok());
   EXPECT_THAT(Kinds(), ElementsAre(MigProblemKind::kUnrealised));
-  ASSERT_TRUE(ledger_.Apply(BoundMig("u1", "GPU-m0", {Realised(Alloc("GPU-m0", {6, 1}), 13)})).ok());
+  ASSERT_TRUE(
+      ledger_.Apply(BoundMig("u1", "GPU-m0", {Realised(Alloc("GPU-m0", {6, 1}), 13)})).ok());
   EXPECT_THAT(Kinds(), IsEmpty());
 
   PodAllocation failed = BoundMig("u2", "GPU-m1", {Realised(Alloc("GPU-m1", {6, 1}), 14)});
@@ -183,9 +185,9 @@ TEST_F(LedgerMigTest, RecomputeAndDiffCoverMigAllocations) {
   const std::vector<PodAllocation> records = ledger_.Records();
   ASSERT_EQ(records.size(), 1U);
   EXPECT_EQ(records[0].mig, (std::vector{Alloc("GPU-m0", {6, 1})}));
-  std::unique_ptr<Ledger> again = Ledger::Recompute(
-      {::tessera::testing::MigNodeDevices("m1", {"GPU-m0", "GPU-m1"})}, records,
-      ledger_.Reservations());
+  std::unique_ptr<Ledger> again =
+      Ledger::Recompute({::tessera::testing::MigNodeDevices("m1", {"GPU-m0", "GPU-m1"})}, records,
+                        ledger_.Reservations());
   EXPECT_TRUE(Diff(ledger_, *again).Empty()) << Diff(ledger_, *again).ToString();
   EXPECT_EQ(again->Snapshot({"m1"})[0]->mig, Mig());
 
