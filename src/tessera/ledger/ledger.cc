@@ -1018,6 +1018,21 @@ NodeView Ledger::ViewLocked(const NodeSlot& slot) const {
       return std::tie(x.uid, x.container, x.usedmem, x.usedcores) <
              std::tie(y.uid, y.container, y.usedmem, y.usedcores);
     });
+    if (slot.mig.empty()) {
+      continue;
+    }
+    v.mig.resize(slot.holders.size());
+    for (uint32_t id : ids) {
+      auto mig = record_mig_.find(id);
+      if (pods_[id].held != Source::kRecord || mig == record_mig_.end()) {
+        continue;
+      }
+      for (const device::MigAllocation& a : mig->second) {
+        if (a.RuntimeReady() && a.gpu_uuid == slot.devices->devices[d].id) {
+          v.mig[d].push_back(a);
+        }
+      }
+    }
   }
   return v;
 }

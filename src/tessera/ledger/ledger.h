@@ -93,6 +93,9 @@ struct NodeView {
   std::shared_ptr<const device::NodeDevices> devices;
   std::vector<device::DeviceUsage> usage;    // usage[i] belongs to devices->devices[i]
   std::vector<std::vector<Holder>> holders;  // holders[i] likewise; sorted by (uid, container)
+  // mig[i]: the MIG instances the device plugin realised (runtime identity set) for the bound
+  // pods holding devices->devices[i]; empty on a node without MIG.
+  std::vector<std::vector<device::MigAllocation>> mig = {};
 };
 
 // What the pods of one namespace hold: the sum, over its holding records and reservations, of

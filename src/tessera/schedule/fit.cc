@@ -1137,7 +1137,9 @@ bool Fitter::PickMig(const NodeSnapshot& node, int32_t device, int64_t memreq, T
   const std::optional<MigCardChoice> choice = ChooseMigPlacement(
       std::span<const MigCard>(&card, 1),
       static_cast<int32_t>(std::min<int64_t>(memreq, std::numeric_limits<int32_t>::max())));
-  if (!choice.has_value()) {
+  // A placement of size 0 occupies nothing (the plugin cannot create it, HAMi's annotation skips
+  // it): taking one would let the walk revisit the card for ever.
+  if (!choice.has_value() || choice->choice.placement.size == 0) {
     return false;
   }
   const device::MigProfile& profile = d.mig_profiles[choice->choice.profile];

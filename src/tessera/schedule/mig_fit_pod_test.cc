@@ -103,8 +103,8 @@ TEST(MigPodFitTest, OneContainerTakesSeveralInstancesOfOneCard) {
   FitResult r = Fit(MigNode(1), {Mem(3, 4000)});
   ASSERT_TRUE(r.fit) << r.reason;
   ASSERT_EQ(r.devices[0].size(), 3U);
-  EXPECT_THAT(Placements(r), ::testing::ElementsAre(MigPlacement{6, 1}, MigPlacement{5, 1},
-                                                    MigPlacement{4, 1}));
+  EXPECT_THAT(Placements(r),
+              ::testing::ElementsAre(MigPlacement{6, 1}, MigPlacement{5, 1}, MigPlacement{4, 1}));
   EXPECT_EQ(r.usage_after[0].used, 3);
   EXPECT_EQ(r.usage_after[0].usedmem, 3 * 4864);
   // Eight 1g instances do not exist on a card of seven placements: the eighth visit fails with
@@ -161,6 +161,22 @@ TEST(MigPodFitTest, OrdinaryChecksComeFirst) {
   FitResult r = Fit(node, {Mem(1, 15000)});
   ASSERT_TRUE(r.fit) << r.reason;
   EXPECT_EQ(r.mig[0][0], (MigReservation{"3g.20gb", {4, 4}}));
+}
+
+// A registered placement of size 0 is never taken (it occupies nothing, so the walk, which visits
+// a MIG card again after each take, would never end under topology-aware).
+TEST(MigPodFitTest, AZeroSizePlacementIsNeverTaken) {
+  auto devices =
+      std::make_shared<device::NodeDevices>(*::tessera::testing::MigNodeDevices("m1", {"GPU-m0"}));
+  devices->devices[0].mig_profiles = {{"1g.5gb", 4864, 15, 1, {{3, 0}}}};
+  NodeSnapshot node;
+  node.devices = devices;
+  node.usage.resize(1);
+  PodRequest pod;
+  pod.containers = {Mem(1, 4000)};
+  const device::GpuPolicy topology{{device::GpuPolicyKey::kTopologyAware}};
+  EXPECT_EQ(FitPod(node, pod, {}, topology).reason, "1/1 CardMigTopologyInfeasible");
+  EXPECT_EQ(FitPod(node, pod, {}, kSpread).reason, "1/1 CardMigTopologyInfeasible");
 }
 
 // A pod on a node with no MIG instance gets no reservations (the patch writes none).
