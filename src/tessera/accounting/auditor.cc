@@ -228,6 +228,25 @@ AuditReport Auditor::Run(absl::Time now) {
     seen.insert(f.uid);
   }
   foreign_seen_ = std::move(seen);
+  // Unrealised MIG reservations count only past their deadline (the plugin realises an instance
+  // within seconds of the bind; the first audits after it must not report it).
+  absl::flat_hash_map<std::string, absl::Time> since;
+  std::vector<ledger::MigProblem> mig;
+  for (ledger::MigProblem& p : report.problems.mig) {
+    if (p.kind != ledger::MigProblemKind::kUnrealised) {
+      mig.push_back(std::move(p));
+      continue;
+    }
+    std::string key = p.uid + "\n" + p.uuid + "\n" + p.why;
+    auto it = unrealised_since_.find(key);
+    const absl::Time first = it == unrealised_since_.end() ? now : it->second;
+    since.emplace(std::move(key), first);
+    if (now - first >= options_.mig_realise_deadline) {
+      mig.push_back(std::move(p));
+    }
+  }
+  report.problems.mig = std::move(mig);
+  unrealised_since_ = std::move(since);
   last_ = report;
   return report;
 }

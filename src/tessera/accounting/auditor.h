@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 
@@ -46,6 +47,10 @@ struct ForeignAllocation {
 struct AuditorOptions {
   // Our spec.schedulerName (--scheduler-name). Empty: no pod is foreign.
   std::string scheduler_name;
+  // A bound pod's MIG reservation that the device plugin has not realised (ledger::MigProblemKind
+  // kUnrealised) is reported once the audits have seen it for this long; the other problems are
+  // reported at once.
+  absl::Duration mig_realise_deadline = absl::Minutes(5);
 };
 
 // Every cause an AuditReport's corrections can name (described there).
@@ -107,6 +112,8 @@ class Auditor {
   mutable Mutex mu_;
   AuditReport last_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> foreign_seen_ ABSL_GUARDED_BY(mu_);  // uids already logged
+  // When an audit first saw each unrealised MIG reservation (key: uid, card and text).
+  absl::flat_hash_map<std::string, absl::Time> unrealised_since_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::accounting

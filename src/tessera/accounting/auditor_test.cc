@@ -104,6 +104,51 @@ TEST_F(AuditorTest, ALeakedRecordOfAGonePodIsCountedAndFreed) {
   EXPECT_EQ(UsedMem(), 0);
 }
 
+// MIG (docs/mig.md "The ledger"): a leaked MIG record frees its placement, and a bound pod's
+// reservation the device plugin never realised is a problem once it outlives the deadline.
+TEST_F(AuditorTest, MigLeaksAreRepairedAndUnrealisedReservationsReportedPastTheDeadline) {
+  node_ = ::tessera::testing::MigNodeDevices("a", {"GPU-1"});
+  ASSERT_TRUE(ledger_.SetNode(node_).ok());
+  auto placements = [this] {
+    std::vector<std::string_view> names = {"a"};
+    std::optional<device::NodeSnapshot> snap = ledger_.Snapshot(names)[0];
+    return snap.has_value() && !snap->mig.empty() ? snap->mig[0].occupied
+                                                  : std::vector<device::MigPlacement>{};
+  };
+  auto mig_pod = [](const std::string& name, const std::string& allocation) {
+    kube::Pod pod = AllocatedPod(name, "a", "GPU-1,NVIDIA,4864,15:;");
+    pod.meta.annotations.Set("hami.io/vgpu-mig-allocations", allocation);
+    return pod;
+  };
+  constexpr char kUnrealised[] =
+      R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-1","profile":"1g.5gb",)"
+      R"("placement":{"start":6,"size":1}}])";
+  // A lost delete: the ghost's placement is held until the audit frees it.
+  ASSERT_TRUE(ledger_.Apply(*accounting::ProjectPod(*vendor_, mig_pod("ghost", kUnrealised))).ok());
+  EXPECT_EQ(placements(), (std::vector<device::MigPlacement>{{6, 1}}));
+  AuditReport r = auditor_.Run(clock_.Now());
+  EXPECT_EQ(r.corrections["stale_record"], 1);
+  EXPECT_THAT(placements(), IsEmpty());
+
+  Add(mig_pod("p", kUnrealised));
+  EXPECT_THAT(auditor_.Run(clock_.Now()).problems.mig, IsEmpty());  // just bound
+  clock_.Advance(absl::Minutes(4));
+  EXPECT_THAT(auditor_.Run(clock_.Now()).problems.mig, IsEmpty());
+  clock_.Advance(absl::Minutes(1));
+  r = auditor_.Run(clock_.Now());
+  ASSERT_EQ(r.problems.mig.size(), 1U);
+  EXPECT_EQ(r.problems.mig[0].kind, ledger::MigProblemKind::kUnrealised);
+  EXPECT_EQ(r.problems.mig[0].name, "p");
+  EXPECT_EQ(r.problems.mig[0].why,
+            "1g.5gb at slices 6-6 of container 0 device 0 not realised by the device plugin");
+  // The plugin realises it: the problem goes.
+  Add(mig_pod("p", R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-1","profile":"1g.5gb",)"
+                   R"("placement":{"start":6,"size":1},"migUUID":"MIG-1","gpuInstanceID":13,)"
+                   R"("computeInstanceID":0}])"));
+  EXPECT_THAT(auditor_.Run(clock_.Now()).problems.mig, IsEmpty());
+  EXPECT_EQ(placements(), (std::vector<device::MigPlacement>{{6, 1}}));
+}
+
 TEST_F(AuditorTest, QuotaUsageOfALostDeleteIsReportedAndCorrected) {
   // AllocatedPod's namespace is "ml". A live pod holds 1000 MiB; a deleted one, whose DELETED
   // event was lost, still holds 4000 in the ledger: the filter would check ml's quota against

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "tessera/device/annotations.h"
+#include "tessera/device/mig.h"
 
 namespace tessera::accounting {
 namespace {
@@ -53,6 +54,15 @@ absl::StatusOr<ledger::PodAllocation> ProjectPod(const device::Vendor& vendor,
   const size_t containers = pod.init_containers.size() + pod.containers.size();
   if (!pod.init_containers.empty() && out.devices.size() == containers) {
     out.init_count = static_cast<int32_t>(pod.init_containers.size());
+  }
+  // The MIG placements: a value that does not decode holds none, as in HAMi's usage rebuild
+  // (the pod's mig cards then fail closed in the ledger).
+  if (const std::string* mig = pod.meta.annotations.Find(device::kMigAllocationsAnnotation);
+      mig != nullptr) {
+    if (absl::StatusOr<std::vector<device::MigAllocation>> a = device::DecodeMigAllocations(*mig);
+        a.ok()) {
+      out.mig = *std::move(a);
+    }
   }
   return out;
 }

@@ -97,6 +97,28 @@ TEST_F(ProjectionTest, PodStates) {
   EXPECT_NE(std::string(s.message()).find("pod ml/r"), std::string::npos) << s;
 }
 
+// hami.io/vgpu-mig-allocations is decoded into the record; a value that does not decode holds
+// no placement, as HAMi's usage rebuild ignores it (scheduler.go:getNodesUsage).
+TEST_F(ProjectionTest, MigAllocationsAreProjected) {
+  kube::Pod pod = AllocatedPod("p", "a", "GPU-1,NVIDIA,4864,15:;");
+  pod.meta.annotations.Set(
+      "hami.io/vgpu-mig-allocations",
+      R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-1","profile":"1g.5gb",)"
+      R"("placement":{"start":6,"size":1},"migUUID":"MIG-9","gpuInstanceID":13,)"
+      R"("computeInstanceID":0}])");
+  absl::StatusOr<ledger::PodAllocation> p = ProjectPod(*vendor_, pod);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->mig.size(), 1U);
+  EXPECT_EQ(p->mig[0].gpu_uuid, "GPU-1");
+  EXPECT_EQ(p->mig[0].placement, (device::MigPlacement{6, 1}));
+  EXPECT_EQ(p->mig[0].mig_uuid, "MIG-9");
+  pod.meta.annotations.Set("hami.io/vgpu-mig-allocations", "[{");
+  p = ProjectPod(*vendor_, pod);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->mig.empty());
+  EXPECT_EQ(p->devices.size(), 1U);
+}
+
 TEST_F(ProjectionTest, ForLedgerIsProjectPodWhenTheAllocationDecodes) {
   kube::Pod bound = AllocatedPod("p", "a", "GPU-1,NVIDIA,1000,10:;");
   absl::Status error = absl::UnknownError("unset");

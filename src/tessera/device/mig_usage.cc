@@ -85,4 +85,21 @@ MigPodUsage MigUsageOfPod(const NodeDevices& node, const PodDevices& devices,
   return usage;
 }
 
+std::string MigCardConflict(const MigCardUsage& card) {
+  if (card.unusable) {
+    return "the card's MIG books disagree (it fails closed)";
+  }
+  const std::vector<MigPlacement>& o = card.occupied;
+  for (size_t i = 0; i < o.size(); ++i) {
+    for (size_t j = i + 1; j < o.size(); ++j) {
+      if (o[i].Overlaps(o[j])) {
+        return "MIG placements slices " + std::to_string(o[i].start) + "-" +
+               std::to_string(o[i].start + o[i].size - 1) + " and " + std::to_string(o[j].start) +
+               "-" + std::to_string(o[j].start + o[j].size - 1) + " overlap";
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace tessera::device

@@ -3,8 +3,8 @@
 // What one bound pod's annotations contribute to its node's MIG state, as HAMi v2.10's usage
 // rebuild (pkg/scheduler/scheduler.go:getNodesUsage): which placements it holds on which card,
 // and which cards it makes unusable because its reservations and its devices disagree (HAMi
-// marks them unhealthy: fail closed). The ledger will keep these per pod (docs/mig.md, "What is
-// left"); nothing calls this in serve yet.
+// marks them unhealthy: fail closed). The ledger keeps these per pod and card (docs/mig.md "The
+// ledger").
 //
 // Thread safety: pure function.
 #pragma once
@@ -43,5 +43,10 @@ struct MigPodUsage {
 // Problems are listed once per (device, reason), in device order.
 MigPodUsage MigUsageOfPod(const NodeDevices& node, const PodDevices& devices,
                           const std::vector<MigAllocation>& allocations);
+
+// Why a card's MIG state cannot be granted as it stands (the bind's re-check, after the pod's
+// own placements are counted): "the card's MIG books disagree" when it is unusable, "placements
+// slices a-b and c-d overlap" when two placements in use share a slice; "" when neither.
+std::string MigCardConflict(const MigCardUsage& card);
 
 }  // namespace tessera::device

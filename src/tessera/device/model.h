@@ -118,6 +118,15 @@ struct DeviceUsage {
 // allocation (a /filter snapshots 500 nodes).
 using UsageList = absl::InlinedVector<DeviceUsage, 8>;
 
+// The MIG state of one card at one instant: the placements in use, and whether some pod's MIG
+// reservations disagree with its devices there (HAMi then marks the card unhealthy: it fails
+// closed, CardNotHealth). tessera/device/mig_usage.h.
+struct MigCardUsage {
+  std::vector<MigPlacement> occupied;
+  bool unusable = false;
+  friend bool operator==(const MigCardUsage&, const MigCardUsage&) = default;
+};
+
 // A consistent view of one node for a fit decision: its devices and their usage
 // (usage[i] belongs to devices->devices[i]).
 struct NodeSnapshot {
@@ -127,6 +136,8 @@ struct NodeSnapshot {
   // not decode (the one with the smallest uid when there are several). Which devices it uses is
   // unknown, so no new pod may be placed on the node (fail closed; docs/self-healing.md).
   std::string blocked_by = {};
+  // mig[i] belongs to devices[i]; empty when no card of the node has MIG state.
+  std::vector<MigCardUsage> mig = {};
 };
 
 // One device handed to one container: one "UUID,Type,MiB,cores:" item of

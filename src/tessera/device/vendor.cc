@@ -103,13 +103,18 @@ std::unique_ptr<Vendor> NewNvidiaVendor(NvidiaConfig config) {
 }
 
 kube::StringMap FilterAnnotations(const Vendor& vendor, std::string_view node,
-                                  const PodDevices& devices, absl::Time now) {
+                                  const PodDevices& devices, absl::Time now,
+                                  const PodMigReservations& mig) {
   kube::StringMap out;
   const std::string encoded = vendor.EncodeAllocation(devices);
   out.Set(std::string(kVgpuNodeAnnotation), std::string(node));
   out.Set(std::string(kVgpuTimeAnnotation), std::to_string(absl::ToUnixSeconds(now)));
   out.Set(std::string(vendor.ToAllocateAnnotation()), encoded);
   out.Set(std::string(vendor.AllocatedAnnotation()), encoded);
+  if (std::string allocations = EncodeMigAllocations(MigAllocationsOf(devices, mig));
+      !allocations.empty()) {
+    out.Set(std::string(kMigAllocationsAnnotation), std::move(allocations));
+  }
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 
 #include "tessera/device/device_config.h"
+#include "tessera/device/mig.h"
 #include "tessera/device/model.h"
 #include "tessera/kube/objects.h"
 
@@ -66,9 +67,11 @@ std::unique_ptr<Vendor> NewNvidiaVendor(NvidiaConfig config);
 // The annotations a successful filter writes on the pod, in one merge patch: the node
 // (hami.io/vgpu-node), the decision time in Unix seconds (hami.io/vgpu-time), and the encoded
 // allocation under both of the vendor's pod keys. The same patch also sets the label
-// hami.io/vgpu-node=<node> (FilterLabels).
+// hami.io/vgpu-node=<node> (FilterLabels). With MIG instances among the devices (`mig`, parallel
+// to `devices`) it also writes hami.io/vgpu-mig-allocations as HAMi v2.10 does (mig.h).
 kube::StringMap FilterAnnotations(const Vendor& vendor, std::string_view node,
-                                  const PodDevices& devices, absl::Time now);
+                                  const PodDevices& devices, absl::Time now,
+                                  const PodMigReservations& mig = {});
 kube::StringMap FilterLabels(std::string_view node);
 
 }  // namespace tessera::device

@@ -14,6 +14,7 @@
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
 #include "tessera/ledger/ledger.h"
+#include "tessera/schedule/mig_fit.h"
 #include "tessera/schedule/score.h"
 
 namespace tessera::explain {
@@ -172,6 +173,15 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
       } else if (!r.reason.empty()) {
         node.reasons.push_back(r.reason);
       }
+      const bool mig = std::any_of(r.reasons.begin(), r.reasons.end(), [](const auto& part) {
+        return part.reason == schedule::Reason::kCardMigTopologyInfeasible;
+      });
+      if (mig && r.failed_container >= 0 && candidates[i].snapshot) {
+        const auto& container = request.containers[static_cast<size_t>(r.failed_container)];
+        if (container.has_value()) {
+          node.mig = schedule::ExplainMigNode(*candidates[i].snapshot, *container);
+        }
+      }
     }
     result.nodes.push_back(std::move(node));
   }
@@ -198,7 +208,7 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
       result.containers.push_back(std::move(out));
     }
     result.annotations =
-        device::FilterAnnotations(vendor, winner.name, decision.devices, input.now);
+        device::FilterAnnotations(vendor, winner.name, decision.devices, input.now, decision.mig);
     result.labels = device::FilterLabels(winner.name);
   }
   return result;
@@ -267,6 +277,11 @@ std::string RenderExplainText(const ExplainResult& r, bool wide) {
     }
     out += line + "\n";
   }
+  for (const ExplainNode& n : r.nodes) {
+    for (const std::string& card : n.mig) {
+      out += fmt::format("mig: node {}, card {}\n", n.name, card);
+    }
+  }
   for (const std::string& w : r.warnings) {
     out += fmt::format("warning: {}\n", w);
   }
@@ -301,6 +316,9 @@ std::string RenderExplainJson(const ExplainResult& r) {
   nlohmann::ordered_json nodes = nlohmann::ordered_json::object();
   for (const ExplainNode& n : r.nodes) {
     nodes[n.name] = {{"fit", n.fit}, {"score", n.score}, {"reasons", n.reasons}};
+    if (!n.mig.empty()) {
+      nodes[n.name]["mig"] = n.mig;
+    }
   }
   doc["nodes"] = std::move(nodes);
   doc["policies"] = {{"node", r.node_policy}, {"gpu", r.gpu_policy}};

@@ -56,6 +56,9 @@ struct ExplainNode {
   bool fit = false;
   double score = 0;
   std::vector<std::string> reasons;  // "1/2 CardInsufficientMemory", "node unregistered", …
+  // A MIG request that fits no placement here: per MIG card, why no placement of the smallest
+  // adequate profile is free and which instances would have to go (schedule::ExplainMigNode).
+  std::vector<std::string> mig;
   // The node's registered devices and their use before this pod (none when unregistered).
   int32_t gpus = 0;
   int64_t mem_used_mib = 0;

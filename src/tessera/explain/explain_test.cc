@@ -4,6 +4,7 @@
 #include "gtest/gtest.h"
 #include <nlohmann/json.hpp>
 
+#include "tessera/device/codec.h"
 #include "tessera/testing/objects.h"
 
 namespace tessera::explain {
@@ -314,6 +315,60 @@ TEST_F(ExplainTest, JsonFollowsTheDocumentedSchema) {
   doc = nlohmann::json::parse(RenderExplainJson(Run()));
   EXPECT_TRUE(doc["node"].is_null());
   EXPECT_TRUE(doc["containers"].empty());
+}
+
+}  // namespace
+}  // namespace tessera::explain
+
+namespace tessera::explain {
+namespace {
+
+// A MIG pod that fits nowhere names, per MIG card, the smallest adequate profile, the placement
+// the fewest instances block and those instances (docs/mig.md; the worked example's 15000 MiB
+// pod on an A100-40GB holding 1g at 6 and 5 and 2g at 0: HAMi v2.10 CardMigTopologyInfeasible).
+TEST(ExplainMigTest, AMigPodThatFitsNowhereNamesTheBlockingInstances) {
+  auto devices = ::tessera::testing::MigNodeDevices("a100", {"GPU-m0"});
+  ExplainInput input;
+  input.nodes = {
+      ::tessera::testing::GpuNode("a100", device::EncodeNodeRegisterJson(devices->devices))};
+  auto holder = [](const std::string& name, const std::string& allocated, int start, int size,
+                   const std::string& profile) {
+    kube::Pod p = ::tessera::testing::AllocatedPod(name, "a100", allocated);
+    p.meta.annotations.Set(
+        "hami.io/vgpu-mig-allocations",
+        R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-m0","profile":")" + profile +
+            R"(","placement":{"start":)" + std::to_string(start) + R"(,"size":)" +
+            std::to_string(size) + "}}]");
+    return p;
+  };
+  input.pods = {holder("a", "GPU-m0,NVIDIA,4864,15:;", 6, 1, "1g.5gb"),
+                holder("b", "GPU-m0,NVIDIA,4864,15:;", 5, 1, "1g.5gb"),
+                holder("c", "GPU-m0,NVIDIA,9856,29:;", 0, 2, "2g.10gb")};
+  input.now = absl::FromUnixSeconds(1700000000);
+  input.pod.meta.ns = "ml";
+  input.pod.meta.name = "big";
+  input.pod.meta.uid = "uid-big";
+  input.pod.containers = {::tessera::testing::GpuContainer("main", "1", "15000", "0")};
+  auto vendor = device::NewNvidiaVendor(device::DefaultNvidiaConfig());
+  absl::StatusOr<ExplainResult> r = Explain(*vendor, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->node.has_value());
+  ASSERT_EQ(r->nodes.size(), 1U);
+  EXPECT_THAT(r->nodes[0].reasons, ElementsAre("1/1 CardMigTopologyInfeasible"));
+  constexpr char kWhy[] =
+      "GPU-m0: 3g.20gb (19968 MiB): no free placement; slices 0-3 would be free without the "
+      "instance at slices 0-1";
+  EXPECT_THAT(r->nodes[0].mig, ElementsAre(kWhy));
+  EXPECT_THAT(RenderExplainText(*r), HasSubstr(std::string("mig: node a100, card ") + kWhy));
+  EXPECT_EQ(nlohmann::json::parse(RenderExplainJson(*r))["nodes"]["a100"]["mig"][0], kWhy);
+  // 8000 MiB fits (2g at 2): no MIG lines.
+  input.pod.containers = {::tessera::testing::GpuContainer("main", "1", "8000", "0")};
+  r = Explain(*vendor, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->node, "a100");
+  EXPECT_TRUE(r->nodes[0].mig.empty());
+  EXPECT_THAT(std::string(r->annotations.Get("hami.io/vgpu-mig-allocations")),
+              HasSubstr(R"("profile":"2g.10gb","placement":{"start":2,"size":2}})"));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
+#include "tessera/device/mig_usage.h"
 #include "tessera/extender/verdict.h"
 #include "tessera/schedule/fit.h"
 #include "tessera/schedule/score.h"
@@ -330,10 +331,11 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     decision = schedule::Decide(candidates, *request, *constraints, options_.node_policy,
                                 options_.gpu_policy, quota.Limited() ? &quota : nullptr);
     if (decision.winner) {
-      absl::Status reserved = ledger_->Reserve(pod.meta.uid, pod.meta.ns, pod.meta.name,
-                                               candidates[*decision.winner].name, decision.devices,
-                                               now + options_.reservation_ttl,
-                                               static_cast<int32_t>(request->init_count));
+      absl::Status reserved = ledger_->Reserve(
+          pod.meta.uid, pod.meta.ns, pod.meta.name, candidates[*decision.winner].name,
+          decision.devices, now + options_.reservation_ttl,
+          static_cast<int32_t>(request->init_count),
+          device::MigAllocationsOf(decision.devices, decision.mig));
       if (!reserved.ok()) {
         return fail(reserved);
       }
@@ -391,9 +393,17 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   job.uid = pod.meta.uid;
   job.seq = seq;
   job.created = now;
-  job.patch = ToPatch(device::FilterAnnotations(*options_.vendor, winner, decision.devices, now),
-                      device::FilterLabels(winner));
+  job.patch = ToPatch(
+      device::FilterAnnotations(*options_.vendor, winner, decision.devices, now, decision.mig),
+      device::FilterLabels(winner));
   job.patch.uid = pod.meta.uid;  // this pod, never another of the same name
+  if (decision.mig.empty() &&
+      pod.meta.annotations.Find(device::kMigAllocationsAnnotation) != nullptr) {
+    // An earlier filter's MIG placements: this decision has none, so they go (HAMi leaves them,
+    // and its usage rebuild then fails the pod's new cards closed; docs/compatibility.md).
+    job.patch.annotations.emplace_back(std::string(device::kMigAllocationsAnnotation),
+                                       std::nullopt);
+  }
   // The pod has a node now: its verdict goes (merge patch null; a no-op when it has none, and
   // the pod informer does not keep the key, so it cannot say) with any queued write of it.
   verdicts_.Forget(pod.meta.uid);
@@ -858,7 +868,8 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
   };
 
   const absl::Time t_recheck = absl::Now();
-  if (absl::Status free = Recheck(pod, node, alloc->devices, alloc->init_count); !free.ok()) {
+  if (absl::Status free = Recheck(pod, node, alloc->devices, alloc->init_count, alloc->mig);
+      !free.ok()) {
     unlock();
     outcome->code = BindCode::kDevicesNotFree;
     return free;
@@ -904,14 +915,16 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
 }
 
 absl::Status Scheduler::Recheck(const kube::Pod& pod, std::string_view node,
-                                const device::PodDevices& devices, int32_t init_count) {
+                                const device::PodDevices& devices, int32_t init_count,
+                                const std::vector<device::MigAllocation>& mig) {
   const std::string& uid = pod.meta.uid;
   MutexLock l(&decide_mu_);
   ledger_->Release(uid);
   filter_seq_.erase(uid);
   binding_.erase(uid);
   TESSERA_RETURN_IF_ERROR(ledger_->Reserve(uid, pod.meta.ns, pod.meta.name, node, devices,
-                                           clock_->Now() + options_.reservation_ttl, init_count));
+                                           clock_->Now() + options_.reservation_ttl, init_count,
+                                           mig));
   // From here until the bind fails or the pod is observed bound, expiry leaves it alone.
   binding_[uid] = absl::InfiniteFuture();
   std::vector<std::optional<device::NodeSnapshot>> snap = ledger_->Snapshot({node});
@@ -939,6 +952,13 @@ absl::Status Scheduler::Recheck(const kube::Pod& pod, std::string_view node,
             "{}/{} MiB, {}/{}% cores",
             pod.Key(), d.uuid, node, u.used, info.count, u.usedmem, info.devmem, u.usedcores,
             info.devcore));
+      }
+      if (!snap[0]->mig.empty()) {
+        if (std::string conflict = device::MigCardConflict(snap[0]->mig[static_cast<size_t>(i)]);
+            !conflict.empty()) {
+          return refuse(fmt::format("devices of {} no longer free: device {} on node {}: {}",
+                                    pod.Key(), d.uuid, node, conflict));
+        }
       }
     }
   }

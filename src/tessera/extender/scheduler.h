@@ -245,10 +245,12 @@ class Scheduler {
   // version.
   absl::Status PostBinding(const kube::Pod& pod, std::string_view node,
                            const kube::ApiClient::Annotations& annotations, bool* bound_already);
-  // Replaces the pod's reservation by `devices` on `node` and checks every device is within
-  // capacity; on failure nothing stays reserved.
+  // Replaces the pod's reservation by `devices` (and their MIG placements `mig`) on `node` and
+  // checks every device is within capacity and no MIG card it uses fails closed or has
+  // overlapping placements; on failure nothing stays reserved.
   absl::Status Recheck(const kube::Pod& pod, std::string_view node,
-                       const device::PodDevices& devices, int32_t init_count);
+                       const device::PodDevices& devices, int32_t init_count,
+                       const std::vector<device::MigAllocation>& mig);
   // The state of the pod a node lock names: from the lookup unless `fresh`, else a GET.
   absl::StatusOr<NodeLockHolder> LockHolder(std::string_view ns, std::string_view name, bool fresh);
   // Filter step 2 (docs/serve.md): OK when `claimed` and the stored pod of its name are the same

@@ -9,6 +9,8 @@
 
 #include "fmt/format.h"
 
+#include "tessera/device/mig_usage.h"
+
 namespace tessera::ledger {
 namespace {
 
@@ -287,6 +289,7 @@ void Ledger::FreePod(uint32_t id) {
   p.entries.clear();
   p.entries.shrink_to_fit();
   p.res.reset();
+  record_mig_.erase(id);
   free_pods_.push_back(id);
 }
 
@@ -370,6 +373,7 @@ void Ledger::Account(uint32_t id) {
     p.held = Source::kNothing;
     return;
   }
+  const bool reserved = p.held == Source::kReservation;
   NodeSlot& slot = nodes_[node];
   const size_t n = slot.device_uuids.size();
   for (Entry& e : *src) {
@@ -389,6 +393,47 @@ void Ledger::Account(uint32_t id) {
     }
   }
   AddUsage(*src, init_count, &slot, p.ns(), +1);
+  if (slot.devices != nullptr && (slot.has_mig_card || !MigOf(id, reserved).empty())) {
+    AccountMig(id, *src, &slot);
+  }
+}
+
+const std::vector<device::MigAllocation>& Ledger::MigOf(uint32_t id, bool reserved) const {
+  static const std::vector<device::MigAllocation> kNoMig;
+  if (reserved) {
+    return pods_[id].res->mig;
+  }
+  auto it = record_mig_.find(id);
+  return it == record_mig_.end() ? kNoMig : it->second;
+}
+
+void Ledger::AccountMig(uint32_t id, const Entries& entries, NodeSlot* slot) {
+  const bool reserved = pods_[id].held == Source::kReservation;
+  const device::MigPodUsage usage =
+      device::MigUsageOfPod(*slot->devices, ExportDevices(entries), MigOf(id, reserved));
+  bool any = !usage.problems.empty();
+  for (const auto& o : usage.occupied) {
+    any = any || !o.empty();
+  }
+  if (!any) {
+    return;
+  }
+  slot->mig.resize(slot->devices->devices.size());
+  for (size_t d = 0; d < usage.occupied.size(); ++d) {
+    for (const device::MigPlacement& placement : usage.occupied[d]) {
+      slot->mig[d].held.push_back(MigHeld{id, placement});
+    }
+  }
+  for (const device::MigPodUsage::Problem& problem : usage.problems) {
+    slot->mig[problem.device].bad.push_back(MigBad{id, problem.why});
+  }
+}
+
+void Ledger::UnaccountMig(uint32_t id, NodeSlot* slot) {
+  for (MigBook& book : slot->mig) {
+    std::erase_if(book.held, [id](const MigHeld& h) { return h.pod == id; });
+    std::erase_if(book.bad, [id](const MigBad& b) { return b.pod == id; });
+  }
 }
 
 void Ledger::Unaccount(uint32_t id) {
@@ -410,6 +455,9 @@ void Ledger::Unaccount(uint32_t id) {
   Entries& src = reserved ? p.res->entries : p.entries;
   NodeSlot& slot = nodes_[reserved ? p.res->node : p.node];
   AddUsage(src, reserved ? p.res->init_count : p.init_count, &slot, p.ns(), -1);
+  if (!slot.mig.empty()) {
+    UnaccountMig(id, &slot);
+  }
   for (Entry& e : src) {
     if (e.dev < 0) {
       continue;
@@ -454,6 +502,10 @@ bool Ledger::SameRecord(const Pod& p, const PodAllocation& pod) const {
   }
   if (pod.unreadable) {
     return true;  // devices and init_count are not kept
+  }
+  auto mig = record_mig_.find(FindPod(p.uid()));
+  if (mig == record_mig_.end() ? !pod.mig.empty() : mig->second != pod.mig) {
+    return false;
   }
   size_t k = 0;
   for (size_t c = 0; c < pod.devices.size(); ++c) {
@@ -516,6 +568,9 @@ absl::Status Ledger::SetNodeLocked(std::shared_ptr<const device::NodeDevices> no
   slot.device_uuids = std::move(uuids);
   slot.usage.assign(node->devices.size(), device::DeviceUsage{});
   slot.holders.assign(node->devices.size(), {});
+  slot.has_mig_card = std::any_of(node->devices.begin(), node->devices.end(),
+                                  [](const device::DeviceInfo& d) { return d.mode == "mig"; });
+  slot.mig.clear();
   slot.devices = std::move(node);
   if (account) {
     for (uint32_t m : members) {
@@ -543,6 +598,8 @@ bool Ledger::RemoveNode(std::string_view name) {
   slot.device_uuids.clear();
   slot.usage.clear();
   slot.holders.clear();
+  slot.mig.clear();
+  slot.has_mig_card = false;
   slot.devices.reset();
   for (uint32_t m : members) {
     Account(m);
@@ -602,7 +659,13 @@ absl::Status Ledger::ApplyLocked(const PodAllocation& pod, bool account) {
     p.unreadable = pod.unreadable;
     p.init_count = NormalInitCount(pod.init_count, entries);
     p.entries = std::move(entries);
+    if (pod.unreadable || pod.mig.empty()) {
+      record_mig_.erase(id);
+    } else {
+      record_mig_[id] = pod.mig;
+    }
   } else {
+    record_mig_.erase(id);
     p.has_record = false;
     p.node = kNone;
     p.bound = false;
@@ -640,6 +703,7 @@ bool Ledger::Remove(std::string_view uid) {
   DropReservation(id);
   ReleaseEntries(p.entries);
   p.entries.clear();
+  record_mig_.erase(id);
   if (p.has_record) {
     --records_;
   }
@@ -654,14 +718,17 @@ bool Ledger::Remove(std::string_view uid) {
 
 absl::Status Ledger::Reserve(std::string_view uid, std::string_view ns, std::string_view name,
                              std::string_view node, const device::PodDevices& devices,
-                             absl::Time expires_at, int32_t init_count) {
+                             absl::Time expires_at, int32_t init_count,
+                             const std::vector<device::MigAllocation>& mig) {
   MutexLock lock(&mu_);
-  return ReserveLocked(uid, ns, name, node, devices, expires_at, init_count, /*account=*/true);
+  return ReserveLocked(uid, ns, name, node, devices, expires_at, init_count, mig,
+                       /*account=*/true);
 }
 
 absl::Status Ledger::ReserveLocked(std::string_view uid, std::string_view ns, std::string_view name,
                                    std::string_view node, const device::PodDevices& devices,
-                                   absl::Time expires_at, int32_t init_count, bool account) {
+                                   absl::Time expires_at, int32_t init_count,
+                                   const std::vector<device::MigAllocation>& mig, bool account) {
   if (absl::Status s = CheckLengths(uid, ns, name, node, {}); !s.ok()) {
     return s;
   }
@@ -683,6 +750,7 @@ absl::Status Ledger::ReserveLocked(std::string_view uid, std::string_view ns, st
   }
   res->expires_at = expires_at;
   res->init_count = NormalInitCount(init_count, res->entries);
+  res->mig = mig;
   if (id == kNone) {
     id = NewPod();
   }
@@ -891,6 +959,16 @@ std::vector<std::optional<device::NodeSnapshot>> Ledger::Snapshot(
     if (!slot->blockers.empty()) {
       out[i]->blocked_by = BlockedByLocked(*slot);
     }
+    if (!slot->mig.empty()) {
+      std::vector<device::MigCardUsage>& mig = out[i]->mig;
+      mig.resize(slot->mig.size());
+      for (size_t d = 0; d < slot->mig.size(); ++d) {
+        for (const MigHeld& h : slot->mig[d].held) {
+          mig[d].occupied.push_back(h.placement);
+        }
+        mig[d].unusable = !slot->mig[d].bad.empty();
+      }
+    }
   }
   return out;
 }
@@ -911,7 +989,7 @@ Reservation Ledger::ExportReservation(const Pod& p) const {
   return Reservation{std::string(p.uid()),          std::string(p.ns()),
                      std::string(p.name()),         nodes_[p.res->node].name,
                      ExportDevices(p.res->entries), p.res->expires_at,
-                     int32_t{p.res->init_count}};
+                     int32_t{p.res->init_count},    p.res->mig};
 }
 
 NodeView Ledger::ViewLocked(const NodeSlot& slot) const {
@@ -940,6 +1018,21 @@ NodeView Ledger::ViewLocked(const NodeSlot& slot) const {
       return std::tie(x.uid, x.container, x.usedmem, x.usedcores) <
              std::tie(y.uid, y.container, y.usedmem, y.usedcores);
     });
+    if (slot.mig.empty()) {
+      continue;
+    }
+    v.mig.resize(slot.holders.size());
+    for (uint32_t id : ids) {
+      auto mig = record_mig_.find(id);
+      if (pods_[id].held != Source::kRecord || mig == record_mig_.end()) {
+        continue;
+      }
+      for (const device::MigAllocation& a : mig->second) {
+        if (a.RuntimeReady() && a.gpu_uuid == slot.devices->devices[d].id) {
+          v.mig[d].push_back(a);
+        }
+      }
+    }
   }
   return v;
 }
@@ -1036,7 +1129,72 @@ Problems Ledger::FindProblems() const {
             [](const Unregistered& x, const Unregistered& y) { return x.uid < y.uid; });
   std::sort(out.unreadable.begin(), out.unreadable.end(),
             [](const Unreadable& x, const Unreadable& y) { return x.uid < y.uid; });
+  FindMigProblems(&out);
   return out;
+}
+
+std::string_view MigProblemKindName(MigProblemKind kind) {
+  switch (kind) {
+    case MigProblemKind::kUnusable:
+      return "unusable";
+    case MigProblemKind::kOverlap:
+      return "overlap";
+    case MigProblemKind::kUnrealised:
+      return "unrealised";
+    case MigProblemKind::kStrayInstance:
+      return "stray_instance";
+  }
+  return "unknown";
+}
+
+void Ledger::FindMigProblems(Problems* out) const {
+  auto add = [&](MigProblemKind kind, const Pod& p, const std::string& node, std::string_view uuid,
+                 std::string why) {
+    out->mig.push_back(MigProblem{kind, std::string(p.uid()), std::string(p.ns()),
+                                  std::string(p.name()), node, std::string(uuid), std::move(why)});
+  };
+  auto slices = [](const device::MigPlacement& x) {
+    return fmt::format("slices {}-{}", x.start, x.start + x.size - 1);
+  };
+  for (const NodeSlot& slot : nodes_) {
+    for (size_t d = 0; d < slot.mig.size(); ++d) {
+      const std::string& uuid = slot.devices->devices[d].id;
+      for (const MigBad& b : slot.mig[d].bad) {
+        add(MigProblemKind::kUnusable, pods_[b.pod], slot.name, uuid, b.why);
+      }
+      const std::vector<MigHeld>& held = slot.mig[d].held;
+      for (size_t i = 0; i < held.size(); ++i) {
+        for (size_t j = i + 1; j < held.size(); ++j) {
+          if (held[i].placement.Overlaps(held[j].placement)) {
+            const Pod& other = pods_[held[j].pod];
+            add(MigProblemKind::kOverlap, pods_[held[i].pod], slot.name, uuid,
+                fmt::format("{} overlap {} held by {}/{}", slices(held[i].placement),
+                            slices(held[j].placement), other.ns(), other.name()));
+          }
+        }
+      }
+    }
+  }
+  for (const auto& [id, allocations] : record_mig_) {
+    const Pod& p = pods_[id];
+    const bool holds = p.held == Source::kRecord;
+    const bool stray = !holds && (p.bind_failed || p.conflict());
+    for (const device::MigAllocation& a : allocations) {
+      if (holds && !a.RuntimeReady()) {
+        add(MigProblemKind::kUnrealised, p, nodes_[p.node].name, a.gpu_uuid,
+            fmt::format("{} at {} of container {} device {} not realised by the device plugin",
+                        a.profile, slices(a.placement), a.container_index, a.device_index));
+      } else if (stray && a.RuntimeReady()) {
+        add(MigProblemKind::kStrayInstance, p, nodes_[p.node].name, a.gpu_uuid,
+            fmt::format("instance {} ({} at {}) realised for a pod that holds nothing ({})",
+                        a.mig_uuid, a.profile, slices(a.placement),
+                        p.bind_failed ? "bind failed" : "bound to another node"));
+      }
+    }
+  }
+  std::sort(out->mig.begin(), out->mig.end(), [](const MigProblem& x, const MigProblem& y) {
+    return std::tie(x.kind, x.uid, x.uuid, x.why) < std::tie(y.kind, y.uid, y.uuid, y.why);
+  });
 }
 
 std::vector<PodAllocation> Ledger::Records() const {
@@ -1059,6 +1217,10 @@ std::vector<PodAllocation> Ledger::Records() const {
     a.unreadable = p.unreadable;
     a.devices = ExportDevices(p.entries);
     a.init_count = p.init_count;
+    if (auto mig = record_mig_.find(static_cast<uint32_t>(&p - pods_.data()));
+        mig != record_mig_.end()) {
+      a.mig = mig->second;
+    }
     out.push_back(std::move(a));
   }
   std::sort(out.begin(), out.end(),
@@ -1088,6 +1250,7 @@ void Ledger::RebuildUsageLocked() {
       h.clear();
     }
     slot.blockers.clear();
+    slot.mig.clear();
   }
   for (uint32_t id = 0; id < pods_.size(); ++id) {
     if (pods_[id].text != nullptr) {
@@ -1110,7 +1273,7 @@ std::unique_ptr<Ledger> Ledger::Recompute(
   }
   for (const auto& r : reservations) {
     (void)ledger->ReserveLocked(r.uid, r.ns, r.name, r.node, r.devices, r.expires_at, r.init_count,
-                                /*account=*/false);
+                                r.mig, /*account=*/false);
   }
   ledger->RebuildUsageLocked();
   return ledger;
@@ -1172,7 +1335,8 @@ LedgerDiff Ledger::DiffLocked(const Ledger& a, const Ledger& b) {
         if (na != nb || pa.bound != pb->bound || pa.bind_failed != pb->bind_failed ||
             pa.unreadable != pb->unreadable || pa.bound_elsewhere() != pb->bound_elsewhere() ||
             pa.ns() != pb->ns() || pa.name() != pb->name() || pa.init_count != pb->init_count ||
-            !same_entries(pa.entries, pb->entries)) {
+            !same_entries(pa.entries, pb->entries) ||
+            a.MigOf(static_cast<uint32_t>(&pa - a.pods_.data()), false) != b.MigOf(ib, false)) {
           out.records.push_back(diff(DiffKind::kChanged, false, pa, na, nb));
         }
       }
@@ -1185,7 +1349,7 @@ LedgerDiff Ledger::DiffLocked(const Ledger& a, const Ledger& b) {
         const std::string& nb = b.nodes_[pb->res->node].name;
         if (na != nb || pa.res->expires_at != pb->res->expires_at ||
             pa.res->init_count != pb->res->init_count ||
-            !same_entries(pa.res->entries, pb->res->entries)) {
+            !same_entries(pa.res->entries, pb->res->entries) || pa.res->mig != pb->res->mig) {
           out.records.push_back(diff(DiffKind::kChanged, true, pa, na, nb));
         }
       }

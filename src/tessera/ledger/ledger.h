@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 
 #include "tessera/base/mutex.h"
+#include "tessera/device/mig.h"
 #include "tessera/device/model.h"
 
 namespace tessera::ledger {
@@ -51,6 +52,9 @@ struct PodAllocation {
   // hami.io/vgpu-devices-allocated is present but does not decode: which devices the pod uses
   // is unknown. `devices` and `init_count` are ignored (stored empty and 0). Holder rule 6.
   bool unreadable = false;
+  // hami.io/vgpu-mig-allocations, decoded (empty when absent or when it does not decode, as
+  // HAMi ignores such a value): the MIG placements the pod holds (docs/mig.md "The ledger").
+  std::vector<device::MigAllocation> mig = {};
 
   friend bool operator==(const PodAllocation&, const PodAllocation&) = default;
 };
@@ -64,6 +68,8 @@ struct Reservation {
   device::PodDevices devices;
   absl::Time expires_at;
   int32_t init_count = 0;  // devices[0, init_count) belong to init containers (>= 0)
+  // The MIG placements the fit chose (device::MigAllocationsOf), as the filter patch writes them.
+  std::vector<device::MigAllocation> mig = {};
 
   friend bool operator==(const Reservation&, const Reservation&) = default;
 };
@@ -87,6 +93,9 @@ struct NodeView {
   std::shared_ptr<const device::NodeDevices> devices;
   std::vector<device::DeviceUsage> usage;    // usage[i] belongs to devices->devices[i]
   std::vector<std::vector<Holder>> holders;  // holders[i] likewise; sorted by (uid, container)
+  // mig[i]: the MIG instances the device plugin realised (runtime identity set) for the bound
+  // pods holding devices->devices[i]; empty on a node without MIG.
+  std::vector<std::vector<device::MigAllocation>> mig = {};
 };
 
 // What the pods of one namespace hold: the sum, over its holding records and reservations, of
@@ -139,11 +148,38 @@ struct Unreadable {
   std::string node;
 };
 
+// A MIG card's books disagree with what a pod holds or the plugin realised (docs/mig.md "The
+// ledger"). The kinds:
+enum class MigProblemKind : uint8_t {
+  // The pod's reservations and devices disagree on the card (HAMi's usage rebuild marks the card
+  // unhealthy): the card fails closed until it is resolved. `why` is HAMi's reason.
+  kUnusable,
+  // The pod's placement overlaps another holder's placement on the same card.
+  kOverlap,
+  // A bound, holding pod whose reservation the plugin has not realised (no runtime identity yet).
+  // The auditor reports it only once it persists past its deadline (auditor.h).
+  kUnrealised,
+  // The plugin realised an instance (runtime identity present) for a pod that holds nothing
+  // (bind failed, or bound to another node): an instance no live pod holds.
+  kStrayInstance,
+};
+std::string_view MigProblemKindName(MigProblemKind kind);  // "unusable", "overlap", ...
+
+struct MigProblem {
+  MigProblemKind kind = MigProblemKind::kUnusable;
+  std::string uid, ns, name;
+  std::string node;
+  std::string uuid;  // the card
+  std::string why;   // one line
+  friend bool operator==(const MigProblem&, const MigProblem&) = default;
+};
+
 struct Problems {
   std::vector<Conflict> conflicts;         // sorted by uid
   std::vector<Orphan> orphans;             // sorted by (uid, container, uuid)
   std::vector<Unregistered> unregistered;  // sorted by uid
   std::vector<Unreadable> unreadable;      // sorted by uid
+  std::vector<MigProblem> mig;             // sorted by (kind, uid, uuid, why)
 };
 
 enum class DiffKind {
@@ -237,12 +273,14 @@ class Ledger {
   // Holds `devices` on `node` for pod `uid` until the pod is observed bound, terminal or
   // deleted, is reserved again (this replaces the old reservation), Release(uid), or
   // ExpireReservations passes `expires_at`. `init_count` is the number of leading containers of
-  // `devices` that belong to init containers (counting rule 5). Errors: InvalidArgument (empty
-  // uid or node, sizes and init_count as for Apply); FailedPrecondition when the pod is already
-  // observed bound (nothing changes).
+  // `devices` that belong to init containers (counting rule 5); `mig` the MIG placements chosen
+  // for them (MigAllocationsOf). Errors: InvalidArgument (empty uid or node, sizes and
+  // init_count as for Apply); FailedPrecondition when the pod is already observed bound (nothing
+  // changes).
   absl::Status Reserve(std::string_view uid, std::string_view ns, std::string_view name,
                        std::string_view node, const device::PodDevices& devices,
-                       absl::Time expires_at, int32_t init_count = 0);
+                       absl::Time expires_at, int32_t init_count = 0,
+                       const std::vector<device::MigAllocation>& mig = {});
   // Ends pod `uid`'s reservation (bind failed). Returns false if it had none.
   bool Release(std::string_view uid);
   // Ends every reservation with expires_at <= now and returns them, sorted by uid.
@@ -324,6 +362,7 @@ class Ledger {
     uint16_t init_count = 0;  // normalised: at most the number of stored containers
     absl::Time expires_at;
     Entries entries;
+    std::vector<device::MigAllocation> mig;
   };
 
   enum class Source : uint8_t { kNothing, kRecord, kReservation };
@@ -355,6 +394,20 @@ class Ledger {
     bool record_holds() const { return has_record && bound && bound_len == 0 && !bind_failed; }
   };
 
+  // One MIG card's books: the placements held (by pod id) and the pods that make it unusable.
+  struct MigHeld {
+    uint32_t pod = 0;
+    device::MigPlacement placement;
+  };
+  struct MigBad {
+    uint32_t pod = 0;
+    std::string why;
+  };
+  struct MigBook {
+    std::vector<MigHeld> held;
+    std::vector<MigBad> bad;
+  };
+
   struct NodeSlot {
     std::string name;
     std::shared_ptr<const device::NodeDevices> devices;  // null: not registered
@@ -363,6 +416,9 @@ class Ledger {
     std::vector<std::vector<uint32_t>> holders;  // pod ids, one per held entry
     absl::flat_hash_set<uint32_t> members;       // pods with record or reservation here
     std::vector<uint32_t> blockers;              // unreadable holding records (rule 6)
+    // Per device, once the node registers a "mig" card or a pod reserves MIG here; else empty.
+    std::vector<MigBook> mig;
+    bool has_mig_card = false;
   };
 
   // Per-device scratch for collapsing one pod's entries (Account/Unaccount).
@@ -403,6 +459,15 @@ class Ledger {
   void Link(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unlink(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Account(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The MIG part of Account/Unaccount: the pod's placements and problems on `slot`
+  // (device::MigUsageOfPod), or their removal.
+  void AccountMig(uint32_t id, const Entries& entries, NodeSlot* slot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnaccountMig(uint32_t id, NodeSlot* slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The MIG allocations of the pod's holding source (record or reservation); empty when none.
+  const std::vector<device::MigAllocation>& MigOf(uint32_t id, bool reserved) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FindMigProblems(Problems* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unaccount(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the pod's life if it has neither record nor reservation; otherwise links and (when
   // `account`) accounts it. Then frees the node slots `old_a`/`old_b` if unused.
@@ -415,7 +480,8 @@ class Ledger {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReserveLocked(std::string_view uid, std::string_view ns, std::string_view name,
                              std::string_view node, const device::PodDevices& devices,
-                             absl::Time expires_at, int32_t init_count, bool account)
+                             absl::Time expires_at, int32_t init_count,
+                             const std::vector<device::MigAllocation>& mig, bool account)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReleaseLocked(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ReplaceContainer on one entry list: true when it held exactly `from` for `container`.
@@ -450,6 +516,10 @@ class Ledger {
   absl::flat_hash_map<std::string, NamespaceUsage> namespaces_ ABSL_GUARDED_BY(mu_);
   std::vector<Collapse> collapse_ ABSL_GUARDED_BY(mu_);  // indexed by device; all untouched
   std::vector<int16_t> touched_ ABSL_GUARDED_BY(mu_);
+  // The records' MIG allocations, by pod id, for the few records that have any (kept out of Pod,
+  // whose size the memory budget counts).
+  absl::flat_hash_map<uint32_t, std::vector<device::MigAllocation>> record_mig_
+      ABSL_GUARDED_BY(mu_);
 };
 
 LedgerDiff Diff(const Ledger& a, const Ledger& b);

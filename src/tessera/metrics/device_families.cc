@@ -332,13 +332,75 @@ bool DeviceValue(Value v, const device::DeviceInfo& d, const device::DeviceUsage
   return false;
 }
 
+// HAMi v2.10's MIG families (cmd/scheduler/metrics.go collectNodeMetrics): one sample of value 1
+// per realised instance (ledger::NodeView::mig).
+struct MigFamily {
+  std::string_view name;
+  std::string_view help;
+  bool legacy;
+};
+const Labels kMigLabels = {"compute_instance_id",
+                           "device_index",
+                           "device_uuid",
+                           "gpu_instance_id",
+                           "mig_uuid",
+                           "node",
+                           "placement_size",
+                           "placement_start",
+                           "profile",
+                           "zone"};
+const Labels kLegacyMigLabels = {"deviceidx", "deviceuuid", "migname", "nodeid", "zone"};
+const MigFamily kMigFamily = {"hami_node_gpu_mig_instance_info",
+                              "Realised MIG instance identity and scheduler placement.", false};
+const MigFamily kLegacyMigFamily = {
+    "nodeGPUMigInstance", "Realised MIG instance: profile-gpuInstanceID (legacy name).", true};
+
 // Families sorted by name (ASCII: the capitalised legacy names first).
 struct AnyFamily {
   const DeviceFamily* device = nullptr;
   const PodFamily* pod = nullptr;
   bool legacy = false;
-  std::string_view name() const { return device != nullptr ? device->name : pod->name; }
+  const MigFamily* mig = nullptr;
+  std::string_view name() const {
+    return device != nullptr ? device->name : pod != nullptr ? pod->name : mig->name;
+  }
 };
+
+void RenderMigFamily(const ledger::FullSnapshot& snapshot, const MigFamily& fam,
+                     TextChunker& chunker) {
+  chunker.Begin(fam.name, fam.help, fam.legacy ? kLegacyMigLabels : kMigLabels);
+  for (const ledger::NodeView& view : snapshot.nodes) {
+    if (view.devices == nullptr) {
+      continue;
+    }
+    const auto& devices = view.devices->devices;
+    for (size_t d = 0; d < std::min(devices.size(), view.mig.size()); ++d) {
+      for (const device::MigAllocation& a : view.mig[d]) {
+        prometheus::ClientMetric& m = chunker.Next();
+        auto& l = m.label;
+        const std::string gi = std::to_string(a.gpu_instance_id.value_or(0));
+        if (fam.legacy) {
+          SetInt(l[0].value, devices[d].index);
+          l[1].value.assign(devices[d].id);
+          l[2].value.assign(a.profile + "-" + gi);
+          l[3].value.assign(view.devices->node);
+        } else {
+          SetInt(l[0].value, a.compute_instance_id.value_or(0));
+          SetInt(l[1].value, devices[d].index);
+          l[2].value.assign(devices[d].id);
+          l[3].value.assign(gi);
+          l[4].value.assign(a.mig_uuid);
+          l[5].value.assign(view.devices->node);
+          SetInt(l[6].value, a.placement.size);
+          SetInt(l[7].value, a.placement.start);
+          l[8].value.assign(a.profile);
+        }
+        m.gauge.value = 1;
+      }
+    }
+  }
+  chunker.End();
+}
 
 const DeviceFamily kDeviceFamilies[] = {
     {"hami_gpu_memory_limit_bytes", "Total memory of the GPU device in bytes.", DeviceShape::kPlain,
@@ -395,7 +457,9 @@ std::vector<AnyFamily> SortedFamilies(bool legacy) {
   for (const auto& f : kPodFamilies) {
     out.push_back({nullptr, &f, false});
   }
+  out.push_back({nullptr, nullptr, false, &kMigFamily});
   if (legacy) {
+    out.push_back({nullptr, nullptr, true, &kLegacyMigFamily});
     for (const auto& f : kLegacyDeviceFamilies) {
       out.push_back({&f, nullptr, true});
     }
@@ -414,6 +478,10 @@ void RenderDeviceFamilies(const ledger::FullSnapshot& snapshot, bool legacy,
                           absl::FunctionRef<void(std::string_view)> sink) {
   TextChunker chunker(sink);
   for (const AnyFamily& f : SortedFamilies(legacy)) {
+    if (f.mig != nullptr) {
+      RenderMigFamily(snapshot, *f.mig, chunker);
+      continue;
+    }
     if (f.device != nullptr) {
       const DeviceFamily& fam = *f.device;
       chunker.Begin(fam.name, fam.help, LabelsOf(fam.shape));

@@ -4,10 +4,13 @@
 #include <bit>
 #include <charconv>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "tessera/schedule/mig_fit.h"
 
 namespace tessera::schedule {
 namespace {
@@ -32,7 +35,7 @@ constexpr std::array<std::string_view, kReasonCount> kReasonNames = {
     "CardInsufficientMemory",
     "CardInsufficientCore",
     "CardComputeUnitsExhausted",
-    "CardMigUnsupported",
+    "CardMigTopologyInfeasible",
     "AllocatedCardsInsufficientRequest",
     "NodeInsufficientDevice",
 };
@@ -711,25 +714,37 @@ void Fitter::PrepareQuotaBase() {
 
 bool Fitter::QuotaFits(bool app, int32_t device, int64_t memreq, int32_t coresreq) {
   // The collapsed total with this container's cards so far and `device` added. A container
-  // visits each card once, so these cards are distinct: each changes only its own card's term.
+  // visits a card once, except a MIG card, which it may take several times: its entries on one
+  // card add up (cur_*) before the card's term is collapsed with the earlier containers'.
   int64_t mem = quota_base_mem_, cores = quota_base_cores_;
+  quota_cards_.clear();
   auto add = [&](int32_t dev, int64_t m, int64_t c) {
-    QuotaCard card{dev};
-    for (const QuotaCard& q : quota_base_) {
+    QuotaCard* card = nullptr;
+    for (QuotaCard& q : quota_cards_) {
       if (q.device == dev) {
-        card = q;
-        break;
+        card = &q;
       }
     }
-    mem -= std::max(card.init_mem, card.app_mem);
-    cores -= std::max(card.init_cores, card.app_cores);
-    if (app) {
-      mem += std::max(card.init_mem, card.app_mem + m);
-      cores += std::max(card.init_cores, card.app_cores + c);
+    if (card == nullptr) {
+      card = &quota_cards_.emplace_back(QuotaCard{dev});
+      for (const QuotaCard& q : quota_base_) {
+        if (q.device == dev) {
+          *card = q;
+        }
+      }
+      // The earlier containers' term leaves; the card's term with this container comes back.
+      mem -= std::max(card->init_mem, card->app_mem);
+      cores -= std::max(card->init_cores, card->app_cores);
+      card->cur_mem = 0;
+      card->cur_cores = 0;
     } else {
-      mem += std::max(std::max(card.init_mem, m), card.app_mem);
-      cores += std::max(std::max(card.init_cores, c), card.app_cores);
+      mem -= card->Term(app).first;
+      cores -= card->Term(app).second;
     }
+    card->cur_mem += m;
+    card->cur_cores += c;
+    mem += card->Term(app).first;
+    cores += card->Term(app).second;
   };
   for (const Taken& t : taken_) {
     add(t.device, t.usedmem, t.usedcores);
@@ -782,7 +797,7 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
   }
   const size_t m = entries->size();
   const auto total = static_cast<int32_t>(m);
-  if (request.nums > total) {
+  if (request.nums > total && !IsMigRequest(request, node, *entries)) {
     failed_container_ = container;
     reasons_.AssignOne(ReasonPart{Reason::kNodeInsufficientDevice, request.nums, total});
     return false;
@@ -807,8 +822,8 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
     const int32_t i = ent[order[k]].pos;
     const DeviceInfo& d = devs[i];
     const DeviceUsage& u = usage[i];
-    if (!d.health) {
-      skip(Reason::kCardNotHealth);
+    if (!d.health || (!snap.mig.empty() && snap.mig[static_cast<size_t>(i)].unusable)) {
+      skip(Reason::kCardNotHealth);  // a MIG card whose books disagree fails closed, as in HAMi
       continue;
     }
     if (cordons && node.IsCordoned(d.id)) {
@@ -871,7 +886,16 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
       continue;
     }
     if (d.mode.size() == 3 && d.mode == "mig") {
-      skip(Reason::kCardMigUnsupported);
+      Taken t{i, 0, 0, static_cast<int32_t>(k)};
+      if (!PickMig(snap, i, memreq, &t)) {
+        skip(Reason::kCardMigTopologyInfeasible);
+        continue;
+      }
+      taken_.push_back(t);
+      if (!topology_ && --remaining == 0) {
+        break;
+      }
+      ++k;  // HAMi visits a MIG card again after taking it (device.go Fit: `i++`)
       continue;
     }
     taken_.push_back(Taken{i, static_cast<int32_t>(memreq), coresreq, static_cast<int32_t>(k)});
@@ -893,7 +917,8 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
     return false;
   }
   for (const Taken& t : taken_) {
-    choices_.push_back(Choice{container, t.device, t.usedmem, t.usedcores});
+    choices_.push_back(
+        Choice{container, t.device, t.usedmem, t.usedcores, t.mig_profile, t.placement});
     if (apply == nullptr) {
       continue;
     }
@@ -1133,6 +1158,72 @@ bool Fitter::Fit(const NodeSnapshot& node, bool want_usage_after) {
   return true;
 }
 
+bool Fitter::PickMig(const NodeSnapshot& node, int32_t device, int64_t memreq, Taken* out) {
+  const DeviceInfo& d = node.devices->devices[static_cast<size_t>(device)];
+  mig_occupied_.clear();
+  if (!node.mig.empty()) {
+    const auto& held = node.mig[static_cast<size_t>(device)].occupied;
+    mig_occupied_.assign(held.begin(), held.end());
+  }
+  for (const Choice& c : choices_) {
+    if (c.device == device && c.mig_profile >= 0) {
+      mig_occupied_.push_back(c.placement);
+    }
+  }
+  for (const Taken& t : taken_) {
+    if (t.device == device && t.mig_profile >= 0) {
+      mig_occupied_.push_back(t.placement);
+    }
+  }
+  const MigCard card{d.mig_profiles, mig_occupied_};
+  const std::optional<MigCardChoice> choice = ChooseMigPlacement(
+      std::span<const MigCard>(&card, 1),
+      static_cast<int32_t>(std::min<int64_t>(memreq, std::numeric_limits<int32_t>::max())));
+  // A placement of size 0 occupies nothing (the plugin cannot create it, HAMi's annotation skips
+  // it): taking one would let the walk revisit the card for ever.
+  if (!choice.has_value() || choice->choice.placement.size == 0) {
+    return false;
+  }
+  const device::MigProfile& profile = d.mig_profiles[choice->choice.profile];
+  out->usedmem = profile.memory_mb;
+  out->usedcores = profile.core;
+  out->mig_profile = static_cast<int32_t>(choice->choice.profile);
+  out->placement = choice->choice.placement;
+  return true;
+}
+
+bool Fitter::IsMigRequest(const ContainerRequest& request, const NodeDevices& node,
+                          const std::vector<SortEntry>& entries) const {
+  if (request.type != device::kNvidiaVendor ||
+      (constraints_->vgpu_mode.has_value() &&
+       constraints_->vgpu_mode->find("mig") == std::string::npos)) {
+    return false;
+  }
+  return std::any_of(entries.begin(), entries.end(), [&node](const SortEntry& e) {
+    return node.devices[static_cast<size_t>(e.pos)].mode == "mig";
+  });
+}
+
+device::PodMigReservations Fitter::BuildMigReservations(const NodeSnapshot& node) const {
+  device::PodMigReservations out;
+  const bool any = std::any_of(choices_.begin(), choices_.end(),
+                               [](const Choice& c) { return c.mig_profile >= 0; });
+  if (!any) {
+    return out;
+  }
+  out.resize(request_->containers.size());
+  for (const Choice& ch : choices_) {
+    if (ch.mig_profile < 0) {
+      out[ch.container].emplace_back(std::nullopt);
+      continue;
+    }
+    const DeviceInfo& d = node.devices->devices[static_cast<size_t>(ch.device)];
+    out[ch.container].emplace_back(device::MigReservation{
+        d.mig_profiles[static_cast<size_t>(ch.mig_profile)].name, ch.placement});
+  }
+  return out;
+}
+
 device::PodDevices Fitter::BuildPodDevices(const NodeSnapshot& node) const {
   device::PodDevices out(request_->containers.size());
   for (const Choice& ch : choices_) {
@@ -1167,6 +1258,7 @@ FitResult FitPod(const NodeSnapshot& node, const device::PodRequest& request,
   result.fit = fitter.Fit(node);
   if (result.fit) {
     result.devices = fitter.BuildPodDevices(node);
+    result.mig = fitter.BuildMigReservations(node);
     result.usage_after = fitter.usage_after();
     return result;
   }

@@ -28,6 +28,7 @@
 // holds scratch buffers: one Fitter per thread.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -38,12 +39,13 @@
 
 #include "absl/types/span.h"
 
+#include "tessera/device/mig.h"
 #include "tessera/device/model.h"
 #include "tessera/schedule/quota.h"
 
 namespace tessera::schedule {
 
-// HAMi's reason names (v2.10 pkg/device/common), plus Tessera's kCardMigUnsupported.
+// HAMi's reason names (v2.10 pkg/device/common).
 enum class Reason : uint8_t {
   kCardNotHealth,
   kCardCordoned,
@@ -58,9 +60,9 @@ enum class Reason : uint8_t {
   kCardInsufficientMemory,
   kCardInsufficientCore,
   kCardComputeUnitsExhausted,
-  // Tessera: MIG placement (HAMi §4.7) is not implemented, so a device in mode "mig" never fits
-  // (fail closed, at the position of HAMi's CustomFilterRule check).
-  kCardMigUnsupported,
+  // A card in mode "mig" has no free placement of a profile large enough (HAMi's
+  // CustomFilterRule, schedule/mig_fit.h), after the pod's earlier instances on it.
+  kCardMigTopologyInfeasible,
   kAllocatedCardsInsufficientRequest,
   kNodeInsufficientDevice,
 };
@@ -162,6 +164,9 @@ struct FitResult {
   bool fit = false;
   // On success: one entry per container of the request (init first), Type "NVIDIA".
   device::PodDevices devices;
+  // On success: devices' MIG instances (profile and placement), parallel to `devices`; nullopt
+  // for a device that is not one. Empty when the pod got no MIG instance.
+  device::PodMigReservations mig;
   // On success: usage of every device after the pod (max of app cumulative and init peak).
   std::vector<device::DeviceUsage> usage_after;
   // On failure: the first failing container (index into PodRequest::containers) and why; for a
@@ -215,11 +220,14 @@ struct NodeUsageTotals {
 class Fitter {
  public:
   // One device chosen for one container.
+  // A MIG instance's usage is its profile's memory and core (HAMi's AddResourceUsage).
   struct Choice {
     int32_t container = 0;
     int32_t device = 0;  // position in NodeDevices::devices
     int32_t usedmem = 0;
     int32_t usedcores = 0;
+    int32_t mig_profile = -1;  // index into the card's mig_profiles; -1: not a MIG instance
+    device::MigPlacement placement;
   };
 
   // Binds the pod. `request`, `constraints` and `quota` must outlive the Fit calls. With a
@@ -253,6 +261,9 @@ class Fitter {
 
   // Builds the PodDevices of the last successful Fit on `node` (the same snapshot).
   device::PodDevices BuildPodDevices(const device::NodeSnapshot& node) const;
+  // The MIG reservations of the last successful Fit on `node`, parallel to BuildPodDevices;
+  // empty when the pod got no MIG instance.
+  device::PodMigReservations BuildMigReservations(const device::NodeSnapshot& node) const;
 
   // Internal: one candidate device with its sort keys, all ascending after sign flips
   // (unused keys 0). Public only so that the implementation's helpers can name it.
@@ -268,6 +279,8 @@ class Fitter {
     int32_t usedmem;
     int32_t usedcores;
     int32_t rank;  // position in the rank list walked
+    int32_t mig_profile = -1;
+    device::MigPlacement placement = {};
   };
 
   // One pass over the node: the entries of the devices whose Type contains `type` against
@@ -300,6 +313,15 @@ class Fitter {
     int32_t device = 0;
     int64_t init_mem = 0, init_cores = 0;  // peak over init containers
     int64_t app_mem = 0, app_cores = 0;    // sum over app containers
+    int64_t cur_mem = 0, cur_cores = 0;    // QuotaFits: the container being fitted
+    // The card's collapsed (memory, cores) with the container being fitted.
+    std::pair<int64_t, int64_t> Term(bool app) const {
+      if (app) {
+        return {std::max(init_mem, app_mem + cur_mem), std::max(init_cores, app_cores + cur_cores)};
+      }
+      return {std::max(std::max(init_mem, cur_mem), app_mem),
+              std::max(std::max(init_cores, cur_cores), app_cores)};
+    }
   };
   // Prepare's part for the quota (after the policy): the pod's bound (bound_*), settling the
   // pod when it can.
@@ -314,6 +336,14 @@ class Fitter {
   // added to the container being fitted (HAMi's hypothetical PodDevices); records a miss.
   bool QuotaFits(bool app, int32_t device, int64_t memreq, int32_t coresreq);
   bool TypeFilterPasses(const device::DeviceInfo& info) const;
+  // MIG (mig_fit.h): the instance a container asking `memreq` MiB gets on MIG card `device`
+  // after the snapshot's instances, the pod's earlier ones and this container's (taken_), so
+  // that two containers of a pod never share a placement; false when none fits.
+  bool PickMig(const device::NodeSnapshot& node, int32_t device, int64_t memreq, Taken* out);
+  // HAMi's isMIGRequest: an NVIDIA request, a vgpu-mode that (if set) allows "mig", and a card
+  // of the request's type in mode "mig" (then Nums may exceed the cards).
+  bool IsMigRequest(const device::ContainerRequest& request, const device::NodeDevices& node,
+                    const std::vector<SortEntry>& entries) const;
   bool UuidFilterPasses(const device::DeviceInfo& info) const;
 
   // Members are grouped by size (largest first within each part), so the bools share words.
@@ -357,6 +387,8 @@ class Fitter {
   };
   std::vector<BoundAsk> bound_asks_;
   std::pair<int32_t, int32_t> bound_node_{-1, -1};  // (largest card, devices) of bound_settled_
+  std::vector<QuotaCard> quota_cards_;              // QuotaFits' scratch
+  std::vector<device::MigPlacement> mig_occupied_;  // PickMig's scratch
   int64_t quota_base_mem_ = 0;
   int64_t quota_base_cores_ = 0;
   std::optional<QuotaMiss> quota_miss_;

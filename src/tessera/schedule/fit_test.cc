@@ -291,10 +291,12 @@ TEST(FitTest, CardComputeUnitsExhausted) {
   EXPECT_EQ(r.reason, "1/1 CardComputeUnitsExhausted");
 }
 
-TEST(FitTest, MigDevicesNeverFit) {
+// A mig card without profiles (a v2.5.2 plugin's static MIG) has no placement: HAMi v2.10's
+// selectMigCandidate finds none (device.go Fit: CardMigTopologyInfeasible).
+TEST(FitTest, MigDevicesWithoutProfilesNeverFit) {
   auto mig = Gpu(0);
   mig.mode = "mig";
-  EXPECT_EQ(FitOne(Node({mig}), Req(1, 1000, 0)).reason, "1/1 CardMigUnsupported");
+  EXPECT_EQ(FitOne(Node({mig}), Req(1, 1000, 0)).reason, "1/1 CardMigTopologyInfeasible");
 }
 
 TEST(FitTest, PercentageIsRelativeToEachDevice) {
@@ -877,7 +879,13 @@ bool RefContainer(const NodeSnapshot& node, int c, const ContainerRequest& req,
     }
   }
   const int total = static_cast<int>(cand.size());
-  if (req.nums > total) {
+  // score.go isMIGRequest: an NVIDIA request whose vgpu-mode (if any) allows mig, on a node with
+  // a mig card of the type, may ask for more devices than there are cards.
+  const bool mig_request =
+      req.type == "NVIDIA" &&
+      (!pc.vgpu_mode.has_value() || pc.vgpu_mode->find("mig") != std::string::npos) &&
+      std::any_of(cand.begin(), cand.end(), [&](int i) { return devs[i].mode == "mig"; });
+  if (req.nums > total && !mig_request) {
     out->failed = c;
     out->reason =
         std::to_string(req.nums) + "/" + std::to_string(total) + " NodeInsufficientDevice";
@@ -986,7 +994,7 @@ bool RefContainer(const NodeSnapshot& node, int c, const ContainerRequest& req,
       continue;
     }
     if (d.mode == "mig") {
-      reasons["CardMigUnsupported"]++;
+      reasons["CardMigTopologyInfeasible"]++;  // the model's mig cards have no profiles
       continue;
     }
     tmp.push_back({d.id, "NVIDIA", static_cast<int32_t>(mem), cores});

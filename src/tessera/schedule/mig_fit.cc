@@ -2,6 +2,7 @@
 #include "tessera/schedule/mig_fit.h"
 
 #include <algorithm>
+#include <climits>
 #include <numeric>
 #include <string_view>
 #include <tuple>
@@ -165,6 +166,37 @@ std::string ExplainMigNoFit(std::span<const MigProfile> profiles,
   }
   return fmt::format("{}; {} would be free without the instance{} at {}", head, slices(*best),
                      best_blockers.size() == 1 ? "" : "s", names);
+}
+
+std::vector<std::string> ExplainMigNode(const device::NodeSnapshot& node,
+                                        const device::ContainerRequest& request) {
+  std::vector<std::string> out;
+  if (node.devices == nullptr) {
+    return out;
+  }
+  const auto& devices = node.devices->devices;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const device::DeviceInfo& d = devices[i];
+    if (d.mode != "mig") {
+      continue;
+    }
+    int64_t memreq = 0;
+    if (request.memreq > 0) {
+      memreq = request.memreq;
+    } else if (request.mem_percentage != device::kPercentageUnset) {
+      memreq = int64_t{d.devmem} * request.mem_percentage / 100;
+    }
+    const auto mem = static_cast<int32_t>(std::min<int64_t>(memreq, INT32_MAX));
+    std::span<const MigPlacement> occupied;
+    if (i < node.mig.size()) {
+      occupied = node.mig[i].occupied;
+    }
+    if (SelectMigCandidateHami(d.mig_profiles, occupied, mem).has_value()) {
+      continue;
+    }
+    out.push_back(d.id + ": " + ExplainMigNoFit(d.mig_profiles, occupied, mem));
+  }
+  return out;
 }
 
 }  // namespace tessera::schedule

@@ -14,7 +14,8 @@
 //   the one that loses the least headroom (MigHeadroom: the largest profile still placeable).
 //   docs/scheduling.md "MIG" says where the two differ.
 //
-// Not wired into the live filter yet (docs/mig.md): MIG cards are still refused there.
+// The pod fit (fit.h) uses ChooseMigPlacement on the one card its walk reaches; explain uses
+// ExplainMigNode.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -91,5 +92,12 @@ std::optional<MigCardChoice> ChooseMigPlacement(std::span<const MigCard> cards, 
 // Precondition: SelectMigCandidateHami(profiles, occupied, memreq) is nullopt.
 std::string ExplainMigNoFit(std::span<const device::MigProfile> profiles,
                             std::span<const device::MigPlacement> occupied, int32_t memreq);
+
+// For a node that failed a MIG request (CardMigTopologyInfeasible), one line per "mig" card on
+// which no placement of an adequate profile is free for `request` (its memory resolved per card
+// as the fit does): "<uuid>: <ExplainMigNoFit>". Cards where a placement is free (they failed
+// another check) are left out.
+std::vector<std::string> ExplainMigNode(const device::NodeSnapshot& node,
+                                        const device::ContainerRequest& request);
 
 }  // namespace tessera::schedule

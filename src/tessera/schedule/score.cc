@@ -131,6 +131,7 @@ Decision Decide(const std::vector<Candidate>& candidates, const device::PodReque
         snapshot,
         /*want_usage_after=*/false);  // re-run on the winner only, to materialise its devices
     decision.devices = fitter.BuildPodDevices(snapshot);
+    decision.mig = fitter.BuildMigReservations(snapshot);
   }
   return decision;
 }

@@ -59,9 +59,10 @@ struct Decision {
   // The pod asks for no device (PodRequest::Empty()): HAMi passes the input nodes through
   // untouched, so every candidate is marked fit, nothing is scored, winner is empty.
   bool no_request = false;
-  std::optional<size_t> winner;   // index into the candidates (and `nodes`)
-  device::PodDevices devices;     // the winner's devices, one entry per container (init first)
-  std::vector<NodeResult> nodes;  // one per candidate, in candidate order
+  std::optional<size_t> winner;    // index into the candidates (and `nodes`)
+  device::PodDevices devices;      // the winner's devices, one entry per container (init first)
+  device::PodMigReservations mig;  // their MIG instances, parallel to `devices` (Fitter)
+  std::vector<NodeResult> nodes;   // one per candidate, in candidate order
   // The namespace quota refused a card on some node: the smallest such ask (Fitter::quota_miss).
   std::optional<QuotaMiss> quota_miss;
 };

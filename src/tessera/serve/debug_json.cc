@@ -61,6 +61,20 @@ nlohmann::json ForeignJson(const std::vector<accounting::ForeignAllocation>& for
   return out;
 }
 
+nlohmann::json MigProblemsJson(const std::vector<ledger::MigProblem>& problems) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ledger::MigProblem& p : problems) {
+    out.push_back({{"kind", ledger::MigProblemKindName(p.kind)},
+                   {"namespace", p.ns},
+                   {"name", p.name},
+                   {"uid", p.uid},
+                   {"node", p.node},
+                   {"uuid", p.uuid},
+                   {"why", p.why}});
+  }
+  return out;
+}
+
 nlohmann::json QuotaJson(const std::vector<accounting::QuotaCorrection>& quota) {
   nlohmann::json out = nlohmann::json::array();
   auto usage = [](const ledger::NamespaceUsage& u) {
@@ -108,6 +122,7 @@ nlohmann::json AuditJson(const accounting::AuditReport& r) {
           {"unregistered", r.problems.unregistered.size()},
           {"unreadable", r.problems.unreadable.size()},
           {"foreign_allocations", ForeignJson(r.foreign)},
+          {"mig", MigProblemsJson(r.problems.mig)},
           {"quota", QuotaJson(r.quota)}};
 }
 

@@ -94,8 +94,8 @@ metrics::BindOutcome BindOutcomeOf(extender::BindCode code) {
 }
 
 // tessera_ledger_problems{kind}: the kinds Housekeeping sets after each audit.
-constexpr std::array<std::string_view, 5> kLedgerProblemKinds = {
-    "conflict", "orphan", "unregistered", "unreadable", "foreign_allocation"};
+constexpr std::array<std::string_view, 6> kLedgerProblemKinds = {
+    "conflict", "orphan", "unregistered", "unreadable", "foreign_allocation", "mig"};
 
 // Every label value the labelled families can take, exported at 0 from the start.
 metrics::KnownLabels KnownLabelValues() {
@@ -467,7 +467,8 @@ absl::Status Service::Impl::Init() {
       vendor_.get(), &ledger_, feed_.get(), [this] { return pods_->store().List(); },
       [this](std::string_view uid) { return pods_->store().GetByUid(uid); },
       [this] { return registry_->Registrations(); },
-      accounting::AuditorOptions{.scheduler_name = options_.scheduler_name});
+      accounting::AuditorOptions{.scheduler_name = options_.scheduler_name,
+                                 .mig_realise_deadline = options_.reservation_ttl});
 
   resyncer_ = std::make_unique<accounting::Resyncer>(
       client_.get(), pods_.get(), nodes_.get(),
@@ -650,6 +651,7 @@ void Service::Impl::Housekeeping() {
         metrics_->SetLedgerProblems("unreadable", static_cast<int64_t>(p.unreadable.size()));
         metrics_->SetLedgerProblems("foreign_allocation",
                                     static_cast<int64_t>(report.foreign.size()));
+        metrics_->SetLedgerProblems("mig", static_cast<int64_t>(p.mig.size()));
         NoteRepairCounts("audit", report.corrections);
         for (const std::string& line : report.details) {
           NoteRepair("audit", line);

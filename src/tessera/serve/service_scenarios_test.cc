@@ -571,6 +571,112 @@ TEST_F(ServeScenarioTest, AMultiContainerMultiGpuPodAddsUpInEveryFamily) {
   expect_usage(0, 0, 0, "deleted");
 }
 
+// MIG end to end (docs/mig.md; the protocol reference's worked A100-40GB example, HAMi v2.10.0
+// device.go PatchAnnotations and mig_allocations.go EncodeMigAllocations): a node registered with
+// migProfiles, a pod filtered and bound with the annotations byte for byte, the plugin's
+// realisation read back, and the placement free again once the pod is deleted.
+TEST_F(ServeScenarioTest, AMigPodIsPlacedBoundRealisedAndFreed) {
+  constexpr char kUuid[] = "GPU-5d1c7e2a-0000-4000-8000-000000000001";
+  const std::string registration =
+      std::string(R"([{"id":")") + kUuid +
+      R"(","count":7,"devmem":40960,"devcore":100,"type":"NVIDIA A100-SXM4-40GB","mode":"mig",)"
+      R"("migProfiles":[{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"placements":)"
+      R"([{"start":0,"size":1},{"start":1,"size":1},{"start":2,"size":1},{"start":3,"size":1},)"
+      R"({"start":4,"size":1},{"start":5,"size":1},{"start":6,"size":1}]},{"name":"2g.10gb",)"
+      R"("memoryMB":9856,"core":29,"sliceCount":2,"placements":[{"start":0,"size":2},{"start":2,)"
+      R"("size":2},{"start":4,"size":2}]},{"name":"3g.20gb","memoryMB":19968,"core":43,)"
+      R"("sliceCount":3,"placements":[{"start":0,"size":4},{"start":4,"size":4}]},)"
+      R"({"name":"7g.40gb","memoryMB":40192,"core":100,"sliceCount":7,"placements":[{"start":0,)"
+      R"("size":8}]}],"health":true}])";
+  nlohmann::json node = nlohmann::json::parse(NodeJson("gpu-a100-1", 0, 0));
+  node["metadata"]["annotations"]["hami.io/node-nvidia-register"] = registration;
+  AddNode(node.dump());
+  // A short reservation TTL: the audit reports an unrealised reservation after it.
+  StartService([](ServeOptions& o) {
+    o.audit_period = absl::Milliseconds(100);
+    o.reservation_ttl = absl::Seconds(1);
+  });
+  auto audit_mig = [&] {
+    auto res = httplib::Client("127.0.0.1", service_->metrics_port()).Get("/debug/audit");
+    return res ? nlohmann::json::parse(res->body, nullptr, false)["audit"]["mig"]
+               : nlohmann::json();
+  };
+  auto mig_pod = [&](const std::string& name, int mem) {
+    nlohmann::json pod = PodObject(name, mem);
+    pod["metadata"]["annotations"] = {{"nvidia.com/vgpu-mode", "mig"}};
+    return AddPod(pod);
+  };
+  auto allocation = [&](int start, const std::string& runtime = "") {
+    return std::string(R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":")") + kUuid +
+           R"(","profile":"1g.5gb","placement":{"start":)" + std::to_string(start) +
+           R"(,"size":1})" + runtime + "}]";
+  };
+  const std::string devices = std::string(kUuid) + ",NVIDIA,4864,15:;";
+
+  nlohmann::json reply = Filter(mig_pod("infer-0", 4000), {"gpu-a100-1"});
+  ASSERT_EQ(reply["NodeNames"], nlohmann::json({"gpu-a100-1"})) << reply.dump();
+  kube::Pod pod = GetPod("infer-0");
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-devices-to-allocate"), devices);
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-devices-allocated"), devices);
+  EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-mig-allocations"), allocation(6));
+  EXPECT_EQ(AllocatedMiB(Metrics(), kUuid), 4864);
+  ASSERT_EQ(Bind("infer-0", pod.meta.uid, "gpu-a100-1"), "");
+  ASSERT_TRUE(Eventually([&] { return Reserved().empty(); }));
+  // Bound but not realised past the reservation TTL: the audit says so.
+  ASSERT_TRUE(Eventually([&] {
+    const nlohmann::json mig = audit_mig();
+    return mig.is_array() && mig.size() == 1 && mig[0]["kind"] == "unrealised" &&
+           mig[0]["name"] == "infer-0";
+  })) << audit_mig().dump();
+
+  // The device plugin realises the instance: it merge-patches the runtime identity in, and
+  // (its allocation done) releases the node lock.
+  auto release_lock = [&] {
+    ASSERT_TRUE(sim_->store()
+                    .Patch(Res("nodes"), "", "gpu-a100-1", "", apisim::PatchType::kMerge,
+                           R"({"metadata":{"annotations":{"hami.io/mutex.lock":null}}})")
+                    .ok());
+  };
+  release_lock();
+  const std::string realised =
+      allocation(6, R"(,"migUUID":"MIG-9b0e","gpuInstanceID":13,"computeInstanceID":0)");
+  ASSERT_TRUE(
+      sim_->store()
+          .Patch(Res("pods"), "default", "infer-0", "", apisim::PatchType::kMerge,
+                 nlohmann::json{
+                     {"metadata", {{"annotations", {{"hami.io/vgpu-mig-allocations", realised}}}}}}
+                     .dump())
+          .ok());
+  ASSERT_TRUE(Eventually([&] { return audit_mig() == nlohmann::json::array(); }))
+      << audit_mig().dump();
+  // The realised instance still holds its placement: the next pod gets start 5, as in HAMi.
+  reply = Filter(mig_pod("infer-1", 4000), {"gpu-a100-1"});
+  ASSERT_EQ(reply["NodeNames"], nlohmann::json({"gpu-a100-1"})) << reply.dump();
+  EXPECT_EQ(GetPod("infer-1").meta.annotations.Get("hami.io/vgpu-mig-allocations"), allocation(5));
+  ASSERT_EQ(Bind("infer-1", GetPod("infer-1").meta.uid, "gpu-a100-1"), "");
+  ASSERT_TRUE(Eventually([&] { return Reserved().empty(); }));
+  release_lock();
+  // 8000 MiB: 2g.10gb from the bottom, at 0.
+  reply = Filter(mig_pod("mid", 8000), {"gpu-a100-1"});
+  ASSERT_EQ(reply["NodeNames"], nlohmann::json({"gpu-a100-1"})) << reply.dump();
+  EXPECT_THAT(GetPod("mid").meta.annotations.Get("hami.io/vgpu-mig-allocations"),
+              HasSubstr(R"("profile":"2g.10gb","placement":{"start":0,"size":2}})"));
+  ASSERT_EQ(Bind("mid", GetPod("mid").meta.uid, "gpu-a100-1"), "");
+  ASSERT_TRUE(Eventually([&] { return Reserved().empty(); }));
+
+  // 15000 MiB: 3g at 4 overlaps 5 and 6, 3g at 0 overlaps 0-1, 7g everything (reference §2.4).
+  reply = Filter(mig_pod("big", 15000), {"gpu-a100-1"});
+  EXPECT_THAT(reply.dump(), HasSubstr("CardMigTopologyInfeasible")) << reply.dump();
+
+  // infer-0 deleted: start 6 is free again and the next 1g goes there.
+  ASSERT_TRUE(
+      sim_->store().Delete(Res("pods"), "default", "infer-0", R"({"gracePeriodSeconds":0})").ok());
+  ASSERT_TRUE(Eventually([&] { return AllocatedMiB(Metrics(), kUuid) == 4864 + 9856; }));
+  reply = Filter(mig_pod("infer-2", 4000), {"gpu-a100-1"});
+  ASSERT_EQ(reply["NodeNames"], nlohmann::json({"gpu-a100-1"})) << reply.dump();
+  EXPECT_EQ(GetPod("infer-2").meta.annotations.Get("hami.io/vgpu-mig-allocations"), allocation(6));
+}
+
 // Whether a fresh client trusting only the certificate in `ca_file` gets /healthz over TLS.
 bool TrustedBy(int port, const std::string& ca_file) {
   httplib::SSLClient c("127.0.0.1", port);

@@ -16,6 +16,30 @@ device::DeviceInfo GpuDevice(std::string id, int32_t index, int32_t devmem, std:
   return d;
 }
 
+std::vector<device::MigProfile> A100MigProfiles() {
+  using device::MigPlacement;
+  return {
+      {"1g.5gb", 4864, 15, 1, {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}},
+      {"2g.10gb", 9856, 29, 2, {{0, 2}, {2, 2}, {4, 2}}},
+      {"3g.20gb", 19968, 43, 3, {{0, 4}, {4, 4}}},
+      {"7g.40gb", 40192, 100, 7, {MigPlacement{0, 8}}},
+  };
+}
+
+std::shared_ptr<const device::NodeDevices> MigNodeDevices(std::string node,
+                                                          const std::vector<std::string>& uuids) {
+  auto n = std::make_shared<device::NodeDevices>();
+  n->node = std::move(node);
+  for (size_t i = 0; i < uuids.size(); ++i) {
+    device::DeviceInfo d =
+        GpuDevice(uuids[i], static_cast<int32_t>(i), 40960, "NVIDIA A100-SXM4-40GB", 7);
+    d.mode = "mig";
+    d.mig_profiles = A100MigProfiles();
+    n->devices.push_back(std::move(d));
+  }
+  return n;
+}
+
 std::shared_ptr<const device::NodeDevices> GpuNodeDevices(std::string node,
                                                           const std::vector<std::string>& uuids,
                                                           int32_t devmem, const std::string& type,

@@ -31,6 +31,13 @@ std::shared_ptr<const device::NodeDevices> GpuNodeDevices(
     std::string node, const std::vector<std::string>& uuids, int32_t devmem = 16384,
     const std::string& type = "NVIDIA-Tesla T4", int32_t count = 10, int32_t devcore = 100);
 
+// Node `node`'s A100-SXM4-40GB cards in "mig" mode as a v2.10 plugin registers them with the
+// chart's allowlist (1g.5gb, 2g.10gb, 3g.20gb, 7g.40gb): the protocol reference's worked example
+// (count 7, devmem 40960, profiles 4864/15, 9856/29, 19968/43, 40192/100 MiB/cores).
+std::shared_ptr<const device::NodeDevices> MigNodeDevices(std::string node,
+                                                          const std::vector<std::string>& uuids);
+std::vector<device::MigProfile> A100MigProfiles();
+
 // The JSON of a pod `ns`/`name` with one container "c" (image "x") and nothing else.
 std::string MinimalPodJson(const std::string& name, const std::string& ns = "default");
 
