@@ -22,11 +22,13 @@ namespace {
 constexpr char kNode[] = "m1";
 
 // No two placements in use on any card of the node overlap, and the ledger reports no overlap.
-void ExpectNoOverlap(const ledger::Ledger& l, int step) {
+// Adds the placements in use to `*in_use`.
+void ExpectNoOverlap(const ledger::Ledger& l, int step, int64_t* in_use) {
   std::optional<device::NodeSnapshot> snap = l.Snapshot({kNode})[0];
   ASSERT_TRUE(snap.has_value());
   for (size_t card = 0; card < snap->mig.size(); ++card) {
     const auto& o = snap->mig[card].occupied;
+    *in_use += static_cast<int64_t>(o.size());
     for (size_t i = 0; i < o.size(); ++i) {
       for (size_t j = i + 1; j < o.size(); ++j) {
         ASSERT_FALSE(o[i].Overlaps(o[j])) << "step " << step << " card " << card;
@@ -49,6 +51,7 @@ TEST(MigChurnPropertyTest, PlacementsNeverOverlapAndNothingLeaks) {
   absl::Time now = t0;
   const int32_t sizes[] = {4000, 4000, 8000, 15000, 30000};
   int next = 0, placed = 0;
+  int64_t in_use = 0;  // placements in use, summed over the steps
   for (int step = 0; step < 3000; ++step) {
     now += absl::Seconds(1);
     const int action = static_cast<int>(rng() % 10);
@@ -78,8 +81,8 @@ TEST(MigChurnPropertyTest, PlacementsNeverOverlapAndNothingLeaks) {
         continue;
       }
       const ledger::Reservation& r = res[rng() % res.size()];
-      ledger::PodAllocation p{r.uid, r.ns, r.name, r.node, r.node, false, false, false,
-                              r.devices, 0};
+      ledger::PodAllocation p{r.uid, r.ns,  r.name, r.node,    r.node,
+                              false, false, false,  r.devices, 0};
       p.mig = r.mig;
       if (rng() % 2 == 0) {
         for (device::MigAllocation& a : p.mig) {
@@ -106,8 +109,8 @@ TEST(MigChurnPropertyTest, PlacementsNeverOverlapAndNothingLeaks) {
       for (const auto& [uid, p] : truth) {
         pods.push_back(p);
       }
-      std::unique_ptr<ledger::Ledger> want = ledger::Ledger::Recompute({node}, pods,
-                                                                       l.Reservations());
+      std::unique_ptr<ledger::Ledger> want =
+          ledger::Ledger::Recompute({node}, pods, l.Reservations());
       for (const ledger::RecordDiff& d : Diff(l, *want).records) {
         if (d.reservation) {
           continue;
@@ -122,9 +125,10 @@ TEST(MigChurnPropertyTest, PlacementsNeverOverlapAndNothingLeaks) {
       const ledger::LedgerDiff left = Diff(l, *want);
       ASSERT_TRUE(left.Empty()) << "step " << step << "\n" << left.ToString();
     }
-    ASSERT_NO_FATAL_FAILURE(ExpectNoOverlap(l, step));
+    ASSERT_NO_FATAL_FAILURE(ExpectNoOverlap(l, step, &in_use));
   }
-  EXPECT_GT(placed, 300);  // the churn really placed pods
+  EXPECT_GT(placed, 300);       // the churn really placed pods
+  EXPECT_GT(in_use, 3000 * 2);  // on MIG placements, several at a time on average
 }
 
 }  // namespace
