@@ -11,18 +11,19 @@
 
 #include "tessera/device/codec.h"
 #include "tessera/schedule/fit.h"
+#include "tessera/schedule/mig_fit.h"
 
 namespace tessera::extender {
 namespace {
 
 constexpr size_t kMaxField = 128;
 
-// At most kMaxField bytes, not splitting a UTF-8 character.
-std::string Cut(std::string_view s) {
-  if (s.size() <= kMaxField) {
+// At most `max` bytes, not splitting a UTF-8 character.
+std::string Cut(std::string_view s, size_t max = kMaxField) {
+  if (s.size() <= max) {
     return std::string(s);
   }
-  size_t n = kMaxField;
+  size_t n = max;
   while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) {
     --n;
   }
@@ -149,6 +150,56 @@ std::optional<NearestMiss> FindNearest(const VerdictInput& in) {
   return best;
 }
 
+// Verdict::mig: the first candidate that failed as CardMigTopologyInfeasible, its first MIG card
+// where no adequate placement is free (for the first requesting container that has one), and the
+// pods holding that card.
+std::string FindMigMiss(const VerdictInput& in, const std::vector<FailedNode>& failed) {
+  for (const FailedNode& f : failed) {
+    const bool mig = std::any_of(f.parts.begin(), f.parts.end(), [](const auto& part) {
+      return part.reason == schedule::Reason::kCardMigTopologyInfeasible;
+    });
+    if (!mig) {
+      continue;
+    }
+    const auto c =
+        std::find_if(in.candidates.begin(), in.candidates.end(),
+                     [&](const schedule::Candidate& cand) { return cand.name == f.node; });
+    if (c == in.candidates.end() || !c->snapshot || c->snapshot->devices == nullptr) {
+      continue;
+    }
+    for (const auto& container : in.request->containers) {
+      if (!container.has_value() || container->nums <= 0) {
+        continue;
+      }
+      const std::vector<std::string> lines = schedule::ExplainMigNode(*c->snapshot, *container);
+      if (lines.empty()) {
+        continue;
+      }
+      std::string out = fmt::format("node {} / {}", f.node, lines.front());
+      const std::string_view uuid =
+          std::string_view(lines.front()).substr(0, lines.front().find(':'));
+      const int index = c->snapshot->devices->Find(uuid);
+      std::optional<ledger::NodeView> view =
+          in.ledger != nullptr ? in.ledger->View(f.node) : std::nullopt;
+      if (index >= 0 && view && static_cast<size_t>(index) < view->holders.size()) {
+        std::vector<std::string> pods;
+        for (const ledger::Holder& h : view->holders[static_cast<size_t>(index)]) {
+          std::string pod = h.ns + "/" + h.name;
+          if (std::find(pods.begin(), pods.end(), pod) == pods.end()) {
+            pods.push_back(std::move(pod));
+          }
+        }
+        std::sort(pods.begin(), pods.end());
+        for (size_t i = 0; i < pods.size(); ++i) {
+          out += (i == 0 ? "; held by " : ", ") + pods[i];
+        }
+      }
+      return Cut(out, Verdict::kMaxMigBytes);
+    }
+  }
+  return "";
+}
+
 nlohmann::json HolderJson(const VerdictHolder& h) {
   nlohmann::json j = {{"pod", h.pod}, {"mib", h.mib}, {"cores", h.cores}};
   if (h.reserved_until) {
@@ -197,6 +248,9 @@ nlohmann::json ToJson(const Verdict& v, size_t holders, bool lock, bool nearest,
   }
   if (!v.quota.empty()) {
     j["quota"] = v.quota;
+  }
+  if (!v.mig.empty()) {
+    j["mig"] = v.mig;
   }
   return j;
 }
@@ -326,6 +380,7 @@ Verdict BuildVerdict(const VerdictInput& in) {
   }
   if (in.request != nullptr) {
     v.nearest = FindNearest(in);
+    v.mig = FindMigMiss(in, failed);
   }
   if (v.nearest && in.lock_of) {
     absl::StatusOr<device::NodeLock> lock = device::ParseNodeLock(in.lock_of(v.nearest->node));
@@ -362,6 +417,7 @@ std::string EncodeVerdict(const Verdict& v) {
       bare.reason = Cut(v.reason);
       bare.blocked_by.clear();
       bare.quota = Cut(v.quota);
+      bare.mig = Cut(v.mig);
       return Dump(ToJson(bare, 0, false, false, 0));
     }
   }
@@ -383,7 +439,7 @@ absl::StatusOr<Verdict> DecodeVerdict(std::string_view json) {
   if (!GetString(j, "reason", &v.reason) || !GetInt(j, "nodes", &v.nodes) ||
       !GetInt(j, "unregistered", &v.unregistered) || !GetInt(j, "unhealthy", &v.unhealthy) ||
       !GetInt(j, "blocked", &v.blocked) || !GetString(j, "blocked_by", &v.blocked_by) ||
-      !GetString(j, "quota", &v.quota)) {
+      !GetString(j, "quota", &v.quota) || !GetString(j, "mig", &v.mig)) {
     return Bad("a field has the wrong type");
   }
   if (auto it = j.find("reasons"); it != j.end()) {
@@ -500,6 +556,9 @@ std::string FormatVerdict(const Verdict& v, absl::Time now) {
   }
   if (!v.quota.empty()) {
     out += fmt::format("quota: {}\n", v.quota);
+  }
+  if (!v.mig.empty()) {
+    out += fmt::format("mig: {}\n", v.mig);
   }
   return out;
 }

@@ -104,6 +104,12 @@ struct Verdict {
   // The namespace quota that refused the pod ("namespace ml: limits.nvidia.com/gpumem 40000,
   // used 36000 + 8000 asked"); empty when no quota refused it.
   std::string quota;
+  // A MIG request no card could place (CardMigTopologyInfeasible): the first such card, the
+  // profile, the placement the fewest instances block and the pods holding instances there
+  // ("node m1 / GPU-m0: 3g.20gb (19968 MiB): no free placement; …; held by ml/a"); empty
+  // otherwise. At most kMaxMigBytes.
+  std::string mig;
+  static constexpr size_t kMaxMigBytes = 320;
 
   friend bool operator==(const Verdict&, const Verdict&) = default;
 };

@@ -12,6 +12,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tessera/device/mig.h"
+#include "tessera/schedule/fit.h"
+#include "tessera/testing/objects.h"
+
 namespace tessera::extender {
 namespace {
 
@@ -205,6 +209,65 @@ TEST(VerdictWithheld, ANodeWhosePluginStoppedReportingIsUnregisteredNotUnhealthy
   EXPECT_THAT(FormatVerdict(v, kNow),
               HasSubstr("1 node without a device registration (the device plugin stopped "
                         "reporting or the handshake expired)\n1 device unhealthy or cordoned\n"));
+}
+
+// A MIG card whose free slices cannot hold the profile a pod needs: the verdict names the card,
+// the profile, the placement the fewest instances block, and the pods holding instances there.
+TEST(VerdictMig, AMigRequestThatFitsNoPlacementNamesTheCardTheProfileAndTheHolders) {
+  ledger::Ledger ledger;
+  ASSERT_TRUE(ledger.SetNode(::tessera::testing::MigNodeDevices("m1", {"GPU-m0"})).ok());
+  // Places a pod asking `mib` on m1 with the scheduler's fit and reserves what it chose.
+  auto place = [&](const std::string& name, int32_t mib) {
+    const device::PodRequest request = Asks(mib);  // Prepare keeps references: they outlive Fit
+    const device::PodConstraints constraints;
+    schedule::Fitter fitter;
+    fitter.Prepare(request, constraints, device::GpuPolicy{});
+    std::optional<device::NodeSnapshot> snap = ledger.Snapshot({"m1"})[0];
+    ASSERT_TRUE(snap.has_value());
+    ASSERT_TRUE(fitter.Fit(*snap)) << name;
+    const device::PodDevices devices = fitter.BuildPodDevices(*snap);
+    ASSERT_TRUE(ledger
+                    .Reserve("u-" + name, "ml", name, "m1", devices, kNow + absl::Minutes(5), 0,
+                             device::MigAllocationsOf(devices, fitter.BuildMigReservations(*snap)))
+                    .ok());
+  };
+  place("small-a", 4000);  // 1g.5gb
+  place("mid-b", 9000);    // 2g.10gb
+  place("small-c", 4000);
+  // 4 of 8 memory slices are used, yet no 3g.20gb placement (slices 0-3 or 4-7) is free.
+  std::vector<std::string_view> names = {"m1"};
+  std::vector<std::optional<device::NodeSnapshot>> snaps = ledger.Snapshot(names);
+  std::vector<schedule::Candidate> candidates = {{"m1", std::move(snaps[0])}};
+  const std::vector<FailedNode> failed = {
+      Failed("m1", schedule::Reason::kCardMigTopologyInfeasible, 1, 1)};
+  const device::PodRequest request = Asks(15000);
+  const Verdict v = BuildVerdict({.request = &request,
+                                  .candidates = candidates,
+                                  .failed = &failed,
+                                  .ledger = &ledger,
+                                  .lock_of = nullptr,
+                                  .withheld = nullptr});
+  EXPECT_EQ(v.reason, "CardMigTopologyInfeasible");
+  EXPECT_EQ(v.mig,
+            "node m1 / GPU-m0: 3g.20gb (19968 MiB): no free placement; slices 0-3 would be free "
+            "without the instance at slice 3; held by ml/mid-b, ml/small-a, ml/small-c");
+  EXPECT_THAT(FormatVerdict(v, kNow), HasSubstr("\nmig: node m1 / GPU-m0: 3g.20gb"));
+  const std::string json = EncodeVerdict(v);
+  EXPECT_LE(json.size(), kMaxVerdictBytes);
+  absl::StatusOr<Verdict> back = DecodeVerdict(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, v);
+  // A pod whose failure is not MIG's has no MIG line.
+  const std::vector<FailedNode> memory = {
+      Failed("m1", schedule::Reason::kCardInsufficientMemory, 1, 1)};
+  EXPECT_EQ(BuildVerdict({.request = &request,
+                          .candidates = candidates,
+                          .failed = &memory,
+                          .ledger = &ledger,
+                          .lock_of = nullptr,
+                          .withheld = nullptr})
+                .mig,
+            "");
 }
 
 TEST_F(VerdictTest, EncodesAndDecodesTheSameVerdict) {
