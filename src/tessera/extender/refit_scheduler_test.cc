@@ -18,6 +18,7 @@
 #include "tessera/device/codec.h"
 #include "tessera/extender/refit.h"
 #include "tessera/extender/scheduler.h"
+#include "tessera/extender/scheduler_testutil.h"
 #include "tessera/testing/apisim_env.h"
 
 namespace tessera::extender {
@@ -27,8 +28,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-const absl::Time kNow = absl::FromUnixSeconds(1767225600);
-constexpr char kPodPath[] = "/api/v1/namespaces/default/pods/";
+constexpr const char* kPodPath = kFixturePodPath;
 constexpr char kNode[] = "node-1";
 
 struct Card {
@@ -53,27 +53,13 @@ std::string Register(const std::vector<Card>& cards) {
 
 std::string Quoted(const std::string& s) { return nlohmann::json(s).dump(); }
 
-struct SeenEvent {
-  std::string reason, message, type, pod;
-};
-
-class RefitTest : public ::testing::Test {
+class RefitTest : public SchedulerFixture {
  protected:
-  void SetUp() override {
-    env_.Start();
-    options_.vendor = vendor_.get();
-    options_.write_behind = false;
-  }
-
   // HAMi's refitFixture: GPU-a (NUMA 1, 40000 MiB) and GPU-b (NUMA 0, `gpu_b_mem`).
   void AddNode(const std::vector<Card>& cards) {
     env_.CreateNode(
         kNode, fmt::format(R"({{"hami.io/node-nvidia-register":{}}})", Quoted(Register(cards))));
-    absl::StatusOr<kube::Node> node = env_.client()->GetNode(kNode);
-    ASSERT_TRUE(node.ok()) << node.status();
-    auto devices = accounting::ProjectNode(*vendor_, *node);
-    ASSERT_TRUE(devices.ok()) << devices.status();
-    ASSERT_TRUE(ledger_.SetNode(*devices).ok());
+    FillLedger(ledger_, {kNode});
   }
   void AddFixtureNode(int gpu_b_mem = 40000) {
     AddNode({{"GPU-a", 40000, 1}, {"GPU-b", gpu_b_mem, 0}});
@@ -112,19 +98,6 @@ class RefitTest : public ::testing::Test {
   std::string AddFixturePod(const std::string& name = "refit-pod") {
     return AddPod(name, {"main"}, "GPU-a,NVIDIA,20000,30:;", "GPU-a,NVIDIA,20000,30:;");
   }
-  kube::Pod Pod(const std::string& name) {
-    absl::StatusOr<kube::Pod> pod = env_.client()->GetPod("default", name);
-    EXPECT_TRUE(pod.ok()) << pod.status();
-    return pod.ok() ? *pod : kube::Pod();
-  }
-  std::string Annotation(const std::string& pod, std::string_view key) {
-    return std::string(Pod(pod).meta.annotations.Get(key, "<none>"));
-  }
-  Scheduler& Make() {
-    scheduler_ = std::make_unique<Scheduler>(
-        options_, Scheduler::Deps{&ledger_, env_.client(), &clock_, nullptr});
-    return *scheduler_;
-  }
   RefitRequest Request(const std::string& uid, std::vector<std::string> allowed,
                        const std::string& name = "refit-pod") {
     RefitRequest r;
@@ -135,19 +108,6 @@ class RefitTest : public ::testing::Test {
     r.device_type = "NVIDIA";
     r.allowed_device_uuids = std::move(allowed);
     return r;
-  }
-  std::vector<SeenEvent> Events() {
-    scheduler_->events().Flush();
-    absl::StatusOr<std::string> list =
-        env_.store().List(*apisim::FindResource("", "v1", "events"), "default", {});
-    EXPECT_TRUE(list.ok()) << list.status();
-    std::vector<SeenEvent> out;
-    const nlohmann::json doc = nlohmann::json::parse(*list);
-    for (const auto& item : doc["items"]) {
-      out.push_back({item.value("reason", ""), item.value("message", ""), item.value("type", ""),
-                     item["involvedObject"].value("name", "")});
-    }
-    return out;
   }
   device::DeviceUsage Usage(size_t card) {
     auto snap = ledger_.Snapshot({kNode});
@@ -162,13 +122,6 @@ class RefitTest : public ::testing::Test {
     EXPECT_EQ(Annotation(pod, device::kDevicesToAllocateAnnotation), value);
     EXPECT_EQ(Annotation(pod, device::kDevicesAllocatedAnnotation), value);
   }
-
-  testing::ApisimEnv env_;
-  std::unique_ptr<device::Vendor> vendor_ = device::NewNvidiaVendor(device::DefaultNvidiaConfig());
-  ledger::Ledger ledger_;
-  FakeClock clock_{kNow};
-  Scheduler::Options options_;
-  std::unique_ptr<Scheduler> scheduler_;
 };
 
 // HAMi TestRefitNumaAllocationMovesReservation.

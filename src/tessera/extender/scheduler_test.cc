@@ -21,6 +21,7 @@
 #include "tessera/accounting/projection.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
+#include "tessera/extender/scheduler_testutil.h"
 #include "tessera/extender/verdict.h"
 #include "tessera/testing/apisim_env.h"
 #include "tessera/testing/objects.h"
@@ -35,8 +36,8 @@ using ::testing::IsEmpty;
 using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
 
-const absl::Time kNow = absl::FromUnixSeconds(1767225600);  // 2026-01-01T00:00:00Z
-constexpr char kPodPath[] = "/api/v1/namespaces/default/pods/";
+const absl::Time kNow = kFixtureNow;
+constexpr const char* kPodPath = kFixturePodPath;
 
 struct Gpu {
   std::string uuid;
@@ -73,19 +74,11 @@ std::string Limits(int mem, int cores = 0, int count = 1) {
       mem, cores);
 }
 
-struct SeenEvent {
-  std::string reason, message, type, component, pod, uid;
-};
-
-class SchedulerTest : public ::testing::Test {
+class SchedulerTest : public SchedulerFixture {
  protected:
   void SetUp() override {
-    env_.Start();
-    options_.vendor = vendor_.get();
+    SchedulerFixture::SetUp();
     options_.lock.sleep = [](absl::Duration) {};
-    // Most tests check what the patch did when Filter returns; the write-behind tests below
-    // turn it on.
-    options_.write_behind = false;
   }
 
   // A node registered with the API server and in the ledger.
@@ -93,16 +86,6 @@ class SchedulerTest : public ::testing::Test {
     env_.CreateNode(
         name, fmt::format(R"({{"hami.io/node-nvidia-register":"{}"}})", Escape(Register(gpus))));
     FillLedger(ledger_, {name});
-  }
-  // Another replica's ledger: the registered nodes as it would have observed them.
-  void FillLedger(ledger::Ledger& ledger, const std::vector<std::string>& nodes) {
-    for (const std::string& n : nodes) {
-      absl::StatusOr<kube::Node> node = env_.client()->GetNode(n);
-      ASSERT_TRUE(node.ok()) << node.status();
-      auto devices = accounting::ProjectNode(*vendor_, *node);
-      ASSERT_TRUE(devices.ok()) << devices.status();
-      ASSERT_TRUE(ledger.SetNode(*devices).ok());
-    }
   }
   void ClearLock(const std::string& node) {
     kube::MetadataPatch patch;
@@ -117,16 +100,6 @@ class SchedulerTest : public ::testing::Test {
   std::string Lock(const std::string& node) {
     return std::string(
         env_.client()->GetNode(node)->meta.annotations.Get(device::kNodeLockAnnotation, "<none>"));
-  }
-  kube::Pod Pod(const std::string& name) {
-    absl::StatusOr<kube::Pod> pod = env_.client()->GetPod("default", name);
-    EXPECT_TRUE(pod.ok()) << pod.status();
-    return pod.ok() ? *pod : kube::Pod();
-  }
-  Scheduler& Make(PodLookup lookup = nullptr) {
-    scheduler_ = std::make_unique<Scheduler>(
-        options_, Scheduler::Deps{&ledger_, env_.client(), &clock_, std::move(lookup)});
-    return *scheduler_;
   }
   // Node n1 (one 48000 MiB GPU) with 36000 MiB held by default/r1, pod p1 asking 8000 MiB, and
   // a scheduler whose quotas are `book`'s (the quota tests put 40000 MiB there).
@@ -153,21 +126,6 @@ class SchedulerTest : public ::testing::Test {
   std::vector<kube::Request> PodPatches(const std::string& pod) {
     return env_.faults()->Matching("PATCH", kPodPath + pod);
   }
-  std::vector<SeenEvent> Events() {
-    scheduler_->events().Flush();
-    absl::StatusOr<std::string> list =
-        env_.store().List(*apisim::FindResource("", "v1", "events"), "default", {});
-    EXPECT_TRUE(list.ok()) << list.status();
-    std::vector<SeenEvent> out;
-    const nlohmann::json doc = nlohmann::json::parse(*list);
-    for (const auto& item : doc["items"]) {
-      out.push_back({item.value("reason", ""), item.value("message", ""), item.value("type", ""),
-                     item["source"].value("component", ""),
-                     item["involvedObject"].value("name", ""),
-                     item["involvedObject"].value("uid", "")});
-    }
-    return out;
-  }
   std::vector<std::string> EventReasons() {
     std::vector<std::string> out;
     for (const SeenEvent& e : Events()) {
@@ -183,13 +141,6 @@ class SchedulerTest : public ::testing::Test {
     EXPECT_EQ(p.node_name, "");
     EXPECT_FALSE(p.meta.annotations.Contains(device::kBindPhaseAnnotation));
   }
-
-  testing::ApisimEnv env_;
-  std::unique_ptr<device::Vendor> vendor_ = device::NewNvidiaVendor(device::DefaultNvidiaConfig());
-  ledger::Ledger ledger_;
-  FakeClock clock_{kNow};
-  Scheduler::Options options_;
-  std::unique_ptr<Scheduler> scheduler_;
 };
 
 // ---- filter -------------------------------------------------------------------------------
