@@ -16,6 +16,7 @@
 #include "benchmark/benchmark.h"
 #include "cold_caches.h"
 
+#include "tessera/extender/verdict.h"
 #include "tessera/schedule/quota.h"
 #include "tessera/schedule/score.h"
 
@@ -251,6 +252,52 @@ void BM_Decide_FewContainersPercent_Quota(benchmark::State& state) {
   RunDecide(state, NodePolicy::kBinpack, GpuPolicy{{GpuPolicyKey::kSpread}}, false,
             FewContainersPercent(), RoomyQuota());
 }
+// A pod no card can hold (40000 MiB on 32 GiB cards): every candidate fails on every device.
+// Decide and the failed-node list alone, and followed by what serve adds for such a pod on the
+// filter's thread: the verdict (nearest miss over every candidate device, BuildVerdict) and its
+// bytes.
+PodRequest NothingFits() {
+  PodRequest p;
+  p.containers = {Req(1, 40000, 0)};
+  return p;
+}
+void RunNothingFits(benchmark::State& state, bool verdict) {
+  const std::vector<Candidate> candidates = PickCandidates(7);
+  const PodRequest pod = NothingFits();
+  const device::PodConstraints constraints;
+  size_t bytes = 0;
+  for (auto _ : state) {
+    Decision d = Decide(candidates, pod, constraints, NodePolicy::kBinpack,
+                        GpuPolicy{{GpuPolicyKey::kSpread}});
+    benchmark::DoNotOptimize(d);
+    // The filter's outcome lists the failed nodes either way.
+    std::vector<extender::FailedNode> failed;
+    failed.reserve(d.nodes.size());
+    for (size_t i = 0; i < d.nodes.size(); ++i) {
+      failed.push_back(extender::FailedNodeOf(candidates[i].name, d.nodes[i]));
+    }
+    benchmark::DoNotOptimize(failed);
+    if (!verdict) {
+      continue;
+    }
+    const extender::Verdict v = extender::BuildVerdict({.request = &pod,
+                                                        .candidates = candidates,
+                                                        .failed = &failed,
+                                                        .ledger = nullptr,
+                                                        .lock_of = nullptr,
+                                                        .withheld = nullptr});
+    const std::string json = extender::EncodeVerdict(v);
+    bytes = json.size();
+    benchmark::DoNotOptimize(json);
+  }
+  state.counters["candidates"] = kCandidates;
+  state.counters["verdict_bytes"] = static_cast<double>(bytes);
+}
+void BM_Decide_NothingFits(benchmark::State& state) { RunNothingFits(state, false); }
+void BM_Decide_NothingFits_Verdict(benchmark::State& state) { RunNothingFits(state, true); }
+BENCHMARK(BM_Decide_NothingFits)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Decide_NothingFits_Verdict)->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(BM_Decide_OneContainerPercent)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Decide_OneContainerPercent_Quota)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Decide_FewContainersPercent)->Unit(benchmark::kMicrosecond);

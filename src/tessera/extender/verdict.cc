@@ -58,6 +58,16 @@ int64_t NeedMib(const device::ContainerRequest& request, int64_t devmem) {
   return devmem;
 }
 
+// Whether `text` contains `part`, ASCII letters compared without case (no copy is made).
+bool ContainsIgnoringCase(std::string_view text, std::string_view part) {
+  return std::search(text.begin(), text.end(), part.begin(), part.end(),
+                     [](char a, char b) {
+                       return absl::ascii_tolower(static_cast<unsigned char>(a)) ==
+                              absl::ascii_tolower(static_cast<unsigned char>(b));
+                     }) != text.end() ||
+         part.empty();
+}
+
 bool Cordoned(const device::NodeDevices& node, std::string_view uuid) {
   return std::binary_search(node.cordoned.begin(), node.cordoned.end(), uuid);
 }
@@ -102,7 +112,7 @@ std::optional<NearestMiss> FindNearest(const VerdictInput& in) {
   if (request == nullptr) {
     return std::nullopt;
   }
-  const std::string type = absl::AsciiStrToLower(request->type);
+  // The key is computed for every device; the strings only for a new best.
   std::optional<NearestMiss> best;
   std::tuple<int, int64_t, int64_t> best_key;
   size_t best_index = 0;
@@ -117,28 +127,33 @@ std::optional<NearestMiss> FindNearest(const VerdictInput& in) {
     for (size_t i = 0; i < node.devices.size(); ++i) {
       const device::DeviceInfo& d = node.devices[i];
       if (!d.health || d.mode == "mig" || Cordoned(node, d.id) ||
-          absl::AsciiStrToLower(d.type).find(type) == std::string::npos) {
+          !ContainsIgnoringCase(d.type, request->type)) {
         continue;
       }
       const device::DeviceUsage& u = c.snapshot->usage[i];
-      NearestMiss m;
-      m.node = Cut(c.name);
-      m.device = Cut(d.id);
-      m.need_mib = NeedMib(*request, d.devmem);
-      m.free_mib = d.devmem - u.usedmem;
-      m.need_cores = request->coresreq;
-      m.free_cores = d.devcore - u.usedcores;
-      m.free_slots = d.count - u.used;
-      const int64_t mem_short = std::max<int64_t>(0, m.need_mib - m.free_mib);
-      const int64_t core_short = std::max<int64_t>(0, m.need_cores - m.free_cores);
+      const int64_t need_mib = NeedMib(*request, d.devmem);
+      const int64_t free_mib = d.devmem - u.usedmem;
+      const int64_t free_cores = d.devcore - u.usedcores;
+      const int64_t free_slots = d.count - u.used;
+      const int64_t mem_short = std::max<int64_t>(0, need_mib - free_mib);
+      const int64_t core_short = std::max<int64_t>(0, request->coresreq - free_cores);
       const int shorts =
-          (mem_short > 0 ? 1 : 0) + (core_short > 0 ? 1 : 0) + (m.free_slots <= 0 ? 1 : 0);
+          (mem_short > 0 ? 1 : 0) + (core_short > 0 ? 1 : 0) + (free_slots <= 0 ? 1 : 0);
       const auto key = std::make_tuple(shorts, mem_short, core_short);
-      if (!best || key < best_key) {
-        best = std::move(m);
-        best_key = key;
-        best_index = i;
+      if (best && !(key < best_key)) {
+        continue;
       }
+      best = NearestMiss{.node = Cut(c.name),
+                         .device = Cut(d.id),
+                         .need_mib = need_mib,
+                         .free_mib = free_mib,
+                         .need_cores = request->coresreq,
+                         .free_cores = free_cores,
+                         .free_slots = free_slots,
+                         .held_by = {},
+                         .more_holders = 0};
+      best_key = key;
+      best_index = i;
     }
   }
   if (best && in.ledger != nullptr) {

@@ -137,6 +137,19 @@ TEST_F(VerdictTest, NearestMissIsTheSmallestShortfallOnAUsableDevice) {
   EXPECT_FALSE(v.nearest->held_by[0].reserved_until.has_value());
 }
 
+// The nearest miss is a device of the type the pod asks for, matched as HAMi matches types
+// (a substring, without case); a pod asking a type no candidate has gets none.
+TEST_F(VerdictTest, NearestMissIsOfTheRequestedType) {
+  device::PodRequest t4 = Asks(7000);
+  t4.containers[0]->type = "tesla T4";
+  const Verdict v = Build(t4);
+  ASSERT_TRUE(v.nearest.has_value());
+  EXPECT_EQ(v.nearest->device, "GPU-b1");
+  device::PodRequest a100 = Asks(7000);
+  a100.containers[0]->type = "A100";
+  EXPECT_FALSE(Build(a100).nearest.has_value());
+}
+
 // Once gpu-2 is nearly full, gpu-1 misses 3000 MiB by 48 and the verdict names who holds its
 // memory: the bound pod, and the reservation with its expiry.
 TEST_F(VerdictTest, NearestMissNamesTheReservationHoldingTheDevice) {
