@@ -342,11 +342,14 @@ std::string_view CountName(size_t i) {
 
 }  // namespace
 
-std::string_view MainReason(const std::vector<FailedNode>& failed_nodes) {
-  if (failed_nodes.empty()) {
+namespace {
+using ReasonCounts = std::array<int64_t, schedule::kReasonCount + kNodeFailureCount>;
+
+// The name of the largest count, ties by name; kNoCandidatesReason for no failed nodes.
+std::string_view MainReasonOf(const ReasonCounts& counts, bool any_failed) {
+  if (!any_failed) {
     return kNoCandidatesReason;
   }
-  const auto counts = CountReasons(failed_nodes);
   std::string_view best;
   int64_t best_count = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
@@ -358,19 +361,33 @@ std::string_view MainReason(const std::vector<FailedNode>& failed_nodes) {
   }
   return best;
 }
+}  // namespace
+
+std::string_view MainReason(const std::vector<FailedNode>& failed_nodes) {
+  return MainReasonOf(CountReasons(failed_nodes), !failed_nodes.empty());
+}
 
 Verdict BuildVerdict(const VerdictInput& in) {
   Verdict v;
-  std::vector<FailedNode> failed = in.failed != nullptr ? *in.failed : std::vector<FailedNode>();
-  for (FailedNode& f : failed) {
-    if (f.failure == NodeFailure::kDevices && in.withheld && in.withheld(f.node)) {
-      f.failure = NodeFailure::kUnregistered;
-      f.parts = schedule::ReasonParts();
+  static const std::vector<FailedNode> kNone;
+  const std::vector<FailedNode>* failed = in.failed != nullptr ? in.failed : &kNone;
+  std::vector<FailedNode> relabelled;  // a copy only when a node that failed is withheld
+  if (in.withheld) {
+    for (size_t i = 0; i < failed->size(); ++i) {
+      const FailedNode& f = (*failed)[i];
+      if (f.failure == NodeFailure::kDevices && in.withheld(f.node)) {
+        if (relabelled.empty()) {
+          relabelled = *failed;
+          failed = &relabelled;
+        }
+        relabelled[i].failure = NodeFailure::kUnregistered;
+        relabelled[i].parts = schedule::ReasonParts();
+      }
     }
   }
-  v.reason = std::string(MainReason(failed));
+  const ReasonCounts counts = CountReasons(*failed);
+  v.reason = std::string(MainReasonOf(counts, !failed->empty()));
   v.nodes = static_cast<int64_t>(in.candidates.size());
-  const auto counts = CountReasons(failed);
   for (size_t i = 0; i < counts.size(); ++i) {
     if (counts[i] > 0) {
       v.reasons.emplace_back(std::string(CountName(i)), counts[i]);
@@ -395,7 +412,9 @@ Verdict BuildVerdict(const VerdictInput& in) {
   }
   if (in.request != nullptr) {
     v.nearest = FindNearest(in);
-    v.mig = FindMigMiss(in, failed);
+    if (counts[static_cast<size_t>(schedule::Reason::kCardMigTopologyInfeasible)] > 0) {
+      v.mig = FindMigMiss(in, *failed);
+    }
   }
   if (v.nearest && in.lock_of) {
     absl::StatusOr<device::NodeLock> lock = device::ParseNodeLock(in.lock_of(v.nearest->node));
