@@ -13,7 +13,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(ScenarioTest, EveryEmbeddedScenarioParses) {
-  for (const char* name : {"quick", "seed-bug", "chaos", "scale", "quota"}) {
+  for (const char* name : {"quick", "seed-bug", "chaos", "scale", "quota", "mig"}) {
     absl::StatusOr<Scenario> s = LoadScenario(name);
     ASSERT_TRUE(s.ok()) << name << ": " << s.status();
     EXPECT_EQ(s->name, name);
