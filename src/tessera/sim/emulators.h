@@ -5,14 +5,15 @@
 // through kube::ApiClient (or raw kube::Request for verbs the client does not type):
 //
 //   Workload       pod manifests in a mix of shapes (whole GPU, memory MiB, percentage, cores,
-//                  multi-GPU, multi-container, NUMA-bound, type-constrained);
+//                  multi-GPU, multi-container, NUMA-bound, type-constrained, MIG-sized);
 //   DevicePlugin   HAMi's NVIDIA device plugin of one node: registers the node's GPUs (v2.5's
 //                  delimited format with the `Reported` handshake, or v2.8+'s JSON), and for a
 //                  bound pod does what the kubelet's Allocate calls make the plugin do
 //                  (docs/hami-device-plugin.md §1–3): find the pod through the node lock,
 //                  consume hami.io/vgpu-devices-to-allocate one container entry per call (G1
 //                  compacting on delimited nodes, G3 index-preserving on JSON nodes), then
-//                  bind-phase=success and release the lock;
+//                  bind-phase=success and release the lock; with `mig` cards it is v2.10's
+//                  plugin in mig mode and realises each container's MIG reservations;
 //   Kubelet        pod phases (Pending → Running → Succeeded) and graceful deletion;
 //   ExtenderClient kube-scheduler's side of the extender protocol (/filter with NodeNames or
 //                  full Nodes, /bind), and SchedulingQueue, its backoff for unschedulable pods.
