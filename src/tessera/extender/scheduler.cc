@@ -946,7 +946,12 @@ absl::Status Scheduler::Recheck(const kube::Pod& pod, std::string_view node,
       }
       const device::DeviceInfo& info = nd.devices[static_cast<size_t>(i)];
       const device::DeviceUsage& u = snap[0]->usage[static_cast<size_t>(i)];
-      if (u.used > info.count || u.usedmem > info.devmem || u.usedcores > info.devcore) {
+      // A mig card's instances book their profile's core rounded up (seven 1g instances: 105 %
+      // of 100), which the fit allows as HAMi's does; its bound is its placements, checked
+      // below, so its cores are not bounded here.
+      const bool mig_card = info.mode == "mig";
+      if (u.used > info.count || u.usedmem > info.devmem ||
+          (!mig_card && u.usedcores > info.devcore)) {
         return refuse(fmt::format(
             "devices of {} no longer free: device {} on node {} would hold {}/{} slots, "
             "{}/{} MiB, {}/{}% cores",

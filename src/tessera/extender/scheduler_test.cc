@@ -21,8 +21,10 @@
 #include "tessera/accounting/projection.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
+#include "tessera/device/mig.h"
 #include "tessera/extender/scheduler_testutil.h"
 #include "tessera/extender/verdict.h"
+#include "tessera/ledger/ledger.h"
 #include "tessera/testing/apisim_env.h"
 #include "tessera/testing/objects.h"
 #include "tessera/testing/wait.h"
@@ -961,6 +963,45 @@ TEST_F(SchedulerTest, BindFailsWhenTheDevicesAreNoLongerFree) {
   EXPECT_THAT(b.error, HasSubstr("10000/8000 MiB"));
   ExpectNothingHeld("p1", "n1");
   EXPECT_EQ(outcome.code, BindCode::kDevicesNotFree);
+}
+
+// A mig card's instances book their profile's core rounded up (1g.5gb: 15 %), so seven 1g
+// instances book 105 % of a card whose devcore is 100. The fit places the seventh (its cores
+// check is the request's, as HAMi's), and the bind's re-check must not refuse what the fit
+// placed: the card's bound is its placements (`tessera simulate --scenario mig` saw such binds
+// refused in a loop on every full A100 and H100 card).
+TEST_F(SchedulerTest, TheSeventhInstanceOnAMigCardIsBound) {
+  const std::string reg =
+      device::EncodeNodeRegisterJson(::tessera::testing::MigNodeDevices("m1", {"GPU-m0"})->devices);
+  env_.CreateNode("m1", fmt::format(R"({{"hami.io/node-nvidia-register":"{}"}})", Escape(reg)));
+  FillLedger(ledger_, {"m1"});
+  for (uint32_t i = 0; i < 6; ++i) {
+    ledger::PodAllocation held;
+    held.uid = held.name = fmt::format("r{}", i);
+    held.ns = "default";
+    held.node = held.bound_node = "m1";
+    held.devices = {{device::ContainerDevice{"GPU-m0", "NVIDIA", 4864, 15}}};
+    device::MigAllocation a;
+    a.gpu_uuid = "GPU-m0";
+    a.profile = "1g.5gb";
+    a.placement = {i, 1};
+    held.mig = {a};
+    ASSERT_TRUE(ledger_.Apply(held).ok());
+  }
+  env_.CreatePod("p1", Limits(4000), R"({"nvidia.com/vgpu-mode":"mig"})");
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"m1"})).node_names, ElementsAre("m1"));
+  EXPECT_THAT(std::string(Pod("p1").meta.annotations.Get("hami.io/vgpu-mig-allocations")),
+              HasSubstr(R"("profile":"1g.5gb","placement":{"start":6,"size":1})"));
+  BindOutcome outcome;
+  EXPECT_EQ(s.Bind(BindFor("p1", "m1"), &outcome).error, "");
+  EXPECT_EQ(outcome.code, BindCode::kBound);
+  EXPECT_EQ(Pod("p1").node_name, "m1");
+  // An eighth is refused by the fit (no slot, no placement left), as HAMi refuses it.
+  env_.CreatePod("p2", Limits(4000), R"({"nvidia.com/vgpu-mode":"mig"})");
+  ClearLock("m1");
+  FilterResult f = s.Filter(Args("p2", {"m1"}));
+  EXPECT_TRUE(f.failed_nodes.contains("m1")) << f.error;
 }
 
 TEST_F(SchedulerTest, BindRejectedBecauseThePodIsAlreadyBound) {

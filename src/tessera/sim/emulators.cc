@@ -1,6 +1,8 @@
 #include "tessera/sim/emulators.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -11,6 +13,7 @@
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
+#include "tessera/device/mig.h"
 
 namespace tessera::sim {
 
@@ -183,7 +186,7 @@ absl::Status CreateResourceQuota(kube::Transport& t, std::string_view ns, std::s
 
 namespace {
 constexpr std::string_view kShapeNames[kShapeCount] = {
-    "whole", "memory", "percent", "cores", "multi_gpu", "multi_container", "numa", "typed"};
+    "whole", "memory", "percent", "cores", "multi_gpu", "multi_container", "numa", "typed", "mig"};
 
 json GpuContainer(const std::string& name, int gpus, const json& extra) {
   json limits = {{"nvidia.com/gpu", std::to_string(gpus)}};
@@ -277,6 +280,15 @@ std::string Workload::PodJson(Shape shape, std::string_view ns, std::string_view
       annotations[std::string(device::kUseGpuTypeAnnotation)] = typed_gpu_;
       containers.push_back(GpuContainer("main", 1, {{"nvidia.com/gpumem", std::to_string(mem)}}));
       break;
+    case Shape::kMig:
+      // Sizes that land on 1g, 2g, 3g and 7g of an A100-40GB (5120, 10240, 20480, 40960 MiB
+      // from the geometry tables) and on 1g and 3g of an H100-80GB; a few ask two instances.
+      annotations[std::string(device::kVgpuModeAnnotation)] = "mig";
+      containers.push_back(GpuContainer(
+          "main", ::tessera::sim::Pick(rng, {1, 1, 1, 2}),
+          {{"nvidia.com/gpumem",
+            std::to_string(::tessera::sim::Pick(rng, {4000, 5000, 9000, 15000, 20000, 35000}))}}));
+      break;
   }
   json pod = {{"apiVersion", "v1"},
               {"kind", "Pod"},
@@ -297,7 +309,11 @@ std::string Workload::PodJson(Shape shape, std::string_view ns, std::string_view
 
 DevicePlugin::DevicePlugin(std::string node, device::RegisterFormat format,
                            std::vector<device::DeviceInfo> devices)
-    : node_(std::move(node)), format_(format), devices_(std::move(devices)) {}
+    : node_(std::move(node)),
+      format_(format),
+      devices_(std::move(devices)),
+      has_mig_(std::any_of(devices_.begin(), devices_.end(),
+                           [](const device::DeviceInfo& d) { return d.mode == "mig"; })) {}
 
 std::string DevicePlugin::RegisterValue() const {
   return format_ == device::RegisterFormat::kDelimited
@@ -362,6 +378,103 @@ absl::StatusOr<std::string> EraseNextEntry(std::string_view value, bool compact,
   return device::EncodePodDevices(d);
 }
 
+absl::StatusOr<std::vector<size_t>> ContainerMigReservations(
+    const std::vector<device::MigAllocation>& allocations, int container,
+    const device::ContainerDevices& devices, const std::vector<device::DeviceInfo>& cards) {
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < allocations.size(); ++i) {
+    if (allocations[i].container_index == container) {
+      mine.push_back(i);
+    }
+  }
+  std::sort(mine.begin(), mine.end(), [&](size_t a, size_t b) {
+    return allocations[a].device_index < allocations[b].device_index;
+  });
+  if (mine.size() != devices.size()) {
+    return absl::FailedPreconditionError(
+        fmt::format("container {} has {} MIG reservations, requested {} devices", container,
+                    mine.size(), devices.size()));
+  }
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const device::MigAllocation& a = allocations[mine[k]];
+    if (a.gpu_uuid != devices[k].uuid) {
+      return absl::FailedPreconditionError(
+          fmt::format("container {} device {}: MIG reservation on {} but the device is {}",
+                      container, k, a.gpu_uuid, devices[k].uuid));
+    }
+    auto card = std::find_if(cards.begin(), cards.end(),
+                             [&](const device::DeviceInfo& d) { return d.id == a.gpu_uuid; });
+    bool valid = false;
+    if (card != cards.end() && card->mode == "mig") {
+      for (const device::MigProfile& p : card->mig_profiles) {
+        if (p.name == a.profile) {
+          valid = valid || std::find(p.placements.begin(), p.placements.end(), a.placement) !=
+                               p.placements.end();
+        }
+      }
+    }
+    if (!valid) {
+      return absl::FailedPreconditionError(fmt::format(
+          "scheduler selected invalid placement {{start:{}, size:{}}} for profile {} on {}",
+          a.placement.start, a.placement.size, a.profile, a.gpu_uuid));
+    }
+  }
+  return mine;
+}
+
+absl::Status DevicePlugin::RealiseMig(kube::ApiClient& client, const AllocateResult& result,
+                                      kube::Pod& pod,
+                                      std::vector<device::MigAllocation>& allocations,
+                                      const std::vector<size_t>& indices) {
+  for (size_t i : indices) {
+    device::MigAllocation& a = allocations[i];
+    const uint32_t gi = ++last_gpu_instance_[a.gpu_uuid];
+    const size_t h = std::hash<std::string>{}(fmt::format("{}/{}", a.gpu_uuid, gi));
+    a.gpu_instance_id = gi;
+    a.compute_instance_id = 0;
+    a.mig_uuid = fmt::format("MIG-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", h & 0xffffffffu,
+                             (h >> 32) & 0xffffu, (h >> 48) & 0xffffu, gi & 0xffffu,
+                             static_cast<uint64_t>(h ^ (h >> 17)) & 0xffffffffffffULL);
+  }
+  kube::MetadataPatch p;
+  p.annotations.emplace_back(std::string(device::kMigAllocationsAnnotation),
+                             device::EncodeMigAllocations(allocations));
+  p.resource_version = pod.meta.resource_version;
+  TESSERA_ASSIGN_OR_RETURN(pod, client.PatchPodMetadata(result.ns, result.name, p));
+  return absl::OkStatus();
+}
+
+absl::Status DevicePlugin::ReleaseLock(kube::ApiClient& client, const AllocateResult& result) {
+  // ReleaseNodeLock (HEAD): only a lock this pod owns, with a resourceVersion precondition.
+  const std::string owner = "," + result.ns + "," + result.name;
+  absl::Status released = absl::OkStatus();
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    TESSERA_ASSIGN_OR_RETURN(kube::Node node, client.GetNode(node_));
+    const std::string current(node.meta.annotations.Get(device::kNodeLockAnnotation));
+    if (current.empty() || current.size() < owner.size() ||
+        current.compare(current.size() - owner.size(), owner.size(), owner) != 0) {
+      released = absl::OkStatus();
+      break;
+    }
+    kube::MetadataPatch unlock;
+    unlock.annotations.emplace_back(std::string(device::kNodeLockAnnotation), std::nullopt);
+    unlock.resource_version = node.meta.resource_version;
+    released = client.PatchNodeMetadata(node_, unlock).status();
+    if (released.ok() || !absl::IsAborted(released)) {
+      break;
+    }
+  }
+  return released;
+}
+
+absl::Status DevicePlugin::Fail(kube::ApiClient& client, const AllocateResult& result) {
+  kube::MetadataPatch failed;
+  failed.annotations.emplace_back(std::string(device::kBindPhaseAnnotation),
+                                  std::string(device::kBindPhaseFailed));
+  TESSERA_RETURN_IF_ERROR(client.PatchPodMetadata(result.ns, result.name, failed).status());
+  return ReleaseLock(client, result);
+}
+
 absl::StatusOr<AllocateResult> DevicePlugin::Allocate(kube::ApiClient& client, std::string_view ns,
                                                       std::string_view name) {
   MutexLock serial(&mu_);
@@ -396,14 +509,48 @@ absl::StatusOr<AllocateResult> DevicePlugin::Allocate(kube::ApiClient& client, s
     }
   }
   const bool compact = format_ == device::RegisterFormat::kDelimited;
+  // MIG mode (v2.10's plugin, JSON registration): the pod's reservations, realised per call.
+  const bool mig = has_mig_ && !compact;
+  std::vector<device::MigAllocation> allocations;
+  std::string failure;  // a MIG reservation the plugin cannot realise
+  if (mig) {
+    absl::StatusOr<std::vector<device::MigAllocation>> decoded =
+        device::DecodeMigAllocations(pod.meta.annotations.Get(device::kMigAllocationsAnnotation));
+    if (decoded.ok()) {
+      allocations = *std::move(decoded);
+    } else {
+      failure = std::string(decoded.status().message());
+    }
+  }
   std::string to(pod.meta.annotations.Get(device::kDevicesToAllocateAnnotation));
-  while (AllocationPending(to)) {
+  while (failure.empty() && AllocationPending(to)) {
+    if (mig) {
+      // The entry this call consumes: the first non-empty one, its index the container's.
+      TESSERA_ASSIGN_OR_RETURN(device::PodDevices entries, device::DecodePodDevices(to));
+      size_t c = 0;
+      while (c < entries.size() && entries[c].empty()) {
+        ++c;
+      }
+      absl::StatusOr<std::vector<size_t>> mine =
+          ContainerMigReservations(allocations, static_cast<int>(c), entries[c], devices_);
+      if (!mine.ok()) {
+        failure = std::string(mine.status().message());
+        break;
+      }
+      TESSERA_RETURN_IF_ERROR(RealiseMig(client, result, pod, allocations, *mine));
+      result.mig_instances += static_cast<int>(mine->size());
+    }
     TESSERA_ASSIGN_OR_RETURN(std::string next, EraseNextEntry(to, compact));
     kube::MetadataPatch p;
     p.annotations.emplace_back(std::string(device::kDevicesToAllocateAnnotation), next);
-    TESSERA_RETURN_IF_ERROR(client.PatchPodMetadata(result.ns, result.name, p).status());
+    TESSERA_ASSIGN_OR_RETURN(pod, client.PatchPodMetadata(result.ns, result.name, p));
     ++result.calls;
     to = std::move(next);
+  }
+  if (!failure.empty()) {
+    result.failure = std::move(failure);
+    TESSERA_RETURN_IF_ERROR(Fail(client, result));
+    return result;
   }
   // podAllocationTrySuccess: re-GET and look for a device left.
   TESSERA_ASSIGN_OR_RETURN(pod, client.GetPod(result.ns, result.name));
@@ -414,26 +561,7 @@ absl::StatusOr<AllocateResult> DevicePlugin::Allocate(kube::ApiClient& client, s
   success.annotations.emplace_back(std::string(device::kBindPhaseAnnotation),
                                    std::string(device::kBindPhaseSuccess));
   TESSERA_RETURN_IF_ERROR(client.PatchPodMetadata(result.ns, result.name, success).status());
-  // ReleaseNodeLock (HEAD): only a lock this pod owns, with a resourceVersion precondition.
-  const std::string owner = "," + result.ns + "," + result.name;
-  absl::Status released = absl::OkStatus();
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    TESSERA_ASSIGN_OR_RETURN(node, client.GetNode(node_));
-    const std::string current(node.meta.annotations.Get(device::kNodeLockAnnotation));
-    if (current.empty() || current.size() < owner.size() ||
-        current.compare(current.size() - owner.size(), owner.size(), owner) != 0) {
-      released = absl::OkStatus();
-      break;
-    }
-    kube::MetadataPatch unlock;
-    unlock.annotations.emplace_back(std::string(device::kNodeLockAnnotation), std::nullopt);
-    unlock.resource_version = node.meta.resource_version;
-    released = client.PatchNodeMetadata(node_, unlock).status();
-    if (released.ok() || !absl::IsAborted(released)) {
-      break;
-    }
-  }
-  TESSERA_RETURN_IF_ERROR(released);
+  TESSERA_RETURN_IF_ERROR(ReleaseLock(client, result));
   result.success = true;
   return result;
 }
@@ -495,6 +623,11 @@ absl::StatusOr<FilterOutcome> ParseFilterResult(const std::string& body, bool no
   if (out.node.empty() && j.contains("FailedNodes") && j["FailedNodes"].is_object() &&
       !j["FailedNodes"].empty()) {
     out.failed_reason = j["FailedNodes"].begin().value().get<std::string>();
+    for (auto it = j["FailedNodes"].begin(); it != j["FailedNodes"].end(); ++it) {
+      if (it.value().is_string()) {
+        out.failed_reasons.push_back(it.value().get<std::string>());
+      }
+    }
   }
   return out;
 }

@@ -5,14 +5,15 @@
 // through kube::ApiClient (or raw kube::Request for verbs the client does not type):
 //
 //   Workload       pod manifests in a mix of shapes (whole GPU, memory MiB, percentage, cores,
-//                  multi-GPU, multi-container, NUMA-bound, type-constrained);
+//                  multi-GPU, multi-container, NUMA-bound, type-constrained, MIG-sized);
 //   DevicePlugin   HAMi's NVIDIA device plugin of one node: registers the node's GPUs (v2.5's
 //                  delimited format with the `Reported` handshake, or v2.8+'s JSON), and for a
 //                  bound pod does what the kubelet's Allocate calls make the plugin do
 //                  (docs/hami-device-plugin.md §1–3): find the pod through the node lock,
 //                  consume hami.io/vgpu-devices-to-allocate one container entry per call (G1
 //                  compacting on delimited nodes, G3 index-preserving on JSON nodes), then
-//                  bind-phase=success and release the lock;
+//                  bind-phase=success and release the lock; with `mig` cards it is v2.10's
+//                  plugin in mig mode and realises each container's MIG reservations;
 //   Kubelet        pod phases (Pending → Running → Succeeded) and graceful deletion;
 //   ExtenderClient kube-scheduler's side of the extender protocol (/filter with NodeNames or
 //                  full Nodes, /bind), and SchedulingQueue, its backoff for unschedulable pods.
@@ -38,6 +39,7 @@
 #include "absl/time/time.h"
 
 #include "tessera/base/mutex.h"
+#include "tessera/device/mig.h"
 #include "tessera/device/model.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/transport.h"
@@ -78,8 +80,20 @@ absl::Status CreateResourceQuota(kube::Transport& t, std::string_view ns, std::s
 
 // ---- workload -------------------------------------------------------------------------------
 
-enum class Shape { kWhole, kMemory, kPercent, kCores, kMultiGpu, kMultiContainer, kNuma, kTyped };
-inline constexpr int kShapeCount = 8;
+// kMig: a MIG-sized request (`nvidia.com/vgpu-mode: mig`, memory of one profile or a little
+// under it), which only a `mig` card takes.
+enum class Shape {
+  kWhole,
+  kMemory,
+  kPercent,
+  kCores,
+  kMultiGpu,
+  kMultiContainer,
+  kNuma,
+  kTyped,
+  kMig
+};
+inline constexpr int kShapeCount = 9;
 std::string_view ShapeName(Shape s);
 std::optional<Shape> ParseShape(std::string_view name);
 
@@ -103,10 +117,26 @@ class Workload {
 // ---- device plugin --------------------------------------------------------------------------
 
 struct AllocateResult {
-  std::string ns, name;  // the pod the lock named (or the fallback found)
-  int calls = 0;         // Allocate calls made (one per GPU container)
-  bool success = false;  // bind-phase=success written and the lock released
+  std::string ns, name;   // the pod the lock named (or the fallback found)
+  int calls = 0;          // Allocate calls made (one per GPU container)
+  bool success = false;   // bind-phase=success written and the lock released
+  int mig_instances = 0;  // MIG instances realised (runtime identity written back)
+  // Why the plugin failed the pod (bind-phase=failed written, the lock released): a MIG
+  // reservation it cannot realise. Empty otherwise.
+  std::string failure;
 };
+
+// What HAMi v2.10's plugin checks of one container's MIG reservations before it creates the
+// instances (plugin/util.go GetContainerDeviceStrArray, migmgr.go): `allocations` are the pod's,
+// `container` the entry's index (init containers first), `devices` its device entry. The
+// container's reservations, sorted by deviceIndex, must be as many as its devices, each naming
+// that device's card, and each profile and placement must be one the card registers. Returns
+// the indices into `allocations` in deviceIndex order, or FailedPrecondition with HAMi's text
+// ("container 0 has 1 MIG reservations, requested 2 devices", "scheduler selected invalid
+// placement ...").
+absl::StatusOr<std::vector<size_t>> ContainerMigReservations(
+    const std::vector<device::MigAllocation>& allocations, int container,
+    const device::ContainerDevices& devices, const std::vector<device::DeviceInfo>& cards);
 
 class DevicePlugin {
  public:
@@ -127,6 +157,13 @@ class DevicePlugin {
   // GPU containers, then completion. Finds the pod as the plugin does: the node lock first,
   // then (no lock) the pod itself if it is Pending, bind-phase allocating and annotated for
   // this node. FailedPrecondition when nothing is pending (retry later), errors of the API.
+  // On a node with `mig` cards each call also realises the container's instances as HAMi
+  // v2.10's plugin does: ContainerMigReservations, then migUUID, gpuInstanceID and
+  // computeInstanceID written into hami.io/vgpu-mig-allocations (the whole value, a merge patch
+  // with the pod's resourceVersion as precondition), before the entry is erased. A reservation
+  // it cannot realise fails the pod (result.failure). Instance ids: gpuInstanceID counts up per
+  // card from 1 (NVML reuses ids; nothing here reads them back), computeInstanceID 0, migUUID
+  // derived from the card and the id.
   absl::StatusOr<AllocateResult> Allocate(kube::ApiClient& client, std::string_view ns,
                                           std::string_view name);
 
@@ -134,8 +171,21 @@ class DevicePlugin {
   const std::string node_;
   const device::RegisterFormat format_;
   const std::vector<device::DeviceInfo> devices_;
+  const bool has_mig_;  // a `mig` card: the plugin realises MIG reservations
+  // Writes the runtime identity of allocations[indices] into the pod's annotation.
+  absl::Status RealiseMig(kube::ApiClient& client, const AllocateResult& result, kube::Pod& pod,
+                          std::vector<device::MigAllocation>& allocations,
+                          const std::vector<size_t>& indices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // bind-phase=failed and the lock released (HAMi's PodAllocationFailed).
+  absl::Status Fail(kube::ApiClient& client, const AllocateResult& result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases the node lock if `result`'s pod owns it.
+  absl::Status ReleaseLock(kube::ApiClient& client, const AllocateResult& result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   Mutex mu_;
   std::string last_written_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint32_t> last_gpu_instance_ ABSL_GUARDED_BY(mu_);  // by card UUID
 };
 
 // Consumes the first non-empty container entry of a to-allocate value, as the plugin's erase
@@ -163,8 +213,9 @@ class Kubelet {
 // ---- kube-scheduler -------------------------------------------------------------------------
 
 struct FilterOutcome {
-  std::string node;           // empty: unschedulable
-  std::string failed_reason;  // first FailedNodes reason when unschedulable
+  std::string node;                         // empty: unschedulable
+  std::string failed_reason;                // first FailedNodes reason when unschedulable
+  std::vector<std::string> failed_reasons;  // every FailedNodes reason, in the reply's order
   absl::Duration latency;
 };
 

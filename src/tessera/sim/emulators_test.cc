@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -10,6 +11,7 @@
 
 #include "tessera/apisim/server.h"
 #include "tessera/device/codec.h"
+#include "tessera/device/mig.h"
 #include "tessera/testing/fake_transport.h"
 #include "tessera/testing/objects.h"
 
@@ -75,7 +77,11 @@ TEST(WorkloadTest, ShapesAskForWhatTheirNameSays) {
   EXPECT_EQ(whole["spec"]["containers"][0]["resources"]["limits"].size(), 1u);
   json multi = json::parse(w.PodJson(Shape::kMultiGpu, "ns", "p", rng));
   EXPECT_NE(multi["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "1");
+  json mig = json::parse(w.PodJson(Shape::kMig, "ns", "p", rng));
+  EXPECT_EQ(mig["metadata"]["annotations"]["nvidia.com/vgpu-mode"], "mig");
+  EXPECT_TRUE(mig["spec"]["containers"][0]["resources"]["limits"].contains("nvidia.com/gpumem"));
   EXPECT_EQ(ParseShape("multi_gpu"), Shape::kMultiGpu);
+  EXPECT_EQ(ParseShape("mig"), Shape::kMig);
   EXPECT_FALSE(ParseShape("huge").has_value());
 }
 
@@ -167,8 +173,10 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(CreateNode(*transport_, node.dump()).ok());
   }
 
-  // A pod Tessera has bound: annotated, bind-phase allocating, spec.nodeName set.
-  void MakeBoundPod(const std::string& name, const std::string& node, const std::string& alloc) {
+  // A pod Tessera has bound: annotated, bind-phase allocating, spec.nodeName set; `mig` its
+  // hami.io/vgpu-mig-allocations when not empty.
+  void MakeBoundPod(const std::string& name, const std::string& node, const std::string& alloc,
+                    const std::string& mig = "") {
     json pod = {
         {"apiVersion", "v1"},
         {"kind", "Pod"},
@@ -185,6 +193,7 @@ class ClusterTest : public ::testing::Test {
          {{"nodeName", node},
           {"containers", {{{"name", "a"}, {"image", "x"}}, {{"name", "b"}, {"image", "x"}}}}}},
         {"status", {{"phase", "Pending"}}}};
+    if (!mig.empty()) pod["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"] = mig;
     ASSERT_TRUE(CreatePod(*transport_, "default", name, pod.dump()).ok());
   }
 
@@ -242,6 +251,72 @@ TEST_F(ClusterTest, PluginConsumesTheLockedPodContainerByContainer) {
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->name, "p2");
   EXPECT_TRUE(a->success);
+}
+
+// HAMi v2.10's plugin in `mig` mode: each Allocate call realises the container's reservations
+// (runtime identity written back into hami.io/vgpu-mig-allocations) before its entry is erased;
+// a reservation it cannot realise fails the pod and releases the lock.
+TEST_F(ClusterTest, PluginRealisesMigReservationsContainerByContainer) {
+  const std::shared_ptr<const device::NodeDevices> cards =
+      ::tessera::testing::MigNodeDevices("m1", {kA, kB});
+  DevicePlugin plugin("m1", device::RegisterFormat::kJson, cards->devices);
+  MakeNode("m1", "2026-12-03T08:00:00Z,default,mp");
+  // Container a: 1g on A at 6; container b: 2g on A at 0 and 1g on B at 6.
+  const std::string reserved = std::string(R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":")") +
+                               kA + R"(","profile":"1g.5gb","placement":{"start":6,"size":1}},)" +
+                               R"({"containerIndex":1,"deviceIndex":1,"gpuUUID":")" + kB +
+                               R"(","profile":"1g.5gb","placement":{"start":6,"size":1}},)" +
+                               R"({"containerIndex":1,"deviceIndex":0,"gpuUUID":")" + kA +
+                               R"(","profile":"2g.10gb","placement":{"start":0,"size":2}}])";
+  const std::string alloc = Dev(kA, 4864, 15) + ";" + Dev(kA, 9856, 29) + Dev(kB, 4864, 15) + ";";
+  MakeBoundPod("mp", "m1", alloc, reserved);
+  absl::StatusOr<AllocateResult> a = plugin.Allocate(*client_, "default", "mp");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->calls, 2);
+  EXPECT_EQ(a->mig_instances, 3);
+  EXPECT_TRUE(a->success);
+  EXPECT_EQ(a->failure, "");
+  absl::StatusOr<kube::Pod> mp = client_->GetPod("default", "mp");
+  ASSERT_TRUE(mp.ok());
+  absl::StatusOr<std::vector<device::MigAllocation>> realised =
+      device::DecodeMigAllocations(mp->meta.annotations.Get("hami.io/vgpu-mig-allocations"));
+  ASSERT_TRUE(realised.ok()) << realised.status();
+  ASSERT_EQ(realised->size(), 3u);
+  std::set<std::string> mig_uuids;
+  for (const device::MigAllocation& m : *realised) {
+    EXPECT_TRUE(m.RuntimeReady()) << m.gpu_uuid << " " << m.profile;
+    EXPECT_EQ(m.compute_instance_id, 0u);
+    EXPECT_THAT(m.mig_uuid, ::testing::StartsWith("MIG-"));
+    mig_uuids.insert(m.mig_uuid);
+  }
+  EXPECT_EQ(mig_uuids.size(), 3u);
+  // The placements are the scheduler's, unchanged; ids count per card, in call order.
+  EXPECT_EQ((*realised)[0].placement, (device::MigPlacement{6, 1}));
+  EXPECT_EQ((*realised)[0].gpu_instance_id, 1u);
+  EXPECT_EQ((*realised)[2].placement, (device::MigPlacement{0, 2}));
+  EXPECT_EQ((*realised)[2].gpu_instance_id, 2u);
+  EXPECT_EQ((*realised)[1].gpu_instance_id, 1u);
+  EXPECT_EQ(mp->meta.annotations.Get("hami.io/bind-phase"), "success");
+  EXPECT_EQ(mp->meta.annotations.Get("hami.io/vgpu-devices-to-allocate"), ";;;;");
+
+  // A placement the card does not register (2g at 1): the pod fails, the lock is released.
+  MakeNode("m2", "2026-12-03T08:00:00Z,default,bad");
+  DevicePlugin plugin2("m2", device::RegisterFormat::kJson, cards->devices);
+  MakeBoundPod("bad", "m2", Dev(kA, 9856, 29) + ";",
+               std::string(R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":")") + kA +
+                   R"(","profile":"2g.10gb","placement":{"start":1,"size":2}}])");
+  a = plugin2.Allocate(*client_, "default", "bad");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->success);
+  EXPECT_THAT(a->failure, HasSubstr("invalid placement {start:1, size:2} for profile 2g.10gb"));
+  EXPECT_EQ(client_->GetPod("default", "bad")->meta.annotations.Get("hami.io/bind-phase"),
+            "failed");
+  EXPECT_FALSE(client_->GetNode("m2")->meta.annotations.Contains("hami.io/mutex.lock"));
+  // A device without a reservation (no annotation at all): HAMi's count check.
+  MakeBoundPod("none", "m2", Dev(kA, 4864, 15) + ";");
+  a = plugin2.Allocate(*client_, "default", "none");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->failure, "container 0 has 0 MIG reservations, requested 1 devices");
 }
 
 TEST_F(ClusterTest, PluginFallbackRefusesAPodThatIsNotBindingHere) {

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
+#include "tessera/sim/mig_oracle.h"
 #include "tessera/sim/quota_oracle.h"
 
 namespace tessera::sim {
@@ -56,6 +58,7 @@ Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube:
       u.count = info.count;
       u.devmem = info.devmem;
       u.devcore = info.devcore;
+      u.mig = info.mode == "mig";
     }
   }
   for (const kube::Pod& p : pods) {
@@ -269,10 +272,12 @@ void CompareEveryKey(const std::map<K, T>& truth, const std::map<K, E>& exported
 }  // namespace
 
 void Oracle::Observe(absl::Time now, const Truth& truth, const Exported* exported,
-                     const std::string& last_fault, const QuotaObservation* quota) {
+                     const std::string& last_fault, const QuotaObservation* quota,
+                     const MigObservation* mig) {
   ++observations_;
   for (const auto& [uuid, u] : truth.devices) {
-    const bool over = u.used > u.count || u.usedmem > u.devmem || u.usedcores > u.devcore;
+    const bool over =
+        u.used > u.count || u.usedmem > u.devmem || (!u.mig && u.usedcores > u.devcore);
     bool& was = overcommitted_[uuid];
     if (over && !was) {
       violations_.push_back(
@@ -294,6 +299,25 @@ void Oracle::Observe(absl::Time now, const Truth& truth, const Exported* exporte
                                /*overcommit=*/true});
       }
       was = over;
+    }
+  }
+  if (mig != nullptr) {
+    std::set<std::string> now_overlapping;
+    for (const MigOverlap& o : FindMigOverlaps(mig->truth)) {
+      now_overlapping.insert(o.key);
+      if (!overcommitted_[o.key]) {
+        violations_.push_back(
+            {now, fmt::format("MIG placements overlap on {} ({}): {}", o.card, o.node, o.what),
+             /*overcommit=*/true});
+      }
+      overcommitted_[o.key] = true;
+    }
+    for (auto it = overcommitted_.begin(); it != overcommitted_.end();) {
+      if (it->first.starts_with("mig ") && !now_overlapping.contains(it->first)) {
+        it = overcommitted_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
   if (exported == nullptr) {
@@ -324,6 +348,13 @@ void Oracle::Observe(absl::Time now, const Truth& truth, const Exported* exporte
     }
   };
   CompareEveryKey(truth.shares, exported->shares, kNoShare, kNoShare, compare_share);
+  if (mig != nullptr && mig->exported.has_value()) {
+    for (auto& [uuid, detail] : CompareMigInstances(mig->truth, *mig->exported)) {
+      auto card = mig->truth.cards.find(uuid);
+      differ[{"", "mig " + uuid}] = {card == mig->truth.cards.end() ? "" : card->second.node,
+                                     std::move(detail)};
+    }
+  }
   // A namespace's usage sums many pods, so under churn some pod of it is nearly always in flight
   // and the sums would differ in chained samples: quota usage is compared in the quiet samples
   // only, those where every device and pod share agrees (then the sums must agree too).

@@ -33,11 +33,16 @@
 namespace tessera::sim {
 
 struct QuotaObservation;  // quota_oracle.h
+struct MigObservation;    // mig_oracle.h
 
 struct DeviceUsage {
   std::string node;
   int64_t count = 0, devmem = 0, devcore = 0;  // capacity (truth only)
   int64_t used = 0, usedmem = 0, usedcores = 0;
+  // A card in mig mode (truth only): its instances book their profile's core, ⌈compute × 100 /
+  // 7⌉, which sums past devcore on a full card (7 × 15 % for seven 1g instances, in HAMi too),
+  // so no cores bound; invariant 4 (mig_oracle.h) is its over-commit check.
+  bool mig = false;
 };
 
 // A pod's share of one device, keyed by {"namespace/name", device UUID}.
@@ -117,8 +122,17 @@ class Oracle {
   // One observation. `exported` null: /metrics could not be read (not compared). `quota`
   // (quota_oracle.h), when given, is judged too: a namespace over a limit is a violation, and
   // its exported usage is compared as a device is, keyed "quota <namespace> <resource>".
+  // `mig` (mig_oracle.h) likewise: two instances overlapping on a card are a violation (once
+  // per pair while it lasts), and each card's exported realised instances are compared as a
+  // device is, keyed "mig <card UUID>".
   void Observe(absl::Time now, const Truth& truth, const Exported* exported,
-               const std::string& last_fault, const QuotaObservation* quota = nullptr);
+               const std::string& last_fault, const QuotaObservation* quota = nullptr,
+               const MigObservation* mig = nullptr);
+  // A violation seen outside the samples (e.g. a device plugin that could not realise a MIG
+  // reservation the scheduler wrote).
+  void AddViolation(absl::Time now, std::string what) {
+    violations_.push_back({now, std::move(what), /*overcommit=*/false});
+  }
   // Closes the run: open divergences older than the window become violations.
   void Finish(absl::Time now);
 
@@ -147,7 +161,8 @@ class Oracle {
   size_t open_shares_ = 0;
   std::vector<Divergence> divergences_;
   std::vector<Violation> violations_;
-  // Devices (and "quota <namespace> <resource>") currently over-committed (reported once).
+  // Devices (and "quota <namespace> <resource>", "mig <card> <pair>") currently over-committed
+  // (reported once).
   std::map<std::string, bool> overcommitted_;
   int64_t transient_ = 0;
   int64_t observations_ = 0;

@@ -93,6 +93,12 @@ Rows Figures(const RunResult& r, bool compact) {
   if (r.quota_refusals > 0) {
     row("refused by a namespace quota", fmt::format("{} filter answers", r.quota_refusals));
   }
+  if (r.mig_pods > 0 || r.mig_refusals > 0) {
+    row("MIG pods placed",
+        fmt::format("{} ({} instances realised by the plugins)", r.mig_pods, r.mig_instances));
+    row("MIG refusals",
+        fmt::format("{} filter answers with CardMigTopologyInfeasible", r.mig_refusals));
+  }
   row("pods deleted", fmt::format("{} ({} ran to completion)", r.deleted, r.completed));
   row("device plugin allocations", std::to_string(r.allocations));
   if (r.control_plane == "real") {
@@ -284,6 +290,9 @@ nlohmann::json RunJson(const RunResult& r) {
               {"unschedulable", r.unschedulable},
               {"unschedulable_attempts", r.unschedulable_attempts},
               {"quota_refusals", r.quota_refusals},
+              {"mig_pods", r.mig_pods},
+              {"mig_instances", r.mig_instances},
+              {"mig_refusals", r.mig_refusals},
               {"deleted", r.deleted},
               {"completed", r.completed},
               {"allocations", r.allocations}}},

@@ -1,6 +1,8 @@
 #include "tessera/sim/scenario.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -12,6 +14,7 @@
 #include <fmt/core.h>
 #include <yaml-cpp/yaml.h>
 
+#include "tessera/device/mig_geometry.h"
 #include "tessera/sim/embedded_scenarios.h"
 
 namespace tessera::sim {
@@ -217,6 +220,31 @@ absl::StatusOr<std::vector<QuotaNamespace>> ParseNamespaces(const YAML::Node& li
   return out;
 }
 
+// Every name a model of the geometry tables, none twice, at least one.
+absl::Status CheckMigModels(const std::vector<std::string>& models) {
+  std::string known;
+  for (const device::MigGpuModel& m : device::MigGpuModels()) {
+    known += fmt::format("{}{}", known.empty() ? "" : ", ", m.model);
+  }
+  if (models.empty()) {
+    return Bad("cluster.mig_models", fmt::format("want at least one of {}", known));
+  }
+  for (size_t i = 0; i < models.size(); ++i) {
+    const bool found =
+        std::any_of(device::MigGpuModels().begin(), device::MigGpuModels().end(),
+                    [&](const device::MigGpuModel& m) { return m.model == models[i]; });
+    if (!found) {
+      return Bad("cluster.mig_models",
+                 fmt::format("unknown model \"{}\" (known: {})", models[i], known));
+    }
+    if (std::find(models.begin(), models.begin() + static_cast<std::ptrdiff_t>(i), models[i]) !=
+        models.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return Bad("cluster.mig_models", fmt::format("\"{}\" listed twice", models[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string Scenario::NamespaceOf(std::string_view pod) const {
@@ -230,6 +258,28 @@ std::string Scenario::NamespaceOf(std::string_view pod) const {
     }
   }
   return namespaces[n % namespaces.size()].name;
+}
+
+bool Scenario::IsDelimitedNode(int index) const {
+  return std::floor((index + 1) * delimited_share) > std::floor(index * delimited_share);
+}
+
+std::vector<bool> Scenario::MigNodes() const {
+  std::vector<bool> out(static_cast<size_t>(std::max(nodes, 0)), false);
+  std::vector<int> json_nodes;
+  for (int i = 0; i < nodes; ++i) {
+    if (!IsDelimitedNode(i)) {
+      json_nodes.push_back(i);
+    }
+  }
+  const int64_t want =
+      std::min<int64_t>(std::llround(nodes * mig_share), static_cast<int64_t>(json_nodes.size()));
+  for (int64_t j = 0; j < want; ++j) {
+    out[static_cast<size_t>(
+        json_nodes[static_cast<size_t>(j * static_cast<int64_t>(json_nodes.size()) / want)])] =
+        true;
+  }
+  return out;
 }
 
 std::string_view FaultKindName(FaultKind k) { return kKindNames[static_cast<int>(k)]; }
@@ -286,9 +336,9 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
       TESSERA_SCN_ASSIGN(s.compare, ParseComparison(root["compare"], s.scheduler_args));
     }
     if (const YAML::Node c = root["cluster"]; c) {
-      keys = CheckKeys(
-          c, "cluster",
-          {"nodes", "gpus_per_node", "slots", "delimited_share", "gpu_types", "devmem_mib"});
+      keys = CheckKeys(c, "cluster",
+                       {"nodes", "gpus_per_node", "slots", "delimited_share", "gpu_types",
+                        "devmem_mib", "mig_share", "mig_models"});
       if (!keys.ok()) {
         return keys;
       }
@@ -309,6 +359,15 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
       }
       if (c["devmem_mib"]) {
         s.devmem_mib = c["devmem_mib"].as<std::vector<int>>();
+      }
+      if (c["mig_share"]) {
+        s.mig_share = c["mig_share"].as<double>();
+      }
+      if (const YAML::Node m = c["mig_models"]; m) {
+        if (!m.IsSequence()) {
+          return Bad("cluster.mig_models", "want a list of GPU models such as [A100-40GB]");
+        }
+        s.mig_models = m.as<std::vector<std::string>>();
       }
     }
     if (const YAML::Node w = root["workload"]; w) {
@@ -375,6 +434,28 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
   }
   if (s.gpu_types.empty() || s.gpu_types.size() != s.devmem_mib.size()) {
     return Bad("cluster.gpu_types", "want as many gpu_types as devmem_mib, at least one");
+  }
+  if (!(s.delimited_share >= 0 && s.delimited_share <= 1)) {
+    return Bad("cluster.delimited_share", "want a share in [0, 1]");
+  }
+  if (!(s.mig_share >= 0 && s.mig_share <= 1)) {
+    return Bad("cluster.mig_share", "want a share of the nodes in [0, 1]");
+  }
+  if (absl::Status m = CheckMigModels(s.mig_models); !m.ok()) {
+    return m;
+  }
+  if (s.nodes > 0) {
+    int json_nodes = 0;
+    for (int i = 0; i < s.nodes; ++i) {
+      json_nodes += s.IsDelimitedNode(i) ? 0 : 1;
+    }
+    if (std::llround(s.nodes * s.mig_share) > json_nodes) {
+      return Bad(
+          "cluster.mig_share",
+          fmt::format("{} of {} nodes wanted in mig mode, but with delimited_share {} only "
+                      "{} run the JSON (v2.10) plugin that MIG needs",
+                      std::llround(s.nodes * s.mig_share), s.nodes, s.delimited_share, json_nodes));
+    }
   }
   if (s.create_rate <= 0 || s.max_pods < 0 || s.delete_rate < 0) {
     return Bad("workload", "create_rate must be positive, pods and delete_rate non-negative");

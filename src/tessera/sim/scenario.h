@@ -91,6 +91,18 @@ struct Scenario {
   double delimited_share = 0.3;  // nodes with the v2.5 plugin (delimited + handshake)
   std::vector<std::string> gpu_types = {"NVIDIA-A100", "NVIDIA-H100"};
   std::vector<int> devmem_mib = {40960, 81920};
+  // MIG (docs/simulate.md "MIG"): this share of the nodes run HAMi v2.10's plugin in `mig`
+  // mode — every card registered (JSON) with mode "mig" and the `migProfiles` of its model
+  // (device::MigProfilesOf); the models of mig_models (names of device::MigGpuModels, e.g.
+  // "A100-40GB") are taken in turn. A MIG node is never a delimited (v2.5) node.
+  double mig_share = 0;
+  std::vector<std::string> mig_models = {"A100-40GB"};
+  // Whether node `index` (0-based) runs the v2.5 plugin: node i is delimited when
+  // floor((i+1)·delimited_share) grows, which spreads them evenly.
+  bool IsDelimitedNode(int index) const;
+  // Which nodes are MIG nodes: round(nodes·mig_share) of them, spread evenly over the nodes
+  // that are not delimited (ParseScenario refuses a share that does not fit there).
+  std::vector<bool> MigNodes() const;
 
   // workload
   double create_rate = 30;  // pods per second

@@ -2,6 +2,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -12,7 +13,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(ScenarioTest, EveryEmbeddedScenarioParses) {
-  for (const char* name : {"quick", "seed-bug", "chaos", "scale", "quota"}) {
+  for (const char* name : {"quick", "seed-bug", "chaos", "scale", "quota", "mig"}) {
     absl::StatusOr<Scenario> s = LoadScenario(name);
     ASSERT_TRUE(s.ok()) << name << ": " << s.status();
     EXPECT_EQ(s->name, name);
@@ -91,6 +92,42 @@ namespaces:
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_THAT(r.status().message(), HasSubstr("namespaces")) << bad;
   }
+}
+
+TEST(ScenarioTest, MigNodesAreASpreadShareWithKnownModels) {
+  absl::StatusOr<Scenario> s = ParseScenario(R"(
+cluster: {nodes: 10, delimited_share: 0.3, mig_share: 0.3, mig_models: [A100-40GB, H100-80GB]}
+)");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->mig_models, (std::vector<std::string>{"A100-40GB", "H100-80GB"}));
+  std::vector<int> mig, delimited;
+  const std::vector<bool> is_mig = s->MigNodes();
+  ASSERT_EQ(is_mig.size(), 10u);
+  for (int i = 0; i < s->nodes; ++i) {
+    if (is_mig[static_cast<size_t>(i)]) mig.push_back(i);
+    if (s->IsDelimitedNode(i)) delimited.push_back(i);
+  }
+  // Three of ten, spread over the seven JSON nodes; none of them a delimited one.
+  EXPECT_EQ(delimited, (std::vector<int>{3, 6, 9}));
+  EXPECT_EQ(mig, (std::vector<int>{0, 2, 5}));
+  EXPECT_EQ(Scenario{}.MigNodes(), std::vector<bool>(20, false));  // mig_share 0: none
+  for (const char* bad :
+       {"cluster: {mig_share: 1.5}", "cluster: {mig_share: -0.1}", "cluster: {mig_models: []}",
+        "cluster: {mig_models: [A100-41GB]}", "cluster: {mig_models: [H200, H200]}",
+        "cluster: {mig_models: A100-40GB}", "cluster: {delimited_share: 2}",
+        "cluster: {nodes: 10, delimited_share: 0.5, mig_share: 0.6}"}) {
+    absl::StatusOr<Scenario> r = ParseScenario(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(r.status().message(), HasSubstr("cluster.")) << bad;
+  }
+  EXPECT_THAT(
+      ParseScenario("cluster: {nodes: 10, delimited_share: 0.5, mig_share: 0.6}")
+          .status()
+          .message(),
+      HasSubstr("6 of 10 nodes wanted in mig mode, but with delimited_share 0.5 only 5 run"));
+  EXPECT_THAT(
+      ParseScenario("cluster: {mig_models: [A100-41GB]}").status().message(),
+      HasSubstr("unknown model \"A100-41GB\" (known: A100-40GB, A100-80GB, H100-80GB, H200)"));
 }
 
 TEST(ScenarioTest, ParsesAComparison) {

@@ -34,12 +34,14 @@
 #include "tessera/base/mutex.h"
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
+#include "tessera/device/mig_geometry.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/config.h"
 #include "tessera/kube/informer.h"
 #include "tessera/kube/transport.h"
 #include "tessera/sim/control_plane.h"
 #include "tessera/sim/emulators.h"
+#include "tessera/sim/mig_oracle.h"
 #include "tessera/sim/quota_oracle.h"
 #include "tessera/sim/synthetic.h"
 
@@ -133,6 +135,7 @@ struct SimNode {
   std::string json;  // with the registration, for full-Nodes filters
   std::unique_ptr<DevicePlugin> plugin;
   bool alive = true;
+  bool mig = false;      // its cards registered in mig mode
   bool stopped = false;  // plugin_stop
   absl::Time next_report;
 };
@@ -419,8 +422,17 @@ absl::Status Simulation::MakeTransports() {
 
 absl::Status Simulation::CreateNodes() {
   std::vector<SimNode> nodes;
+  const std::vector<bool> mig_nodes = s_.MigNodes();
+  size_t mig_index = 0;
   for (int i = 0; i < s_.nodes; ++i) {
     const size_t type = static_cast<size_t>(i) % s_.gpu_types.size();
+    const device::MigGpuModel* model = nullptr;
+    if (mig_nodes[static_cast<size_t>(i)]) {
+      const std::string& name = s_.mig_models[mig_index++ % s_.mig_models.size()];
+      for (const device::MigGpuModel& m : device::MigGpuModels()) {
+        model = m.model == name ? &m : model;
+      }
+    }
     std::vector<device::DeviceInfo> devices;
     for (int g = 0; g < s_.gpus_per_node; ++g) {
       device::DeviceInfo d;
@@ -431,13 +443,22 @@ absl::Status Simulation::CreateNodes() {
       d.devcore = 100;
       d.type = s_.gpu_types[type];
       d.numa = g < s_.gpus_per_node / 2 ? 0 : 1;
+      if (model != nullptr) {
+        // HAMi v2.10's plugin in `mig` mode: the model's NVML name, its whole memory, and the
+        // profiles of its geometry (an allowlist of every profile); as many slots as 1g
+        // instances fit (the plugin registers count = the card's maximum instances).
+        d.type = fmt::format("NVIDIA {}", model->type_fragments.front());
+        d.devmem = model->memory_mib;
+        d.mode = "mig";
+        d.mig_profiles = device::MigProfilesOf(*model);
+        d.count = static_cast<int32_t>(model->profiles.front().max_instances);
+      }
       devices.push_back(d);
     }
-    // Spread the v2.5 plugins evenly: node i is delimited when floor((i+1)·share) grows.
-    const bool delimited =
-        std::floor((i + 1) * s_.delimited_share) > std::floor(i * s_.delimited_share);
+    const bool delimited = model == nullptr && s_.IsDelimitedNode(i);
     SimNode n;
     n.name = NodeName(i);
+    n.mig = model != nullptr;
     n.plugin = std::make_unique<DevicePlugin>(
         n.name, delimited ? device::RegisterFormat::kDelimited : device::RegisterFormat::kJson,
         devices);
@@ -595,6 +616,12 @@ void Simulation::ScheduleTask(const std::string& name) {
         if (absl::StrContains(f->failed_reason, "ResourceQuotaNotFit")) {
           ++r_.quota_refusals;
         }
+        if (std::any_of(f->failed_reasons.begin(), f->failed_reasons.end(),
+                        [](const std::string& why) {
+                          return absl::StrContains(why, "CardMigTopologyInfeasible");
+                        })) {
+          ++r_.mig_refusals;
+        }
         if (!p.ever_unschedulable) {
           p.ever_unschedulable = true;
           ++r_.unschedulable;
@@ -622,6 +649,9 @@ void Simulation::ScheduleTask(const std::string& name) {
   }
   queue_.Forget(name);
   ++r_.scheduled;
+  if (const SimNode* n = NodeByName(f->node); n != nullptr && n->mig) {
+    ++r_.mig_pods;
+  }
   if (p.stage == Stage::kPending) {
     p.stage = Stage::kBound;
     p.node = f->node;
@@ -649,7 +679,16 @@ void Simulation::AllocateTask(const std::string& name, int tries) {
     plugin = n->plugin.get();
   }
   absl::StatusOr<AllocateResult> a = plugin->Allocate(*node_client_, s_.NamespaceOf(name), name);
+  if (a.ok() && !a->failure.empty()) {
+    // The plugin could not realise a MIG reservation the scheduler wrote: a wrong placement.
+    MutexLock o(&oracle_mu_);
+    oracle_.AddViolation(Now(), fmt::format("the device plugin of {} failed pod {}: {}",
+                                            plugin->node(), a->name, a->failure));
+  }
   MutexLock l(&mu_);
+  if (a.ok()) {
+    r_.mig_instances += a->mig_instances;
+  }
   if (a.ok() && a->success && a->name == name) {
     ++r_.allocations;
     node_tasks_.Post(Now(), [this, name] { StartTask(name); });
@@ -1417,6 +1456,17 @@ void Simulation::Observe() {
     }
   }
   const Truth truth = ComputeTruth(nodes, pods);
+  std::optional<MigObservation> mig;
+  if (s_.mig_share > 0) {
+    mig.emplace();
+    mig->truth = ComputeMigTruth(nodes, pods);
+    if (resp.ok()) {
+      absl::StatusOr<MigInstances> instances = ParseMigInstances(resp->body);
+      if (instances.ok()) {
+        mig->exported = std::move(*instances);
+      }
+    }
+  }
   std::optional<QuotaObservation> quota;
   if (!s_.namespaces.empty()) {
     quota.emplace();
@@ -1448,7 +1498,7 @@ void Simulation::Observe() {
   {
     MutexLock l(&oracle_mu_);
     oracle_.Observe(now, truth, exported.has_value() ? &*exported : nullptr, cause,
-                    quota.has_value() ? &*quota : nullptr);
+                    quota.has_value() ? &*quota : nullptr, mig.has_value() ? &*mig : nullptr);
     sample.diverging = static_cast<int64_t>(oracle_.open());
     sample.diverging_shares = static_cast<int64_t>(oracle_.open_shares());
   }

@@ -104,6 +104,10 @@ struct RunResult {
   // Filter answers without a node whose first reason names ResourceQuotaNotFit (a scenario's
   // namespace quota refusing the pod).
   int64_t quota_refusals = 0;
+  // MIG (scenarios with mig_share): pods bound to a MIG node, the instances the device plugins
+  // realised for them, and filter answers without a node where some node failed the pod as
+  // CardMigTopologyInfeasible (no free placement of an adequate profile).
+  int64_t mig_pods = 0, mig_instances = 0, mig_refusals = 0;
   absl::Duration filter_p50, filter_p99;
   std::vector<FaultRecord> faults;
   std::vector<Divergence> divergences;
