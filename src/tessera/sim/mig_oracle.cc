@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include <fmt/core.h>
 
 #include "tessera/device/annotations.h"
@@ -102,45 +101,40 @@ std::string MigInstanceText(const device::MigAllocation& a) {
 }
 
 absl::StatusOr<MigInstances> ParseMigInstances(std::string_view text) {
-  constexpr std::string_view kFamily = "hami_node_gpu_mig_instance_info{";
   MigInstances out;
-  for (const absl::string_view piece :
-       absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
-    const std::string_view line(piece.data(), piece.size());
-    if (!line.starts_with(kFamily)) {
-      continue;
-    }
-    const size_t close = line.rfind('}');
-    if (close == std::string_view::npos) {
-      return absl::InvalidArgumentError(fmt::format("unterminated labels: {}", line));
-    }
-    const std::string_view labels = line.substr(kFamily.size() - 1, close + 2 - kFamily.size());
-    std::map<std::string_view, std::string> v;
-    for (std::string_view key : {"device_uuid", "placement_start", "placement_size", "profile",
-                                 "mig_uuid", "gpu_instance_id", "compute_instance_id"}) {
-      std::optional<std::string> value = SampleLabel(labels, key);
-      if (!value.has_value()) {
-        return absl::InvalidArgumentError(fmt::format("sample without {}: {}", key, line));
-      }
-      v[key] = *std::move(value);
-    }
-    device::MigAllocation a;
-    a.profile = v["profile"];
-    a.mig_uuid = v["mig_uuid"];
-    uint32_t numbers[4] = {};
-    const std::string_view keys[4] = {"placement_start", "placement_size", "gpu_instance_id",
-                                      "compute_instance_id"};
-    for (size_t k = 0; k < 4; ++k) {
-      const std::string& s = v[keys[k]];
-      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), numbers[k]);
-      if (ec != std::errc() || end != s.data() + s.size()) {
-        return absl::InvalidArgumentError(fmt::format("bad {}: {}", keys[k], line));
-      }
-    }
-    a.placement = device::MigPlacement{numbers[0], numbers[1]};
-    a.gpu_instance_id = numbers[2];
-    a.compute_instance_id = numbers[3];
-    out[v["device_uuid"]].push_back(MigInstanceText(a));
+  const absl::Status parsed = ForEachSample(
+      text, "hami_node_gpu_mig_instance_info",
+      [&](std::string_view line, std::string_view labels, std::string_view) -> absl::Status {
+        std::map<std::string_view, std::string> v;
+        for (std::string_view key : {"device_uuid", "placement_start", "placement_size", "profile",
+                                     "mig_uuid", "gpu_instance_id", "compute_instance_id"}) {
+          std::optional<std::string> value = SampleLabel(labels, key);
+          if (!value.has_value()) {
+            return absl::InvalidArgumentError(fmt::format("sample without {}: {}", key, line));
+          }
+          v[key] = *std::move(value);
+        }
+        device::MigAllocation a;
+        a.profile = v["profile"];
+        a.mig_uuid = v["mig_uuid"];
+        uint32_t numbers[4] = {};
+        const std::string_view keys[4] = {"placement_start", "placement_size", "gpu_instance_id",
+                                          "compute_instance_id"};
+        for (size_t k = 0; k < 4; ++k) {
+          const std::string& s = v[keys[k]];
+          auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), numbers[k]);
+          if (ec != std::errc() || end != s.data() + s.size()) {
+            return absl::InvalidArgumentError(fmt::format("bad {}: {}", keys[k], line));
+          }
+        }
+        a.placement = device::MigPlacement{numbers[0], numbers[1]};
+        a.gpu_instance_id = numbers[2];
+        a.compute_instance_id = numbers[3];
+        out[v["device_uuid"]].push_back(MigInstanceText(a));
+        return absl::OkStatus();
+      });
+  if (!parsed.ok()) {
+    return parsed;
   }
   for (auto& [uuid, list] : out) {
     std::sort(list.begin(), list.end());

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include <fmt/core.h>
 
 #include "tessera/base/status_macros.h"
@@ -92,6 +93,26 @@ Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube:
 
 // No escapes expected in the labels read here; an escaped quote ends nothing early because \"
 // is skipped.
+absl::Status ForEachSample(
+    std::string_view text, std::string_view family,
+    const std::function<absl::Status(std::string_view line, std::string_view labels,
+                                     std::string_view value)>& fn) {
+  for (const absl::string_view piece :
+       absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
+    const std::string_view line(piece.data(), piece.size());
+    if (line.size() <= family.size() || !line.starts_with(family) || line[family.size()] != '{') {
+      continue;
+    }
+    const size_t close = line.rfind('}');
+    if (close == std::string_view::npos) {
+      return absl::InvalidArgumentError(fmt::format("unterminated labels: {}", line));
+    }
+    TESSERA_RETURN_IF_ERROR(
+        fn(line, line.substr(family.size(), close + 1 - family.size()), line.substr(close + 1)));
+  }
+  return absl::OkStatus();
+}
+
 std::optional<std::string> SampleLabel(std::string_view labels, std::string_view name) {
   size_t pos = 0;
   while (pos < labels.size()) {

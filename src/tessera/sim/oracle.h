@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -69,6 +70,14 @@ std::optional<device::PodDevices> HeldAllocation(const kube::Pod& pod);
 
 // The value of label `name` in a Prometheus sample's label block `{a="x",b="y"}`.
 std::optional<std::string> SampleLabel(std::string_view labels, std::string_view name);
+
+// Calls fn(line, labels, value) for each sample `family{…} value` of Prometheus text `text`
+// (`labels` with its braces, `value` the rest of the line) and returns fn's first error.
+// Errors: InvalidArgument for a sample of `family` whose label block is not closed.
+absl::Status ForEachSample(
+    std::string_view text, std::string_view family,
+    const std::function<absl::Status(std::string_view line, std::string_view labels,
+                                     std::string_view value)>& fn);
 
 struct ExportedDevice {
   std::string node;

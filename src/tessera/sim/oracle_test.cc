@@ -276,6 +276,31 @@ TEST(OracleTest, AnOpenDivergenceAtFinishOlderThanTheWindowIsAViolation) {
   EXPECT_THAT(o.violations()[0].what, HasSubstr("never healed"));
 }
 
+// The sample walk the oracles' metric parsers share: only `family{…}` samples (not comments, not
+// a family whose name starts with it), labels with their braces, the value after them; an
+// unclosed label block and an error of the callback end the walk.
+TEST(ForEachSampleTest, VisitsTheFamilysSamplesAndStopsAtTheFirstError) {
+  const std::string text = "# HELP fam x\nfam{a=\"1\"} 2\nfamily{a=\"9\"} 9\nfam{a=\"3\"} 4.5\n";
+  std::vector<std::string> seen;
+  const auto collect = [&](std::string_view, std::string_view labels, std::string_view value) {
+    seen.push_back(std::string(labels) + "|" + std::string(value));
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(ForEachSample(text, "fam", collect).ok());
+  EXPECT_THAT(seen, ::testing::ElementsAre("{a=\"1\"}| 2", "{a=\"3\"}| 4.5"));
+  const absl::Status unclosed = ForEachSample("fam{a=\"1\" 2\n", "fam", collect);
+  EXPECT_TRUE(absl::IsInvalidArgument(unclosed)) << unclosed;
+  EXPECT_THAT(std::string(unclosed.message()), ::testing::HasSubstr("unterminated labels"));
+  int calls = 0;
+  const absl::Status stopped =
+      ForEachSample(text, "fam", [&](std::string_view, std::string_view, std::string_view) {
+        ++calls;
+        return absl::InvalidArgumentError("no");
+      });
+  EXPECT_EQ(stopped.message(), "no");
+  EXPECT_EQ(calls, 1);
+}
+
 TEST(OracleTest, MissingMetricsAreNotCompared) {
   Oracle o(absl::Seconds(1));
   const absl::Time t0 = absl::FromUnixSeconds(1000);

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "absl/strings/str_split.h"
 #include <fmt/core.h>
 
 #include "tessera/device/codec.h"
@@ -73,32 +72,27 @@ QuotaTruth ComputeQuotaTruth(const Truth& truth, const std::vector<kube::Pod>& p
 }
 
 absl::StatusOr<QuotaUsed> ParseQuotaUsed(std::string_view text) {
-  constexpr std::string_view kFamily = "hami_resource_quota_used{";
   QuotaUsed out;
-  for (const absl::string_view piece :
-       absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
-    const std::string_view line(piece.data(), piece.size());
-    if (!line.starts_with(kFamily)) {
-      continue;
-    }
-    const size_t close = line.rfind('}');
-    if (close == std::string_view::npos) {
-      return absl::InvalidArgumentError(fmt::format("unterminated labels: {}", line));
-    }
-    const std::string_view labels = line.substr(kFamily.size() - 1, close + 2 - kFamily.size());
-    std::optional<std::string> ns = SampleLabel(labels, "namespace");
-    std::optional<std::string> resource = SampleLabel(labels, "quota_name");
-    if (!ns.has_value() || !resource.has_value()) {
-      return absl::InvalidArgumentError(
-          fmt::format("quota sample without namespace or quota_name: {}", line));
-    }
-    const std::string value(line.substr(close + 1));
-    char* end = nullptr;
-    const double v = std::strtod(value.c_str(), &end);
-    if (end == value.c_str() || !std::isfinite(v)) {
-      return absl::InvalidArgumentError(fmt::format("bad sample value: {}", line));
-    }
-    out[{*ns, *resource}] = std::llround(v);
+  const absl::Status parsed = ForEachSample(
+      text, "hami_resource_quota_used",
+      [&](std::string_view line, std::string_view labels, std::string_view text_value) {
+        std::optional<std::string> ns = SampleLabel(labels, "namespace");
+        std::optional<std::string> resource = SampleLabel(labels, "quota_name");
+        if (!ns.has_value() || !resource.has_value()) {
+          return absl::InvalidArgumentError(
+              fmt::format("quota sample without namespace or quota_name: {}", line));
+        }
+        const std::string value(text_value);
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (end == value.c_str() || !std::isfinite(v)) {
+          return absl::InvalidArgumentError(fmt::format("bad sample value: {}", line));
+        }
+        out[{*ns, *resource}] = std::llround(v);
+        return absl::OkStatus();
+      });
+  if (!parsed.ok()) {
+    return parsed;
   }
   return out;
 }
