@@ -20,21 +20,11 @@ namespace tessera::sim {
 
 MigTruth ComputeMigTruth(const std::vector<kube::Node>& nodes, const std::vector<kube::Pod>& pods) {
   MigTruth t;
-  for (const kube::Node& n : nodes) {
-    const std::string* reg = n.meta.annotations.Find(device::kNodeRegisterAnnotation);
-    if (reg == nullptr) {
-      continue;
+  ForEachRegisteredDevice(nodes, [&](const kube::Node& n, const device::DeviceInfo& info) {
+    if (info.mode == "mig") {
+      t.cards[info.id].node = n.meta.name;
     }
-    absl::StatusOr<device::DecodedRegister> d = device::DecodeNodeRegister(*reg);
-    if (!d.ok()) {
-      continue;
-    }
-    for (const device::DeviceInfo& info : d->devices) {
-      if (info.mode == "mig") {
-        t.cards[info.id].node = n.meta.name;
-      }
-    }
-  }
+  });
   for (const kube::Pod& p : pods) {
     std::optional<device::PodDevices> devs = HeldAllocation(p);
     if (!devs.has_value()) {

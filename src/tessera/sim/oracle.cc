@@ -42,8 +42,9 @@ std::optional<device::PodDevices> HeldAllocation(const kube::Pod& p) {
   return *std::move(devs);
 }
 
-Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube::Pod>& pods) {
-  Truth t;
+void ForEachRegisteredDevice(
+    const std::vector<kube::Node>& nodes,
+    const std::function<void(const kube::Node& node, const device::DeviceInfo& device)>& fn) {
   for (const kube::Node& n : nodes) {
     const std::string* reg = n.meta.annotations.Find(device::kNodeRegisterAnnotation);
     if (reg == nullptr) {
@@ -54,14 +55,21 @@ Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube:
       continue;
     }
     for (const device::DeviceInfo& info : d->devices) {
-      DeviceUsage& u = t.devices[info.id];
-      u.node = n.meta.name;
-      u.count = info.count;
-      u.devmem = info.devmem;
-      u.devcore = info.devcore;
-      u.mig = info.mode == "mig";
+      fn(n, info);
     }
   }
+}
+
+Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube::Pod>& pods) {
+  Truth t;
+  ForEachRegisteredDevice(nodes, [&](const kube::Node& n, const device::DeviceInfo& info) {
+    DeviceUsage& u = t.devices[info.id];
+    u.node = n.meta.name;
+    u.count = info.count;
+    u.devmem = info.devmem;
+    u.devcore = info.devcore;
+    u.mig = info.mode == "mig";
+  });
   for (const kube::Pod& p : pods) {
     std::optional<device::PodDevices> devs = HeldAllocation(p);
     if (!devs.has_value()) {

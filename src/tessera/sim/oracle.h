@@ -63,6 +63,12 @@ struct Truth {
 
 Truth ComputeTruth(const std::vector<kube::Node>& nodes, const std::vector<kube::Pod>& pods);
 
+// Calls fn(node, device) for each device registered by `nodes` (a node without the register
+// annotation, or with one that does not decode, registers none): the truth's devices.
+void ForEachRegisteredDevice(
+    const std::vector<kube::Node>& nodes,
+    const std::function<void(const kube::Node& node, const device::DeviceInfo& device)>& fn);
+
 // The truth's rule for one pod: its hami.io/vgpu-devices-allocated when it holds them (not
 // terminal, bound, hami.io/vgpu-node equal to spec.nodeName, not bind-phase failed, the
 // annotation decodes), else nullopt. Which entries count is still the node's registration's.
