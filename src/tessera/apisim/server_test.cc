@@ -1090,8 +1090,8 @@ TEST_F(ApisimTest, RestoreRollsBackToTheSnapshot) {
   EXPECT_EQ(GetJson("/api/v1/pods")["items"].size(), 3u);  // e is gone again
   EXPECT_EQ(CreatePod("f")["metadata"]["resourceVersion"], std::to_string(at + 1001));
   {
-    WatchReader old(server_->port(), "/api/v1/pods?watch=true&resourceVersion=" +
-                                         std::to_string(before));
+    WatchReader old(server_->port(),
+                    "/api/v1/pods?watch=true&resourceVersion=" + std::to_string(before));
     auto lines = old.WaitLines(1);
     ASSERT_EQ(lines.size(), 1u);
     EXPECT_EQ(lines[0]["type"], "ERROR");
