@@ -2,9 +2,11 @@
 //
 // Informer<T> (T = Pod, Node or ResourceQuota): a Reflector feeding a Store, with event handlers
 // delivered in order on one worker thread — client-go's shared informer with one listener. The
-// store is updated before each handler runs. Reconcile() takes a list its caller LISTed from the
-// API server and repairs the store against it (the resync layer). Delivery order, tombstones and
-// the resourceVersion rule of Reconcile: docs/kube-client.md "The informer".
+// store is updated before each handler runs; a relist replaces it wholesale, whatever the
+// resourceVersions. Reconcile() takes a list its caller LISTed from the API server and repairs
+// the store against it (the resync layer), or relists when that list proves the API server went
+// back in time. Delivery order, tombstones, the resourceVersion rule of Reconcile and rollbacks:
+// docs/kube-client.md "The informer" and "Rollbacks".
 //
 //   Informer<Pod> pods(&client, opts, {.on_add = ..., .on_update = ..., .on_delete = ...});
 //   pods.Start();  pods.WaitForSync(absl::Seconds(30));  pods.store().ListByNode("node-a");
@@ -111,9 +113,10 @@ class Informer : private ReflectorSink<T> {
   const Store<T>& store() const { return store_; }
   InformerCounters counters() const;
 
-  // Queues a comparison of `listed` — every object of a complete LIST made by the caller from
-  // the API server, at resourceVersion `list_resource_version` — with the store, run on the
-  // worker thread in order with the watch deliveries; see "Reconcile" above for the repairs.
+  // Queues a comparison of `listed` — every object of a complete LIST (with the informer's
+  // selectors) made by the caller from the API server, at resourceVersion
+  // `list_resource_version` — with the store, run on the worker thread in order with the watch
+  // deliveries; see "Reconcile" above for the repairs.
   // `done` runs on the worker thread with what was repaired; when the informer stops first it
   // is destroyed without being called (callers that wait must also watch for their own stop).
   // A Reconcile before HasSynced() repairs nothing (ran = false). Callers should pass lists in
