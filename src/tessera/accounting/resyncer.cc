@@ -155,6 +155,8 @@ void Resyncer::Resync(kube::Informer<T>* informer, std::string_view resource,
   std::vector<T> items;
   std::string rv;
   std::string error;
+  // What the informer had seen before the LIST: a list below it means a rollback.
+  std::string seen = informer->counters().reflector.last_resource_version;
   if (!ListAll(&items, &rv, report, &error)) {
     report->error +=
         fmt::format("{}{}: list: {}", report->error.empty() ? "" : "; ", resource, error);
@@ -162,11 +164,12 @@ void Resyncer::Resync(kube::Informer<T>* informer, std::string_view resource,
   }
   (std::is_same_v<T, kube::Pod> ? report->pods : report->nodes) = items.size();
   auto handoff = std::make_shared<Handoff>();
-  informer->Reconcile(std::move(items), rv, [handoff](kube::ReconcileResult result) {
-    MutexLock lock(&handoff->mu);
-    handoff->result = std::move(result);
-    handoff->cv.SignalAll();
-  });
+  informer->Reconcile(std::move(items), rv, std::move(seen),
+                      [handoff](kube::ReconcileResult result) {
+                        MutexLock lock(&handoff->mu);
+                        handoff->result = std::move(result);
+                        handoff->cv.SignalAll();
+                      });
   std::optional<kube::ReconcileResult> result;
   const absl::Time deadline = absl::Now() + options_.reconcile_timeout;
   {

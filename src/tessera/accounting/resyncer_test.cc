@@ -31,25 +31,40 @@ using ::testing::HasSubstr;
 
 const apisim::ResourceInfo& Res(const char* name) { return *apisim::FindResource("", "v1", name); }
 
-// A pod bound to node "a" holding 1000 MiB of GPU-a-0.
-std::string BoundPod(const std::string& name) {
+// A pod bound to node "a" holding `mib` MiB of GPU-a-0.
+std::string BoundPod(const std::string& name, int mib = 1000) {
+  nlohmann::json pod = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata",
+       {{"name", name},
+        {"namespace", "default"},
+        {"annotations",
+         {{"hami.io/vgpu-node", "a"},
+          {"hami.io/vgpu-devices-allocated", "GPU-a-0,NVIDIA," + std::to_string(mib) + ",0:;"},
+          {"hami.io/bind-phase", "success"}}}}},
+      {"spec",
+       {{"schedulerName", "hami-scheduler"},
+        {"nodeName", "a"},
+        {"containers",
+         {{{"name", "c"},
+           {"image", "cuda"},
+           {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}}}}},
+      {"status", {{"phase", "Running"}}}};
+  return pod.dump();
+}
+
+// A pending pod asking for one GPU, not yet decided.
+std::string PendingPod(const std::string& name) {
   nlohmann::json pod = {{"apiVersion", "v1"},
                         {"kind", "Pod"},
-                        {"metadata",
-                         {{"name", name},
-                          {"namespace", "default"},
-                          {"annotations",
-                           {{"hami.io/vgpu-node", "a"},
-                            {"hami.io/vgpu-devices-allocated", "GPU-a-0,NVIDIA,1000,0:;"},
-                            {"hami.io/bind-phase", "success"}}}}},
+                        {"metadata", {{"name", name}, {"namespace", "default"}}},
                         {"spec",
                          {{"schedulerName", "hami-scheduler"},
-                          {"nodeName", "a"},
                           {"containers",
                            {{{"name", "c"},
                              {"image", "cuda"},
-                             {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}}}}},
-                        {"status", {{"phase", "Running"}}}};
+                             {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}}}}}};
   return pod.dump();
 }
 
@@ -125,6 +140,92 @@ class ResyncerTest : public ::testing::Test {
             .ok());
     ASSERT_TRUE(Eventually([&] { return pods_->store().Get("default/" + name) != nullptr; }));
   }
+  // The pods the informer's store holds and the server's, key → "uid rv".
+  std::map<std::string, std::string> StorePods() {
+    std::map<std::string, std::string> out;
+    for (const auto& p : pods_->store().List()) {
+      out[p->Key()] = p->meta.uid + " " + p->meta.resource_version;
+    }
+    return out;
+  }
+  std::map<std::string, std::string> ServerPods() {
+    std::map<std::string, std::string> out;
+    absl::StatusOr<kube::PodList> list = client_->ListPods({});
+    EXPECT_TRUE(list.ok()) << list.status();
+    if (list.ok()) {
+      for (const kube::Pod& p : list->items) {
+        out[p.Key()] = p.meta.uid + " " + p.meta.resource_version;
+      }
+    }
+    return out;
+  }
+  // The MiB of GPU memory the ledger's records hold.
+  int64_t RecordedMiB() {
+    int64_t mib = 0;
+    for (const ledger::PodAllocation& p : ledger_.Records()) {
+      for (const device::ContainerDevices& c : p.devices) {
+        for (const device::ContainerDevice& d : c) {
+          mib += d.usedmem;
+        }
+      }
+    }
+    return mib;
+  }
+  // Issue 41 finding 4's cluster: before the snapshot "steady", "changed" and "deleted" are
+  // bound with 1,000 MiB each and "waiting" is pending; after it three pods with 5,000 MiB each
+  // are created (the phantoms), "changed" gets a label, "deleted" is deleted and "waiting" is
+  // decided and bound with 3,000 MiB.
+  void RollbackScenario() {
+    CreatePod("steady");
+    CreatePod("changed");
+    CreatePod("deleted");
+    ASSERT_TRUE(sim_->store().Create(Res("pods"), "default", PendingPod("waiting")).ok());
+    StartInformers();
+    sim_->store().Snapshot();
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(
+          sim_->store()
+              .Create(Res("pods"), "default", BoundPod("phantom-" + std::to_string(i), 5000))
+              .ok());
+    }
+    ASSERT_TRUE(sim_->store()
+                    .Patch(Res("pods"), "default", "changed", "", apisim::PatchType::kMerge,
+                           R"({"metadata":{"labels":{"after":"snapshot"}}})")
+                    .ok());
+    DeletePod("deleted");
+    ASSERT_TRUE(sim_->store()
+                    .Patch(Res("pods"), "default", "waiting", "", apisim::PatchType::kMerge,
+                           R"({"metadata":{"annotations":{"hami.io/vgpu-node":"a",)"
+                           R"("hami.io/vgpu-devices-allocated":"GPU-a-0,NVIDIA,3000,0:;",)"
+                           R"("hami.io/bind-phase":"success"}}})")
+                    .ok());
+    ASSERT_TRUE(sim_->store()
+                    .Bind("default", "waiting",
+                          R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"waiting"},)"
+                          R"("target":{"apiVersion":"v1","kind":"Node","name":"a"}})")
+                    .ok());
+    ASSERT_TRUE(Eventually([&] { return StorePods() == ServerPods(); }));
+    ASSERT_EQ(LedgerPods(), (std::set<std::string>{"steady", "changed", "waiting", "phantom-0",
+                                                   "phantom-1", "phantom-2"}));
+    ASSERT_EQ(RecordedMiB(), 2000 + 3000 + 15000);
+  }
+  // After the rollback: the store is the server's, the ledger holds exactly the snapshot's
+  // usage, and "waiting" — pending again — can be reserved (scheduled) again.
+  void ExpectRolledBack() {
+    EXPECT_EQ(StorePods(), ServerPods());
+    EXPECT_EQ(pods_->store().Get("default/changed")->meta.labels.Get("after"), "");
+    EXPECT_EQ(LedgerPods(), (std::set<std::string>{"steady", "changed", "deleted"}));
+    EXPECT_EQ(RecordedMiB(), 3000);
+    auto waiting = pods_->store().Get("default/waiting");
+    ASSERT_NE(waiting, nullptr);
+    EXPECT_EQ(waiting->node_name, "");
+    EXPECT_TRUE(ledger_
+                    .Reserve(waiting->meta.uid, "default", "waiting", "a",
+                             {{{.uuid = "GPU-a-0", .type = "NVIDIA", .usedmem = 3000}}},
+                             clock_.Now() + absl::Minutes(1))
+                    .ok());
+  }
+
   std::set<std::string> LedgerPods() {
     std::set<std::string> names;
     for (const ledger::PodAllocation& p : ledger_.Records()) {
@@ -262,6 +363,61 @@ TEST_F(ResyncerTest, ANodeDeletedBehindTheWatchIsDeliveredAsATombstone) {
   EXPECT_EQ(nodes_->store().Get("b"), nullptr);
   MutexLock lock(&mu_);
   EXPECT_EQ(node_tombstones_, (std::set<std::string>{"b"}));
+}
+
+// Issue 41 finding 4: the API server rolled back (an etcd restore, apisim's restore fault). Its
+// restart breaks the watch, and the watch from the lost timeline's revision is answered 504 "Too
+// large resource version": the informer relists from the latest state and the relist replaces
+// the store — resourceVersions that went backwards, the deleted pod back, the phantoms gone — so
+// the ledger holds no phantom usage and the pod pending again can be scheduled.
+TEST_F(ResyncerTest, ARollbackOfTheApiServerIsRelistedAndLeavesNoPhantomUsage) {
+  ASSERT_NO_FATAL_FAILURE(RollbackScenario());
+  ASSERT_TRUE(sim_->store().Restore().ok());
+  // The relist comes after the server's 3 s "too large" wait.
+  ASSERT_TRUE(Eventually([&] { return StorePods() == ServerPods(); }, absl::Seconds(20)));
+  ExpectRolledBack();
+  EXPECT_GE(pods_->counters().reflector.rollbacks, 1);
+}
+
+// The same with etcdutl's --bump-revision: the watch is answered 410 and relists.
+TEST_F(ResyncerTest, ARollbackWithABumpedRevisionIsRelistedToo) {
+  ASSERT_NO_FATAL_FAILURE(RollbackScenario());
+  ASSERT_TRUE(sim_->store().Restore(1000).ok());
+  ASSERT_TRUE(Eventually([&] { return StorePods() == ServerPods(); }, absl::Seconds(20)));
+  ExpectRolledBack();
+}
+
+// The restored server had already written past the lost timeline's revision when the informer
+// watched again: the watch resumes without an error and nothing the informer sees tells. The
+// resync's list does (a pod at a smaller resourceVersion than stored though the list is newer,
+// a deleted pod listed again): the informer relists instead of trusting the watch's versions.
+TEST_F(ResyncerTest, ARollbackTheWatchCannotSeeIsFoundByTheResync) {
+  ASSERT_NO_FATAL_FAILURE(RollbackScenario());
+  const uint64_t lost = sim_->store().CurrentRevision();
+  apisim::Faults faults;  // the informers cannot watch until the server has passed `lost`
+  faults.fail_probability = 1;
+  faults.fail_code = 429;
+  faults.fail_verbs = {"watch"};
+  sim_->store().SetFaults(faults);
+  ASSERT_TRUE(sim_->store().Restore().ok());
+  for (int i = 0; sim_->store().CurrentRevision() <= lost; ++i) {
+    ASSERT_TRUE(sim_->store()
+                    .Create(Res("pods"), "default",
+                            R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"filler-)" +
+                                std::to_string(i) +
+                                R"("},"spec":{"containers":[{"name":"c","image":"x"}]}})")
+                    .ok());
+  }
+  Barrier("marker");  // the pod watch resumed from `lost` and delivers what follows
+  // The watch cannot tell: the fillers at or below `lost` never came, the phantoms stay.
+  ASSERT_EQ(pods_->store().Get("default/filler-0"), nullptr);
+  ASSERT_NE(pods_->store().Get("default/phantom-0"), nullptr);
+
+  ResyncReport report = resyncer_->RunOnce();
+  EXPECT_EQ(report.error, "");
+  EXPECT_THAT(report.details, Contains(HasSubstr("pods rollback")));
+  ASSERT_TRUE(Eventually([&] { return StorePods() == ServerPods(); }, absl::Seconds(20)));
+  ExpectRolledBack();
 }
 
 TEST_F(ResyncerTest, ItsThreadRunsPassesEveryPeriodAndStops) {

@@ -897,6 +897,25 @@ class Server::Impl {
       SendJson(res, 200, Json{{"compactedRevision", std::to_string(rv)}}.dump());
       return;
     }
+    if (what == "snapshot" && req.method == "POST") {
+      const uint64_t rv = store_.Snapshot();
+      SendJson(res, 200, Json{{"snapshotRevision", std::to_string(rv)}}.dump());
+      return;
+    }
+    if (what == "restore" && req.method == "POST") {
+      absl::StatusOr<uint64_t> bump = ParseRestore(req.body);
+      if (!bump.ok()) {
+        SendError(res, bump.status());
+        return;
+      }
+      absl::StatusOr<uint64_t> rv = store_.Restore(*bump);
+      if (!rv.ok()) {
+        SendError(res, ApiError(400, "BadRequest", std::string(rv.status().message())));
+        return;
+      }
+      SendJson(res, 200, Json{{"resourceVersion", std::to_string(*rv)}}.dump());
+      return;
+    }
     if (what == "save" && req.method == "POST") {
       absl::Status s = SaveState();
       if (!s.ok()) {
@@ -957,6 +976,31 @@ class Server::Impl {
     o["latencyMs"] = f.latency_ms;
     o["seed"] = f.seed;
     return o;
+  }
+
+  // The body of POST /simulator/v1/restore: empty, or {"bumpRevision":N} (N >= 0). Returns N.
+  static absl::StatusOr<uint64_t> ParseRestore(const std::string& body) {
+    if (body.empty()) {
+      return 0;
+    }
+    auto bad = [](const std::string& m) {
+      return ApiError(400, "BadRequest", "invalid restore request: " + m);
+    };
+    Json j = Json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      return bad("the body must be a JSON object");
+    }
+    uint64_t bump = 0;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() != "bumpRevision") {
+        return bad(fmt::format("unknown field \"{}\"", it.key()));
+      }
+      if (!it.value().is_number_unsigned()) {
+        return bad("bumpRevision must be a non-negative integer");
+      }
+      bump = it.value().get<uint64_t>();
+    }
+    return bump;
   }
 
   static absl::StatusOr<Faults> ParseFaults(const std::string& body) {

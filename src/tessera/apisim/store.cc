@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -1723,6 +1724,35 @@ int Store::SeverWatches() {
 uint64_t Store::Compact() {
   StoreLock l(this);
   ForgetHistoryLocked();
+  WakeEveryWatcherLocked();
+  return rv_;
+}
+
+uint64_t Store::Snapshot() {
+  StoreLock l(this);
+  // Objects are immutable and shared: the snapshot copies pointers, not objects.
+  snapshot_ = Saved{.rv = rv_, .objects = objects_, .deadlines = deadlines_};
+  return rv_;
+}
+
+absl::StatusOr<uint64_t> Store::Restore(uint64_t bump_revision) {
+  StoreLock l(this);
+  if (!snapshot_.has_value()) {
+    return absl::FailedPreconditionError("no snapshot to restore: take one first");
+  }
+  if (bump_revision > std::numeric_limits<uint64_t>::max() / 2 - snapshot_->rv) {
+    return absl::InvalidArgumentError("bumpRevision is too large");
+  }
+  objects_ = snapshot_->objects;
+  deadlines_ = snapshot_->deadlines;
+  rv_ = snapshot_->rv + bump_revision;
+  history_.clear();
+  oldest_rv_ = rv_;
+  // The restarted API server's watch cache starts at the restored revision: every earlier
+  // revision is gone for every resource.
+  std::fill(newest_rv_by_resource_.begin(), newest_rv_by_resource_.end(), rv_);
+  std::fill(trimmed_rv_by_resource_.begin(), trimmed_rv_by_resource_.end(), rv_);
+  ++sever_generation_;  // the API server restarts: every open watch breaks
   WakeEveryWatcherLocked();
   return rv_;
 }

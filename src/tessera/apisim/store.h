@@ -13,7 +13,8 @@
 // - Pods get the API server's graceful deletion: a bound, non-terminal pod gets
 //   deletionTimestamp and disappears when its grace period ends (Reap) or it turns terminal.
 // - Fault injection that acts on the data path: dropped watch events (lost for every watcher,
-//   also on resume), paused watches, severed watch streams.
+//   also on resume), paused watches, severed watch streams, and a rollback (Snapshot, then
+//   Restore: what an etcd snapshot restore does to the API server).
 //
 // Errors are absl::Status values built by ApiError(); HttpCodeOf()/ReasonOf() recover the
 // Kubernetes Status code and reason (404 NotFound, 409 AlreadyExists/Conflict, 410 Expired,
@@ -28,6 +29,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -259,6 +261,19 @@ class Store {
   int SeverWatches();
   // Forgets all history: any earlier revision now answers 410. Returns the compacted revision.
   uint64_t Compact();
+  // Remembers every object, the pending graceful deletions and the revision (replacing an
+  // earlier snapshot), as an etcd snapshot does. Returns the snapshot's revision.
+  uint64_t Snapshot();
+  // Rolls the store back to the snapshot, as restoring etcd from it and restarting the API
+  // server does: the objects and graceful deletions are the snapshot's again, the revision
+  // counter goes back to the snapshot's plus `bump_revision` (etcdutl's --bump-revision), the
+  // history is forgotten (every earlier revision answers 410, as the restarted API server's new
+  // watch cache does) and every open watch breaks. Objects written after the snapshot get
+  // their snapshot state and revision back (revisions go backwards), those created after it
+  // are gone, those deleted after it are back with their uid. Returns the revision after the
+  // restore; FailedPrecondition when no snapshot was taken. The snapshot is kept (a second
+  // Restore rolls back again).
+  absl::StatusOr<uint64_t> Restore(uint64_t bump_revision = 0);
   // Ends every watch (server shutdown).
   void Shutdown();
 
@@ -357,6 +372,12 @@ class Store {
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);      // fault decisions (seeded)
   std::mt19937_64 uid_rng_ ABSL_GUARDED_BY(mu_);  // uids and generated names
   uint64_t sever_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  struct Saved {
+    uint64_t rv = 0;
+    std::vector<std::map<std::string, ObjectPtr, std::less<>>> objects;
+    std::set<std::pair<absl::Time, std::string>> deadlines;
+  };
+  std::optional<Saved> snapshot_ ABSL_GUARDED_BY(mu_);  // Snapshot(), for Restore()
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t events_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t watches_severed_ ABSL_GUARDED_BY(mu_) = 0;

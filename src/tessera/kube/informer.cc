@@ -125,6 +125,7 @@ InformerCounters Informer<T>::counters() const {
 
 template <typename T>
 void Informer<T>::Reconcile(std::vector<T> listed, std::string list_resource_version,
+                            std::string seen_before_list,
                             absl::AnyInvocable<void(ReconcileResult)> done) {
   MutexLock lock(&mailbox_->mu);
   if (mailbox_->closed) {
@@ -133,8 +134,8 @@ void Informer<T>::Reconcile(std::vector<T> listed, std::string list_resource_ver
   const bool was_empty = mailbox_->tasks.empty();
   mailbox_->tasks.push_back([this, listed = std::move(listed),
                              rv = std::move(list_resource_version),
-                             done = std::move(done)]() mutable {
-    ReconcileResult result = DoReconcile(std::move(listed), rv);
+                             seen = std::move(seen_before_list), done = std::move(done)]() mutable {
+    ReconcileResult result = DoReconcile(std::move(listed), rv, seen);
     if (done) {
       done(std::move(result));
     }
@@ -146,7 +147,7 @@ void Informer<T>::Reconcile(std::vector<T> listed, std::string list_resource_ver
 
 template <typename T>
 void Informer<T>::NoteDeleted(const T& obj, uint64_t rv) {
-  if (obj.meta.uid.empty() || !deleted_uid_set_.insert(obj.meta.uid).second) {
+  if (obj.meta.uid.empty() || !deleted_uid_set_.emplace(obj.meta.uid, rv).second) {
     return;
   }
   deleted_uids_.emplace_back(rv, obj.meta.uid);
@@ -157,13 +158,69 @@ void Informer<T>::NoteDeleted(const T& obj, uint64_t rv) {
 }
 
 template <typename T>
-ReconcileResult Informer<T>::DoReconcile(std::vector<T> listed, const std::string& list_rv) {
+std::string Informer<T>::RollbackEvidence(const std::vector<T>& listed, const std::string& list_rv,
+                                          const std::string& seen_before_list) const {
+  const std::optional<uint64_t> list_revision = ParseRv(list_rv);
+  if (!list_revision) {
+    return {};
+  }
+  // A LIST from storage is never older than what a watch had delivered before it was sent.
+  if (const std::optional<uint64_t> seen = ParseRv(seen_before_list);
+      seen && *list_revision < *seen) {
+    return fmt::format("list rv={} < seen rv={}", *list_revision, *seen);
+  }
+  for (const T& obj : listed) {
+    // A uid never comes back: one deleted at or below the list's revision cannot be listed.
+    if (auto it = deleted_uid_set_.find(obj.meta.uid);
+        it != deleted_uid_set_.end() && it->second != kUnknownRv && it->second <= *list_revision) {
+      return fmt::format("{} uid={} deleted at rv={}, listed at rv={} (list rv={})",
+                         ObjectKey(obj.meta), obj.meta.uid, it->second, obj.meta.resource_version,
+                         list_rv);
+    }
+    // An object's resourceVersion never goes down: a list that is not older than the stored
+    // copy shows that copy or a newer one.
+    typename Store<T>::Ptr old = store_.Get(ObjectKey(obj.meta));
+    if (old == nullptr || old->meta.uid != obj.meta.uid) {
+      continue;
+    }
+    const std::optional<uint64_t> stored_rv = ParseRv(old->meta.resource_version);
+    const std::optional<uint64_t> listed_rv = ParseRv(obj.meta.resource_version);
+    if (stored_rv && listed_rv && *listed_rv < *stored_rv && *stored_rv <= *list_revision) {
+      return fmt::format("{} uid={} rv={}->{} (list rv={})", ObjectKey(obj.meta), obj.meta.uid,
+                         *stored_rv, *listed_rv, list_rv);
+    }
+  }
+  return {};
+}
+
+template <typename T>
+ReconcileResult Informer<T>::DoReconcile(std::vector<T> listed, const std::string& list_rv,
+                                         const std::string& seen_before_list) {
   ReconcileResult result;
   if (!HasSynced()) {
     return result;
   }
   result.ran = true;
   result.listed = listed.size();
+  if (std::string evidence = RollbackEvidence(listed, list_rv, seen_before_list);
+      !evidence.empty()) {
+    // The resourceVersion rules below would keep what the lost timeline left in the store.
+    // The list is the truth, but the watch resumed from a revision of that timeline: relist,
+    // and watch again from the relist's revision.
+    TESSERA_LOG(kWarning,
+                "informer {}: the API server went back in time (its storage was restored?): {}; "
+                "relisting",
+                options_.name, evidence);
+    result.rolled_back = true;
+    result.stored = store_.size();
+    result.details.push_back("rollback " + evidence);
+    Count([](InformerCounters& c) {
+      ++c.reconciles;
+      ++c.reconcile_rollbacks;
+    });
+    reflector_.Relist();
+    return result;
+  }
   const std::optional<uint64_t> list_revision = ParseRv(list_rv);
   auto detail = [&](std::string_view kind, const std::string& key, const std::string& uid,
                     std::string_view from, std::string_view to) {
@@ -306,6 +363,23 @@ void Informer<T>::OnReplace(std::vector<T> items, const std::string& resource_ve
   int64_t adds = 0;
   int64_t updates = 0;
   const uint64_t revision = ParseRv(resource_version).value_or(kUnknownRv);
+  if (!deleted_uids_.empty()) {
+    // The list is the truth: a uid it holds is not deleted, and a deletion above its revision
+    // belongs to a timeline the API server went back from.
+    absl::flat_hash_set<std::string_view> listed;
+    listed.reserve(result.replaced.size());
+    for (const auto& replaced : result.replaced) {
+      listed.insert(replaced.second->meta.uid);
+    }
+    std::erase_if(deleted_uids_, [&](const std::pair<uint64_t, std::string>& d) {
+      const bool drop = (d.first != kUnknownRv && revision != kUnknownRv && d.first > revision) ||
+                        listed.contains(d.second);
+      if (drop) {
+        deleted_uid_set_.erase(d.second);
+      }
+      return drop;
+    });
+  }
   for (const auto& gone : result.deleted) {
     NoteDeleted(*gone, revision);
     if (handlers_.on_delete) {

@@ -2,9 +2,11 @@
 //
 // Informer<T> (T = Pod, Node or ResourceQuota): a Reflector feeding a Store, with event handlers
 // delivered in order on one worker thread — client-go's shared informer with one listener. The
-// store is updated before each handler runs. Reconcile() takes a list its caller LISTed from the
-// API server and repairs the store against it (the resync layer). Delivery order, tombstones and
-// the resourceVersion rule of Reconcile: docs/kube-client.md "The informer".
+// store is updated before each handler runs; a relist replaces it wholesale, whatever the
+// resourceVersions. Reconcile() takes a list its caller LISTed from the API server and repairs
+// the store against it (the resync layer), or relists when that list proves the API server went
+// back in time. Delivery order, tombstones, the resourceVersion rule of Reconcile and rollbacks:
+// docs/kube-client.md "The informer" and "Rollbacks".
 //
 //   Informer<Pod> pods(&client, opts, {.on_add = ..., .on_update = ..., .on_delete = ...});
 //   pods.Start();  pods.WaitForSync(absl::Seconds(30));  pods.store().ListByNode("node-a");
@@ -25,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/time/time.h"
@@ -59,6 +62,7 @@ struct InformerCounters {
   int64_t reconcile_missing = 0;
   int64_t reconcile_stale = 0;
   int64_t reconcile_gone = 0;
+  int64_t reconcile_rollbacks = 0;  // Reconcile() passes that found a rollback and relisted
 };
 
 // What one Reconcile() did.
@@ -70,7 +74,11 @@ struct ReconcileResult {
   int64_t stale = 0;
   int64_t gone = 0;
   int64_t undecided = 0;  // objects skipped because a resourceVersion is not an integer
-  // One line per repair (at most 100): "<kind> <key> uid=<uid> rv=<stored>→<listed>".
+  // The list proved that the API server went back in time (an etcd restore): nothing was
+  // repaired by resourceVersion, the informer relists instead (its relist replaces the store).
+  bool rolled_back = false;
+  // One line per repair (at most 100): "<kind> <key> uid=<uid> rv=<stored>→<listed>"; for a
+  // rollback one line "rollback ..." with the evidence.
   std::vector<std::string> details;
 };
 
@@ -105,15 +113,24 @@ class Informer : private ReflectorSink<T> {
   const Store<T>& store() const { return store_; }
   InformerCounters counters() const;
 
-  // Queues a comparison of `listed` — every object of a complete LIST made by the caller from
-  // the API server, at resourceVersion `list_resource_version` — with the store, run on the
-  // worker thread in order with the watch deliveries; see "Reconcile" above for the repairs.
+  // Queues a comparison of `listed` — every object of a complete LIST (with the informer's
+  // selectors) made by the caller from the API server, at resourceVersion
+  // `list_resource_version` — with the store, run on the worker thread in order with the watch
+  // deliveries; see "Reconcile" above for the repairs.
   // `done` runs on the worker thread with what was repaired; when the informer stops first it
   // is destroyed without being called (callers that wait must also watch for their own stop).
   // A Reconcile before HasSynced() repairs nothing (ran = false). Callers should pass lists in
-  // the order they were taken (as one resyncer thread does).
+  // the order they were taken (as one resyncer thread does). `seen_before_list` is
+  // counters().reflector.last_resource_version read before the LIST was sent ("": unknown); a
+  // list below it, or a list contradicting what the informer delivered at or below the list's
+  // revision, shows that the API server went back in time: then the informer relists
+  // (ReconcileResult::rolled_back) instead of repairing.
   void Reconcile(std::vector<T> listed, std::string list_resource_version,
-                 absl::AnyInvocable<void(ReconcileResult)> done);
+                 std::string seen_before_list, absl::AnyInvocable<void(ReconcileResult)> done);
+  void Reconcile(std::vector<T> listed, std::string list_resource_version,
+                 absl::AnyInvocable<void(ReconcileResult)> done) {
+    Reconcile(std::move(listed), std::move(list_resource_version), {}, std::move(done));
+  }
 
  private:
   using Task = absl::AnyInvocable<void()>;
@@ -130,7 +147,11 @@ class Informer : private ReflectorSink<T> {
                  absl::Time list_started) override;
   void OnEvent(WatchEvent<T> event) override;
   void MaybeResync(absl::Time now);
-  ReconcileResult DoReconcile(std::vector<T> listed, const std::string& list_rv);
+  ReconcileResult DoReconcile(std::vector<T> listed, const std::string& list_rv,
+                              const std::string& seen_before_list);
+  // Evidence in `listed` (at revision `list_rv`) that the API server went back in time, or "".
+  std::string RollbackEvidence(const std::vector<T>& listed, const std::string& list_rv,
+                               const std::string& seen_before_list) const;
   void NoteDeleted(const T& obj, uint64_t rv);
   template <typename F>
   void Count(F f) {
@@ -146,10 +167,10 @@ class Informer : private ReflectorSink<T> {
   std::atomic<bool> synced_{false};
   absl::Time next_resync_ = absl::InfiniteFuture();  // worker only
   // uids this informer delivered as deleted, with the revision known to cover the deletion, in
-  // delivery order (worker only). Pruned by Reconcile (entries its list already reflects) and
-  // bounded in size.
+  // delivery order (worker only). Pruned by Reconcile (entries its list already reflects), by a
+  // relist (uids it lists, revisions above it) and bounded in size.
   std::deque<std::pair<uint64_t, std::string>> deleted_uids_;
-  absl::flat_hash_set<std::string> deleted_uid_set_;
+  absl::flat_hash_map<std::string, uint64_t> deleted_uid_set_;  // uid → its revision above
 
   Mutex thread_mu_;
   std::thread thread_ ABSL_GUARDED_BY(thread_mu_);

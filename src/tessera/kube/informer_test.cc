@@ -400,6 +400,147 @@ TEST_F(InformerTest, TooLargeResourceVersionRelistsFromLatest) {
             "/api/v1/pods?fieldSelector=status.phase%21%3DSucceeded&limit=2");
 }
 
+// Issue 41 finding 4: after an etcd restore the API server's revision is below the last one the
+// watch saw, and it answers a watch from there 504 "Too large resource version" (as an HTTP 504
+// or an ERROR event) once its 3 s wait is over. Watching again from there would fail forever: it
+// relists, from the latest state (resourceVersion ""), and that list replaces the store even
+// where resourceVersions went backwards.
+TEST_F(InformerTest, AWatchFromAResourceVersionTooLargeRelistsFromTheLatest) {
+  Make();
+  ReplyList("limit=2", ListJson({PodJson("a", "ua", "5"), PodJson("b", "ub", "6")}, "10"));
+  StreamId w = OpenWatch(1);
+  ASSERT_TRUE(fake_.StreamData(w, Event("MODIFIED", PodJson("a", "ua", "15")) +
+                                      Event("DELETED", PodJson("b", "ub", "16")) +
+                                      Event("ADDED", PodJson("c", "uc", "17"))));
+  ASSERT_TRUE(rec_.WaitFor(2 + 3));
+  rec_.Take();
+  // The API server restarts on the restored storage (revision 6): the stream breaks, and the
+  // watch from 17 waits 3 s, then ends with 504.
+  ASSERT_TRUE(fake_.StreamClose(w, absl::UnavailableError("connection reset")));
+  StreamId w2 = OpenWatch(2);
+  EXPECT_THAT(WatchPath(w2), HasSubstr("resourceVersion=17&"));
+  Advance(absl::Seconds(3));
+  ASSERT_TRUE(fake_.StreamFailHttp(
+      w2, Http(504, StatusJson(504, "Timeout", "Too large resource version: 17, current: 6"))));
+  // A consistent LIST of the latest state, paged, at once.
+  ASSERT_TRUE(fake_.WaitForPending(1));
+  EXPECT_EQ(fake_.pending()[0].path,
+            "/api/v1/pods?fieldSelector=status.phase%21%3DSucceeded&limit=2");
+  ASSERT_TRUE(
+      fake_.Reply(Http(200, ListJson({PodJson("a", "ua", "5"), PodJson("b", "ub", "6")}, "6"))));
+  StreamId w3 = OpenWatch(3);
+  EXPECT_THAT(WatchPath(w3), HasSubstr("resourceVersion=6&"));
+  EXPECT_THAT(rec_.Take(), ElementsAre("delete default/c 17 tombstone", "update default/a 15->5",
+                                       "add default/b 6"));
+  EXPECT_EQ(informer_->store().Get("default/a")->meta.resource_version, "5");
+  EXPECT_EQ(informer_->store().Get("default/b")->meta.uid, "ub");
+  EXPECT_EQ(informer_->store().Get("default/c"), nullptr);
+  EXPECT_EQ(informer_->counters().reflector.rollbacks, 1);
+
+  // The same 504 as the watch's ERROR event (kube-apiserver's watch cache sends it so), 10 s
+  // later (one immediate relist per immediate_relist_interval).
+  Advance(absl::Seconds(10));
+  ASSERT_TRUE(fake_.StreamData(w3, Event("ADDED", PodJson("d", "ud", "9"))));
+  ASSERT_TRUE(rec_.WaitFor(1));
+  ASSERT_TRUE(fake_.StreamClose(w3, absl::UnavailableError("connection reset")));
+  StreamId w4 = OpenWatch(4);
+  ASSERT_TRUE(fake_.StreamData(
+      w4, Event("ERROR", StatusJson(504, "Timeout", "Too large resource version: 9"))));
+  EXPECT_TRUE(Eventually([&] { return fake_.cancel_requested(w4); }));
+  fake_.DeliverCancellations();
+  ASSERT_TRUE(fake_.WaitForPending(1));
+  EXPECT_EQ(fake_.pending()[0].path,
+            "/api/v1/pods?fieldSelector=status.phase%21%3DSucceeded&limit=2");
+}
+
+// A Reconcile whose list proves that the API server went back in time — an object of the same
+// uid at a smaller resourceVersion than the stored one although the list is not older, a pod
+// the watch saw deleted listed again, or a list older than what the informer had seen before it
+// was taken — repairs nothing by resourceVersion rules (they would keep the lost timeline's
+// objects) but relists, and the relist replaces the store.
+TEST_F(InformerTest, AReconcileThatSeesARollbackRelists) {
+  Make();
+  ReplyList("limit=2", ListJson({PodJson("a", "ua", "5"), PodJson("b", "ub", "6")}, "10"));
+  StreamId w = OpenWatch(1);
+  ASSERT_TRUE(fake_.StreamData(w, Event("MODIFIED", PodJson("a", "ua", "12", "n1")) +
+                                      Event("DELETED", PodJson("b", "ub", "13")) +
+                                      Event("ADDED", PodJson("c", "uc", "14", "n1"))));
+  ASSERT_TRUE(rec_.WaitFor(2 + 3));
+  rec_.Take();
+  auto decode = [](const std::vector<std::string>& jsons) {
+    std::vector<Pod> pods;
+    for (const std::string& json : jsons) {
+      pods.push_back(*DecodePod(json));
+    }
+    return pods;
+  };
+  auto reconcile = [&](std::vector<Pod> listed, std::string rv, std::string seen) {
+    Mutex mu;
+    std::optional<ReconcileResult> result;
+    informer_->Reconcile(std::move(listed), std::move(rv), std::move(seen), [&](ReconcileResult r) {
+      MutexLock lock(&mu);
+      result = std::move(r);
+    });
+    EXPECT_TRUE(Eventually([&] {
+      MutexLock lock(&mu);
+      return result.has_value();
+    }));
+    MutexLock lock(&mu);
+    return result.value_or(ReconcileResult{});
+  };
+  // The restored server went on past the watch's revision: list at 20 with a at 5 and b back.
+  ReconcileResult r =
+      reconcile(decode({PodJson("a", "ua", "5"), PodJson("b", "ub", "6")}), "20", "14");
+  EXPECT_TRUE(r.ran);
+  EXPECT_TRUE(r.rolled_back);
+  EXPECT_EQ(r.missing + r.stale + r.gone, 0);
+  EXPECT_THAT(r.details, ElementsAre(HasSubstr("rollback default/a uid=ua rv=12->5")));
+  EXPECT_TRUE(Eventually([&] { return fake_.cancel_requested(w); }));
+  fake_.DeliverCancellations();
+  ReplyList("limit=2", ListJson({PodJson("a", "ua", "5"), PodJson("b", "ub", "6")}, "20"));
+  StreamId w2 = OpenWatch(2);
+  EXPECT_THAT(WatchPath(w2), HasSubstr("resourceVersion=20&"));
+  EXPECT_THAT(rec_.Take(), ElementsAre("delete default/c 14 tombstone", "update default/a 12->5",
+                                       "add default/b 6"));
+  EXPECT_TRUE(informer_->store().ListByNode("n1").empty());
+
+  // A pod the watch deleted, listed again by a list not older than its deletion.
+  ASSERT_TRUE(fake_.StreamData(w2, Event("DELETED", PodJson("b", "ub", "21"))));
+  ASSERT_TRUE(rec_.WaitFor(1));
+  rec_.Take();
+  r = reconcile(decode({PodJson("a", "ua", "5"), PodJson("b", "ub", "6")}), "22", "21");
+  EXPECT_TRUE(r.rolled_back);
+  EXPECT_THAT(r.details, ElementsAre(HasSubstr("rollback default/b uid=ub")));
+  EXPECT_TRUE(Eventually([&] { return fake_.cancel_requested(w2); }));
+  fake_.DeliverCancellations();
+  ReplyList("limit=2", ListJson({PodJson("a", "ua", "5"), PodJson("b", "ub", "6")}, "22"));
+  StreamId w3 = OpenWatch(3);
+  EXPECT_THAT(rec_.Take(), ElementsAre("update default/a 5->5", "add default/b 6"));
+
+  // A list older than the revision the informer had seen before it was taken (the restored
+  // server is still behind): nothing the list holds says so, the revisions do.
+  ASSERT_TRUE(fake_.StreamData(w3, Event("ADDED", PodJson("e", "ue", "30"))));
+  ASSERT_TRUE(rec_.WaitFor(1));
+  rec_.Take();
+  r = reconcile(decode({PodJson("a", "ua", "5"), PodJson("b", "ub", "6")}), "7", "30");
+  EXPECT_TRUE(r.rolled_back);
+  EXPECT_THAT(r.details, ElementsAre(HasSubstr("list rv=7 < seen rv=30")));
+  EXPECT_TRUE(Eventually([&] { return fake_.cancel_requested(w3); }));
+  fake_.DeliverCancellations();
+  ReplyList("limit=2", ListJson({PodJson("a", "ua", "5"), PodJson("b", "ub", "6")}, "7"));
+  OpenWatch(4);
+  EXPECT_EQ(informer_->store().Get("default/e"), nullptr);
+  EXPECT_EQ(informer_->counters().reconcile_rollbacks, 3);
+
+  // Without the revision seen before the list (""), an ordinary older list is no rollback and
+  // removes nothing newer than itself (b, rv 6).
+  r = reconcile(decode({PodJson("a", "ua", "5")}), "5", "");
+  EXPECT_TRUE(r.ran);
+  EXPECT_FALSE(r.rolled_back);
+  EXPECT_EQ(r.missing + r.stale + r.gone, 0);
+  EXPECT_NE(informer_->store().Get("default/b"), nullptr);
+}
+
 TEST_F(InformerTest, UndecodableEventRelists) {
   Make();
   ReplyList("limit=2", ListJson({}, "10"));

@@ -1,10 +1,31 @@
 #include "tessera/kube/reflector.h"
 
+#include <algorithm>
+#include <charconv>
+#include <string_view>
 #include <utility>
 
 #include "tessera/base/logging.h"
 
 namespace tessera::kube {
+namespace {
+
+// The revision of a resourceVersion; 0 when it is not an unsigned integer.
+uint64_t RevisionOf(std::string_view rv) {
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(rv.data(), rv.data() + rv.size(), v);
+  return ec == std::errc() && end == rv.data() + rv.size() ? v : 0;
+}
+
+// 504 "Too large resource version": the API server's revision is below the one asked for (it is
+// catching up, or its storage went back in time). An HTTP 504, or a watch's ERROR event with
+// reason Timeout.
+bool TooLargeResourceVersion(const absl::Status& status) {
+  return HttpStatusCodeOf(status) == 504 ||
+         (status.code() == absl::StatusCode::kUnavailable && ReasonOf(status) == "Timeout");
+}
+
+}  // namespace
 
 template <typename T>
 Reflector<T>::Reflector(ApiClient* client, ReflectorOptions options, Clock* clock,
@@ -50,6 +71,18 @@ absl::Time Reflector<T>::Tick() {
     StartList(last_rv_);
   }
   return absl::InfiniteFuture();
+}
+
+template <typename T>
+void Reflector<T>::Relist() {
+  if (phase_ == Phase::kIdle || phase_ == Phase::kStopped) {
+    return;
+  }
+  watch_.Cancel();
+  watch_ = WatchHandle();
+  retry_at_ = absl::InfiniteFuture();
+  UpdateCounters([](ReflectorCounters& c) { ++c.relists; });
+  StartList("");  // bumps gen_: results of the requests dropped here are ignored
 }
 
 template <typename T>
@@ -117,7 +150,7 @@ void Reflector<T>::OnPage(uint64_t gen, absl::StatusOr<ApiClient::ListOf<T>> pag
         return;
       }
     }
-    if (HttpStatusCodeOf(page.status()) == 504 && !list_rv_.empty() && continue_.empty()) {
+    if (TooLargeResourceVersion(page.status()) && !list_rv_.empty() && continue_.empty()) {
       // "Too large resource version" (the cache is behind the RV): read the latest instead.
       StartList("");
       return;
@@ -144,6 +177,15 @@ void Reflector<T>::OnPage(uint64_t gen, absl::StatusOr<ApiClient::ListOf<T>> pag
     return;
   }
   last_rv_ = page_rv_;
+  const uint64_t list_revision = RevisionOf(last_rv_);
+  if (listed_once_ && list_revision != 0 && list_revision < seen_rv_) {
+    TESSERA_LOG(kWarning,
+                "reflector: the API server's resourceVersion went back from {} to {} (its "
+                "storage was restored?): the list replaces the cache, older versions included",
+                seen_rv_, list_revision);
+    UpdateCounters([](ReflectorCounters& c) { ++c.rollbacks; });
+  }
+  seen_rv_ = list_revision;
   listed_once_ = true;
   std::vector<T> items = std::move(items_);
   items_.clear();
@@ -197,6 +239,7 @@ void Reflector<T>::OnWatchEvent(uint64_t gen, WatchEvent<T> event) {
     case WatchEventType::kBookmark:
       if (!event.object.meta.resource_version.empty()) {
         last_rv_ = event.object.meta.resource_version;
+        seen_rv_ = std::max(seen_rv_, RevisionOf(last_rv_));
       }
       UpdateCounters([&](ReflectorCounters& c) {
         ++c.bookmarks;
@@ -209,6 +252,7 @@ void Reflector<T>::OnWatchEvent(uint64_t gen, WatchEvent<T> event) {
   ++watch_events_;
   if (!event.object.meta.resource_version.empty()) {
     last_rv_ = event.object.meta.resource_version;
+    seen_rv_ = std::max(seen_rv_, RevisionOf(last_rv_));
   }
   const absl::Time now = clock_->Now();
   UpdateCounters([&](ReflectorCounters& c) {
@@ -236,6 +280,20 @@ void Reflector<T>::OnWatchEnd(uint64_t gen, absl::Status status) {
     return;
   }
   TESSERA_LOG(kInfo, "reflector: watch ended: {}", status.ToString());
+  if (TooLargeResourceVersion(status)) {
+    // The server is behind the revision the watch resumed from, and a watch from there would
+    // fail again and again; after an etcd restore it may never get there, or get there on
+    // another timeline. The server answered (after waiting for the revision): relist the latest
+    // state, at once unless that was done within immediate_relist_interval.
+    const absl::Time now = clock_->Now();
+    const bool immediate = now - last_immediate_relist_ >= options_.immediate_relist_interval;
+    if (immediate) {
+      last_immediate_relist_ = now;
+    }
+    last_rv_.clear();
+    Fail(Retry::kRelist, std::move(status), immediate);
+    return;
+  }
   switch (status.code()) {
     case absl::StatusCode::kUnavailable: {
       // A stream that was running when it broke says nothing about the server now: retry at

@@ -61,6 +61,9 @@ struct ReflectorCounters {
   int64_t watch_errors = 0;      // watches that ended with an error (410 and ERROR included)
   int64_t events = 0;            // ADDED/MODIFIED/DELETED events delivered
   int64_t bookmarks = 0;
+  // LISTs whose resourceVersion was below one seen before: the API server's storage went back
+  // in time (an etcd restore). The list replaced the store all the same.
+  int64_t rollbacks = 0;
   absl::Time last_event_time = absl::InfinitePast();
   std::string last_resource_version;
   absl::Duration last_backoff = absl::ZeroDuration();
@@ -99,6 +102,10 @@ class Reflector {
   // Runs a retry whose backoff has elapsed. Returns when the next retry is due
   // (InfiniteFuture when none is waiting).
   absl::Time Tick();
+  // Drops the watch, LIST or wait in progress and lists the latest state (resourceVersion "")
+  // now, for an owner that learnt that the watch's revisions no longer hold (the API server
+  // went back in time). No-op before Start() and after Stop().
+  void Relist();
 
   ReflectorCounters counters() const;
 
@@ -135,6 +142,9 @@ class Reflector {
   absl::Time retry_at_ = absl::InfiniteFuture();
   Retry retry_ = Retry::kRelist;
   bool listed_once_ = false;
+  // The highest resourceVersion (as an integer) delivered since the last LIST, the LIST's
+  // included; 0 when none parsed. A LIST below it means the server went back in time.
+  uint64_t seen_rv_ = 0;
 
   // The LIST in progress.
   std::string list_rv_;
