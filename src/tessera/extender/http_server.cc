@@ -579,15 +579,7 @@ class HttpServer::Impl {
     if (caller.token.empty()) {
       caller.token = BearerToken(req.Get("X-Tessera-Authorization"));
     }
-    if (options_.debug_access) {
-      return options_.debug_access(caller);
-    }
-    if (caller.loopback) {
-      return {};
-    }
-    return {403, fmt::format("forbidden: {} is served to loopback callers only (kubectl "
-                             "port-forward), or with tessera serve --debug-auth=kubernetes",
-                             req.path)};
+    return options_.debug_access ? options_.debug_access(caller) : LoopbackOnlyDebugAccess(caller);
   }
 
   // The token of "Bearer TOKEN" (the scheme case-insensitive), else "".
@@ -620,6 +612,16 @@ class HttpServer::Impl {
   std::unique_ptr<http::Server> main_;
   std::unique_ptr<http::Server> metrics_;
 };
+
+DebugAccess LoopbackOnlyDebugAccess(const DebugCaller& caller) {
+  if (caller.loopback) {
+    return {};
+  }
+  return {403, fmt::format("forbidden: {} is served to loopback callers only (kubectl "
+                           "port-forward); tessera serve --debug-auth=kubernetes also serves "
+                           "callers with a bearer token the API server authorises",
+                           caller.path)};
+}
 
 absl::StatusOr<WhyRequest> ParseWhyQuery(std::string_view query) {
   http::Request req;  // for its parameter decoding

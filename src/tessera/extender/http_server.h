@@ -95,6 +95,10 @@ struct DebugAccess {
   std::string message;
 };
 
+// The default of HttpServerOptions::debug_access: loopback peers are served, any other caller
+// gets 403 whatever it sends.
+DebugAccess LoopbackOnlyDebugAccess(const DebugCaller& caller);
+
 // The WhyRequest of a /debug/why query string's parameters, or InvalidArgument naming the bad
 // one: namespace (a DNS label) and name (a DNS subdomain) required; if-deleted NAME or NS/NAME;
 // node a DNS subdomain; gpumem 1..1048576; any other parameter is refused.

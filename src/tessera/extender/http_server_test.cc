@@ -500,6 +500,22 @@ TEST(DebugAccess, LoopbackAddresses) {
   }
 }
 
+// The default: a remote caller never reads /debug, whatever token it sends.
+TEST(DebugAccess, ByDefaultOnlyLoopbackPeers) {
+  DebugCaller remote{.remote_ip = "10.0.0.7",
+                     .loopback = false,
+                     .token = "any",
+                     .path = "/debug/ledger",
+                     .verb = "get"};
+  const DebugAccess refused = LoopbackOnlyDebugAccess(remote);
+  EXPECT_EQ(refused.status, 403);
+  EXPECT_THAT(refused.message, HasSubstr("/debug/ledger is served to loopback callers only"));
+  DebugCaller local = remote;
+  local.remote_ip = "127.0.0.1";
+  local.loopback = true;
+  EXPECT_EQ(LoopbackOnlyDebugAccess(local).status, 0);
+}
+
 TEST_F(HttpServerTest, DebugAccessDecidesWhoReadsDebug) {
   HttpServerOptions options = LocalOptions();
   options.metrics_bind_address = "127.0.0.1:0";

@@ -218,14 +218,9 @@ int64_t DebugGate::reviews() const {
 }
 
 DebugAccess DebugGate::Check(const DebugCaller& caller) {
-  if (caller.loopback) {
-    return {};  // inside the pod's network namespace: kubectl port-forward, or the pod itself
-  }
-  if (mode_ == DebugAuthMode::kLoopback || reviewer_ == nullptr) {
-    return {403, fmt::format("forbidden: {} is served to loopback callers only (kubectl "
-                             "port-forward); tessera serve --debug-auth=kubernetes also serves "
-                             "callers with a bearer token the API server authorises",
-                             caller.path)};
+  // A loopback peer is inside the pod's network namespace: kubectl port-forward, or the pod.
+  if (caller.loopback || mode_ == DebugAuthMode::kLoopback || reviewer_ == nullptr) {
+    return extender::LoopbackOnlyDebugAccess(caller);
   }
   if (caller.token.empty()) {
     return {401, "Unauthorized: /debug needs a bearer token (Authorization: Bearer TOKEN)"};
