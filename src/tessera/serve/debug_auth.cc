@@ -75,7 +75,7 @@ std::string Sha256Hex(std::string_view data) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
   std::string out;
-  out.reserve(2 * SHA256_DIGEST_LENGTH);
+  out.reserve(size_t{2} * SHA256_DIGEST_LENGTH);
   for (unsigned char b : digest) {
     out += fmt::format("{:02x}", b);
   }
