@@ -1066,6 +1066,32 @@ TEST(HttpServerStart, AllInterfacesAndIpv6Loopback) {
   EXPECT_EQ(r->status, 200);
 }
 
+// The default debug_access on the listeners serve really binds: ":9395" is IPv6 with IPv4
+// mapped where the host has IPv6, so 127.0.0.1 arrives as ::ffff:127.0.0.1 and is still a
+// loopback peer; so is ::1.
+TEST(HttpServerStart, DebugIsServedToLoopbackPeersOfEveryAddressFamily) {
+  FakeBackend backend;
+  HttpServerOptions options = LocalOptions();
+  options.metrics_bind_address = ":0";
+  HttpServer server(&backend, options);
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client v4("127.0.0.1", server.metrics_port());
+  httplib::Result r = v4.Get("/debug/ledger");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  server.Stop();
+
+  options.metrics_bind_address = "[::1]:0";
+  HttpServer v6(&backend, options);
+  if (!v6.Start().ok()) {
+    GTEST_SKIP() << "no IPv6 loopback here";
+  }
+  httplib::Client c("::1", v6.metrics_port());
+  r = c.Get("/debug/audit");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
 // ---- TLS -----------------------------------------------------------------------------------
 
 class TempDir {
