@@ -38,6 +38,7 @@ struct ServeFlags {
   std::string reservation_ttl = absl::FormatDuration(options.reservation_ttl);
   std::string audit_period = absl::FormatDuration(options.audit_period);
   std::string resync_period = absl::FormatDuration(options.resync_period);
+  std::string debug_auth = "loopback";
   // Leadership. The CLI11 options are kept to tell "not given" from a given empty value. The
   // Lease's name and namespace are derived when not given (LeaderOptions), so their flags start
   // empty rather than at ElectorOptions' defaults.
@@ -187,6 +188,12 @@ int RunServe(const ServeFlags& f) {
   if (int rc = LeaderOptions(f, &o.leader); rc != kExitOk) {
     return rc;
   }
+  if (absl::StatusOr<serve::DebugAuthMode> mode = serve::ParseDebugAuthMode(f.debug_auth);
+      mode.ok()) {
+    o.debug_auth = *mode;
+  } else {
+    return Usage(std::string(mode.status().message()));
+  }
   // HAMi's scheduler-role labels: the pod's own name and namespace from the downward API.
   if (const char* name = std::getenv("POD_NAME"); name != nullptr) {
     o.role_labels.pod_name = name;
@@ -250,8 +257,17 @@ void AddServeCommand(CLI::App& app, Runner* run) {
                   "TLS private key (PEM) matching --cert_file");
   sub->add_option("--metrics-bind-address", flags->options.metrics_bind_address,
                   "Address of the Prometheus /metrics listener, which also serves the operator "
-                  "routes /debug/ledger and /debug/audit (\":9395\" = every interface); "
-                  "empty disables it")
+                  "routes /debug/ledger, /debug/audit and /debug/why (to the callers "
+                  "--debug-auth admits) (\":9395\" = every interface); empty disables it")
+      ->capture_default_str();
+  sub->add_option("--debug-auth", flags->debug_auth,
+                  "Who may read the metrics listener's /debug routes (the ledger lists every GPU "
+                  "pod): loopback = only loopback peers (kubectl port-forward); kubernetes = "
+                  "also callers whose bearer token the API server authenticates (TokenReview) "
+                  "and allows to get the path (SubjectAccessReview on the non-resource URL, "
+                  "e.g. /debug/ledger); needs RBAC create on tokenreviews and "
+                  "subjectaccessreviews. /metrics and /healthz are never checked")
+      ->check(CLI::IsMember({"loopback", "kubernetes"}))
       ->capture_default_str();
   sub->add_option("--max-connections", flags->options.max_connections,
                   "Open connections each listener keeps (one thread each); at the cap the one "

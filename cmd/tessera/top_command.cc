@@ -55,19 +55,25 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
 }
 
 // GET `path` from `config.server`: serve directly (--server) or the API server's service proxy.
+// Through the proxy (with_credentials) the kubeconfig's bearer token, if it has one, also goes
+// in X-Tessera-Authorization: the API server strips Authorization before proxying, and serve
+// with --debug-auth=kubernetes reviews that token (docs/serve.md "Who reads /debug").
 absl::StatusOr<std::string> Get(kube::RestConfig config, const std::string& path,
                                 bool with_credentials) {
   config.connect_timeout = absl::Seconds(10);
   config.request_timeout = absl::Seconds(30);
   kube::CurlTransport::Options options;
   options.user_agent = "tessera/" TESSERA_VERSION " (top)";
-  TESSERA_ASSIGN_OR_RETURN(
-      std::unique_ptr<kube::CurlTransport> transport,
-      kube::CurlTransport::Create(
-          config, with_credentials ? kube::MakeTokenSource(config, Clock::Real()) : nullptr,
-          options));
+  std::shared_ptr<kube::TokenSource> tokens =
+      with_credentials ? kube::MakeTokenSource(config, Clock::Real()) : nullptr;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<kube::CurlTransport> transport,
+                           kube::CurlTransport::Create(config, tokens, options));
   kube::Request request;
   request.path = path;
+  if (tokens != nullptr) {
+    TESSERA_ASSIGN_OR_RETURN(std::string token, tokens->Token());
+    request.headers.emplace_back("X-Tessera-Authorization", "Bearer " + token);
+  }
   kube::DoOptions once;
   once.retry.max_attempts = 2;
   absl::StatusOr<kube::Response> response = kube::Do(*transport, request, std::move(once));
@@ -157,7 +163,9 @@ void AddTopCommand(CLI::App& app, Runner* run) {
       "(its /debug/ledger, the snapshot /metrics reads): memory, cores and shares used and "
       "free, reservations with the time they have left, and the ledger's problems (orphans, "
       "conflicts, unreadable allocations). Reaches serve through the API server's service "
-      "proxy (--service; needs get on services/proxy), or directly with --server. Also a "
+      "proxy (--service; needs get on services/proxy, and with serve's --debug-auth=kubernetes "
+      "a kubeconfig bearer token allowed to get /debug/ledger), or directly with --server "
+      "(kubectl port-forward: serve admits loopback peers). Also a "
       "kubectl plugin: `kubectl tessera top`. Exit code 0, 1 when serve cannot be read, 2 on "
       "bad input.");
   sub->add_option("--server", opts->server,

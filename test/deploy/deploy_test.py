@@ -15,7 +15,10 @@ For deploy/base and every directory under deploy/overlays:
     scheduler profile, the Lease and the managed resources match the serve flags and the device
     config; every `tessera serve` flag used is accepted by `tessera serve --help`;
   - security: replicas 2, a PodDisruptionBudget, non-root, read-only root filesystem, no
-    capabilities, resource requests, probes.
+    capabilities, resource requests, probes;
+  - /debug: --debug-auth=kubernetes with RBAC create on tokenreviews and subjectaccessreviews
+    (or, in a Helm rendering, loopback), never on the host network, so that no Service — the
+    hami-migration overlay's metrics NodePort included — serves /debug unauthenticated.
 overlays/monitoring (and an overlay of the user's that moves Tessera with `namespace:`) has one
 ServiceMonitor and one PrometheusRule, both in the tessera-metrics Service's namespace, the
 ServiceMonitor selecting that Service with honorLabels on every endpoint; no other overlay has
@@ -366,7 +369,39 @@ def check_deployment(docs, serve_help, release, where):
           f"{where}: the webhook does not exclude the namespace {ns}")
     check(spec["template"]["metadata"]["labels"].get("hami.io/webhook") == "ignore",
           f"{where}: the scheduler pods lack hami.io/webhook=ignore")
+    check_debug_access(docs, deployment, where)
     return deployment
+
+
+DEBUG_REVIEWS = (("authentication.k8s.io", "tokenreviews"),
+                 ("authorization.k8s.io", "subjectaccessreviews"))
+
+
+def debug_auth_mode(deployment):
+    serve = container(deployment["spec"]["template"]["spec"], "tessera")
+    return flag_values(serve["args"][1:]).get("--debug-auth")
+
+
+def check_debug_access(docs, deployment, where):
+    """/debug (the ledger lists every GPU pod) is never served unauthenticated beyond the pod:
+    --debug-auth is given, kubernetes (with the RBAC of its two reviews) or loopback; the pod is
+    not on the host network (every process of the node would be a loopback peer). A Service
+    that publishes the metrics port outside the cluster (NodePort, LoadBalancer: the
+    hami-migration overlay's HAMi NodePort) then answers /debug only to authorised callers."""
+    pod = deployment["spec"]["template"]["spec"]
+    mode = debug_auth_mode(deployment)
+    check(mode in ("kubernetes", "loopback"),
+          f"{where}: tessera serve --debug-auth={mode}: give kubernetes (loopback peers and callers "
+          "the API server authorises) or loopback")
+    check(not pod.get("hostNetwork"),
+          f"{where}: hostNetwork: every process of the node would be a loopback peer of /debug")
+    if mode == "kubernetes":
+        grants = rbac_grants(docs, pod["serviceAccountName"], deployment["metadata"]["namespace"],
+                             where)
+        for group, resource in DEBUG_REVIEWS:
+            check(("cluster", group, resource, "create") in grants,
+                  f"{where}: --debug-auth=kubernetes needs create on {resource} ({group}) in a "
+                  "ClusterRole of the pods' account")
 
 
 def exported_metrics(source):
@@ -550,6 +585,9 @@ def main():
         deployment = check_deployment(docs, serve_help, release, d)
         check_rbac(docs, deployment, calls, d)
         check_network_policy(docs, deployment, d)
+        check(debug_auth_mode(deployment) == "kubernetes",
+              f"{d}: the manifests run tessera serve with --debug-auth=kubernetes (operators "
+              "reach /debug with a token through the service proxy, or by port-forward)")
         if d == "overlays/monitoring":
             check_monitoring(docs, d)
         else:

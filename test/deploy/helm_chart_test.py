@@ -344,11 +344,17 @@ def main():
                                  for j in jobs), "HAMi v2.5 values: the certgen image")
     c.kubeconform_ok(v25_text, "HAMi v2.5 values")
 
-    # Refusals: a NetworkPolicy without the API server's range; kube-scheduler off.
+    # Refusals: a NetworkPolicy without the API server's range; kube-scheduler off; /debug
+    # without authentication (docs/serve.md "Who reads /debug").
     for args, want in ((["--set", "networkPolicy.enabled=true"], "apiServerCIDRs"),
-                       (["--set", "scheduler.kubeScheduler.enabled=false"], "kubeScheduler")):
+                       (["--set", "scheduler.kubeScheduler.enabled=false"], "kubeScheduler"),
+                       (["--set", "scheduler.debugAuth=none"], "scheduler.debugAuth=none")):
         out = c.template(*args, expect_ok=False)
         check(out.returncode != 0 and want in out.stderr, f"{args}: rendered, want an error")
+    loopback = [d for d in yaml.safe_load_all(c.template("--set", "scheduler.debugAuth=loopback"))
+                if d]
+    check(deploy_test.debug_auth_mode(one(loopback, "Deployment")) == "loopback",
+          "scheduler.debugAuth=loopback: serve does not get --debug-auth=loopback")
 
     # kubeconform can fail: a misspelt field is refused.
     bad = default_text.replace("runAsNonRoot: true", "runAsNonRoo: true", 1)

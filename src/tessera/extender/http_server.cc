@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "fmt/core.h"
 #include <openssl/bio.h>
@@ -531,6 +532,16 @@ class HttpServer::Impl {
       SendText(res, 405, StatusText(405));
       return;
     }
+    if (p.starts_with("/debug/")) {
+      const DebugAccess access = CheckDebugAccess(req);
+      if (access.status != 0) {
+        if (access.status == 401) {
+          res->headers.push_back({"WWW-Authenticate", "Bearer"});
+        }
+        SendText(res, access.status, access.message + "\n");
+        return;
+      }
+    }
     if (p == "/healthz") {
       SendText(res, 200, "ok");
     } else if (p == "/debug/ledger") {
@@ -557,6 +568,38 @@ class HttpServer::Impl {
     }
   }
 
+  // Whether the caller of a /debug route may read it (HttpServerOptions::debug_access).
+  DebugAccess CheckDebugAccess(const http::Request& req) const {
+    DebugCaller caller;
+    caller.remote_ip = req.remote_ip;
+    caller.loopback = http::IsLoopbackIp(req.remote_ip);
+    caller.path = req.path;
+    caller.verb = "get";
+    caller.token = BearerToken(req.Get("Authorization"));
+    if (caller.token.empty()) {
+      caller.token = BearerToken(req.Get("X-Tessera-Authorization"));
+    }
+    return options_.debug_access ? options_.debug_access(caller) : LoopbackOnlyDebugAccess(caller);
+  }
+
+  // The token of "Bearer TOKEN" (the scheme case-insensitive), else "".
+  static std::string_view BearerToken(std::string_view value) {
+    constexpr std::string_view kScheme = "bearer ";
+    if (value.size() <= kScheme.size()) {
+      return {};
+    }
+    for (size_t i = 0; i < kScheme.size(); ++i) {
+      if (absl::ascii_tolower(static_cast<unsigned char>(value[i])) != kScheme[i]) {
+        return {};
+      }
+    }
+    value.remove_prefix(kScheme.size());
+    while (!value.empty() && value.front() == ' ') {
+      value.remove_prefix(1);
+    }
+    return value;
+  }
+
   Backend* const backend_;
   HttpServerOptions options_;
   Mutex large_mu_;
@@ -569,6 +612,16 @@ class HttpServer::Impl {
   std::unique_ptr<http::Server> main_;
   std::unique_ptr<http::Server> metrics_;
 };
+
+DebugAccess LoopbackOnlyDebugAccess(const DebugCaller& caller) {
+  if (caller.loopback) {
+    return {};
+  }
+  return {403, fmt::format("forbidden: {} is served to loopback callers only (kubectl "
+                           "port-forward); tessera serve --debug-auth=kubernetes also serves "
+                           "callers with a bearer token the API server authorises",
+                           caller.path)};
+}
 
 absl::StatusOr<WhyRequest> ParseWhyQuery(std::string_view query) {
   http::Request req;  // for its parameter decoding

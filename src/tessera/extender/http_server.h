@@ -3,7 +3,8 @@
 // HttpServer: the extender's HTTP(S) routes kube-scheduler calls (/filter, /bind, /healthz,
 // /readyz, /webhook), and /refit, which HAMi's device plugin calls, in front of a Backend that
 // makes the decisions, plus a plain-HTTP metrics listener (/metrics, /healthz, /debug/ledger,
-// /debug/audit, /debug/why). Both run on tessera::http. The route table, limits for hostile
+// /debug/audit, /debug/why; /debug only to the callers HttpServerOptions::debug_access admits,
+// by default loopback peers). Both run on tessera::http. The route table, limits for hostile
 // clients, memory bounds, certificate reload, address syntax and the access log: docs/serve.md
 // "The extender's HTTP server".
 //
@@ -77,6 +78,27 @@ class Backend {
   virtual WhyReply DebugWhy(const WhyRequest& /*request*/) { return {}; }
 };
 
+// Who asks for a /debug route of the metrics listener (HttpServerOptions::debug_access).
+struct DebugCaller {
+  std::string_view remote_ip;  // the peer's address (http::Request::remote_ip)
+  bool loopback = false;       // whether remote_ip is a loopback address
+  // The bearer token of "Authorization: Bearer T", else of "X-Tessera-Authorization: Bearer T"
+  // (the API server's service proxy strips Authorization); "" when neither carries one.
+  std::string_view token;
+  std::string_view path;  // "/debug/ledger"
+  std::string_view verb;  // "get" (GET and HEAD)
+};
+// The answer: status 0 serves the route; else the HTTP status (401, 403, 503...) and its
+// one-line text.
+struct DebugAccess {
+  int status = 0;
+  std::string message;
+};
+
+// The default of HttpServerOptions::debug_access: loopback peers are served, any other caller
+// gets 403 whatever it sends.
+DebugAccess LoopbackOnlyDebugAccess(const DebugCaller& caller);
+
 // The WhyRequest of a /debug/why query string's parameters, or InvalidArgument naming the bad
 // one: namespace (a DNS label) and name (a DNS subdomain) required; if-deleted NAME or NS/NAME;
 // node a DNS subdomain; gpumem 1..1048576; any other parameter is refused.
@@ -96,6 +118,11 @@ struct HttpServerOptions {
   std::string metrics_bind_address = ":9395";
   // The /metrics body (Prometheus text format); called concurrently; nullptr serves "".
   std::function<std::string()> metrics;
+  // Decides, before each /debug request of the metrics listener (the ledger lists every GPU
+  // pod), whether its caller may read it; called concurrently. nullptr: only loopback peers
+  // (inside the pod's network namespace: kubectl port-forward) are served, others get 403.
+  // /metrics and /healthz are never checked.
+  std::function<DebugAccess(const DebugCaller&)> debug_access;
   // POST /webhook: called concurrently with the request's Content-Type and body (capped like
   // every body); returns the HTTP status and the application/json body. nullptr: 404.
   std::function<std::pair<int, std::string>(std::string_view content_type, std::string_view body)>

@@ -25,6 +25,7 @@
 #include "tessera/base/clock.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/mutex.h"
+#include "tessera/http/server.h"
 
 namespace tessera::extender {
 namespace {
@@ -484,6 +485,91 @@ TEST_F(HttpServerTest, DebugRoutesAreOnTheMetricsListenerOnly) {
   r = m.Get("/healthz");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+// Who may read /debug: without debug_access only loopback peers (every test connection is
+// one); with it, the hook decides from the caller's address and bearer token, and its refusal
+// is the answer. /metrics and /healthz are never checked.
+TEST(DebugAccess, LoopbackAddresses) {
+  for (const char* ip : {"127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"}) {
+    EXPECT_TRUE(http::IsLoopbackIp(ip)) << ip;
+  }
+  for (const char* ip : {"", "10.0.0.7", "0.0.0.0", "::", "::ffff:10.0.0.7", "fe80::1", "128.0.0.1",
+                         "localhost", "127.0.0.1 "}) {
+    EXPECT_FALSE(http::IsLoopbackIp(ip)) << ip;
+  }
+}
+
+// The default: a remote caller never reads /debug, whatever token it sends.
+TEST(DebugAccess, ByDefaultOnlyLoopbackPeers) {
+  DebugCaller remote{.remote_ip = "10.0.0.7",
+                     .loopback = false,
+                     .token = "any",
+                     .path = "/debug/ledger",
+                     .verb = "get"};
+  const DebugAccess refused = LoopbackOnlyDebugAccess(remote);
+  EXPECT_EQ(refused.status, 403);
+  EXPECT_THAT(refused.message, HasSubstr("/debug/ledger is served to loopback callers only"));
+  DebugCaller local = remote;
+  local.remote_ip = "127.0.0.1";
+  local.loopback = true;
+  EXPECT_EQ(LoopbackOnlyDebugAccess(local).status, 0);
+}
+
+TEST_F(HttpServerTest, DebugAccessDecidesWhoReadsDebug) {
+  HttpServerOptions options = LocalOptions();
+  options.metrics_bind_address = "127.0.0.1:0";
+  options.metrics = [] { return std::string("m 1\n"); };
+  Mutex mu;
+  std::vector<std::string> seen;
+  // Admits the token "good", says 401 without a token and 403 for any other.
+  options.debug_access = [&](const DebugCaller& caller) {
+    {
+      MutexLock l(&mu);
+      seen.push_back(std::string(caller.remote_ip) + (caller.loopback ? " loopback " : " ") +
+                     std::string(caller.verb) + " " + std::string(caller.path) + " [" +
+                     std::string(caller.token) + "]");
+    }
+    if (caller.token.empty()) {
+      return DebugAccess{401, "Unauthorized: a bearer token is required"};
+    }
+    return caller.token == "good" ? DebugAccess{} : DebugAccess{403, "forbidden: no"};
+  };
+  StartServer(options);
+  httplib::Client m("127.0.0.1", server_->metrics_port());
+  httplib::Result r = m.Get("/debug/ledger");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(r->get_header_value("WWW-Authenticate"), "Bearer");
+  EXPECT_EQ(r->body, "Unauthorized: a bearer token is required\n");
+  r = m.Get("/debug/audit", {{"Authorization", "Bearer bad"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_EQ(r->body, "forbidden: no\n");
+  r = m.Get("/debug/ledger", {{"Authorization", "bearer  good"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, R"({"devices":[]})");
+  // Through the API server's service proxy, which strips Authorization.
+  r = m.Get("/debug/why?namespace=a&name=b", {{"X-Tessera-Authorization", "Bearer good"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);  // the backend's answer: not served
+  r = m.Get("/debug/why?namespace=a&name=b", {{"Authorization", "Basic Z29vZA=="}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  // /metrics and /healthz ask nobody.
+  r = m.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  r = m.Get("/healthz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  MutexLock l(&mu);
+  EXPECT_THAT(seen, ::testing::ElementsAre("127.0.0.1 loopback get /debug/ledger []",
+                                           "127.0.0.1 loopback get /debug/audit [bad]",
+                                           "127.0.0.1 loopback get /debug/ledger [good]",
+                                           "127.0.0.1 loopback get /debug/why [good]",
+                                           "127.0.0.1 loopback get /debug/why []"));
 }
 
 // Two requests on one connection get two answers on it (httplib does not pipeline, and neither
@@ -978,6 +1064,32 @@ TEST(HttpServerStart, AllInterfacesAndIpv6Loopback) {
   httplib::Result r = c.Get("/healthz");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+// The default debug_access on the listeners serve really binds: ":9395" is IPv6 with IPv4
+// mapped where the host has IPv6, so 127.0.0.1 arrives as ::ffff:127.0.0.1 and is still a
+// loopback peer; so is ::1.
+TEST(HttpServerStart, DebugIsServedToLoopbackPeersOfEveryAddressFamily) {
+  FakeBackend backend;
+  HttpServerOptions options = LocalOptions();
+  options.metrics_bind_address = ":0";
+  HttpServer server(&backend, options);
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client v4("127.0.0.1", server.metrics_port());
+  httplib::Result r = v4.Get("/debug/ledger");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  server.Stop();
+
+  options.metrics_bind_address = "[::1]:0";
+  HttpServer v6(&backend, options);
+  if (!v6.Start().ok()) {
+    GTEST_SKIP() << "no IPv6 loopback here";
+  }
+  httplib::Client c("::1", v6.metrics_port());
+  r = c.Get("/debug/audit");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
 }
 
 // ---- TLS -----------------------------------------------------------------------------------

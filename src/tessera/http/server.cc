@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -108,6 +109,22 @@ bool HasToken(std::string_view value, std::string_view token) {
 }
 
 }  // namespace
+
+bool IsLoopbackIp(std::string_view ip) {
+  const std::string text(ip);
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) {
+      return v6.s6_addr[12] == 127;
+    }
+    return IN6_IS_ADDR_LOOPBACK(&v6);
+  }
+  return false;
+}
 
 std::string_view ReasonPhrase(int status) {
   switch (status) {
@@ -998,6 +1015,29 @@ namespace {
 
 using internal::Stream;
 
+// The IP address of `fd`'s peer as text, an IPv4-mapped IPv6 address as IPv4; "" when unknown.
+std::string PeerIp(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return "";
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&addr);
+    return inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text)) != nullptr ? text : "";
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
+      return inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], text, sizeof(text)) != nullptr ? text
+                                                                                           : "";
+    }
+    return inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text)) != nullptr ? text : "";
+  }
+  return "";
+}
+
 // Whether the peer of `fd` has closed or reset the connection, without waiting.
 bool SocketPeerGone(int fd) {
   pollfd p{fd, POLLRDHUP, 0};
@@ -1517,9 +1557,14 @@ class Server::Impl {
   // Serves the connection; true when it ended with a refusal (see Drain).
   bool Serve(Active& conn) {
     const int fd = conn.fd;
+    // Every request of the connection carries its peer's address.
+    const Handler handler = [this, ip = PeerIp(fd)](Request& request, Response* response) {
+      request.remote_ip = ip;
+      handler_(request, response);
+    };
     if (options_.tls == nullptr) {
       SocketStream stream(fd);
-      return internal::ServeConnection(stream, handler_, options_, tick_, stopping_,
+      return internal::ServeConnection(stream, handler, options_, tick_, stopping_,
                                        &conn.idle_since);
     }
     SSL* ssl = SSL_new(options_.tls);
@@ -1555,7 +1600,7 @@ class Server::Impl {
     {
       TlsStream stream(ssl, tick_, options_.write_timeout);
       refused =
-          internal::ServeConnection(stream, handler_, options_, tick_, stopping_, &conn.idle_since);
+          internal::ServeConnection(stream, handler, options_, tick_, stopping_, &conn.idle_since);
     }
     SSL_shutdown(ssl);  // close_notify; the peer's answer is not awaited
     ERR_clear_error();

@@ -46,6 +46,9 @@ struct Request {
   int minor_version = 1;  // HTTP/1.<minor_version>
   std::vector<Header> headers;
   std::string body;  // the body, de-chunked
+  // The peer's IP address as text ("127.0.0.1", "::1"; an IPv4-mapped IPv6 peer as IPv4), ""
+  // when unknown. Set by Server for each request (access checks such as loopback-only routes).
+  std::string remote_ip;
 
   // The first value of header `name` (case-insensitive), "" when absent.
   std::string_view Get(std::string_view name) const;
@@ -141,6 +144,9 @@ std::string PercentDecode(std::string_view text, bool plus_is_space);
 // `request` accepts gzip and the body has at least `min_bytes`; a streamed reply, or one that
 // already has a Content-Encoding, is left alone. Returns whether it compressed.
 bool GzipIfAccepted(const Request& request, Response* response, size_t min_bytes);
+
+// Whether `ip` (Request::remote_ip) is a loopback address: 127.0.0.0/8 or ::1. "" is not.
+bool IsLoopbackIp(std::string_view ip);
 
 // The reason phrase of an HTTP status ("OK", "Not Found"; "Unknown" for codes it does not know).
 std::string_view ReasonPhrase(int status);

@@ -45,6 +45,12 @@ constexpr ApiCall kCalls[] = {
      "FilteringSucceed/FilteringFailed/BindingSucceed/BindingFailed/NumaRefitSucceed/"
      "NumaRefitFailed events on pods "
      "(ApiClient::CreateEvent)"},
+    {"create", "authentication.k8s.io", "tokenreviews", "", kCluster,
+     "--debug-auth=kubernetes: who sent the bearer token of a /debug request "
+     "(serve/debug_auth.cc, NewKubeDebugReviewer)"},
+    {"create", "authorization.k8s.io", "subjectaccessreviews", "", kCluster,
+     "--debug-auth=kubernetes: whether that user may get the /debug path "
+     "(serve/debug_auth.cc, NewKubeDebugReviewer)"},
     {"get", "coordination.k8s.io", "leases", "", kOwn,
      "leadership follows kube-scheduler's Lease (--leader-elect-resource-name) "
      "(ApiClient::GetLease)"},

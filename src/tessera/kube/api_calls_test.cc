@@ -57,6 +57,9 @@ TEST(ApiCallsTest, RowsAreUniqueAndUseRbacVerbs) {
   EXPECT_TRUE(seen.contains("create pods/binding"));
   EXPECT_TRUE(seen.contains("patch nodes"));
   EXPECT_TRUE(seen.contains("get leases"));
+  // --debug-auth=kubernetes: the delegated authentication and authorization of /debug.
+  EXPECT_TRUE(seen.contains("create tokenreviews"));
+  EXPECT_TRUE(seen.contains("create subjectaccessreviews"));
   // Never more than it needs: no deletes, no secrets.
   for (const std::string& s : seen) {
     EXPECT_EQ(s.find("delete"), std::string::npos) << s;

@@ -209,6 +209,9 @@ class Service::Impl : public extender::Backend {
   std::unique_ptr<accounting::QuotaBook> quotas_;
   std::unique_ptr<kube::Informer<kube::ResourceQuota>> quota_informer_;
   std::unique_ptr<extender::Scheduler> scheduler_;
+  // Who reads /debug (--debug-auth); used by http_'s workers, so declared before it.
+  std::unique_ptr<DebugReviewer> debug_reviewer_;
+  std::unique_ptr<DebugGate> debug_gate_;
   std::unique_ptr<extender::HttpServer> http_;
   std::unique_ptr<accounting::Auditor> auditor_;
   std::unique_ptr<accounting::Resyncer> resyncer_;
@@ -497,6 +500,13 @@ absl::Status Service::Impl::Init() {
   http_options.key_file = options_.key_file;
   http_options.metrics_bind_address = options_.metrics_bind_address;
   http_options.metrics = [this] { return MetricsText(); };
+  if (options_.debug_auth == DebugAuthMode::kKubernetes) {
+    debug_reviewer_ = NewKubeDebugReviewer(transport_.get());
+  }
+  debug_gate_ = std::make_unique<DebugGate>(options_.debug_auth, debug_reviewer_.get(), clock());
+  http_options.debug_access = [gate = debug_gate_.get()](const extender::DebugCaller& caller) {
+    return gate->Check(caller);
+  };
   http_options.threads = options_.http_threads;
   http_options.max_connections = options_.max_connections;
   // What the writer and event threads free after a large request's reply stays in their
@@ -522,8 +532,12 @@ absl::Status Service::Impl::Init() {
   quota_informer_->Start();
   loop_ = std::thread([this] { Housekeeping(); });
   resyncer_->Start();
-  TESSERA_LOG(kInfo, "serve: extender on {} (port {}), metrics on {} (port {})", options_.http_bind,
-              http_->port(), options_.metrics_bind_address, http_->metrics_port());
+  TESSERA_LOG(kInfo, "serve: extender on {} (port {}), metrics on {} (port {}); /debug for {}",
+              options_.http_bind, http_->port(), options_.metrics_bind_address,
+              http_->metrics_port(),
+              options_.debug_auth == DebugAuthMode::kKubernetes
+                  ? "loopback peers and callers the API server authorises (--debug-auth=kubernetes)"
+                  : "loopback peers only (--debug-auth=loopback)");
   return absl::OkStatus();
 }
 

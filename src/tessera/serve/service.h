@@ -30,6 +30,7 @@
 #include "tessera/device/model.h"
 #include "tessera/extender/http_server.h"
 #include "tessera/kube/config.h"
+#include "tessera/serve/debug_auth.h"
 #include "tessera/serve/leader.h"
 #include "tessera/serve/role_labels.h"
 
@@ -42,6 +43,9 @@ struct ServeOptions {
   std::string key_file;
   // Metrics listener (--metrics-bind-address); empty disables it.
   std::string metrics_bind_address = ":9395";
+  // Who reads its /debug routes (--debug-auth, debug_auth.h): loopback peers only, or also
+  // callers whose bearer token the API server authenticates and authorises.
+  DebugAuthMode debug_auth = DebugAuthMode::kLoopback;
   // The event source and the schedulerName HAMi's webhook writes (--scheduler-name).
   std::string scheduler_name = "hami-scheduler";
   // The webhook also takes pods whose schedulerName is "default-scheduler"
