@@ -61,9 +61,9 @@ absl::StatusOr<std::string> Get(kube::Transport& transport, std::string path,
   const absl::Time deadline = absl::Now() + timeout;
   kube::Retrier retrier(kube::RetryPolicy(), request.method);
   auto out_of_time = [&](const absl::Status& last) {
-    return absl::DeadlineExceededError(
-        fmt::format("no answer within {} (--request-timeout): {}", absl::FormatDuration(timeout),
-                    std::string(last.message())));
+    return absl::DeadlineExceededError(fmt::format("no answer within {} (--request-timeout): {}",
+                                                   absl::FormatDuration(timeout),
+                                                   std::string(last.message())));
   };
   while (true) {
     request.timeout = deadline - absl::Now();
@@ -71,8 +71,7 @@ absl::StatusOr<std::string> Get(kube::Transport& transport, std::string path,
     if (outcome.ok() && outcome->status_code == 200) {
       return std::move(outcome->body);
     }
-    const absl::Status error =
-        outcome.ok() ? kube::ApiError(request, *outcome) : outcome.status();
+    const absl::Status error = outcome.ok() ? kube::ApiError(request, *outcome) : outcome.status();
     if (outcome.ok() && outcome->status_code / 100 == 2) {
       return error;
     }
@@ -200,8 +199,9 @@ std::string DescribeReplay(const nlohmann::json& doc, absl::Time now) {
 int RunWhy(const WhyOptions& o) {
   absl::Duration timeout;
   if (!absl::ParseDuration(o.request_timeout, &timeout) || timeout <= absl::ZeroDuration()) {
-    return Fail(absl::InvalidArgumentError(fmt::format(
-        "--request-timeout \"{}\" is not a positive duration such as 10s or 1m", o.request_timeout)));
+    return Fail(absl::InvalidArgumentError(
+        fmt::format("--request-timeout \"{}\" is not a positive duration such as 10s or 1m",
+                    o.request_timeout)));
   }
   std::string ns = o.namespace_;
   std::string name = o.pod_arg;

@@ -600,21 +600,21 @@ class WhyTest : public ::testing::Test {
   }
   // Creates default/`name` carrying `verdict` (JSON text, escapes allowed) as its verdict.
   void CreatePod(const std::string& name, const std::string& verdict) {
-    const nlohmann::json pod = {
-        {"apiVersion", "v1"},
-        {"kind", "Pod"},
-        {"metadata",
-         {{"name", name},
-          {"namespace", "default"},
-          {"annotations", {{"tessera.io/verdict", verdict}}}}},
-        {"spec", {{"containers", {{{"name", "c"}, {"image", "x"}}}}}}};
+    const nlohmann::json pod = {{"apiVersion", "v1"},
+                                {"kind", "Pod"},
+                                {"metadata",
+                                 {{"name", name},
+                                  {"namespace", "default"},
+                                  {"annotations", {{"tessera.io/verdict", verdict}}}}},
+                                {"spec", {{"containers", {{{"name", "c"}, {"image", "x"}}}}}}};
     {
       std::ofstream f(dir_ + "/pod.json");
       f << pod.dump();
     }
-    Result r = RunShell("curl -sS -o /dev/null -w '%{http_code}' -X POST -H "
-                        "'Content-Type: application/json' --data-binary @'" +
-                        dir_ + "/pod.json' " + url_ + "/api/v1/namespaces/default/pods");
+    Result r = RunShell(
+        "curl -sS -o /dev/null -w '%{http_code}' -X POST -H "
+        "'Content-Type: application/json' --data-binary @'" +
+        dir_ + "/pod.json' " + url_ + "/api/v1/namespaces/default/pods");
     ASSERT_EQ(r.output, "201") << r.output;
   }
   std::string Why(const std::string& args) {
@@ -629,10 +629,11 @@ class WhyTest : public ::testing::Test {
 // A verdict is printed as text, never as terminal commands: ESC, other controls, C1 and bidi
 // overrides a tenant put in it come out as visible escapes, in the text and the JSON output.
 TEST_F(WhyTest, AForgedVerdictsControlCharactersArePrintedEscaped) {
-  CreatePod("p",
-            "{\"v\":1,\"reason\":\"CardInsufficientMemory\\u001b[2J\\u001b]0;pwned\\u0007\",\"nodes\":1,"
-            "\"reasons\":[[\"CardInsufficientMemory\\n\\u009b2K\\u202e\",1]],"
-            "\"quota\":\"ns ml\\r\\u001b[1A\"}");
+  CreatePod(
+      "p",
+      "{\"v\":1,\"reason\":\"CardInsufficientMemory\\u001b[2J\\u001b]0;pwned\\u0007\",\"nodes\":1,"
+      "\"reasons\":[[\"CardInsufficientMemory\\n\\u009b2K\\u202e\",1]],"
+      "\"quota\":\"ns ml\\r\\u001b[1A\"}");
   Result text = RunTessera(Why("default/p"), false);
   EXPECT_EQ(text.exit_code, 0) << text.output;
   EXPECT_THAT(text.output, HasSubstr("CardInsufficientMemory\\x1b[2J\\x1b]0;pwned\\x07"));
@@ -641,7 +642,7 @@ TEST_F(WhyTest, AForgedVerdictsControlCharactersArePrintedEscaped) {
   for (char c : text.output) {
     const auto b = static_cast<unsigned char>(c);
     EXPECT_TRUE(b >= 0x20 || c == '\n' || c == '\t') << "control byte " << int(b) << " in:\n"
-                                                        << text.output;
+                                                     << text.output;
   }
   EXPECT_THAT(text.output, Not(HasSubstr("\xc2\x9b")));
   EXPECT_THAT(text.output, Not(HasSubstr("\xe2\x80\xae")));

@@ -155,8 +155,9 @@ class RequestReader final : public nlohmann::json_sax<json> {
       if (kind == Kind::kString) {
         out_->allowed_device_uuids.push_back(std::move(*text));
       } else {
-        error_ = FieldError(fmt::format("allowedDeviceUUIDs[{}]", out_->allowed_device_uuids.size()),
-                            "expected a string");
+        error_ =
+            FieldError(fmt::format("allowedDeviceUUIDs[{}]", out_->allowed_device_uuids.size()),
+                       "expected a string");
       }
       return;
     }
@@ -229,9 +230,9 @@ class RequestReader final : public nlohmann::json_sax<json> {
   RefitDecodeStats* const stats_;
   absl::Status error_;
   bool top_is_object_ = false;
-  int depth_ = 0;                // containers open
-  Field field_ = Field::kNone;   // the field of the current top-level key
-  bool in_uuids_ = false;        // inside allowedDeviceUUIDs' array
+  int depth_ = 0;               // containers open
+  Field field_ = Field::kNone;  // the field of the current top-level key
+  bool in_uuids_ = false;       // inside allowedDeviceUUIDs' array
   int64_t integer_ = 0;
   uint64_t unsigned_ = 0;
 };

@@ -271,8 +271,8 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     }
     out.code = FilterCode::kError;
     out.failed_nodes.clear();
-    TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", CandidateCount(args), "node", "",
-                  "err", result.error);
+    TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", CandidateCount(args), "node",
+                  "", "err", result.error);
     return result;
   };
 
@@ -376,8 +376,8 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
                                 options_.gpu_policy, quota.Limited() ? &quota : nullptr);
     if (decision.winner) {
       absl::Status reserved = ledger_->Reserve(
-          decided->meta.uid, decided->meta.ns, decided->meta.name, candidates[*decision.winner].name,
-          decision.devices, now + options_.reservation_ttl,
+          decided->meta.uid, decided->meta.ns, decided->meta.name,
+          candidates[*decision.winner].name, decision.devices, now + options_.reservation_ttl,
           static_cast<int32_t>(request->init_count),
           device::MigAllocationsOf(decision.devices, decision.mig));
       if (!reserved.ok()) {
@@ -414,7 +414,8 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       for (const std::string& n : nodes) {
         list.Add(n);
       }
-      events_.Record(decided->meta, "FilteringFailed", std::move(list).Finish(), EventType::kWarning);
+      events_.Record(decided->meta, "FilteringFailed", std::move(list).Finish(),
+                     EventType::kWarning);
     }
     if (names.empty()) {
       events_.Record(decided->meta, "FilteringFailed", "no candidate nodes", EventType::kWarning);
@@ -425,8 +426,8 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     }
     OfferVerdict(*decided, *request, candidates, out.failed_nodes, *checked_version, out.quota);
     out.code = FilterCode::kNoFit;
-    TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", names.size(), "node", "", "outcome",
-                  "no node fits");
+    TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", names.size(), "node", "",
+                  "outcome", "no node fits");
     return result;
   }
 
@@ -499,8 +500,8 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   }
   events_.Record(decided->meta, "FilteringSucceed", std::move(fits).Finish(), EventType::kNormal);
   out.code = FilterCode::kFit;
-  TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", names.size(), "fit", fit_count, "node",
-                winner, "devices", DevicesForLog(decision.devices));
+  TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", names.size(), "fit", fit_count,
+                "node", winner, "devices", DevicesForLog(decision.devices));
   return result;
 }
 

@@ -1637,9 +1637,8 @@ TEST_F(SchedulerTest, ABodyClaimingNoDeviceDoesNotPassAStoredGpuPodThrough) {
   AddNode("n1", {{"GPU-a", 10, 8000}});
   env_.CreatePod("p1", Limits(6000));
   const kube::Pod stored = Pod("p1");
-  Scheduler& s = Make([&](std::string_view, std::string_view) -> std::optional<kube::Pod> {
-    return stored;
-  });
+  Scheduler& s =
+      Make([&](std::string_view, std::string_view) -> std::optional<kube::Pod> { return stored; });
   ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
   FilterArgs forged = Args("p1", {"n1", "n2"});
   forged.pod.containers[0].limits = {};
@@ -1658,9 +1657,8 @@ TEST_F(SchedulerTest, ABodyWithAnUnknownUidIsRefused) {
   AddNode("n1", {{"GPU-a", 10, 8000}});
   env_.CreatePod("p1", Limits(6000));
   const kube::Pod stored = Pod("p1");
-  Scheduler& s = Make([&](std::string_view, std::string_view) -> std::optional<kube::Pod> {
-    return stored;
-  });
+  Scheduler& s =
+      Make([&](std::string_view, std::string_view) -> std::optional<kube::Pod> { return stored; });
   FilterArgs forged = Args("p1", {"n1"});
   forged.pod.meta.uid = "uid-nobody-has";
   FilterOutcome outcome;
