@@ -62,10 +62,10 @@ struct RefitResponse {
 // object (whitespace around it; nothing after it), nesting at most 64 deep; keys matched
 // ASCII-case-insensitively (json::KeyEqualsFold), a repeated key read again (the last wins),
 // unknown keys ignored, null read as the zero value; in one pass, linear in the body (/refit is
-// unauthenticated: any number of keys may come); the string fields must be strings, containerIndex an integer in int64 range,
-// allowedDeviceUUIDs an array of strings (its length is checked by Scheduler::Refit, which
-// answers HAMi's limit message). InvalidArgument otherwise, e.g.
-// `refit request: podUID: expected a string`.
+// unauthenticated: any number of keys may come); the string fields must be strings, containerIndex
+// an integer in int64 range, allowedDeviceUUIDs an array of strings (its length is checked by
+// Scheduler::Refit, which answers HAMi's limit message). InvalidArgument otherwise, e.g. `refit
+// request: podUID: expected a string`.
 absl::StatusOr<RefitRequest> DecodeRefitRequest(std::string_view body);
 
 // What one DecodeRefitRequest did, for the test that holds it to linear work without timing it.
