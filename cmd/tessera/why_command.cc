@@ -1,6 +1,11 @@
 // `tessera why NS/POD`: the verdict Tessera left on a pending pod (tessera.io/verdict), read with
 // a namespace user's rights (GET of that pod), and with --server a live replay of its filter with
 // what-ifs from serve's /debug/why. docs/explain.md "tessera why".
+//
+// What it prints comes from text others wrote (the annotation is the pod owner's to set, the
+// answers are the servers'), so every string is escaped for the terminal (explain/terminal.h),
+// and each server gets --request-timeout in all, retries included.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -8,6 +13,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cmd/tessera/commands.h"
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -16,6 +22,7 @@
 #include "tessera/base/clock.h"
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
+#include "tessera/explain/terminal.h"
 #include "tessera/extender/verdict.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/config.h"
@@ -35,22 +42,80 @@ struct WhyOptions {
   std::string node;
   int32_t gpumem = 0;
   std::string output = "text";
+  std::string request_timeout = "30s";
 };
 
 int Fail(const absl::Status& status, int code = kExitUsage) {
-  fmt::print(stderr, "tessera why: {}\n", std::string(status.message()));
+  fmt::print(stderr, "tessera why: {}\n",
+             explain::EscapeForTerminal(std::string(status.message()), explain::Newlines::kKeep));
   return code;
 }
 
-// One GET over `transport`; the body of a 200, else the error (with the server's text).
-absl::StatusOr<std::string> Get(kube::Transport& transport, std::string path) {
+// One GET over `transport`, retried as kube::Do retries (5xx, 429, transport errors), all within
+// `timeout`: each attempt gets what is left of it and no retry starts past it. The body of a
+// 200, else the error (with the server's text); a request that ran out of time says so.
+absl::StatusOr<std::string> Get(kube::Transport& transport, std::string path,
+                                absl::Duration timeout) {
   kube::Request request;
   request.path = std::move(path);
-  TESSERA_ASSIGN_OR_RETURN(kube::Response response, kube::Do(transport, request));
-  if (response.status_code != 200) {
-    return kube::ApiError(request, response);
+  const absl::Time deadline = absl::Now() + timeout;
+  kube::Retrier retrier(kube::RetryPolicy(), request.method);
+  auto out_of_time = [&](const absl::Status& last) {
+    return absl::DeadlineExceededError(fmt::format("no answer within {} (--request-timeout): {}",
+                                                   absl::FormatDuration(timeout),
+                                                   std::string(last.message())));
+  };
+  while (true) {
+    request.timeout = deadline - absl::Now();
+    absl::StatusOr<kube::Response> outcome = transport.Perform(request);
+    if (outcome.ok() && outcome->status_code == 200) {
+      return std::move(outcome->body);
+    }
+    const absl::Status error = outcome.ok() ? kube::ApiError(request, *outcome) : outcome.status();
+    if (outcome.ok() && outcome->status_code / 100 == 2) {
+      return error;
+    }
+    std::optional<absl::Duration> delay = retrier.NextDelay(outcome);
+    const absl::Time now = absl::Now();
+    if (!delay.has_value()) {
+      return now >= deadline ? out_of_time(error) : error;
+    }
+    if (now + *delay >= deadline) {
+      return out_of_time(error);
+    }
+    absl::SleepFor(*delay);
   }
-  return std::move(response.body);
+}
+
+// Every string of `v` escaped for the terminal, newlines included (FormatVerdict lays it out).
+void EscapeVerdict(extender::Verdict& v) {
+  auto esc = [](std::string& s) { s = explain::EscapeForTerminal(s); };
+  esc(v.reason);
+  for (auto& [reason, count] : v.reasons) {
+    esc(reason);
+  }
+  if (v.nearest) {
+    esc(v.nearest->node);
+    esc(v.nearest->device);
+    for (extender::VerdictHolder& h : v.nearest->held_by) {
+      esc(h.pod);
+    }
+  }
+  if (v.lock) {
+    esc(v.lock->node);
+    esc(v.lock->holder);
+  }
+  esc(v.blocked_by);
+  esc(v.quota);
+  esc(v.mig);
+}
+
+// A string field of a server's JSON answer, escaped; "" when absent or not a string.
+std::string Text(const nlohmann::json& doc, const char* key) {
+  auto it = doc.find(key);
+  return it != doc.end() && it->is_string()
+             ? explain::EscapeForTerminal(it->get_ref<const std::string&>())
+             : std::string();
 }
 
 // The replay's query string: the names were checked (DNS names), only if-deleted's '/' needs
@@ -89,8 +154,9 @@ std::string DescribePod(const nlohmann::json& pod, absl::Time now) {
   absl::StatusOr<extender::Verdict> verdict = extender::DecodeVerdict(raw);
   if (!verdict.ok()) {
     return fmt::format("its {} annotation does not decode: {}\n", device::kVerdictAnnotation,
-                       std::string(verdict.status().message()));
+                       explain::EscapeForTerminal(std::string(verdict.status().message())));
   }
+  EscapeVerdict(*verdict);
   return extender::FormatVerdict(*verdict, now);
 }
 
@@ -101,34 +167,42 @@ std::string DescribeReplay(const nlohmann::json& doc, absl::Time now) {
   if (!what_if.empty()) {
     out += " if";
     if (what_if.contains("if_deleted")) {
-      out += fmt::format(" pod {} were deleted", what_if["if_deleted"].get<std::string>());
+      out += fmt::format(" pod {} were deleted", Text(what_if, "if_deleted"));
     }
-    if (what_if.contains("gpumem")) {
-      out += fmt::format(" it asked {} MiB per device", what_if["gpumem"].get<int64_t>());
+    if (auto gpumem = what_if.find("gpumem");
+        gpumem != what_if.end() && gpumem->is_number_integer()) {
+      out += fmt::format(" it asked {} MiB per device", gpumem->get<int64_t>());
     }
     if (what_if.contains("node")) {
-      out += fmt::format(" only node {} were a candidate", what_if["node"].get<std::string>());
+      out += fmt::format(" only node {} were a candidate", Text(what_if, "node"));
     }
   }
   out += ":\n";
   if (doc.contains("scheduled")) {
-    return out + fmt::format("scheduled on node {}\n", doc["scheduled"].get<std::string>());
+    return out + fmt::format("scheduled on node {}\n", Text(doc, "scheduled"));
   }
   if (doc.contains("error")) {
-    return out + doc["error"].get<std::string>() + "\n";
+    return out + Text(doc, "error") + "\n";
   }
   if (doc.contains("fits")) {
-    return out + fmt::format("node {} fits\n", doc["fits"].get<std::string>());
+    return out + fmt::format("node {} fits\n", Text(doc, "fits"));
   }
   absl::StatusOr<extender::Verdict> verdict =
       extender::DecodeVerdict(doc.value("verdict", nlohmann::json()).dump());
   if (!verdict.ok()) {
-    return out + std::string(verdict.status().message()) + "\n";
+    return out + explain::EscapeForTerminal(std::string(verdict.status().message())) + "\n";
   }
+  EscapeVerdict(*verdict);
   return out + extender::FormatVerdict(*verdict, now);
 }
 
 int RunWhy(const WhyOptions& o) {
+  absl::Duration timeout;
+  if (!absl::ParseDuration(o.request_timeout, &timeout) || timeout <= absl::ZeroDuration()) {
+    return Fail(absl::InvalidArgumentError(
+        fmt::format("--request-timeout \"{}\" is not a positive duration such as 10s or 1m",
+                    o.request_timeout)));
+  }
   std::string ns = o.namespace_;
   std::string name = o.pod_arg;
   if (size_t slash = o.pod_arg.find('/'); slash != std::string::npos) {
@@ -157,8 +231,8 @@ int RunWhy(const WhyOptions& o) {
   if (ns.empty()) {
     ns = rest->namespace_.empty() ? "default" : rest->namespace_;  // as kubectl does
   }
-  rest->connect_timeout = absl::Seconds(10);
-  rest->request_timeout = absl::Seconds(30);
+  rest->connect_timeout = std::min(absl::Seconds(10), timeout);
+  rest->request_timeout = timeout;
   kube::CurlTransport::Options transport_options;
   transport_options.user_agent = "tessera/" TESSERA_VERSION " (why)";
   absl::StatusOr<std::unique_ptr<kube::CurlTransport>> api = kube::CurlTransport::Create(
@@ -168,7 +242,7 @@ int RunWhy(const WhyOptions& o) {
   }
   // Only the pod itself: a namespace user's `get pods` is enough.
   absl::StatusOr<std::string> body =
-      Get(**api, fmt::format("/api/v1/namespaces/{}/pods/{}", ns, name));
+      Get(**api, fmt::format("/api/v1/namespaces/{}/pods/{}", ns, name), timeout);
   if (!body.ok()) {
     return Fail(Annotate(body.status(), fmt::format("getting pod {}/{}", ns, name)), kExitFailure);
   }
@@ -180,14 +254,14 @@ int RunWhy(const WhyOptions& o) {
   if (!o.server.empty()) {
     kube::RestConfig serve;
     serve.server = o.server;
-    serve.connect_timeout = absl::Seconds(10);
-    serve.request_timeout = absl::Seconds(30);
+    serve.connect_timeout = std::min(absl::Seconds(10), timeout);
+    serve.request_timeout = timeout;
     absl::StatusOr<std::unique_ptr<kube::CurlTransport>> to_serve =
         kube::CurlTransport::Create(serve, nullptr, transport_options);
     if (!to_serve.ok()) {
       return Fail(Annotate(to_serve.status(), "--server"));
     }
-    absl::StatusOr<std::string> answer = Get(**to_serve, WhyQuery(o, ns, name));
+    absl::StatusOr<std::string> answer = Get(**to_serve, WhyQuery(o, ns, name), timeout);
     if (!answer.ok()) {
       return Fail(Annotate(answer.status(), fmt::format("--server {}", o.server)), kExitFailure);
     }
@@ -210,12 +284,16 @@ int RunWhy(const WhyOptions& o) {
     if (replay) {
       out["replay"] = *replay;
     }
-    fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+    // ASCII only: every control, C1 and bidi character is a \u escape of the JSON text.
+    fmt::print("{}\n", out.dump(2, ' ', true, nlohmann::json::error_handler_t::replace));
     return kExitOk;
   }
-  fmt::print("pod {}/{}: {}", ns, name, DescribePod(pod, now));
+  // Each field was escaped whole; this pass catches any text that was not a field.
+  fmt::print("pod {}/{}: {}", ns, name,
+             explain::EscapeForTerminal(DescribePod(pod, now), explain::Newlines::kKeep));
   if (replay) {
-    fmt::print("{}", DescribeReplay(*replay, now));
+    fmt::print("{}",
+               explain::EscapeForTerminal(DescribeReplay(*replay, now), explain::Newlines::kKeep));
   }
   return kExitOk;
 }
@@ -250,6 +328,10 @@ void AddWhyCommand(CLI::App& app, Runner* run) {
       ->check(CLI::Range(1, 1048576));
   sub->add_option("--node", opts->node,
                   "Replay with this node as the only candidate (needs --server)");
+  sub->add_option("--request-timeout", opts->request_timeout,
+                  "How long to wait for each server (the API server, then --server) in all, "
+                  "retries included, e.g. 10s, 1m; then exit 1")
+      ->capture_default_str();
   sub->add_option("-o,--output", opts->output, "Output format: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

@@ -1,11 +1,15 @@
 // Runs the tessera binary the way a user does and checks what it prints and its exit code.
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <string>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -572,6 +576,114 @@ TEST(CliTest, ExplainAgainstAnUnreachableServerExitsOneNamingIt) {
   EXPECT_THAT(r.output, HasSubstr("listing nodes"));
   std::remove(kubeconfig.c_str());
   rmdir(tmpl);
+}
+
+// `tessera why` against `tessera apisim` holding one pending pod whose tessera.io/verdict its
+// owner wrote: the annotation is a tenant's text.
+class WhyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (RunShell("curl --version").exit_code != 0) {
+      GTEST_SKIP() << "curl is not installed";
+    }
+    char tmpl[] = "/tmp/tessera-why-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    url_ = sim_.Start(TESSERA_BINARY_PATH, {"--write-kubeconfig", dir_ + "/kubeconfig"});
+    ASSERT_FALSE(url_.empty()) << "apisim did not start";
+  }
+  void TearDown() override {
+    sim_.Stop();
+    std::remove((dir_ + "/kubeconfig").c_str());
+    std::remove((dir_ + "/pod.json").c_str());
+    rmdir(dir_.c_str());
+  }
+  // Creates default/`name` carrying `verdict` (JSON text, escapes allowed) as its verdict.
+  void CreatePod(const std::string& name, const std::string& verdict) {
+    const nlohmann::json pod = {{"apiVersion", "v1"},
+                                {"kind", "Pod"},
+                                {"metadata",
+                                 {{"name", name},
+                                  {"namespace", "default"},
+                                  {"annotations", {{"tessera.io/verdict", verdict}}}}},
+                                {"spec", {{"containers", {{{"name", "c"}, {"image", "x"}}}}}}};
+    {
+      std::ofstream f(dir_ + "/pod.json");
+      f << pod.dump();
+    }
+    Result r = RunShell(
+        "curl -sS -o /dev/null -w '%{http_code}' -X POST -H "
+        "'Content-Type: application/json' --data-binary @'" +
+        dir_ + "/pod.json' " + url_ + "/api/v1/namespaces/default/pods");
+    ASSERT_EQ(r.output, "201") << r.output;
+  }
+  std::string Why(const std::string& args) {
+    return "why --kubeconfig '" + dir_ + "/kubeconfig' " + args;
+  }
+
+  tessera::testing::ApisimProcess sim_;
+  std::string dir_;
+  std::string url_;
+};
+
+// A verdict is printed as text, never as terminal commands: ESC, other controls, C1 and bidi
+// overrides a tenant put in it come out as visible escapes, in the text and the JSON output.
+TEST_F(WhyTest, AForgedVerdictsControlCharactersArePrintedEscaped) {
+  CreatePod(
+      "p",
+      "{\"v\":1,\"reason\":\"CardInsufficientMemory\\u001b[2J\\u001b]0;pwned\\u0007\",\"nodes\":1,"
+      "\"reasons\":[[\"CardInsufficientMemory\\n\\u009b2K\\u202e\",1]],"
+      "\"quota\":\"ns ml\\r\\u001b[1A\"}");
+  Result text = RunTessera(Why("default/p"), false);
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("CardInsufficientMemory\\x1b[2J\\x1b]0;pwned\\x07"));
+  EXPECT_THAT(text.output, HasSubstr("\\x0a\\u009b2K\\u202e"));
+  EXPECT_THAT(text.output, HasSubstr("ns ml\\x0d\\x1b[1A"));
+  for (char c : text.output) {
+    const auto b = static_cast<unsigned char>(c);
+    EXPECT_TRUE(b >= 0x20 || c == '\n' || c == '\t') << "control byte " << int(b) << " in:\n"
+                                                     << text.output;
+  }
+  EXPECT_THAT(text.output, Not(HasSubstr("\xc2\x9b")));
+  EXPECT_THAT(text.output, Not(HasSubstr("\xe2\x80\xae")));
+  Result json = RunTessera(Why("default/p -o json"), false);
+  EXPECT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_THAT(json.output, HasSubstr("\\u001b[2J"));
+  EXPECT_THAT(json.output, HasSubstr("\\u202e"));
+  for (char c : json.output) {
+    const auto b = static_cast<unsigned char>(c);
+    EXPECT_TRUE(b < 0x80 && (b >= 0x20 || c == '\n')) << "byte " << int(b) << " in JSON output";
+  }
+}
+
+// --server names a listener that accepts connections and never answers: `why` gives up after
+// --request-timeout with exit 1 and says so, instead of retrying for minutes.
+TEST_F(WhyTest, ASilentServerFailsWithinTheRequestTimeout) {
+  CreatePod("p", "{\"v\":1,\"reason\":\"CardInsufficientMemory\",\"nodes\":1}");
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);  // the kernel completes the handshakes; nothing ever answers
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string silent = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  const auto start = std::chrono::steady_clock::now();
+  Result r = RunTessera(Why("default/p --server " + silent + " --request-timeout 1s"));
+  const auto took = std::chrono::steady_clock::now() - start;
+  close(fd);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--server " + silent));
+  EXPECT_THAT(r.output, HasSubstr("no answer within 1s (--request-timeout)"));
+  // A bound far above the 1 s asked, far below the default's 30 s and the 153 s of five retries.
+  EXPECT_LT(took, std::chrono::seconds(15));
+  // A timeout must be a positive duration, or 0 for none (as kubectl's).
+  Result bad = RunTessera(Why("default/p --request-timeout soon"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--request-timeout"));
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "tessera/extender/refit.h"
 
+#include <cstdint>
+#include <iterator>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -13,7 +16,7 @@
 namespace tessera::extender {
 namespace {
 
-using json = nlohmann::ordered_json;
+using json = nlohmann::json;
 
 constexpr int kMaxDepth = 64;
 constexpr char kSeparator = ';';
@@ -22,54 +25,217 @@ absl::Status FieldError(std::string_view field, std::string_view what) {
   return absl::InvalidArgumentError(fmt::format("refit request: {}: {}", field, what));
 }
 
-absl::Status ReadString(const json& value, std::string_view field, std::string* out) {
-  if (value.is_null()) {
-    out->clear();
-    return absl::OkStatus();
-  }
-  if (!value.is_string()) {
-    return FieldError(field, "expected a string");
-  }
-  *out = value.get<std::string>();
-  return absl::OkStatus();
-}
+// The request's fields, as matched against a key.
+enum class Field : uint8_t {
+  kNone,  // an unknown key: its value is skipped
+  kPodUid,
+  kPodNamespace,
+  kPodName,
+  kNodeName,
+  kContainerIndex,
+  kContainerName,
+  kDeviceType,
+  kAllowedDeviceUuids,
+};
 
-absl::Status ReadIndex(const json& value, int64_t* out) {
-  if (value.is_null()) {
-    *out = 0;
-    return absl::OkStatus();
-  }
-  if (value.is_number_integer()) {
-    if (value.is_number_unsigned() &&
-        value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return FieldError("containerIndex", "out of range");
-    }
-    *out = value.get<int64_t>();
-    return absl::OkStatus();
-  }
-  if (value.is_number()) {
-    return FieldError("containerIndex", "expected an integer");
-  }
-  return FieldError("containerIndex", "expected a number");
-}
+struct FieldName {
+  std::string_view name;
+  Field field;
+};
+constexpr FieldName kFieldNames[] = {
+    {"podUID", Field::kPodUid},
+    {"podNamespace", Field::kPodNamespace},
+    {"podName", Field::kPodName},
+    {"nodeName", Field::kNodeName},
+    {"containerIndex", Field::kContainerIndex},
+    {"containerName", Field::kContainerName},
+    {"deviceType", Field::kDeviceType},
+    {"allowedDeviceUUIDs", Field::kAllowedDeviceUuids},
+};
+static_assert(std::size(kFieldNames) == kRefitFields);
 
-absl::Status ReadStrings(const json& value, std::vector<std::string>* out) {
-  out->clear();
-  if (value.is_null()) {
-    return absl::OkStatus();
-  }
-  if (!value.is_array()) {
-    return FieldError("allowedDeviceUUIDs", "expected an array of strings");
-  }
-  out->reserve(value.size());
-  for (size_t i = 0; i < value.size(); ++i) {
-    if (!value[i].is_string()) {
-      return FieldError(fmt::format("allowedDeviceUUIDs[{}]", i), "expected a string");
+// The kinds of JSON value a SAX event starts.
+enum class Kind : uint8_t { kNull, kBool, kInteger, kUnsigned, kFloat, kString, kObject, kArray };
+
+// Reads the request as nlohmann's parser streams it: each top-level key is matched once against
+// the field names and its value applied at once, so the work is linear in the body and nothing
+// but the request is kept. The object is never built: nlohmann's ordered_map searched every key
+// held for each new one, quadratic in the keys (issue #41). Keys repeat as Go reads them: each
+// occurrence is applied, the last one wins; the first field error is kept while the rest of the
+// body is still checked for syntax (a broken document is "not a JSON document" whatever else).
+class RequestReader final : public nlohmann::json_sax<json> {
+ public:
+  RequestReader(RefitRequest* out, RefitDecodeStats* stats) : out_(out), stats_(stats) {}
+
+  // After a successful parse: the request's error, or OK.
+  absl::Status Finish() const {
+    if (!top_is_object_) {
+      return absl::InvalidArgumentError("refit request: expected a JSON object");
     }
-    out->push_back(value[i].get<std::string>());
+    return error_;
   }
-  return absl::OkStatus();
-}
+
+  bool null() override { return Scalar(Kind::kNull, nullptr); }
+  bool boolean(bool /*val*/) override { return Scalar(Kind::kBool, nullptr); }
+  bool number_integer(number_integer_t val) override {
+    integer_ = val;
+    return Scalar(Kind::kInteger, nullptr);
+  }
+  bool number_unsigned(number_unsigned_t val) override {
+    unsigned_ = val;
+    return Scalar(Kind::kUnsigned, nullptr);
+  }
+  bool number_float(number_float_t /*val*/, const string_t& /*s*/) override {
+    return Scalar(Kind::kFloat, nullptr);
+  }
+  bool string(string_t& val) override { return Scalar(Kind::kString, &val); }
+  bool binary(binary_t& /*val*/) override { return Scalar(Kind::kNull, nullptr); }
+  bool start_object(std::size_t /*elements*/) override {
+    if (depth_ == 0) {
+      top_is_object_ = true;
+    } else {
+      Value(Kind::kObject, nullptr);
+    }
+    ++depth_;
+    return true;
+  }
+  bool end_object() override {
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t /*elements*/) override {
+    if (depth_ > 0) {
+      Value(Kind::kArray, nullptr);
+    }
+    ++depth_;
+    return true;
+  }
+  bool end_array() override {
+    --depth_;
+    if (depth_ == 1) {
+      in_uuids_ = false;
+    }
+    return true;
+  }
+  bool key(string_t& val) override {
+    if (depth_ != 1) {
+      return true;
+    }
+    ++stats_->keys;
+    field_ = Field::kNone;
+    for (const FieldName& f : kFieldNames) {
+      ++stats_->key_comparisons;
+      if (tessera::json::KeyEqualsFold(val, f.name)) {
+        field_ = f.field;
+        break;
+      }
+    }
+    return true;
+  }
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
+                   const nlohmann::detail::exception& /*ex*/) override {
+    return false;
+  }
+
+ private:
+  bool Scalar(Kind kind, string_t* text) {
+    if (depth_ > 0) {
+      Value(kind, text);
+    }
+    return true;
+  }
+
+  // A value starts at the current depth: a field's value (depth 1) or an element of
+  // allowedDeviceUUIDs (depth 2); anything deeper belongs to a value already judged.
+  void Value(Kind kind, string_t* text) {
+    if (!error_.ok()) {
+      return;
+    }
+    if (depth_ == 2 && in_uuids_) {
+      if (kind == Kind::kString) {
+        out_->allowed_device_uuids.push_back(std::move(*text));
+      } else {
+        error_ =
+            FieldError(fmt::format("allowedDeviceUUIDs[{}]", out_->allowed_device_uuids.size()),
+                       "expected a string");
+      }
+      return;
+    }
+    if (depth_ != 1) {
+      return;
+    }
+    switch (field_) {
+      case Field::kNone:
+        return;
+      case Field::kPodUid:
+        return String(kind, text, "podUID", &out_->pod_uid);
+      case Field::kPodNamespace:
+        return String(kind, text, "podNamespace", &out_->pod_namespace);
+      case Field::kPodName:
+        return String(kind, text, "podName", &out_->pod_name);
+      case Field::kNodeName:
+        return String(kind, text, "nodeName", &out_->node_name);
+      case Field::kContainerName:
+        return String(kind, text, "containerName", &out_->container_name);
+      case Field::kDeviceType:
+        return String(kind, text, "deviceType", &out_->device_type);
+      case Field::kContainerIndex:
+        return Index(kind);
+      case Field::kAllowedDeviceUuids:
+        out_->allowed_device_uuids.clear();
+        if (kind == Kind::kArray) {
+          in_uuids_ = true;
+        } else if (kind != Kind::kNull) {
+          error_ = FieldError("allowedDeviceUUIDs", "expected an array of strings");
+        }
+        return;
+    }
+  }
+
+  void String(Kind kind, string_t* text, std::string_view field, std::string* out) {
+    if (kind == Kind::kNull) {
+      out->clear();
+    } else if (kind == Kind::kString) {
+      *out = std::move(*text);
+    } else {
+      error_ = FieldError(field, "expected a string");
+    }
+  }
+
+  void Index(Kind kind) {
+    switch (kind) {
+      case Kind::kNull:
+        out_->container_index = 0;
+        return;
+      case Kind::kInteger:
+        out_->container_index = integer_;
+        return;
+      case Kind::kUnsigned:
+        if (unsigned_ > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+          error_ = FieldError("containerIndex", "out of range");
+        } else {
+          out_->container_index = static_cast<int64_t>(unsigned_);
+        }
+        return;
+      case Kind::kFloat:
+        error_ = FieldError("containerIndex", "expected an integer");
+        return;
+      default:
+        error_ = FieldError("containerIndex", "expected a number");
+        return;
+    }
+  }
+
+  RefitRequest* const out_;
+  RefitDecodeStats* const stats_;
+  absl::Status error_;
+  bool top_is_object_ = false;
+  int depth_ = 0;               // containers open
+  Field field_ = Field::kNone;  // the field of the current top-level key
+  bool in_uuids_ = false;       // inside allowedDeviceUUIDs' array
+  int64_t integer_ = 0;
+  uint64_t unsigned_ = 0;
+};
 
 void AppendField(std::string* out, std::string_view key, std::string_view value) {
   *out += ",\"";
@@ -81,40 +247,22 @@ void AppendField(std::string* out, std::string_view key, std::string_view value)
 }  // namespace
 
 absl::StatusOr<RefitRequest> DecodeRefitRequest(std::string_view body) {
+  RefitDecodeStats stats;
+  return DecodeRefitRequest(body, &stats);
+}
+
+absl::StatusOr<RefitRequest> DecodeRefitRequest(std::string_view body, RefitDecodeStats* stats) {
   if (tessera::json::ExceedsDepth(body, kMaxDepth)) {
     return absl::InvalidArgumentError(
         fmt::format("refit request: nests deeper than {} levels", kMaxDepth));
   }
-  const json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
+  RefitRequest out;
+  RequestReader reader(&out, stats);
+  if (!json::sax_parse(body, &reader)) {
     return absl::InvalidArgumentError("refit request: not a JSON document");
   }
-  if (!doc.is_object()) {
-    return absl::InvalidArgumentError("refit request: expected a JSON object");
-  }
-  RefitRequest out;
-  for (const auto& [key, value] : doc.items()) {
-    absl::Status s;
-    if (tessera::json::KeyEqualsFold(key, "podUID")) {
-      s = ReadString(value, "podUID", &out.pod_uid);
-    } else if (tessera::json::KeyEqualsFold(key, "podNamespace")) {
-      s = ReadString(value, "podNamespace", &out.pod_namespace);
-    } else if (tessera::json::KeyEqualsFold(key, "podName")) {
-      s = ReadString(value, "podName", &out.pod_name);
-    } else if (tessera::json::KeyEqualsFold(key, "nodeName")) {
-      s = ReadString(value, "nodeName", &out.node_name);
-    } else if (tessera::json::KeyEqualsFold(key, "containerIndex")) {
-      s = ReadIndex(value, &out.container_index);
-    } else if (tessera::json::KeyEqualsFold(key, "containerName")) {
-      s = ReadString(value, "containerName", &out.container_name);
-    } else if (tessera::json::KeyEqualsFold(key, "deviceType")) {
-      s = ReadString(value, "deviceType", &out.device_type);
-    } else if (tessera::json::KeyEqualsFold(key, "allowedDeviceUUIDs")) {
-      s = ReadStrings(value, &out.allowed_device_uuids);
-    }
-    if (!s.ok()) {
-      return s;
-    }
+  if (absl::Status s = reader.Finish(); !s.ok()) {
+    return s;
   }
   return out;
 }

@@ -60,12 +60,26 @@ struct RefitResponse {
 
 // Decodes a /refit body as Go's encoding/json decodes HAMi's request, but strictly: one JSON
 // object (whitespace around it; nothing after it), nesting at most 64 deep; keys matched
-// ASCII-case-insensitively (json::KeyEqualsFold), unknown keys ignored, null read as the zero
-// value; the string fields must be strings, containerIndex an integer in int64 range,
-// allowedDeviceUUIDs an array of strings (its length is checked by Scheduler::Refit, which
-// answers HAMi's limit message). InvalidArgument otherwise, e.g.
-// `refit request: podUID: expected a string`.
+// ASCII-case-insensitively (json::KeyEqualsFold), a repeated key read again (the last wins),
+// unknown keys ignored, null read as the zero value; in one pass, linear in the body (/refit is
+// unauthenticated: any number of keys may come); the string fields must be strings, containerIndex
+// an integer in int64 range, allowedDeviceUUIDs an array of strings (its length is checked by
+// Scheduler::Refit, which answers HAMi's limit message). InvalidArgument otherwise, e.g. `refit
+// request: podUID: expected a string`.
 absl::StatusOr<RefitRequest> DecodeRefitRequest(std::string_view body);
+
+// What one DecodeRefitRequest did, for the test that holds it to linear work without timing it.
+struct RefitDecodeStats {
+  size_t keys = 0;  // object keys read at the top level
+  // Comparisons of a key with a request field's name (at most kRefitFields per key).
+  size_t key_comparisons = 0;
+  // The most keys held at once to match later keys against: a decoder that builds the object
+  // (nlohmann's ordered_map) holds every key and searches them for each new one, quadratic.
+  size_t max_keys_held = 0;
+};
+inline constexpr size_t kRefitFields = 8;
+// DecodeRefitRequest, counting its work in `*stats`.
+absl::StatusOr<RefitRequest> DecodeRefitRequest(std::string_view body, RefitDecodeStats* stats);
 // The request as HAMi's plugin marshals it (containerName omitted when empty); for tests and the
 // fuzz target's round trip.
 std::string EncodeRefitRequest(const RefitRequest& request);

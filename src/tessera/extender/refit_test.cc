@@ -49,6 +49,15 @@ TEST(RefitWireTest, ReadsKeysAsGoDoes) {
   EXPECT_EQ(req->container_index, 0);
   EXPECT_TRUE(req->allowed_device_uuids.empty());
   EXPECT_THAT(EncodeRefitRequest(*req), HasSubstr(R"("containerIndex":0,"deviceType":"")"));
+  // A key repeated (exactly or in another case) is read each time: the last one wins. Keys of
+  // nested objects are not the request's.
+  req = DecodeRefitRequest(
+      R"({"podUID":"a","x":{"podUID":"nested","y":[{"podName":"n"}]},"PodUid":"b",)"
+      R"("allowedDeviceUUIDs":["GPU-a"],"podName":"p","allowedDeviceUUIDs":["GPU-b","GPU-c"]})");
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->pod_uid, "b");
+  EXPECT_EQ(req->pod_name, "p");
+  EXPECT_THAT(req->allowed_device_uuids, ElementsAre("GPU-b", "GPU-c"));
 }
 
 TEST(RefitWireTest, RefusesWhatIsNotARequestNamingTheField) {
@@ -63,6 +72,12 @@ TEST(RefitWireTest, RefusesWhatIsNotARequestNamingTheField) {
       {R"({"allowedDeviceUUIDs":["GPU-a",2]})", "allowedDeviceUUIDs[1]: expected a string"},
       {R"({"podUID":"u"} {"podUID":"v"})", "not a JSON document"},
       {R"({"podUID":"u"}x)", "not a JSON document"},
+      // Values of the wrong kind at any depth; a syntax error anywhere outranks a field error.
+      {R"({"podUID":{"a":1}})", "podUID: expected a string"},
+      {R"({"containerIndex":[1]})", "containerIndex: expected a number"},
+      {R"({"allowedDeviceUUIDs":["GPU-a",["GPU-b"]]})", "allowedDeviceUUIDs[1]: expected a string"},
+      {R"({"allowedDeviceUUIDs":{"0":"GPU-a"}})", "expected an array of strings"},
+      {R"({"podUID":1,"x":]})", "not a JSON document"},
   };
   for (const auto& [body, message] : cases) {
     SCOPED_TRACE(body);
@@ -74,6 +89,39 @@ TEST(RefitWireTest, RefusesWhatIsNotARequestNamingTheField) {
   // Deep nesting is refused before any recursive parse.
   std::string deep = R"({"x":)" + std::string(100, '[') + std::string(100, ']') + "}";
   EXPECT_THAT(DecodeRefitRequest(deep).status().message(), HasSubstr("nests deeper than 64"));
+}
+
+// /refit is unauthenticated: a body of 80,000 keys (case variants of the fields, each decoded,
+// and unknown ones) must cost work linear in its size. Held structurally, not by a clock: each
+// key is compared with the field names only, and no key is kept to search later ones against.
+TEST(RefitWireTest, DecodingIsLinearInTheNumberOfKeys) {
+  constexpr size_t kKeys = 80000;
+  std::string body = "{";
+  for (size_t i = 0; i < kKeys; ++i) {
+    if (i > 0) {
+      body += ',';
+    }
+    if (i % 2 == 0) {
+      // A distinct case variant of podUID for each i < 64; then repeats.
+      std::string key = "poduid";
+      for (size_t b = 0; b < key.size(); ++b) {
+        if ((i / 2 >> b) & 1) {
+          key[b] = static_cast<char>(key[b] - 'a' + 'A');
+        }
+      }
+      body += "\"" + key + "\":\"u" + std::to_string(i) + "\"";
+    } else {
+      body += "\"x" + std::to_string(i) + "\":[" + std::to_string(i) + "]";
+    }
+  }
+  body += "}";
+  RefitDecodeStats stats;
+  absl::StatusOr<RefitRequest> req = DecodeRefitRequest(body, &stats);
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->pod_uid, "u" + std::to_string(kKeys - 2));  // the last one wins, as in Go
+  EXPECT_EQ(stats.keys, kKeys);
+  EXPECT_LE(stats.key_comparisons, kRefitFields * kKeys);
+  EXPECT_EQ(stats.max_keys_held, 0u);
 }
 
 TEST(RefitWireTest, EncodesResponsesAsGoMarshalsThem) {

@@ -179,6 +179,12 @@ absl::Status NotPending(const kube::Pod& pod) {
   return absl::OkStatus();
 }
 
+// Whether `body` (the request's pod decoded) asks for exactly what `stored` asks for.
+bool SameAsks(const absl::StatusOr<device::PodRequest>& body, const device::PodRequest& stored) {
+  return body.ok() && body->init_count == stored.init_count &&
+         body->containers == stored.containers;
+}
+
 }  // namespace
 
 Scheduler::Scheduler(Options options, Deps deps)
@@ -240,8 +246,18 @@ void Scheduler::OfferVerdict(const kube::Pod& pod, const device::PodRequest& req
 }
 
 FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
-  const kube::Pod& pod = args.pod;
   const bool simulated = args.nodes && !args.node_names;
+  // The request body's pod is the caller's word; the stored pod of the same uid decides
+  // (docs/serve.md "Filter and bind"): the cache's copy now, else the API server's after the
+  // pending check. A simulated request reserves and writes nothing: its body decides.
+  std::optional<kube::Pod> stored;
+  if (!simulated && !args.pod.meta.uid.empty() && lookup_) {
+    stored = lookup_(args.pod.meta.ns, args.pod.meta.name);
+    if (stored && stored->meta.uid != args.pod.meta.uid) {
+      stored.reset();  // another pod of that name: CheckPending asks the API server
+    }
+  }
+  const kube::Pod* decided = stored ? &*stored : &args.pod;
   FilterResult result;
   FilterOutcome local;
   FilterOutcome& out = outcome != nullptr ? *outcome : local;
@@ -251,24 +267,20 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     result = FilterResult();
     result.error = Message(s);
     if (!simulated) {
-      events_.Record(pod.meta, "FilteringFailed", result.error, EventType::kWarning);
+      events_.Record(decided->meta, "FilteringFailed", result.error, EventType::kWarning);
     }
     out.code = FilterCode::kError;
     out.failed_nodes.clear();
-    TESSERA_VLOGS(2, "filter", "pod", pod.Key(), "candidates", CandidateCount(args), "node", "",
-                  "err", result.error);
+    TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", CandidateCount(args), "node",
+                  "", "err", result.error);
     return result;
   };
 
-  absl::StatusOr<device::PodRequest> request = options_.vendor->DecodeRequest(pod);
-  if (!request.ok()) {
-    return fail(request.status());
-  }
-  if (request->Empty()) {
-    // Untouched: echo the input. A reservation cannot exist for such a pod unless its spec
-    // changed; drop it if it does.
-    if (!pod.meta.uid.empty() && !simulated) {
-      ledger_->Release(pod.meta.uid);
+  // The pod asks for no managed device: the input is echoed. A reservation cannot exist for
+  // such a pod unless its spec changed; drop it if it does.
+  auto pass_through = [&] {
+    if (!decided->meta.uid.empty() && !simulated) {
+      ledger_->Release(decided->meta.uid);
     }
     if (args.node_names) {
       result.node_names = args.node_names;
@@ -282,31 +294,63 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       result.node_names.emplace();
     }
     out.code = FilterCode::kPassThrough;
-    TESSERA_VLOGS(2, "filter", "pod", pod.Key(), "candidates", CandidateCount(args), "node", "",
-                  "outcome", "passthrough (no managed device asked for)");
+    TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", CandidateCount(args), "node",
+                  "", "outcome", "passthrough (no managed device asked for)");
     return result;
+  };
+
+  absl::StatusOr<device::PodRequest> request = options_.vendor->DecodeRequest(*decided);
+  if (!request.ok()) {
+    return fail(request.status());
   }
-  absl::StatusOr<device::PodConstraints> constraints = options_.vendor->DecodeConstraints(pod);
+  if (request->Empty()) {
+    return pass_through();
+  }
+  absl::StatusOr<device::PodConstraints> constraints = options_.vendor->DecodeConstraints(*decided);
   if (!constraints.ok()) {
     return fail(constraints.status());
   }
   if (simulated) {
     return FilterNodes(args, *request, *constraints, &out);
   }
-  if (pod.meta.uid.empty()) {
+  if (decided->meta.uid.empty()) {
     return fail(absl::InvalidArgumentError(
-        fmt::format("pod {} has no metadata.uid: cannot reserve for it", pod.Key())));
+        fmt::format("pod {} has no metadata.uid: cannot reserve for it", decided->Key())));
   }
-  absl::StatusOr<std::string> checked_version = CheckPending(pod);
+  absl::StatusOr<std::string> checked_version = CheckPending(args.pod, &stored);
   if (!checked_version.ok()) {
     return fail(checked_version.status());
+  }
+  if (decided != &*stored) {
+    // The cache did not have it: the API server's copy, read by the check, decides.
+    decided = &*stored;
+    request = options_.vendor->DecodeRequest(*decided);
+    if (!request.ok()) {
+      return fail(request.status());
+    }
+    constraints = options_.vendor->DecodeConstraints(*decided);
+    if (!constraints.ok()) {
+      return fail(constraints.status());
+    }
+  }
+  out.stale_body = !SameAsks(options_.vendor->DecodeRequest(args.pod), *request) ||
+                   options_.vendor->DecodeConstraints(args.pod).value_or(
+                       device::PodConstraints()) != *constraints;
+  if (out.stale_body) {
+    TESSERA_LOGS(kWarning,
+                 "Filter request's pod asks for other devices than the stored pod of its uid; "
+                 "deciding on the stored pod",
+                 "pod", decided->Key(), "uid", decided->meta.uid);
+  }
+  if (request->Empty()) {
+    return pass_through();  // the body claimed a device the stored pod does not ask for
   }
 
   const std::vector<std::string> names = CandidateNames(args);
   std::vector<std::string_view> views(names.begin(), names.end());
   const absl::Time now = clock_->Now();
   std::vector<schedule::Candidate> candidates(names.size());
-  const BusyNodes::Pod asking{pod.meta.uid, pod.meta.ns, pod.meta.name};
+  const BusyNodes::Pod asking{decided->meta.uid, decided->meta.ns, decided->meta.name};
   for (size_t i = 0; i < names.size(); ++i) {
     candidates[i].name = names[i];
     candidates[i].busy = options_.avoid_busy_nodes && busy_.Busy(names[i], asking, now);
@@ -317,8 +361,8 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   {
     MutexLock l(&decide_mu_);
     // The pod's earlier decision no longer holds: it must not compete with itself.
-    ledger_->Release(pod.meta.uid);
-    filter_seq_.erase(pod.meta.uid);
+    ledger_->Release(decided->meta.uid);
+    filter_seq_.erase(decided->meta.uid);
     std::vector<std::optional<device::NodeSnapshot>> snapshots = ledger_->Snapshot(views);
     for (size_t i = 0; i < names.size(); ++i) {
       candidates[i].snapshot = std::move(snapshots[i]);
@@ -326,25 +370,25 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     // Under the same lock as the devices: concurrent filters of one namespace see each other's
     // reservations in its usage, so together they cannot pass its quota.
     if (quotas_ != nullptr) {
-      quota = quotas_->Quota(pod.meta.ns, *ledger_);
+      quota = quotas_->Quota(decided->meta.ns, *ledger_);
     }
     decision = schedule::Decide(candidates, *request, *constraints, options_.node_policy,
                                 options_.gpu_policy, quota.Limited() ? &quota : nullptr);
     if (decision.winner) {
       absl::Status reserved = ledger_->Reserve(
-          pod.meta.uid, pod.meta.ns, pod.meta.name, candidates[*decision.winner].name,
-          decision.devices, now + options_.reservation_ttl,
+          decided->meta.uid, decided->meta.ns, decided->meta.name,
+          candidates[*decision.winner].name, decision.devices, now + options_.reservation_ttl,
           static_cast<int32_t>(request->init_count),
           device::MigAllocationsOf(decision.devices, decision.mig));
       if (!reserved.ok()) {
         return fail(reserved);
       }
       seq = ++next_seq_;
-      filter_seq_[pod.meta.uid] = seq;
-      busy_.Decided(pod.meta.uid, candidates[*decision.winner].name,
+      filter_seq_[decided->meta.uid] = seq;
+      busy_.Decided(decided->meta.uid, candidates[*decision.winner].name,
                     now + options_.reservation_ttl);
     } else {
-      busy_.Ended(pod.meta.uid);
+      busy_.Ended(decided->meta.uid);
     }
   }
 
@@ -370,35 +414,36 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       for (const std::string& n : nodes) {
         list.Add(n);
       }
-      events_.Record(pod.meta, "FilteringFailed", std::move(list).Finish(), EventType::kWarning);
+      events_.Record(decided->meta, "FilteringFailed", std::move(list).Finish(),
+                     EventType::kWarning);
     }
     if (names.empty()) {
-      events_.Record(pod.meta, "FilteringFailed", "no candidate nodes", EventType::kWarning);
+      events_.Record(decided->meta, "FilteringFailed", "no candidate nodes", EventType::kWarning);
     }
     if (decision.quota_miss) {
       out.quota = schedule::QuotaMissText(quota, *decision.quota_miss);
-      events_.Record(pod.meta, "FilteringFailed", out.quota, EventType::kWarning);
+      events_.Record(decided->meta, "FilteringFailed", out.quota, EventType::kWarning);
     }
-    OfferVerdict(pod, *request, candidates, out.failed_nodes, *checked_version, out.quota);
+    OfferVerdict(*decided, *request, candidates, out.failed_nodes, *checked_version, out.quota);
     out.code = FilterCode::kNoFit;
-    TESSERA_VLOGS(2, "filter", "pod", pod.Key(), "candidates", names.size(), "node", "", "outcome",
-                  "no node fits");
+    TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", names.size(), "node", "",
+                  "outcome", "no node fits");
     return result;
   }
 
   const std::string& winner = candidates[*decision.winner].name;
   PatchWriter::Job job;
-  job.ns = pod.meta.ns;
-  job.name = pod.meta.name;
-  job.uid = pod.meta.uid;
+  job.ns = decided->meta.ns;
+  job.name = decided->meta.name;
+  job.uid = decided->meta.uid;
   job.seq = seq;
   job.created = now;
   job.patch = ToPatch(
       device::FilterAnnotations(*options_.vendor, winner, decision.devices, now, decision.mig),
       device::FilterLabels(winner));
-  job.patch.uid = pod.meta.uid;  // this pod, never another of the same name
+  job.patch.uid = decided->meta.uid;  // this pod, never another of the same name
   if (decision.mig.empty() &&
-      pod.meta.annotations.Find(device::kMigAllocationsAnnotation) != nullptr) {
+      decided->meta.annotations.Find(device::kMigAllocationsAnnotation) != nullptr) {
     // An earlier filter's MIG placements: this decision has none, so they go (HAMi leaves them,
     // and its usage rebuild then fails the pod's new cards closed; docs/compatibility.md).
     job.patch.annotations.emplace_back(std::string(device::kMigAllocationsAnnotation),
@@ -406,7 +451,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   }
   // The pod has a node now: its verdict goes (merge patch null; a no-op when it has none, and
   // the pod informer does not keep the key, so it cannot say) with any queued write of it.
-  verdicts_.Forget(pod.meta.uid);
+  verdicts_.Forget(decided->meta.uid);
   job.patch.annotations.emplace_back(std::string(device::kVerdictAnnotation), std::nullopt);
   if (!checked_version->empty()) {
     // ... and only while it is the pending pod the check saw: a pod bound meanwhile (by another
@@ -453,10 +498,10 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     }
     fits.Add(entry);
   }
-  events_.Record(pod.meta, "FilteringSucceed", std::move(fits).Finish(), EventType::kNormal);
+  events_.Record(decided->meta, "FilteringSucceed", std::move(fits).Finish(), EventType::kNormal);
   out.code = FilterCode::kFit;
-  TESSERA_VLOGS(2, "filter", "pod", pod.Key(), "candidates", names.size(), "fit", fit_count, "node",
-                winner, "devices", DevicesForLog(decision.devices));
+  TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", names.size(), "fit", fit_count,
+                "node", winner, "devices", DevicesForLog(decision.devices));
   return result;
 }
 
@@ -534,12 +579,10 @@ void Scheduler::SettlePatch(const PatchWriter::Job& job, const absl::Status& sta
   }
 }
 
-absl::StatusOr<std::string> Scheduler::CheckPending(const kube::Pod& claimed) {
+absl::StatusOr<std::string> Scheduler::CheckPending(const kube::Pod& claimed,
+                                                    std::optional<kube::Pod>* stored) {
   TESSERA_RETURN_IF_ERROR(NotPending(claimed));
-  std::optional<kube::Pod> current;
-  if (lookup_) {
-    current = lookup_(claimed.meta.ns, claimed.meta.name);
-  }
+  std::optional<kube::Pod>& current = *stored;
   if (!current || current->meta.uid != claimed.meta.uid) {
     // Not cached, or the cache holds another pod of that name: ask the API server.
     absl::StatusOr<kube::Pod> got = client_->GetPod(claimed.meta.ns, claimed.meta.name);

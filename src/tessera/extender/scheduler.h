@@ -105,6 +105,9 @@ struct FilterOutcome {
   // The namespace quota refused a card: "namespace ml: limits.nvidia.com/gpumem 40000, used
   // 36000 + 8000 asked" (schedule::QuotaMissText); empty otherwise.
   std::string quota;
+  // The request body's pod asked for other devices or constraints than the stored pod of its
+  // uid (a forged or stale body); the stored pod was decided on. Always false when simulated.
+  bool stale_body = false;
 };
 
 // What a Bind call did. Refusals change nothing; failures release what the bind took.
@@ -253,10 +256,12 @@ class Scheduler {
                        const std::vector<device::MigAllocation>& mig);
   // The state of the pod a node lock names: from the lookup unless `fresh`, else a GET.
   absl::StatusOr<NodeLockHolder> LockHolder(std::string_view ns, std::string_view name, bool fresh);
-  // Filter step 2 (docs/serve.md): OK when `claimed` and the stored pod of its name are the same
-  // pending pod; returns the resourceVersion of the stored copy checked (the filter patch's
-  // precondition).
-  absl::StatusOr<std::string> CheckPending(const kube::Pod& claimed);
+  // Filter step 2 (docs/serve.md): OK when `claimed` (the request's pod) and the stored pod of
+  // its name are the same pending pod. `*stored` is the cache's copy when it has `claimed`'s uid;
+  // otherwise the API server's copy is read into it. Returns the resourceVersion of the stored
+  // copy checked (the filter patch's precondition).
+  absl::StatusOr<std::string> CheckPending(const kube::Pod& claimed,
+                                           std::optional<kube::Pod>* stored);
   absl::StatusOr<kube::Pod> FindPod(std::string_view ns, std::string_view name);
   // PatchWriter's settle: ends the filter's reservation when its patch failed (unless a newer
   // filter of the pod replaced it).

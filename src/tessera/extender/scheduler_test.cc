@@ -1587,6 +1587,88 @@ TEST_F(SchedulerTest, TheFilterPatchNamesThePodsUid) {
   EXPECT_THAT(ledger_.Reservations(), IsEmpty());
 }
 
+// kube-scheduler sends the pod in the request body, but any caller can: a body that claims less
+// than the pod asks (here 1000 MiB instead of 6000) must not get the smaller reservation. The
+// stored copy of the same uid decides, from the informer's cache when it holds the pod...
+TEST_F(SchedulerTest, TheStoredPodsResourcesDecideNotTheRequestBodys) {
+  AddNode("n1", {{"GPU-a", 10, 8000}});
+  env_.CreatePod("p1", Limits(6000));
+  env_.CreatePod("p2", Limits(4000));
+  const kube::Pod stored = Pod("p1");
+  Scheduler& s = Make([&](std::string_view, std::string_view name) -> std::optional<kube::Pod> {
+    if (name == "p1") {
+      return stored;
+    }
+    return std::nullopt;
+  });
+  FilterArgs forged = Args("p1", {"n1"});
+  forged.pod.containers[0].limits.Set("nvidia.com/gpumem", "1000");
+  FilterOutcome outcome;
+  ASSERT_THAT(*s.Filter(forged, &outcome).node_names, ElementsAre("n1"));
+  EXPECT_TRUE(outcome.stale_body);
+  ASSERT_EQ(ledger_.Reservations().size(), 1u);
+  EXPECT_EQ(ledger_.Reservations()[0].devices.at(0).at(0).usedmem, 6000);
+  EXPECT_THAT(Annotation("p1", device::kDevicesToAllocateAnnotation), HasSubstr(",6000,"));
+  // 2000 MiB are left: p2's 4000 do not fit.
+  EXPECT_THAT(*s.Filter(Args("p2", {"n1"})).node_names, IsEmpty());
+  // The body that agrees with the stored pod is not flagged.
+  FilterOutcome honest;
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"}), &honest).node_names, ElementsAre("n1"));
+  EXPECT_FALSE(honest.stale_body);
+}
+
+// ... and from the API server when the cache misses it.
+TEST_F(SchedulerTest, WithoutACachedCopyTheApiServersPodDecides) {
+  AddNode("n1", {{"GPU-a", 10, 8000}});
+  env_.CreatePod("p1", Limits(6000));
+  Scheduler& s = Make();
+  FilterArgs forged = Args("p1", {"n1"});
+  forged.pod.containers[0].limits.Set("nvidia.com/gpumem", "1000");
+  FilterOutcome outcome;
+  ASSERT_THAT(*s.Filter(forged, &outcome).node_names, ElementsAre("n1"));
+  EXPECT_TRUE(outcome.stale_body);
+  ASSERT_EQ(ledger_.Reservations().size(), 1u);
+  EXPECT_EQ(ledger_.Reservations()[0].devices.at(0).at(0).usedmem, 6000);
+}
+
+// A body claiming no device at all does not pass the stored pod through with its reservation
+// dropped: the stored pod asks for one, so it is filtered as such.
+TEST_F(SchedulerTest, ABodyClaimingNoDeviceDoesNotPassAStoredGpuPodThrough) {
+  AddNode("n1", {{"GPU-a", 10, 8000}});
+  env_.CreatePod("p1", Limits(6000));
+  const kube::Pod stored = Pod("p1");
+  Scheduler& s =
+      Make([&](std::string_view, std::string_view) -> std::optional<kube::Pod> { return stored; });
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  FilterArgs forged = Args("p1", {"n1", "n2"});
+  forged.pod.containers[0].limits = {};
+  FilterOutcome outcome;
+  FilterResult r = s.Filter(forged, &outcome);
+  EXPECT_EQ(outcome.code, FilterCode::kFit);
+  EXPECT_TRUE(outcome.stale_body);
+  EXPECT_THAT(*r.node_names, ElementsAre("n1"));
+  ASSERT_EQ(ledger_.Reservations().size(), 1u);
+  EXPECT_EQ(ledger_.Reservations()[0].devices.at(0).at(0).usedmem, 6000);
+}
+
+// A body whose uid no stored pod has (forged, or a pod deleted and created again under its
+// name) is refused, naming both uids, and nothing is reserved or written.
+TEST_F(SchedulerTest, ABodyWithAnUnknownUidIsRefused) {
+  AddNode("n1", {{"GPU-a", 10, 8000}});
+  env_.CreatePod("p1", Limits(6000));
+  const kube::Pod stored = Pod("p1");
+  Scheduler& s =
+      Make([&](std::string_view, std::string_view) -> std::optional<kube::Pod> { return stored; });
+  FilterArgs forged = Args("p1", {"n1"});
+  forged.pod.meta.uid = "uid-nobody-has";
+  FilterOutcome outcome;
+  FilterResult r = s.Filter(forged, &outcome);
+  EXPECT_EQ(outcome.code, FilterCode::kError);
+  EXPECT_THAT(r.error, HasSubstr("not uid-nobody-has"));
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+  EXPECT_THAT(PodPatches("p1"), IsEmpty());
+}
+
 TEST_F(SchedulerTest, FilterRefusesPodsBeingDeletedOrFinished) {
   AddNode("n1", {{"GPU-a"}});
   env_.CreatePod("p1", Limits(1000));
