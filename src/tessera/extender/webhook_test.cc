@@ -616,6 +616,37 @@ TEST(WebhookTest, TheOwnedListIsTheOneDeclared) {
   }
 }
 
+// The quoted annotation keys of a manifest's owned-annotation-set-or-changed condition.
+std::vector<std::string> QuotedKeys(const std::string& path) {
+  std::ifstream in(SourceDir() + "/" + path);
+  EXPECT_TRUE(in.good()) << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  std::vector<std::string> keys;
+  const size_t start = text.find("owned-annotation-set-or-changed");
+  EXPECT_NE(start, std::string::npos) << path;
+  const size_t begin = text.find('[', start);
+  const size_t end = text.find(']', begin);
+  // 'a', 'b', ... between the brackets.
+  for (size_t open = text.find('\'', begin); open < end; open = text.find('\'', open + 1)) {
+    const size_t close = text.find('\'', open + 1);
+    keys.push_back(text.substr(open + 1, close - open - 1));
+    open = close;
+  }
+  return keys;
+}
+
+TEST(WebhookTest, TheManifestsCallTheWebhookForExactlyTheOwnedAnnotations) {
+  // deploy/base and the Helm chart send an UPDATE only when one of these keys differs
+  // (matchConditions): a key missing there would let a tenant rewrite it unchecked.
+  for (const char* path :
+       {"deploy/base/webhook.yaml", "deploy/helm/tessera/templates/webhook.yaml"}) {
+    SCOPED_TRACE(path);
+    EXPECT_EQ(QuotedKeys(path), kOwned);
+  }
+}
+
 std::string Jwt(const json& claims) {
   return absl::WebSafeBase64Escape(R"({"alg":"RS256","kid":"k"})") + "." +
          absl::WebSafeBase64Escape(claims.dump()) + ".c2lnbmF0dXJl";
