@@ -7,6 +7,9 @@
 
 #include <signal.h>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "cmd/tessera/commands.h"
 #include "cmd/tessera/hami_compat.h"
@@ -39,6 +42,8 @@ struct ServeFlags {
   std::string audit_period = absl::FormatDuration(options.audit_period);
   std::string resync_period = absl::FormatDuration(options.resync_period);
   std::string debug_auth = "loopback";
+  // Comma-separated; empty: nobody.
+  std::string trusted_annotation_writers = absl::StrJoin(options.trusted_annotation_writers, ",");
   // Leadership. The CLI11 options are kept to tell "not given" from a given empty value. The
   // Lease's name and namespace are derived when not given (LeaderOptions), so their flags start
   // empty rather than at ElectorOptions' defaults.
@@ -146,6 +151,13 @@ int RunServe(const ServeFlags& f) {
     return Usage("--gpu-scheduler-policy: " + std::string(gpu_policy.status().message()));
   }
   o.gpu_policy = *gpu_policy;
+  o.trusted_annotation_writers.clear();
+  for (absl::string_view user : absl::StrSplit(f.trusted_annotation_writers, ',')) {
+    user = absl::StripAsciiWhitespace(user);
+    if (!user.empty()) {
+      o.trusted_annotation_writers.emplace_back(user);
+    }
+  }
   std::string error;
   if (!ParsePositiveDuration("--reservation-ttl", f.reservation_ttl, &o.reservation_ttl, &error)) {
     return Usage(error);
@@ -283,6 +295,16 @@ void AddServeCommand(CLI::App& app, Runner* run) {
                 "The /webhook also gives our scheduler name to pods that carry "
                 "\"default-scheduler\" (default true); =false leaves them to the default scheduler")
       ->default_str(BoolText(flags->options.force_overwrite_default_scheduler));
+  sub->add_option("--self-username", flags->options.self_username,
+                  "The user the API server reports for this process's own writes, who may write "
+                  "the scheduler-owned pod annotations (the /webhook denies everyone else). "
+                  "Default: the subject of the client's service-account token "
+                  "(system:serviceaccount:<namespace>:<name>)");
+  sub->add_option("--trusted-annotation-writers", flags->trusted_annotation_writers,
+                  "Comma-separated users that may also write the pod annotations HAMi's device "
+                  "plugin writes at Allocate (hami.io/bind-phase, "
+                  "hami.io/vgpu-devices-to-allocate, hami.io/vgpu-mig-allocations); empty: nobody")
+      ->capture_default_str();
   sub->add_option("--node-scheduler-policy", flags->node_scheduler_policy,
                   "Default node policy, binpack or spread (a pod's "
                   "hami.io/node-scheduler-policy overrides it)")

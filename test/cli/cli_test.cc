@@ -696,6 +696,8 @@ TEST(CliTest, ServeExplainsItsFlagsAndRefusesBadOnesWithExitTwo) {
                            "--key_file",
                            "--metrics-bind-address",
                            "--scheduler-name",
+                           "--self-username",
+                           "--trusted-annotation-writers",
                            "--node-scheduler-policy",
                            "--gpu-scheduler-policy",
                            "--device-config-file",

@@ -344,32 +344,39 @@ def check_deployment(docs, serve_help, release, where):
     check(any(resolve_port(tessera, p.get("targetPort")) == metrics_port
               for s in services for p in s["spec"]["ports"]), f"{where}: no metrics Service")
 
-    # The webhook.
+    # The webhooks: HAMi's mutation, then the check of the scheduler-owned annotations.
     hook_cfg = one(docs, "MutatingWebhookConfiguration", None, where)
-    check(len(hook_cfg["webhooks"]) == 1, f"{where}: want one webhook")
-    hook = hook_cfg["webhooks"][0]
-    svc_ref = hook["clientConfig"]["service"]
-    check(svc_ref["namespace"] == ns and svc_ref["path"] == "/webhook",
-          f"{where}: webhook service namespace/path")
-    svc = [s for s in services if s["metadata"]["name"] == svc_ref["name"]]
-    check(len(svc) == 1, f"{where}: the webhook's Service {svc_ref['name']} does not select the pods")
-    if svc:
-        port = [p for p in svc[0]["spec"]["ports"] if p["port"] == svc_ref.get("port", 443)]
-        check(len(port) == 1 and resolve_port(tessera, port[0]["targetPort"]) == http_port,
-              f"{where}: the webhook Service does not lead to --http_bind's port {http_port}")
+    check([h["name"] for h in hook_cfg["webhooks"]] ==
+          ["vgpu.tessera.dev", "owned-annotations.tessera.dev"],
+          f"{where}: want the webhooks vgpu.tessera.dev and owned-annotations.tessera.dev")
     check(tls, f"{where}: the API server calls webhooks over TLS only: give --cert_file")
-    check(hook["failurePolicy"] in ("Ignore", "Fail"), f"{where}: failurePolicy")
-    check(hook["sideEffects"] == "None", f"{where}: sideEffects")
-    check("v1" in hook["admissionReviewVersions"], f"{where}: admissionReviewVersions")
-    check(hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                             "resources": ["pods"], "scope": "*"}], f"{where}: webhook rules")
-    excluded = [e for e in hook["namespaceSelector"]["matchExpressions"]
-                if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"]
-    check(excluded and ns in excluded[0]["values"],
-          f"{where}: the webhook does not exclude the namespace {ns}")
+    for hook in hook_cfg["webhooks"]:
+        svc_ref = hook["clientConfig"]["service"]
+        check(svc_ref["namespace"] == ns and svc_ref["path"] == "/webhook",
+              f"{where}: webhook service namespace/path")
+        svc = [s for s in services if s["metadata"]["name"] == svc_ref["name"]]
+        check(len(svc) == 1,
+              f"{where}: the webhook's Service {svc_ref['name']} does not select the pods")
+        if svc:
+            port = [p for p in svc[0]["spec"]["ports"] if p["port"] == svc_ref.get("port", 443)]
+            check(len(port) == 1 and resolve_port(tessera, port[0]["targetPort"]) == http_port,
+                  f"{where}: the webhook Service does not lead to --http_bind's port {http_port}")
+        check(hook["failurePolicy"] in ("Ignore", "Fail"), f"{where}: failurePolicy")
+        check(hook["sideEffects"] == "None", f"{where}: sideEffects")
+        check("v1" in hook["admissionReviewVersions"], f"{where}: admissionReviewVersions")
+        excluded = [e for e in hook["namespaceSelector"]["matchExpressions"]
+                    if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"]
+        check(excluded and ns in excluded[0]["values"],
+              f"{where}: the webhook {hook['name']} does not exclude the namespace {ns}")
+    mutate, owned = (hook_cfg["webhooks"] + [None, None])[:2]
+    check(mutate["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                               "resources": ["pods"], "scope": "*"}], f"{where}: webhook rules")
     check(spec["template"]["metadata"]["labels"].get("hami.io/webhook") == "ignore",
           f"{where}: the scheduler pods lack hami.io/webhook=ignore")
     check_debug_access(docs, deployment, where)
+    if owned is not None:
+        check_owned_annotations_hook(owned, ns, spec["template"]["spec"]["serviceAccountName"],
+                                     where)
     return deployment
 
 
@@ -402,6 +409,34 @@ def check_debug_access(docs, deployment, where):
             check(("cluster", group, resource, "create") in grants,
                   f"{where}: --debug-auth=kubernetes needs create on {resource} ({group}) in a "
                   "ClusterRole of the pods' account")
+
+
+def check_owned_annotations_hook(hook, ns, service_account, where):
+    """The check of the scheduler-owned annotations: CREATE and UPDATE, no objectSelector (the
+    tenant's label must not skip it), kube-system left out, and matchConditions that let the
+    Deployment's own ServiceAccount and system:masters through and call it only when an owned
+    annotation is set or changed (the key list is webhook_test's business)."""
+    check(hook["rules"] == [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""],
+                             "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}],
+          f"{where}: owned-annotations rules")
+    check("objectSelector" not in hook,
+          f"{where}: owned-annotations must not have an objectSelector (tenants set pod labels)")
+    excluded = [e for e in hook["namespaceSelector"]["matchExpressions"]
+                if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"]
+    check(excluded and "kube-system" in excluded[0]["values"],
+          f"{where}: owned-annotations does not exclude kube-system")
+    conditions = {c["name"]: c["expression"] for c in hook.get("matchConditions", [])}
+    check(list(conditions) == ["not-the-scheduler", "not-a-cluster-superuser",
+                               "owned-annotation-set-or-changed"],
+          f"{where}: owned-annotations matchConditions {list(conditions)}")
+    user = f"system:serviceaccount:{ns}:{service_account}"
+    check(conditions.get("not-the-scheduler") == f"request.userInfo.username != '{user}'",
+          f"{where}: not-the-scheduler must let exactly {user} through: "
+          f"{conditions.get('not-the-scheduler')!r}")
+    keys = re.findall(r"'((?:hami|tessera)\.io/[a-z-]+)'",
+                      conditions.get("owned-annotation-set-or-changed", ""))
+    check("hami.io/vgpu-devices-allocated" in keys and len(keys) == len(set(keys)),
+          f"{where}: owned-annotation-set-or-changed keys {keys}")
 
 
 def exported_metrics(source):

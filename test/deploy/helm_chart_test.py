@@ -255,6 +255,25 @@ def main():
         check(pod_annotation(c.docs(*args), "checksum/scheduler-config") != before,
               f"checksum/scheduler-config unchanged by {args}")
 
+    # The check of the scheduler-owned annotations: its switches, and its webhook left out.
+    owned_args = ["--set", "scheduler.admissionWebhook.ownedAnnotations.failurePolicy=Ignore",
+                  "--set", "scheduler.admissionWebhook.ownedAnnotations.excludedNamespaces={ops}",
+                  "--set", "scheduler.admissionWebhook.ownedAnnotations.trustedWriters="
+                  "{system:serviceaccount:gpu:plugin,system:serviceaccount:gpu:mig}"]
+    owned_docs = c.docs(*owned_args)
+    owned = one(owned_docs, "MutatingWebhookConfiguration")["webhooks"][1]
+    owned_flags = deploy_test.flag_values(container(owned_docs, "tessera")["args"][1:])
+    check(owned["failurePolicy"] == "Ignore", "ownedAnnotations.failurePolicy not carried over")
+    check(owned["namespaceSelector"]["matchExpressions"][0]["values"] ==
+          ["kube-system", "tessera-system", "ops"], "ownedAnnotations.excludedNamespaces")
+    check(owned_flags.get("--trusted-annotation-writers") ==
+          "system:serviceaccount:gpu:plugin,system:serviceaccount:gpu:mig",
+          "ownedAnnotations.trustedWriters -> --trusted-annotation-writers")
+    c.kubeconform_ok(c.template(*owned_args), "ownedAnnotations options")
+    off = c.docs("--set", "scheduler.admissionWebhook.ownedAnnotations.enabled=false")
+    check([h["name"] for h in one(off, "MutatingWebhookConfiguration")["webhooks"]] ==
+          ["vgpu.tessera.dev"], "ownedAnnotations.enabled=false leaves the second webhook out")
+
     # cert-manager: an Issuer and a Certificate into the Secret the pods mount, CA injected;
     # no certgen Jobs.
     cm = c.docs("--set", "scheduler.certManager.enabled=true")

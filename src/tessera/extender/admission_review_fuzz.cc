@@ -1,7 +1,11 @@
 // Any bytes give a reply that is an AdmissionReview (HTTP 200 or 400), never a crash; a review
 // that decodes gets a 200 whose uid is the request's and whose patch, when there is one, is a
-// JSON array of add/replace operations; warnings only on an allowed review, bounded in number
-// and size.
+// JSON array of add/replace operations; an UPDATE is never mutated, and one by a user that is
+// neither the scheduler nor a superuser is allowed only when no scheduler-owned annotation
+// differs between oldObject and object; warnings only on an allowed review, bounded in number
+// and size. The same bytes as a service-account token give a subject or an error with a
+// message, never a crash.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -22,6 +26,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.nvidia.overwrite_env = true;
     options.nvidia.gpu_core_policy = tessera::device::GpuCorePolicy::kDisable;
     options.nvidia.runtime_class_name = "nvidia";
+  }
+  options.self_username = "system:serviceaccount:tessera-system:tessera";
+  options.trusted_annotation_writers = {"plugin"};
+  if (absl::StatusOr<std::string> user = tessera::extender::ServiceAccountUsername(body);
+      user.ok() ? user->rfind("system:serviceaccount:", 0) != 0 : user.status().message().empty()) {
+    std::abort();
   }
   absl::StatusOr<tessera::extender::AdmissionRequest> request =
       tessera::extender::DecodeAdmissionReview(body);
@@ -54,6 +64,37 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (const json& op : ops) {
         if (op["op"] != "add" && op["op"] != "replace") {
           std::abort();
+        }
+      }
+    }
+    if (request->operation == "UPDATE") {
+      if (response.contains("patch")) {
+        std::abort();
+      }
+      const bool owner = request->username == options.self_username ||
+                         std::find(request->groups.begin(), request->groups.end(),
+                                   "system:masters") != request->groups.end();
+      if (!owner && request->username != "plugin" && response["allowed"].get<bool>()) {
+        // Allowed for anyone else: every owned annotation is the same before and after.
+        json before = json::parse(request->old_object_json, nullptr, false);
+        json after = json::parse(request->object_json, nullptr, false);
+        auto annotations = [](const json& pod) {
+          if (!pod.is_object() || !pod.contains("metadata") || !pod["metadata"].is_object() ||
+              !pod["metadata"].contains("annotations") ||
+              !pod["metadata"]["annotations"].is_object()) {
+            return json::object();
+          }
+          return pod["metadata"]["annotations"];
+        };
+        const bool is_pod = (request->kind.empty() || request->kind == "Pod") &&
+                            (request->resource.empty() || request->resource == "pods");
+        const json a = annotations(before);
+        const json b = annotations(after);
+        for (std::string_view key : tessera::extender::SchedulerOwnedAnnotations()) {
+          const std::string k(key);
+          if (is_pod && (a.contains(k) != b.contains(k) || (a.contains(k) && a[k] != b[k]))) {
+            std::abort();
+          }
         }
       }
     }

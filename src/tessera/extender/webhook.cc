@@ -1,5 +1,6 @@
 #include "tessera/extender/webhook.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
+#include "tessera/device/mig.h"
 #include "tessera/device/quantity.h"
 #include "tessera/device/request.h"
 #include "tessera/extender/admission_warnings.h"
@@ -27,13 +29,24 @@ using nlohmann::json;
 constexpr int kMaxDepth = 512;
 constexpr std::string_view kDefaultScheduler = "default-scheduler";
 
-// The pod annotations only the scheduler writes (HAMi PR #3042 with the NVIDIA backend), in the
-// order they are checked: a pod created with any of them would be read as an allocation.
+// HAMi PR #3042's keys with the NVIDIA backend, in its order, then the others Tessera writes.
 constexpr std::string_view kSchedulerOwnedAnnotations[] = {
     device::kVgpuNodeAnnotation,         device::kBindTimeAnnotation,
     device::kBindPhaseAnnotation,        device::kDevicesToAllocateAnnotation,
-    device::kDevicesAllocatedAnnotation,
+    device::kDevicesAllocatedAnnotation, device::kMigAllocationsAnnotation,
+    device::kVgpuTimeAnnotation,         device::kVerdictAnnotation,
 };
+
+constexpr std::string_view kDevicePluginAnnotations[] = {
+    device::kBindPhaseAnnotation,
+    device::kDevicesToAllocateAnnotation,
+    device::kMigAllocationsAnnotation,
+};
+
+constexpr std::string_view kServiceAccountPrefix = "system:serviceaccount:";
+// Kubernetes' superuser group: authorization never stops it (it may delete this webhook), so
+// neither does this check; repairs by hand need it.
+constexpr std::string_view kSuperuserGroup = "system:masters";
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -59,6 +72,31 @@ const json* MemberAt(const json& object, std::string_view key) {
   }
   auto it = object.find(key);
   return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+// metadata.annotations of a pod, or nullptr when absent or not an object.
+const json* AnnotationsOf(const json& pod) {
+  const json* meta = MemberAt(pod, "metadata");
+  const json* annotations = meta != nullptr ? MemberAt(*meta, "annotations") : nullptr;
+  return annotations != nullptr && annotations->is_object() ? annotations : nullptr;
+}
+
+// Whether `key` is present in one of `old_annotations`, `new_annotations` and not the other, or
+// present in both with different values.
+bool Changed(const json* old_annotations, const json* new_annotations, std::string_view key) {
+  auto find = [key](const json* annotations) -> const json* {
+    if (annotations == nullptr) {
+      return nullptr;
+    }
+    auto it = annotations->find(key);
+    return it == annotations->end() ? nullptr : &*it;
+  };
+  const json* before = find(old_annotations);
+  const json* after = find(new_annotations);
+  if (before == nullptr || after == nullptr) {
+    return before != after;
+  }
+  return *before != *after;
 }
 
 // A quantity as text: the API server sends strings; numbers keep their JSON text.
@@ -231,7 +269,85 @@ AdmissionResponse AllowedWith(std::string message) {
   return r;
 }
 
+bool Contains(std::span<const std::string_view> keys, std::string_view key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+// A user name as HAMi prints it (raw) when it is plain printable ASCII, else quoted and escaped.
+std::string UserForMessage(const std::string& username) {
+  if (username.empty()) {
+    return "an anonymous request";
+  }
+  const bool plain =
+      username.size() <= 256 &&
+      std::all_of(username.begin(), username.end(), [](char c) { return c > ' ' && c < 0x7f; });
+  return plain ? username : device::QuoteForError(username);
+}
+
+// An UPDATE of a pod: the scheduler-owned annotations change only by the scheduler, or by a
+// trusted writer for the keys the device plugin writes. Nothing is mutated.
+AdmissionResponse ReviewPodUpdate(const AdmissionRequest& request, const WebhookOptions& options) {
+  const json pod = json::parse(request.object_json, nullptr, /*allow_exceptions=*/false);
+  const json old = json::parse(request.old_object_json, nullptr, /*allow_exceptions=*/false);
+  const json* after = AnnotationsOf(pod);
+  const json* before = AnnotationsOf(old);
+  const bool owner =
+      (!options.self_username.empty() && request.username == options.self_username) ||
+      std::find(request.groups.begin(), request.groups.end(), kSuperuserGroup) !=
+          request.groups.end();
+  const bool trusted = !request.username.empty() &&
+                       std::find(options.trusted_annotation_writers.begin(),
+                                 options.trusted_annotation_writers.end(),
+                                 request.username) != options.trusted_annotation_writers.end();
+  bool changed = false;
+  for (std::string_view key : kSchedulerOwnedAnnotations) {
+    if (!Changed(before, after, key)) {
+      continue;
+    }
+    changed = true;
+    if (owner || (trusted && Contains(kDevicePluginAnnotations, key))) {
+      continue;
+    }
+    return Denied(fmt::format("annotation {} is written by the scheduler and cannot be set by {}",
+                              key, UserForMessage(request.username)));
+  }
+  return AllowedWith(changed ? "scheduler-owned annotations changed by their writer"
+                             : "no scheduler-owned annotation changed");
+}
+
 }  // namespace
+
+std::span<const std::string_view> SchedulerOwnedAnnotations() { return kSchedulerOwnedAnnotations; }
+
+std::span<const std::string_view> DevicePluginAnnotations() { return kDevicePluginAnnotations; }
+
+absl::StatusOr<std::string> ServiceAccountUsername(std::string_view token) {
+  const size_t first = token.find('.');
+  const size_t second = first == std::string_view::npos ? first : token.find('.', first + 1);
+  if (second == std::string_view::npos || token.find('.', second + 1) != std::string_view::npos) {
+    return absl::InvalidArgumentError("the token is not a JWT (want three dot-separated parts)");
+  }
+  const std::string_view encoded = token.substr(first + 1, second - first - 1);
+  std::string payload;
+  if (!absl::WebSafeBase64Unescape(absl::string_view(encoded.data(), encoded.size()), &payload)) {
+    return absl::InvalidArgumentError("the token's payload is not base64url");
+  }
+  if (tessera::json::ExceedsDepth(payload, kMaxDepth)) {
+    return absl::InvalidArgumentError("the token's payload nests too deep");
+  }
+  const json claims = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  const std::string sub = StringAt(claims, "sub");
+  // system:serviceaccount:<namespace>:<name>, both non-empty and without another colon.
+  const std::string_view rest =
+      std::string_view(sub).substr(std::min(sub.size(), kServiceAccountPrefix.size()));
+  const size_t colon = rest.find(':');
+  if (!sub.starts_with(kServiceAccountPrefix) || colon == 0 || colon == std::string_view::npos ||
+      colon + 1 == rest.size() || rest.find(':', colon + 1) != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        fmt::format("the token's subject {} is not a service account", device::QuoteForError(sub)));
+  }
+  return sub;
+}
 
 absl::StatusOr<AdmissionRequest> DecodeAdmissionReview(std::string_view body) {
   if (body.empty()) {
@@ -279,22 +395,54 @@ absl::StatusOr<AdmissionRequest> DecodeAdmissionReview(std::string_view body) {
   out.operation = StringAt(*request, "operation");
   out.ns = StringAt(*request, "namespace");
   out.name = StringAt(*request, "name");
+  const bool update = out.operation == "UPDATE";
   if (const json* object = MemberAt(*request, "object")) {
     if (!object->is_object()) {
       return absl::InvalidArgumentError("request.object: expected an object");
     }
     out.object_json = Dump(*object);
-  } else if (out.operation == "CREATE" || out.operation.empty()) {
+  } else if (out.operation == "CREATE" || out.operation.empty() || update) {
     return absl::InvalidArgumentError("request.object: missing");
+  }
+  if (const json* old = MemberAt(*request, "oldObject")) {
+    if (!old->is_object()) {
+      return absl::InvalidArgumentError("request.oldObject: expected an object");
+    }
+    out.old_object_json = Dump(*old);
+  } else if (update) {
+    return absl::InvalidArgumentError("request.oldObject: missing");
+  }
+  if (const json* user = MemberAt(*request, "userInfo")) {
+    if (!user->is_object()) {
+      return absl::InvalidArgumentError("request.userInfo: expected an object");
+    }
+    if (const json* username = MemberAt(*user, "username")) {
+      if (!username->is_string()) {
+        return absl::InvalidArgumentError("request.userInfo.username: expected a string");
+      }
+      out.username = username->get<std::string>();
+    }
+    if (const json* groups = MemberAt(*user, "groups")) {
+      if (!groups->is_array() || !std::all_of(groups->begin(), groups->end(),
+                                              [](const json& g) { return g.is_string(); })) {
+        return absl::InvalidArgumentError("request.userInfo.groups: expected an array of strings");
+      }
+      for (const json& g : *groups) {
+        out.groups.push_back(g.get<std::string>());
+      }
+    }
   }
   return out;
 }
 
 AdmissionResponse ReviewPod(const AdmissionRequest& request, const WebhookOptions& options) {
-  const bool is_pod = (request.kind.empty() || request.kind == "Pod") &&
-                      (request.resource.empty() || request.resource == "pods") &&
-                      request.sub_resource.empty();
-  if (!is_pod) {
+  const bool pod_or_subresource = (request.kind.empty() || request.kind == "Pod") &&
+                                  (request.resource.empty() || request.resource == "pods");
+  if (pod_or_subresource && request.operation == "UPDATE") {
+    // A subresource's object is the whole pod as well: its annotations are judged alike.
+    return ReviewPodUpdate(request, options);
+  }
+  if (!pod_or_subresource || !request.sub_resource.empty()) {
     return AllowedWith("not a pod: left unchanged");
   }
   if (!request.operation.empty() && request.operation != "CREATE") {

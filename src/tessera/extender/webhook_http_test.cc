@@ -88,6 +88,35 @@ TEST(WebhookHttpTest, MutatesOverHttp) {
   server.Stop();
 }
 
+TEST(WebhookHttpTest, ATenantsRewriteOfItsAllocationIsDeniedOverHttp) {
+  // issue 41: the pod's owner patched hami.io/vgpu-devices-allocated from 12,000 MiB to 1 MiB.
+  IdleBackend backend;
+  WebhookOptions webhook;
+  webhook.self_username = "system:serviceaccount:tessera-system:tessera";
+  HttpServer server(&backend, WebhookServerOptions(webhook));
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client c("127.0.0.1", server.port());
+  const std::string body = ReadTestdata("update-allocation-by-tenant.json");
+  httplib::Result r = c.Post("/webhook", body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  json response = json::parse(r->body)["response"];
+  EXPECT_EQ(response["uid"], json::parse(body)["request"]["uid"]);
+  EXPECT_FALSE(response["allowed"]);
+  EXPECT_EQ(response["status"]["code"], 403);
+  EXPECT_EQ(response["status"]["message"],
+            "annotation hami.io/vgpu-devices-allocated is written by the scheduler and cannot be "
+            "set by system:serviceaccount:ml:default");
+  EXPECT_FALSE(response.contains("patch"));
+  // The same write by the scheduler itself goes through.
+  json review = json::parse(body);
+  review["request"]["userInfo"]["username"] = webhook.self_username;
+  r = c.Post("/webhook", review.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(json::parse(r->body)["response"]["allowed"]);
+  server.Stop();
+}
+
 TEST(WebhookHttpTest, NotServedWithoutAHandler) {
   IdleBackend backend;
   HttpServerOptions options = WebhookServerOptions({});

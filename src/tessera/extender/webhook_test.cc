@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -310,13 +311,15 @@ TEST(WebhookTest, SchedulerNameAbsentIsAdded) {
 
 TEST(WebhookTest, OtherOperationsAndResourcesAreAllowedUnchanged) {
   json doc = json::parse(ReadTestdata("gpu-only.json"));
-  doc["request"]["operation"] = "UPDATE";
-  Outcome o = Review(doc.dump());
-  EXPECT_TRUE(o.response["allowed"]);
-  EXPECT_TRUE(o.patch.is_null());
+  for (const char* operation : {"DELETE", "CONNECT"}) {
+    doc["request"]["operation"] = operation;
+    Outcome o = Review(doc.dump());
+    EXPECT_TRUE(o.response["allowed"]);
+    EXPECT_TRUE(o.patch.is_null());
+  }
   doc["request"]["operation"] = "CREATE";
   doc["request"]["subResource"] = "ephemeralcontainers";
-  o = Review(doc.dump());
+  Outcome o = Review(doc.dump());
   EXPECT_TRUE(o.patch.is_null());
 }
 
@@ -329,18 +332,28 @@ std::string WithAnnotations(const std::string& file, const json& annotations) {
   return doc.dump();
 }
 
+// Every annotation Tessera writes on a pod: HAMi's five, the MIG reservations, the filter time
+// and the verdict.
+const std::vector<std::string> kOwned = {"hami.io/vgpu-node",
+                                         "hami.io/bind-time",
+                                         "hami.io/bind-phase",
+                                         "hami.io/vgpu-devices-to-allocate",
+                                         "hami.io/vgpu-devices-allocated",
+                                         "hami.io/vgpu-mig-allocations",
+                                         "hami.io/vgpu-time",
+                                         "tessera.io/verdict"};
+
 TEST(WebhookTest, EachSchedulerOwnedAnnotationDeniesACreate) {
-  for (const char* key : {"hami.io/vgpu-node", "hami.io/bind-time", "hami.io/bind-phase",
-                          "hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-allocated"}) {
+  for (const std::string& key : kOwned) {
     SCOPED_TRACE(key);
     // Present with any value, even empty.
     Outcome o = Review(WithAnnotations("gpu-only.json", {{key, ""}}));
     EXPECT_FALSE(o.response["allowed"]);
     EXPECT_EQ(o.response["status"]["code"], 403);
     EXPECT_EQ(o.response["status"]["reason"], "Forbidden");
-    EXPECT_EQ(o.response["status"]["message"],
-              std::string("annotation ") + key +
-                  " is written by the scheduler and cannot be set when creating a pod");
+    EXPECT_EQ(
+        o.response["status"]["message"],
+        "annotation " + key + " is written by the scheduler and cannot be set when creating a pod");
     EXPECT_TRUE(o.patch.is_null());
   }
 }
@@ -365,20 +378,312 @@ TEST(WebhookTest, SchedulerOwnedAnnotationIsDeniedWhateverTheSchedulerOrRequest)
 }
 
 TEST(WebhookTest, OtherHamiAnnotationsAreAllowedOnCreate) {
-  // Not scheduler-owned: the filter time, MIG allocations, user hints.
-  Outcome o = Review(WithAnnotations("gpu-only.json", {{"hami.io/vgpu-time", "1757923200"},
-                                                       {"hami.io/vgpu-mig-allocations", ""},
+  // Not scheduler-owned: user hints and policies.
+  Outcome o = Review(WithAnnotations("gpu-only.json", {{"hami.io/numa-alignment", "strict"},
+                                                       {"hami.io/gpu-scheduler-policy", "spread"},
                                                        {"nvidia.com/use-gputype", "A100"}}));
   EXPECT_TRUE(o.response["allowed"]);
   EXPECT_EQ(o.pod["spec"]["schedulerName"], "hami-scheduler");
 }
 
-TEST(WebhookTest, UpdatesCarryingSchedulerOwnedAnnotationsAreNotJudged) {
-  // The scheduler itself writes these keys with PATCH; UPDATE is not this check's business.
-  json doc = json::parse(WithAnnotations("gpu-only.json", {{"hami.io/bind-phase", "success"}}));
-  doc["request"]["operation"] = "UPDATE";
-  Outcome o = Review(doc.dump());
+// ---- UPDATE: the scheduler-owned annotations of a pod change only by their writers ------------
+
+const char kTenant[] = "alice";
+const char kSelf[] = "system:serviceaccount:tessera-system:tessera";
+const char kPlugin[] = "system:serviceaccount:kube-system:hami-device-plugin";
+
+// A bound pod as the scheduler and the plugin leave it.
+json BoundAnnotations() {
+  return {{"hami.io/vgpu-node", "gpu-node-1"},
+          {"hami.io/vgpu-time", "1757923200"},
+          {"hami.io/bind-time", "1757923201"},
+          {"hami.io/bind-phase", "allocating"},
+          {"hami.io/vgpu-devices-to-allocate", "GPU-1,NVIDIA,12000,50:;"},
+          {"hami.io/vgpu-devices-allocated", "GPU-1,NVIDIA,12000,50:;"},
+          {"hami.io/vgpu-mig-allocations",
+           R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-1","profile":"1g.5gb",)"
+           R"("placement":{"start":6,"size":1}}])"},
+          {"tessera.io/verdict", "{}"},
+          {"team", "ml"}};
+}
+
+// An UPDATE of gpu-only.json's pod from `before` to `after` annotations by `username`.
+std::string UpdateReview(const json& before, const json& after, const std::string& username,
+                         const json& groups = {"system:authenticated"}) {
+  json doc = json::parse(ReadTestdata("gpu-only.json"));
+  json& request = doc["request"];
+  request["operation"] = "UPDATE";
+  request["name"] = "p";
+  request["oldObject"] = request["object"];
+  request["oldObject"]["metadata"]["annotations"] = before;
+  request["object"]["metadata"]["annotations"] = after;
+  request["userInfo"] = {{"username", username}, {"uid", "u-1"}, {"groups", groups}};
+  return doc.dump();
+}
+
+WebhookOptions UpdateOptions() {
+  WebhookOptions o;
+  o.self_username = kSelf;
+  o.trusted_annotation_writers = {kPlugin};
+  return o;
+}
+
+TEST(WebhookTest, ATenantCannotAddChangeOrRemoveAnOwnedAnnotation) {
+  for (const std::string& key : kOwned) {
+    SCOPED_TRACE(key);
+    json changed = BoundAnnotations();
+    changed[key] = "GPU-1,NVIDIA,1,50:;";
+    json removed = BoundAnnotations();
+    removed.erase(key);
+    json before_absent = BoundAnnotations();
+    before_absent.erase(key);
+    for (const auto& [before, after] :
+         std::vector<std::pair<json, json>>{{BoundAnnotations(), changed},
+                                            {BoundAnnotations(), removed},
+                                            {before_absent, BoundAnnotations()}}) {
+      Outcome o = Review(UpdateReview(before, after, kTenant), UpdateOptions());
+      EXPECT_EQ(o.http_status, 200);
+      EXPECT_FALSE(o.response["allowed"]);
+      EXPECT_EQ(o.response["status"]["code"], 403);
+      EXPECT_EQ(o.response["status"]["reason"], "Forbidden");
+      EXPECT_EQ(o.response["status"]["message"],
+                "annotation " + key + " is written by the scheduler and cannot be set by alice");
+      EXPECT_TRUE(o.patch.is_null());
+    }
+  }
+  // All annotations dropped (kubectl replace without them): the first key is named.
+  Outcome o = Review(UpdateReview(BoundAnnotations(), json::object(), kTenant), UpdateOptions());
+  EXPECT_EQ(o.response["status"]["message"],
+            "annotation hami.io/vgpu-node is written by the scheduler and cannot be set by alice");
+}
+
+TEST(WebhookTest, UpdatesLeavingOwnedAnnotationsAloneAreAllowedUnchanged) {
+  json after = BoundAnnotations();
+  after["team"] = "vision";
+  after["note"] = "x";
+  Outcome o = Review(UpdateReview(BoundAnnotations(), after, kTenant), UpdateOptions());
   EXPECT_TRUE(o.response["allowed"]);
+  EXPECT_TRUE(o.patch.is_null());
+  EXPECT_EQ(o.response["status"]["message"], "no scheduler-owned annotation changed");
+  // No annotations at all on either side.
+  o = Review(UpdateReview(json::object(), json::object(), kTenant), UpdateOptions());
+  EXPECT_TRUE(o.response["allowed"]);
+}
+
+TEST(WebhookTest, TheSchedulerItselfMayWriteEveryOwnedAnnotation) {
+  // The filter patch on a pending pod, the bind patch, a verdict, its removal.
+  json bound = BoundAnnotations();
+  json filtered = bound;
+  for (const char* key : {"hami.io/bind-time", "hami.io/bind-phase"}) {
+    filtered.erase(key);
+  }
+  for (const auto& [before, after] :
+       std::vector<std::pair<json, json>>{{json::object(), filtered},
+                                          {filtered, bound},
+                                          {json::object(), {{"tessera.io/verdict", "{}"}}},
+                                          {{{"tessera.io/verdict", "{}"}}, json::object()}}) {
+    Outcome o = Review(UpdateReview(before, after, kSelf), UpdateOptions());
+    EXPECT_TRUE(o.response["allowed"]) << o.response.dump();
+    EXPECT_TRUE(o.patch.is_null());
+  }
+  // Without --self-username nobody is the scheduler.
+  WebhookOptions nobody = UpdateOptions();
+  nobody.self_username = "";
+  Outcome o = Review(UpdateReview(json::object(), filtered, ""), nobody);
+  EXPECT_FALSE(o.response["allowed"]);
+  EXPECT_EQ(o.response["status"]["message"],
+            "annotation hami.io/vgpu-node is written by the scheduler and cannot be set by an "
+            "anonymous request");
+}
+
+TEST(WebhookTest, ClusterSuperusersMayWriteEveryOwnedAnnotation) {
+  // system:masters bypasses authorization and may delete the webhook itself: no check stops it,
+  // and repairs by hand (or a test bed standing in for the scheduler) need it.
+  json changed = BoundAnnotations();
+  changed["hami.io/vgpu-devices-allocated"] = "GPU-2,NVIDIA,1,50:;";
+  Outcome o = Review(UpdateReview(BoundAnnotations(), changed, "admin",
+                                  {"system:masters", "system:authenticated"}),
+                     UpdateOptions());
+  EXPECT_TRUE(o.response["allowed"]) << o.response.dump();
+  // A group of another name is no pass.
+  o = Review(UpdateReview(BoundAnnotations(), changed, "admin", {"masters", "system:admins"}),
+             UpdateOptions());
+  EXPECT_FALSE(o.response["allowed"]);
+}
+
+TEST(WebhookTest, TheDevicePluginMayWriteOnlyWhatItWritesAtAllocate) {
+  const json bound = BoundAnnotations();
+  // bind-phase success and failed, the consumed to-allocate (HEAD's index-preserving form), the
+  // MIG runtime identity: HAMi's device plugin (docs/hami-device-plugin.md §2.4, §3.1).
+  json success = bound;
+  success["hami.io/bind-phase"] = "success";
+  success["hami.io/vgpu-devices-to-allocate"] = ";;";
+  success["hami.io/vgpu-mig-allocations"] =
+      R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-1","profile":"1g.5gb",)"
+      R"("placement":{"start":6,"size":1},"migUUID":"MIG-9","gpuInstanceID":13,)"
+      R"("computeInstanceID":0}])";
+  json failed = bound;
+  failed["hami.io/bind-phase"] = "failed";
+  for (const json& after : {success, failed}) {
+    Outcome o = Review(UpdateReview(bound, after, kPlugin), UpdateOptions());
+    EXPECT_TRUE(o.response["allowed"]) << o.response.dump();
+  }
+  // The allocation itself, the node, the times and the verdict stay the scheduler's.
+  for (const char* key : {"hami.io/vgpu-devices-allocated", "hami.io/vgpu-node",
+                          "hami.io/bind-time", "hami.io/vgpu-time", "tessera.io/verdict"}) {
+    SCOPED_TRACE(key);
+    json after = success;
+    after[key] = "1";
+    Outcome o = Review(UpdateReview(bound, after, kPlugin), UpdateOptions());
+    EXPECT_FALSE(o.response["allowed"]);
+    EXPECT_EQ(o.response["status"]["message"],
+              std::string("annotation ") + key +
+                  " is written by the scheduler and cannot be set by " + kPlugin);
+  }
+  // The plugin's name is no pass for anyone else, nor is its group.
+  Outcome o = Review(UpdateReview(bound, success, "system:serviceaccount:ml:hami-device-plugin"),
+                     UpdateOptions());
+  EXPECT_FALSE(o.response["allowed"]);
+  // Without trusted writers the plugin is a tenant like any other.
+  WebhookOptions none = UpdateOptions();
+  none.trusted_annotation_writers.clear();
+  o = Review(UpdateReview(bound, success, kPlugin), none);
+  EXPECT_FALSE(o.response["allowed"]);
+  // HAMi's chart's plugin is trusted by default.
+  o = Review(UpdateReview(bound, success, kPlugin));
+  EXPECT_TRUE(o.response["allowed"]);
+}
+
+TEST(WebhookTest, UpdatesOfSubresourcesAreJudgedAlike) {
+  json changed = BoundAnnotations();
+  changed["hami.io/vgpu-devices-allocated"] = "GPU-1,NVIDIA,1,50:;";
+  json doc = json::parse(UpdateReview(BoundAnnotations(), changed, kTenant));
+  doc["request"]["subResource"] = "ephemeralcontainers";
+  Outcome o = Review(doc.dump(), UpdateOptions());
+  EXPECT_FALSE(o.response["allowed"]);
+  // A user name with control characters is quoted in the message.
+  o = Review(UpdateReview(BoundAnnotations(), changed, "eve\x1b[2J"), UpdateOptions());
+  EXPECT_EQ(o.response["status"]["message"],
+            "annotation hami.io/vgpu-devices-allocated is written by the scheduler and cannot be "
+            "set by \"eve\\x1b[2J\"");
+}
+
+TEST(WebhookTest, MalformedUpdatesAre400) {
+  const json good = json::parse(UpdateReview(BoundAnnotations(), BoundAnnotations(), kTenant));
+  struct Case {
+    std::string name;
+    std::function<void(json&)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"no oldObject", [](json& d) { d["request"].erase("oldObject"); },
+       "request.oldObject: missing"},
+      {"null oldObject", [](json& d) { d["request"]["oldObject"] = nullptr; },
+       "request.oldObject: missing"},
+      {"oldObject not an object", [](json& d) { d["request"]["oldObject"] = "x"; },
+       "request.oldObject: expected an object"},
+      {"no object", [](json& d) { d["request"].erase("object"); }, "request.object: missing"},
+      {"userInfo not an object", [](json& d) { d["request"]["userInfo"] = json::array(); },
+       "request.userInfo: expected an object"},
+      {"username not a string", [](json& d) { d["request"]["userInfo"]["username"] = 7; },
+       "request.userInfo.username: expected a string"},
+      {"groups not an array", [](json& d) { d["request"]["userInfo"]["groups"] = "g"; },
+       "request.userInfo.groups: expected an array of strings"},
+      {"a group not a string",
+       [](json& d) {
+         d["request"]["userInfo"]["groups"] = json::array({"a", 1});
+       },
+       "request.userInfo.groups: expected an array of strings"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    json doc = good;
+    c.edit(doc);
+    WebhookReply reply = HandleAdmissionReview("application/json", doc.dump(), UpdateOptions());
+    EXPECT_EQ(reply.http_status, 400);
+    json review = json::parse(reply.body);
+    EXPECT_FALSE(review["response"]["allowed"]);
+    EXPECT_EQ(review["response"]["status"]["message"], c.message);
+  }
+}
+
+TEST(WebhookTest, TheOwnedListIsTheOneDeclared) {
+  std::vector<std::string> declared(SchedulerOwnedAnnotations().begin(),
+                                    SchedulerOwnedAnnotations().end());
+  EXPECT_EQ(declared, kOwned);
+  for (std::string_view key : DevicePluginAnnotations()) {
+    EXPECT_THAT(declared, ::testing::Contains(std::string(key)));
+  }
+}
+
+// The quoted annotation keys of a manifest's owned-annotation-set-or-changed condition.
+std::vector<std::string> QuotedKeys(const std::string& path) {
+  std::ifstream in(SourceDir() + "/" + path);
+  EXPECT_TRUE(in.good()) << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  std::vector<std::string> keys;
+  const size_t start = text.find("owned-annotation-set-or-changed");
+  EXPECT_NE(start, std::string::npos) << path;
+  const size_t begin = text.find('[', start);
+  const size_t end = text.find(']', begin);
+  // 'a', 'b', ... between the brackets.
+  for (size_t open = text.find('\'', begin); open < end; open = text.find('\'', open + 1)) {
+    const size_t close = text.find('\'', open + 1);
+    keys.push_back(text.substr(open + 1, close - open - 1));
+    open = close;
+  }
+  return keys;
+}
+
+TEST(WebhookTest, TheManifestsCallTheWebhookForExactlyTheOwnedAnnotations) {
+  // deploy/base and the Helm chart send an UPDATE only when one of these keys differs
+  // (matchConditions): a key missing there would let a tenant rewrite it unchecked.
+  for (const char* path :
+       {"deploy/base/webhook.yaml", "deploy/helm/tessera/templates/webhook.yaml"}) {
+    SCOPED_TRACE(path);
+    EXPECT_EQ(QuotedKeys(path), kOwned);
+  }
+}
+
+std::string Jwt(const json& claims) {
+  return absl::WebSafeBase64Escape(R"({"alg":"RS256","kid":"k"})") + "." +
+         absl::WebSafeBase64Escape(claims.dump()) + ".c2lnbmF0dXJl";
+}
+
+TEST(WebhookTest, ServiceAccountUsernameIsTheTokensSubject) {
+  absl::StatusOr<std::string> user =
+      ServiceAccountUsername(Jwt({{"iss", "https://kubernetes.default.svc"},
+                                  {"sub", "system:serviceaccount:tessera-system:tessera"},
+                                  {"kubernetes.io", {{"namespace", "tessera-system"}}}}));
+  ASSERT_TRUE(user.ok()) << user.status();
+  EXPECT_EQ(*user, "system:serviceaccount:tessera-system:tessera");
+  struct Bad {
+    std::string token;
+    std::string message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"", "the token is not a JWT (want three dot-separated parts)"},
+           {"a.b", "the token is not a JWT (want three dot-separated parts)"},
+           {"a.!!!.c", "the token's payload is not base64url"},
+           {Jwt({{"sub", "alice"}}), "the token's subject \"alice\" is not a service account"},
+           {Jwt({{"sub", "system:serviceaccount:ns"}}),
+            "the token's subject \"system:serviceaccount:ns\" is not a service account"},
+           {Jwt({{"sub", "system:serviceaccount::sa"}}),
+            "the token's subject \"system:serviceaccount::sa\" is not a service account"},
+           {Jwt({{"sub", "system:serviceaccount:ns:sa:x"}}),
+            "the token's subject \"system:serviceaccount:ns:sa:x\" is not a service account"},
+           {Jwt({{"sub", 7}}), "the token's subject \"\" is not a service account"},
+           {absl::WebSafeBase64Escape("{}") + "." + absl::WebSafeBase64Escape("[1]") + ".s",
+            "the token's subject \"\" is not a service account"},
+       }) {
+    SCOPED_TRACE(b.token);
+    absl::StatusOr<std::string> r = ServiceAccountUsername(b.token);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), b.message);
+  }
 }
 
 // ---- warnings (admission_warnings.h; kubectl prints them) ---------------------------------------
@@ -486,6 +791,25 @@ TEST(WebhookTest, MalformedReviewsAre400WithAMessage) {
   EXPECT_THAT(Bad("application/json", doc.dump()).get<std::string>(), HasSubstr("request"));
   // A charset parameter is fine.
   EXPECT_EQ(HandleAdmissionReview("application/json; charset=utf-8", good, {}).http_status, 200);
+}
+
+TEST(WebhookTest, AnUpdateReviewDecodesWithItsOldObjectAndUser) {
+  absl::StatusOr<AdmissionRequest> r =
+      DecodeAdmissionReview(ReadTestdata("update-allocation-by-tenant.json"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->operation, "UPDATE");
+  EXPECT_EQ(r->username, "system:serviceaccount:ml:default");
+  EXPECT_EQ(r->groups,
+            (std::vector<std::string>{"system:serviceaccounts", "system:serviceaccounts:ml",
+                                      "system:authenticated"}));
+  EXPECT_EQ(
+      json::parse(r->old_object_json)["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"],
+      "GPU-6f2e0d1c-0000-4000-8000-000000000001,NVIDIA,12000,0:;");
+  EXPECT_EQ(
+      json::parse(r->object_json)["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"],
+      "GPU-6f2e0d1c-0000-4000-8000-000000000001,NVIDIA,1,0:;");
+  Outcome o = RunFile("update-allocation-by-tenant.json");
+  EXPECT_FALSE(o.response["allowed"]);
 }
 
 TEST(WebhookTest, EveryTestdataReviewDecodes) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -193,6 +194,8 @@ class Service::Impl : public extender::Backend {
   ledger::Ledger ledger_;
   std::unique_ptr<kube::CurlTransport> transport_;
   std::unique_ptr<kube::ApiClient> client_;
+  // The webhook's scheduler identity: --self-username, else the token's subject (set in Start).
+  std::string self_username_;
   std::unique_ptr<metrics::Registry> metrics_;
   std::unique_ptr<accounting::PodFeed> feed_;
   std::unique_ptr<accounting::NodeRegistry> registry_;
@@ -287,6 +290,26 @@ absl::Status Service::Impl::Init() {
   std::shared_ptr<kube::TokenSource> tokens = kube::MakeTokenSource(*rest, Clock::Real());
   TESSERA_ASSIGN_OR_RETURN(transport_,
                            kube::CurlTransport::Create(*rest, tokens, transport_options));
+  self_username_ = options_.self_username;
+  if (self_username_.empty()) {
+    absl::StatusOr<std::string> token =
+        tokens != nullptr ? tokens->Token() : absl::NotFoundError("no bearer token");
+    absl::StatusOr<std::string> user =
+        token.ok() ? extender::ServiceAccountUsername(*token) : token.status();
+    if (user.ok()) {
+      self_username_ = *std::move(user);
+    } else {
+      TESSERA_LOG(kWarning,
+                  "serve: --self-username not given and not derived from the client's token ({}): "
+                  "the webhook lets no request write scheduler-owned annotations as the scheduler",
+                  std::string(user.status().message()));
+    }
+  }
+  TESSERA_LOG(kInfo,
+              "serve: webhook: scheduler-owned annotations written by {}; the device "
+              "plugin's by [{}]",
+              self_username_.empty() ? "nobody" : self_username_,
+              absl::StrJoin(options_.trusted_annotation_writers, ", "));
   client_ = std::make_unique<kube::ApiClient>(transport_.get());
   ElectorOptions leader = options_.leader;
   leader.clock = clock();
@@ -515,7 +538,9 @@ absl::Status Service::Impl::Init() {
   extender::WebhookOptions webhook{
       .scheduler_name = options_.scheduler_name,
       .force_overwrite_default_scheduler = options_.force_overwrite_default_scheduler,
-      .nvidia = config};
+      .nvidia = config,
+      .self_username = self_username_,
+      .trusted_annotation_writers = options_.trusted_annotation_writers};
   http_options.webhook = [webhook](std::string_view content_type, std::string_view body) {
     extender::WebhookReply reply = extender::HandleAdmissionReview(content_type, body, webhook);
     return std::make_pair(reply.http_status, std::move(reply.body));

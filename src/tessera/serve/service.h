@@ -29,6 +29,7 @@
 #include "tessera/base/mutex.h"
 #include "tessera/device/model.h"
 #include "tessera/extender/http_server.h"
+#include "tessera/extender/webhook.h"
 #include "tessera/kube/config.h"
 #include "tessera/serve/debug_auth.h"
 #include "tessera/serve/leader.h"
@@ -51,6 +52,13 @@ struct ServeOptions {
   // The webhook also takes pods whose schedulerName is "default-scheduler"
   // (--force-overwrite-default-scheduler, HAMi HEAD).
   bool force_overwrite_default_scheduler = true;
+  // Who may write the scheduler-owned pod annotations on UPDATE (docs/serve.md "The admission
+  // webhook"): this process's own user (--self-username; empty: the subject of the client's
+  // service-account token, when it has one) and, for the keys HAMi's device plugin writes,
+  // --trusted-annotation-writers.
+  std::string self_username;
+  std::vector<std::string> trusted_annotation_writers = {
+      std::string(extender::kHamiDevicePluginUsername)};
   device::NodePolicy node_policy = device::NodePolicy::kBinpack;
   device::GpuPolicy gpu_policy;  // spread
   // HAMi's device-config YAML (--device-config-file); empty: HAMi's defaults.

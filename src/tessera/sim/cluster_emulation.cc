@@ -15,6 +15,7 @@
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
+#include "tessera/device/mig.h"
 #include "tessera/kube/informer.h"
 
 namespace tessera::sim {
@@ -26,11 +27,13 @@ constexpr std::string_view kGpuResource = "nvidia.com/gpu";
 constexpr std::string_view kPauseImage = "registry.k8s.io/pause:3.10";
 // The label of the webhook's objectSelector that opts a pod out (deploy/base/webhook.yaml).
 constexpr std::string_view kWebhookLabel = "hami.io/webhook";
-// What the scheduler writes (Tessera's webhook refuses them on a CREATE): patched on afterwards.
+// What the scheduler writes (Tessera's webhook refuses them on a CREATE, extender/webhook.h
+// SchedulerOwnedAnnotations): patched on afterwards.
 constexpr std::string_view kSchedulerAnnotations[] = {
     device::kVgpuNodeAnnotation,         device::kBindTimeAnnotation,
     device::kBindPhaseAnnotation,        device::kDevicesToAllocateAnnotation,
-    device::kDevicesAllocatedAnnotation,
+    device::kDevicesAllocatedAnnotation, device::kMigAllocationsAnnotation,
+    device::kVgpuTimeAnnotation,         device::kVerdictAnnotation,
 };
 
 bool SchedulerWritten(std::string_view key) {
