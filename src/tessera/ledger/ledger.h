@@ -584,7 +584,7 @@ class Ledger {
   // whose size the memory budget counts).
   absl::flat_hash_map<uint32_t, std::vector<device::MigAllocation>> record_mig_
       ABSL_GUARDED_BY(mu_);
-  const LedgerOptions options_;
+  const LedgerOptions options_ = {};
   // By pod id: what the annotations of a pinned pod state while it differs from its pin.
   absl::flat_hash_map<uint32_t, Decision> rewritten_ ABSL_GUARDED_BY(mu_);
 };
