@@ -95,8 +95,10 @@ AuditReport Auditor::Run(absl::Time now) {
     }
     records.push_back(std::move(record));
   }
+  // The pinned decisions are an input: a bound pod's rewritten annotations are not the truth
+  // (Ledger::Recompute applies Apply's rule), so the audit does not "repair" a decision away.
   std::unique_ptr<ledger::Ledger> fresh =
-      ledger::Ledger::Recompute(nodes, records, ledger_->Reservations());
+      ledger::Ledger::Recompute(nodes, records, ledger_->Reservations(), ledger_->Pinned());
   const ledger::LedgerDiff diff = Diff(*ledger_, *fresh);
 
   auto note = [&](std::string_view cause, std::string line) {
@@ -247,6 +249,21 @@ AuditReport Auditor::Run(absl::Time now) {
   }
   report.problems.mig = std::move(mig);
   unrealised_since_ = std::move(since);
+  absl::flat_hash_map<std::string, ledger::Decision> rewritten;
+  for (const ledger::Rewritten& r : report.problems.rewritten) {
+    auto it = rewritten_seen_.find(r.uid);
+    if (it == rewritten_seen_.end() || it->second != r.observed) {
+      TESSERA_LOG(kWarning,
+                  "pod {}/{} (uid {}): its allocation was rewritten after it was bound; the ledger "
+                  "keeps the decision, node {} [{}], not the annotations' node {} [{}]",
+                  r.ns, r.name, r.uid, r.kept.node, ledger::DecisionText(r.kept),
+                  r.observed.node.empty() ? "-" : r.observed.node,
+                  ledger::DecisionText(r.observed));
+      report.new_rewrites.push_back(r);
+    }
+    rewritten.emplace(r.uid, r.observed);
+  }
+  rewritten_seen_ = std::move(rewritten);
   last_ = report;
   return report;
 }

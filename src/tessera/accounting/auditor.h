@@ -1,9 +1,11 @@
 // File: tessera/accounting/auditor.h
 //
 // Auditor: the audit layer of the self-healing accounting. Run() rebuilds the ledger from the
-// informer's pods and the registry's registrations (Ledger::Recompute), compares it with the live
-// ledger, repairs each differing pod through PodFeed::Reconcile, re-registers differing nodes, and
-// lists foreign allocations (bound pods another scheduler placed).
+// informer's pods, the registry's registrations and the live ledger's pinned decisions
+// (Ledger::Recompute, the same rule as Ledger::Apply), compares it with the live ledger, repairs
+// each differing pod through PodFeed::Reconcile, re-registers differing nodes, lists foreign
+// allocations (bound pods another scheduler placed) and reports rewritten allocations (bound pods
+// whose annotations no longer state the decision the ledger keeps).
 //
 //   Auditor auditor(&vendor, &ledger, &feed, pods_source, pod_by_uid, registrations);
 //   AuditReport report = auditor.Run(clock->Now());
@@ -85,6 +87,9 @@ struct AuditReport {
   // Every namespace whose quota usage differed, sorted by namespace (a difference the repairs
   // did not change, e.g. a delivery racing the audit, is listed but not counted).
   std::vector<QuotaCorrection> quota;
+  // Of problems.rewritten, those the previous audit did not report with the same rewritten
+  // value (the caller records an event for each), sorted by uid.
+  std::vector<ledger::Rewritten> new_rewrites;
 };
 
 class Auditor {
@@ -114,6 +119,8 @@ class Auditor {
   absl::flat_hash_set<std::string> foreign_seen_ ABSL_GUARDED_BY(mu_);  // uids already logged
   // When an audit first saw each unrealised MIG reservation (key: uid, card and text).
   absl::flat_hash_map<std::string, absl::Time> unrealised_since_ ABSL_GUARDED_BY(mu_);
+  // The rewritten value the last audit reported, by uid.
+  absl::flat_hash_map<std::string, ledger::Decision> rewritten_seen_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::accounting

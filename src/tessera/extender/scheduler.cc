@@ -14,6 +14,7 @@
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
 #include "tessera/device/annotations.h"
+#include "tessera/device/codec.h"
 #include "tessera/device/mig_usage.h"
 #include "tessera/extender/verdict.h"
 #include "tessera/schedule/fit.h"
@@ -833,13 +834,15 @@ absl::Status Scheduler::PostBinding(const kube::Pod& pod, std::string_view node,
                                             now->node_name, Message(b)));
     }
     // The decision this bind checked is the one on the pod, or another scheduler replica (or a
-    // newer filter) has decided again: then that decision is the one to bind, not this.
+    // newer filter) has decided again, or someone rewrote it: then this decision is not bound.
     for (std::string_view key :
-         {device::kVgpuNodeAnnotation, device::kDevicesToAllocateAnnotation}) {
+         {device::kVgpuNodeAnnotation, device::kDevicesToAllocateAnnotation,
+          device::kDevicesAllocatedAnnotation, device::kMigAllocationsAnnotation}) {
       if (now->meta.annotations.Get(key) != pod.meta.annotations.Get(key)) {
         return absl::FailedPreconditionError(fmt::format(
             "pod {} was filtered again since this bind read it: {} is now \"{}\" (another "
-            "scheduler replica or a newer filter decided); not binding it to {}",
+            "scheduler replica or a newer filter decided, or it was rewritten); not binding it "
+            "to {}",
             pod.Key(), key, std::string(now->meta.annotations.Get(key)), node));
       }
     }
@@ -865,6 +868,11 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
             ? fmt::format("pod {} carries no {} annotation: it was not filtered by this scheduler",
                           pod.Key(), device::kVgpuNodeAnnotation)
             : fmt::format("pod {} was filtered to node {}, not {}", pod.Key(), alloc->node, node));
+  }
+
+  if (absl::Status decided = CheckDecided(pod, *alloc); !decided.ok()) {
+    outcome->code = BindCode::kNoAllocation;
+    return decided;
   }
 
   NodeLockOptions lock_options = options_.lock;
@@ -957,6 +965,46 @@ absl::Status Scheduler::BindManaged(const kube::Pod& pod, const BindArgs& args,
   return absl::OkStatus();
 }
 
+absl::Status Scheduler::CheckDecided(const kube::Pod& pod, const ledger::PodAllocation& alloc) {
+  const std::optional<ledger::Reservation> reserved = ledger_->ReservationOf(pod.meta.uid);
+  if (!reserved) {
+    return absl::OkStatus();  // expired or never seen (a restart): the re-check decides
+  }
+  const ledger::Decision decided{reserved->node, reserved->devices, reserved->init_count,
+                                 reserved->mig};
+  auto changed = [&](std::string_view key, const ledger::Decision& carried) {
+    return absl::FailedPreconditionError(fmt::format(
+        "pod {}: its allocation was changed since the filter decided ({} no longer states node "
+        "{} [{}]; the pod says node {} [{}]); not binding it",
+        pod.Key(), key, decided.node, ledger::DecisionText(decided),
+        carried.node.empty() ? "-" : carried.node, ledger::DecisionText(carried)));
+  };
+  const ledger::Decision carried{alloc.node, alloc.devices, alloc.init_count, alloc.mig};
+  if (!ledger::SameDecision(decided, carried)) {
+    // Name the annotation that differs: the node, the MIG placements, else the devices.
+    std::string_view key = device::kDevicesAllocatedAnnotation;
+    if (alloc.node != decided.node) {
+      key = device::kVgpuNodeAnnotation;
+    } else if (!ledger::SameDecision(decided, ledger::Decision{alloc.node, decided.devices,
+                                                               decided.init_count, alloc.mig})) {
+      key = device::kMigAllocationsAnnotation;
+    }
+    return changed(key, carried);
+  }
+  // What the device plugin hands out: the to-allocate annotation, written with the same value.
+  absl::StatusOr<device::PodDevices> pending =
+      device::DecodePodDevices(pod.meta.annotations.Get(options_.vendor->ToAllocateAnnotation()));
+  if (!pending.ok()) {
+    return changed(options_.vendor->ToAllocateAnnotation(),
+                   ledger::Decision{alloc.node, {}, 0, alloc.mig, /*unreadable=*/true});
+  }
+  if (const ledger::Decision handed{alloc.node, *std::move(pending), alloc.init_count, alloc.mig};
+      !ledger::SameDecision(decided, handed)) {
+    return changed(options_.vendor->ToAllocateAnnotation(), handed);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Scheduler::Recheck(const kube::Pod& pod, std::string_view node,
                                 const device::PodDevices& devices, int32_t init_count,
                                 const std::vector<device::MigAllocation>& mig) {
@@ -1008,6 +1056,19 @@ absl::Status Scheduler::Recheck(const kube::Pod& pod, std::string_view node,
                                     pod.Key(), d.uuid, node, conflict));
         }
       }
+    }
+  }
+  // A placement may name a card none of the devices is on (HAMi's usage rebuild books it there):
+  // that card must be free of overlaps too.
+  for (const device::MigAllocation& a : mig) {
+    const int i = nd.Find(a.gpu_uuid);
+    if (i < 0 || snap[0]->mig.empty()) {
+      continue;
+    }
+    if (std::string conflict = device::MigCardConflict(snap[0]->mig[static_cast<size_t>(i)]);
+        !conflict.empty()) {
+      return refuse(fmt::format("devices of {} no longer free: device {} on node {}: {}", pod.Key(),
+                                a.gpu_uuid, node, conflict));
     }
   }
   return absl::OkStatus();

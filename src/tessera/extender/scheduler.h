@@ -248,9 +248,13 @@ class Scheduler {
   // version.
   absl::Status PostBinding(const kube::Pod& pod, std::string_view node,
                            const kube::ApiClient::Annotations& annotations, bool* bound_already);
+  // OK when the allocation the pod carries (`alloc`, and its to-allocate annotation, which the
+  // device plugin hands out) is the decision of the filter's live reservation, or when there is
+  // no reservation; FailedPrecondition naming the annotation that was changed otherwise.
+  absl::Status CheckDecided(const kube::Pod& pod, const ledger::PodAllocation& alloc);
   // Replaces the pod's reservation by `devices` (and their MIG placements `mig`) on `node` and
-  // checks every device is within capacity and no MIG card it uses fails closed or has
-  // overlapping placements; on failure nothing stays reserved.
+  // checks every device is within capacity and no MIG card it uses or its placements name fails
+  // closed or has overlapping placements; on failure nothing stays reserved.
   absl::Status Recheck(const kube::Pod& pod, std::string_view node,
                        const device::PodDevices& devices, int32_t init_count,
                        const std::vector<device::MigAllocation>& mig);

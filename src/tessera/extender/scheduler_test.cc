@@ -1004,6 +1004,89 @@ TEST_F(SchedulerTest, TheSeventhInstanceOnAMigCardIsBound) {
   EXPECT_TRUE(f.failed_nodes.contains("m1")) << f.error;
 }
 
+// Issue #41 finding 2: the allocation a bind hands to the device plugin is the filter's
+// decision. A pod whose allocation annotations were rewritten between filter and bind (to
+// 1 MiB, say, which the plugin would then grant while the ledger held 12,000) is not bound.
+TEST_F(SchedulerTest, ABindRefusesAnAllocationRewrittenSinceTheFilter) {
+  AddNode("n1", {{"GPU-a", 10, 16000}});
+  env_.CreatePod("p1", Limits(12000));
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  const std::string decided = Annotation("p1", device::kDevicesAllocatedAnnotation);
+  for (std::string_view key :
+       {device::kDevicesAllocatedAnnotation, device::kDevicesToAllocateAnnotation}) {
+    SCOPED_TRACE(key);
+    ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+    kube::MetadataPatch patch;
+    patch.annotations.emplace_back(std::string(key), "GPU-a,NVIDIA,1,0:;");
+    ASSERT_TRUE(env_.client()->PatchPodMetadata("default", "p1", patch).ok());
+    BindOutcome outcome;
+    BindResult b = s.Bind(BindFor("p1", "n1"), &outcome);
+    EXPECT_THAT(b.error, HasSubstr("changed since the filter decided"));
+    EXPECT_THAT(b.error, HasSubstr(std::string(key)));
+    EXPECT_EQ(outcome.code, BindCode::kNoAllocation);
+    ASSERT_EQ(Pod("p1").node_name, "") << "bound with the rewritten allocation";
+    ExpectNothingHeld("p1", "n1");
+    kube::MetadataPatch back;
+    back.annotations.emplace_back(std::string(key), decided);
+    ASSERT_TRUE(env_.client()->PatchPodMetadata("default", "p1", back).ok());
+  }
+  // As decided: bound.
+  ASSERT_THAT(*s.Filter(Args("p1", {"n1"})).node_names, ElementsAre("n1"));
+  EXPECT_EQ(s.Bind(BindFor("p1", "n1")).error, "");
+}
+
+// Issue #41 finding 6: a MIG placement written between filter and bind onto an instance in use
+// is not bound. The pod's own card keeps its placement; an extra entry names the other card's
+// slice 6, where r0 runs (HAMi's usage rebuild adds a left-over entry to the card it names).
+TEST_F(SchedulerTest, ABindRefusesAMigPlacementRewrittenOntoAnInstanceInUse) {
+  const std::string reg = device::EncodeNodeRegisterJson(
+      ::tessera::testing::MigNodeDevices("m1", {"GPU-m0", "GPU-m1"})->devices);
+  env_.CreateNode("m1", fmt::format(R"({{"hami.io/node-nvidia-register":"{}"}})", Escape(reg)));
+  FillLedger(ledger_, {"m1"});
+  ledger::PodAllocation held;
+  held.uid = held.name = "r0";
+  held.ns = "default";
+  held.node = held.bound_node = "m1";
+  held.devices = {{device::ContainerDevice{"GPU-m1", "NVIDIA", 4864, 15}}};
+  device::MigAllocation in_use;
+  in_use.gpu_uuid = "GPU-m1";
+  in_use.profile = "1g.5gb";
+  in_use.placement = {6, 1};
+  held.mig = {in_use};
+  ASSERT_TRUE(ledger_.Apply(held).ok());
+  env_.CreatePod("p1", Limits(4000), R"({"nvidia.com/vgpu-mode":"mig"})");
+  Scheduler& s = Make();
+  ASSERT_THAT(*s.Filter(Args("p1", {"m1"})).node_names, ElementsAre("m1"));
+  const std::string placed = Annotation("p1", device::kMigAllocationsAnnotation);
+  ASSERT_THAT(placed, HasSubstr(R"("gpuUUID":"GPU-m0")"));
+  std::string extra = placed;
+  extra.insert(extra.size() - 1,
+               R"(,{"containerIndex":0,"deviceIndex":1,"gpuUUID":"GPU-m1","profile":"1g.5gb",)"
+               R"("placement":{"start":6,"size":1}})");
+  kube::MetadataPatch patch;
+  patch.annotations.emplace_back(std::string(device::kMigAllocationsAnnotation), extra);
+  ASSERT_TRUE(env_.client()->PatchPodMetadata("default", "p1", patch).ok());
+  BindOutcome outcome;
+  BindResult b = s.Bind(BindFor("p1", "m1"), &outcome);
+  EXPECT_THAT(b.error, HasSubstr("changed since the filter decided"));
+  EXPECT_EQ(outcome.code, BindCode::kNoAllocation);
+  ASSERT_EQ(Pod("p1").node_name, "") << "bound onto r0's instance";
+  ExpectNothingHeld("p1", "m1");
+
+  // Without the filter's reservation (it expired), the bind's re-check still refuses the
+  // overlap on the card the extra entry names.
+  ASSERT_THAT(*s.Filter(Args("p1", {"m1"})).node_names, ElementsAre("m1"));
+  ASSERT_TRUE(env_.client()->PatchPodMetadata("default", "p1", patch).ok());
+  clock_.Advance(absl::Minutes(6));
+  ASSERT_EQ(s.ExpireReservations(clock_.Now()).size(), 1u);
+  b = s.Bind(BindFor("p1", "m1"), &outcome);
+  EXPECT_THAT(b.error, HasSubstr("device GPU-m1 on node m1: MIG placements slices 6-6 and 6-6 "
+                                 "overlap"));
+  EXPECT_EQ(outcome.code, BindCode::kDevicesNotFree);
+  ExpectNothingHeld("p1", "m1");
+}
+
 TEST_F(SchedulerTest, BindRejectedBecauseThePodIsAlreadyBound) {
   AddNode("n1", {{"GPU-a"}});
   env_.CreatePod("p1", Limits(1000));

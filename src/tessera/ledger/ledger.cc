@@ -69,6 +69,7 @@ uint16_t NormalInitCount(int32_t init_count, const EntryList& entries) {
 }  // namespace
 
 Ledger::Ledger() = default;
+Ledger::Ledger(LedgerOptions options) : options_(options) {}
 Ledger::~Ledger() = default;
 
 // ---- interning ----------------------------------------------------------------------------
@@ -283,13 +284,14 @@ void Ledger::FreePod(uint32_t id) {
   p.text.reset();
   p.uid_len = p.ns_len = p.name_len = p.bound_len = 0;
   p.node = kNone;
-  p.has_record = p.bound = p.bind_failed = p.unreadable = false;
+  p.has_record = p.bound = p.bind_failed = p.unreadable = p.pinned = false;
   p.held = Source::kNothing;
   p.init_count = 0;
   p.entries.clear();
   p.entries.shrink_to_fit();
   p.res.reset();
   record_mig_.erase(id);
+  rewritten_.erase(id);
   free_pods_.push_back(id);
 }
 
@@ -527,6 +529,148 @@ bool Ledger::SameRecord(const Pod& p, const PodAllocation& pod) const {
   return k == p.entries.size() && p.init_count == NormalInitCount(pod.init_count, p.entries);
 }
 
+namespace {
+
+// A MIG placement without the runtime identity the device plugin writes back.
+bool SamePlacement(const device::MigAllocation& a, const device::MigAllocation& b) {
+  return a.container_index == b.container_index && a.device_index == b.device_index &&
+         a.gpu_uuid == b.gpu_uuid && a.profile == b.profile && a.placement == b.placement;
+}
+
+}  // namespace
+
+bool SameDecision(const Decision& a, const Decision& b) {
+  if (a.node != b.node || a.unreadable != b.unreadable || a.mig.size() != b.mig.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.mig.size(); ++i) {
+    if (!SamePlacement(a.mig[i], b.mig[i])) {
+      return false;
+    }
+  }
+  if (a.unreadable) {
+    return true;
+  }
+  // The (container, device) entries with a UUID, in order.
+  auto entries = [](const device::PodDevices& devices) {
+    std::vector<std::pair<size_t, const device::ContainerDevice*>> out;
+    for (size_t c = 0; c < devices.size(); ++c) {
+      for (const device::ContainerDevice& d : devices[c]) {
+        if (!d.uuid.empty()) {
+          out.emplace_back(c, &d);
+        }
+      }
+    }
+    return out;
+  };
+  const auto x = entries(a.devices);
+  const auto y = entries(b.devices);
+  if (x.size() != y.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i].first != y[i].first || x[i].second->uuid != y[i].second->uuid ||
+        x[i].second->usedmem != y[i].second->usedmem ||
+        x[i].second->usedcores != y[i].second->usedcores) {
+      return false;
+    }
+  }
+  const int32_t stored = x.empty() ? 0 : static_cast<int32_t>(x.back().first) + 1;
+  return std::clamp(a.init_count, 0, stored) == std::clamp(b.init_count, 0, stored);
+}
+
+std::string DecisionText(const Decision& d) {
+  if (d.unreadable) {
+    return "allocation unreadable";
+  }
+  std::string out;
+  for (const auto& container : d.devices) {
+    for (const device::ContainerDevice& c : container) {
+      if (!c.uuid.empty()) {
+        out +=
+            fmt::format("{}{} {}MiB {}%", out.empty() ? "" : ", ", c.uuid, c.usedmem, c.usedcores);
+      }
+    }
+  }
+  for (const device::MigAllocation& m : d.mig) {
+    out += fmt::format("{}{} {} slices {}-{}", out.empty() ? "" : ", ", m.gpu_uuid, m.profile,
+                       m.placement.start, m.placement.start + m.placement.size - 1);
+  }
+  return out.empty() ? "no devices" : out;
+}
+
+bool Ledger::SameDecision(uint32_t id, const PodAllocation& pod) const {
+  const Pod& p = pods_[id];
+  if (pod.unreadable || nodes_[p.node].name != pod.node) {
+    return false;
+  }
+  auto mig = record_mig_.find(id);
+  const size_t mig_count = mig == record_mig_.end() ? 0 : mig->second.size();
+  if (mig_count != pod.mig.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < mig_count; ++i) {
+    if (!SamePlacement(mig->second[i], pod.mig[i])) {
+      return false;
+    }
+  }
+  size_t k = 0;
+  for (size_t c = 0; c < pod.devices.size(); ++c) {
+    for (const auto& d : pod.devices[c]) {
+      if (d.uuid.empty()) {
+        continue;
+      }
+      if (k == p.entries.size()) {
+        return false;
+      }
+      const Entry& e = p.entries[k++];
+      if (e.container != c || e.usedmem != d.usedmem || e.usedcores != d.usedcores ||
+          uuids_[e.uuid].value != d.uuid) {
+        return false;
+      }
+    }
+  }
+  return k == p.entries.size() && p.init_count == NormalInitCount(pod.init_count, p.entries);
+}
+
+PodAllocation Ledger::KeepDecision(uint32_t id, const PodAllocation& pod) const {
+  const Pod& p = pods_[id];
+  PodAllocation out;
+  out.uid = pod.uid;
+  out.ns = pod.ns;
+  out.name = pod.name;
+  out.bound_node = pod.bound_node;
+  out.bind_failed = pod.bind_failed;
+  out.node = nodes_[p.node].name;
+  out.devices = ExportDevices(p.entries);
+  out.init_count = p.init_count;
+  if (auto mig = record_mig_.find(id); mig != record_mig_.end()) {
+    out.mig = mig->second;
+    for (device::MigAllocation& kept : out.mig) {
+      for (const device::MigAllocation& seen : pod.mig) {
+        if (SamePlacement(kept, seen)) {
+          kept = seen;  // the runtime identity as the plugin wrote it back
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+Decision Ledger::DecisionOf(uint32_t id) const {
+  const Pod& p = pods_[id];
+  Decision out;
+  out.node = nodes_[p.node].name;
+  out.unreadable = p.unreadable;
+  out.devices = ExportDevices(p.entries);
+  out.init_count = p.init_count;
+  if (auto mig = record_mig_.find(id); mig != record_mig_.end()) {
+    out.mig = mig->second;
+  }
+  return out;
+}
+
 // ---- nodes --------------------------------------------------------------------------------
 
 absl::Status Ledger::SetNode(std::shared_ptr<const device::NodeDevices> node) {
@@ -615,16 +759,36 @@ absl::Status Ledger::Apply(const PodAllocation& pod) {
   return ApplyLocked(pod, /*account=*/true);
 }
 
-absl::Status Ledger::ApplyLocked(const PodAllocation& pod, bool account) {
-  if (absl::Status s = CheckLengths(pod.uid, pod.ns, pod.name, pod.node, pod.bound_node); !s.ok()) {
+absl::Status Ledger::ApplyLocked(const PodAllocation& observed, bool account) {
+  if (absl::Status s = CheckLengths(observed.uid, observed.ns, observed.name, observed.node,
+                                    observed.bound_node);
+      !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckInitCount(pod.uid, pod.init_count); !s.ok()) {
+  if (absl::Status s = CheckInitCount(observed.uid, observed.init_count); !s.ok()) {
     return s;
   }
+  uint32_t id = FindPod(observed.uid);
+  PodAllocation kept;
+  const PodAllocation* in = &observed;
+  if (id != kNone && pods_[id].pinned) {
+    if (observed.terminal || observed.deleted) {
+      pods_[id].pinned = false;  // finished: the pin ends with it
+      rewritten_.erase(id);
+    } else if (SameDecision(id, observed)) {
+      rewritten_.erase(id);
+    } else {
+      // Someone changed the allocation of a bound pod: the decision stays (LedgerOptions).
+      rewritten_[id] = Decision{
+          observed.node, observed.unreadable ? device::PodDevices{} : observed.devices,
+          observed.unreadable ? 0 : observed.init_count, observed.mig, observed.unreadable};
+      kept = KeepDecision(id, observed);
+      in = &kept;
+    }
+  }
+  const PodAllocation& pod = *in;
   const bool stored = !pod.terminal && !pod.deleted && !pod.node.empty();
   const bool ends_reservation = pod.terminal || pod.deleted || !pod.bound_node.empty();
-  uint32_t id = FindPod(pod.uid);
   if (id != kNone && stored && (!ends_reservation || pods_[id].res == nullptr) &&
       SameRecord(pods_[id], pod)) {
     return absl::OkStatus();  // most watch deliveries: nothing the ledger keeps has changed
@@ -683,6 +847,9 @@ absl::Status Ledger::ApplyLocked(const PodAllocation& pod, bool account) {
                                          : std::string_view();
   if (p.has_record || p.res != nullptr) {
     SetText(id, pod.uid, pod.ns, pod.name, elsewhere);
+  }
+  if (options_.pin_decisions && p.record_holds() && !p.unreadable) {
+    p.pinned = true;  // first stored holding: this allocation is the decision from now on
   }
   Settle(id, account, old_node, old_res_node);
   return absl::OkStatus();
@@ -852,6 +1019,19 @@ absl::StatusOr<int> Ledger::ReplaceContainer(std::string_view uid, int32_t conta
     ++moved;
   }
   Account(id);
+  // A refit is Tessera's own decision: the pin moves with it, and an Apply that already carried
+  // the move (the informer was first) is no rewrite.
+  if (auto seen = rewritten_.find(id); seen != rewritten_.end()) {
+    PodAllocation stated;
+    stated.node = seen->second.node;
+    stated.devices = seen->second.devices;
+    stated.init_count = seen->second.init_count;
+    stated.mig = seen->second.mig;
+    stated.unreadable = seen->second.unreadable;
+    if (SameDecision(id, stated)) {
+      rewritten_.erase(seen);
+    }
+  }
   return moved;
 }
 
@@ -876,6 +1056,15 @@ std::optional<Held> Ledger::Find(std::string_view uid) const {
     return std::nullopt;
   }
   return out;
+}
+
+std::optional<Reservation> Ledger::ReservationOf(std::string_view uid) const {
+  MutexLock lock(&mu_);
+  const uint32_t id = FindPod(uid);
+  if (id == kNone || pods_[id].res == nullptr) {
+    return std::nullopt;
+  }
+  return ExportReservation(pods_[id]);
 }
 
 bool Ledger::HasReservation(std::string_view uid) const {
@@ -1129,6 +1318,13 @@ Problems Ledger::FindProblems() const {
             [](const Unregistered& x, const Unregistered& y) { return x.uid < y.uid; });
   std::sort(out.unreadable.begin(), out.unreadable.end(),
             [](const Unreadable& x, const Unreadable& y) { return x.uid < y.uid; });
+  for (const auto& [id, observed] : rewritten_) {
+    const Pod& p = pods_[id];
+    out.rewritten.push_back(Rewritten{std::string(p.uid()), std::string(p.ns()),
+                                      std::string(p.name()), DecisionOf(id), observed});
+  }
+  std::sort(out.rewritten.begin(), out.rewritten.end(),
+            [](const Rewritten& x, const Rewritten& y) { return x.uid < y.uid; });
   FindMigProblems(&out);
   return out;
 }
@@ -1228,6 +1424,33 @@ std::vector<PodAllocation> Ledger::Records() const {
   return out;
 }
 
+std::vector<PodAllocation> Ledger::Pinned() const {
+  std::vector<PodAllocation> out;
+  MutexLock lock(&mu_);
+  for (uint32_t id = 0; id < pods_.size(); ++id) {
+    const Pod& p = pods_[id];
+    if (!p.pinned) {
+      continue;
+    }
+    PodAllocation a;
+    a.uid = std::string(p.uid());
+    a.ns = std::string(p.ns());
+    a.name = std::string(p.name());
+    a.node = nodes_[p.node].name;
+    a.bound_node = p.bound_len > 0 ? std::string(p.bound_elsewhere()) : a.node;
+    a.bind_failed = p.bind_failed;
+    a.devices = ExportDevices(p.entries);
+    a.init_count = p.init_count;
+    if (auto mig = record_mig_.find(id); mig != record_mig_.end()) {
+      a.mig = mig->second;
+    }
+    out.push_back(std::move(a));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const PodAllocation& x, const PodAllocation& y) { return x.uid < y.uid; });
+  return out;
+}
+
 std::vector<Reservation> Ledger::Reservations() const {
   std::vector<Reservation> out;
   MutexLock lock(&mu_);
@@ -1262,11 +1485,27 @@ void Ledger::RebuildUsageLocked() {
 
 std::unique_ptr<Ledger> Ledger::Recompute(
     const std::vector<std::shared_ptr<const device::NodeDevices>>& nodes,
-    const std::vector<PodAllocation>& pods, const std::vector<Reservation>& reservations) {
+    const std::vector<PodAllocation>& pods, const std::vector<Reservation>& reservations,
+    const std::vector<PodAllocation>& pinned) {
   auto ledger = std::make_unique<Ledger>();
   MutexLock lock(&ledger->mu_);
   for (const auto& node : nodes) {
     (void)ledger->SetNodeLocked(node, /*account=*/false);
+  }
+  if (!pinned.empty()) {
+    absl::flat_hash_set<absl::string_view> present;
+    for (const auto& pod : pods) {
+      present.insert(Key(pod.uid));
+    }
+    for (const auto& pin : pinned) {
+      if (!present.contains(Key(pin.uid)) || !ledger->ApplyLocked(pin, /*account=*/false).ok()) {
+        continue;
+      }
+      if (const uint32_t id = ledger->FindPod(pin.uid);
+          id != kNone && ledger->pods_[id].has_record && !ledger->pods_[id].unreadable) {
+        ledger->pods_[id].pinned = true;
+      }
+    }
   }
   for (const auto& pod : pods) {
     (void)ledger->ApplyLocked(pod, /*account=*/false);

@@ -174,12 +174,45 @@ struct MigProblem {
   friend bool operator==(const MigProblem&, const MigProblem&) = default;
 };
 
+// A pod's allocation: what Tessera decided for it, or what its annotations say.
+struct Decision {
+  std::string node;            // hami.io/vgpu-node
+  device::PodDevices devices;  // hami.io/vgpu-devices-allocated, decoded
+  int32_t init_count = 0;
+  std::vector<device::MigAllocation> mig = {};  // hami.io/vgpu-mig-allocations, decoded
+  bool unreadable = false;                      // the devices annotation does not decode
+
+  friend bool operator==(const Decision&, const Decision&) = default;
+};
+
+// A pinned pod (LedgerOptions::pin_decisions) whose annotations no longer state the decision the
+// ledger keeps for it: someone rewrote its allocation after it was bound.
+struct Rewritten {
+  std::string uid, ns, name;
+  Decision kept;      // what the ledger holds (the decision pinned when it was first bound)
+  Decision observed;  // what the pod's annotations said at the latest Apply
+
+  friend bool operator==(const Rewritten&, const Rewritten&) = default;
+};
+
+// Whether `a` and `b` state the same allocation: the node, the devices with a UUID (container,
+// UUID, MiB and cores, in order; blank padding and trailing empty containers do not count), the
+// init count clamped to the containers with devices, the readability and the MIG placements
+// (container, device, card, profile, placement; not the runtime identity the device plugin
+// writes back).
+bool SameDecision(const Decision& a, const Decision& b);
+
+// One line for logs, events and /debug: "GPU-1 12000MiB 0%, ..." then the MIG placements
+// ("GPU-1 1g.5gb slices 6-6"); "no devices"; or "allocation unreadable".
+std::string DecisionText(const Decision& d);
+
 struct Problems {
   std::vector<Conflict> conflicts;         // sorted by uid
   std::vector<Orphan> orphans;             // sorted by (uid, container, uuid)
   std::vector<Unregistered> unregistered;  // sorted by uid
   std::vector<Unreadable> unreadable;      // sorted by uid
   std::vector<MigProblem> mig;             // sorted by (kind, uid, uuid, why)
+  std::vector<Rewritten> rewritten;        // sorted by uid
 };
 
 enum class DiffKind {
@@ -242,9 +275,21 @@ struct LedgerDiff {
   std::string ToString() const;
 };
 
+struct LedgerOptions {
+  // Pin each pod's decision: once a readable record is first stored holding (bound to its
+  // annotated node, not failed), later Applies of the same uid keep its allocation (node,
+  // devices, init count, MIG placements) whatever they carry, until the pod is terminal, deleted
+  // or removed. They still update its state (bind-phase, phase) and the MIG instances' runtime
+  // identity the device plugin writes back. An Apply whose allocation differs from the pin is
+  // reported (Problems::rewritten) until one agrees again. Why: docs/self-healing.md "Pinned
+  // decisions". Off: every Apply replaces (a pure projection, for tools and models).
+  bool pin_decisions = false;
+};
+
 class Ledger {
  public:
   Ledger();
+  explicit Ledger(LedgerOptions options);
   ~Ledger();
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
@@ -261,10 +306,11 @@ class Ledger {
   bool RemoveNode(std::string_view name);
 
   // Replaces everything known about pod `pod.uid` (node included) by `pod`, applying the
-  // holder rule above. Errors: InvalidArgument for an empty uid, strings longer than 65,535
-  // bytes, more than 65,535 containers or a negative init_count (nothing changes). Costs O(entries
-  // of the pod) plus a few hash lookups; an Apply that changes nothing the ledger keeps (a
-  // status-only update) returns after one lookup and a comparison.
+  // holder rule above; for a pinned pod, its allocation stays the pinned one (LedgerOptions).
+  // Errors: InvalidArgument for an empty uid, strings longer than 65,535 bytes, more than 65,535
+  // containers or a negative init_count (nothing changes). Costs O(entries of the pod) plus a few
+  // hash lookups; an Apply that changes nothing the ledger keeps (a status-only update) returns
+  // after one lookup and a comparison.
   absl::Status Apply(const PodAllocation& pod);
   // Forgets pod `uid` entirely: its record and its reservation. For DELETED events and
   // tombstones. Returns false if nothing was known about it.
@@ -309,6 +355,8 @@ class Ledger {
 
   // Whether pod `uid` has a live reservation. O(1).
   bool HasReservation(std::string_view uid) const;
+  // Pod `uid`'s live reservation, or nullopt. O(entries of the pod).
+  std::optional<Reservation> ReservationOf(std::string_view uid) const;
 
   // For each name, the node's devices and usage (and blocked_by, holder rule 6), or nullopt if
   // it is not registered. All nodes are read under one lock, so the result is one consistent
@@ -331,14 +379,20 @@ class Ledger {
   std::vector<PodAllocation> Records() const;
   // The live reservations, sorted by uid. O(reservations).
   std::vector<Reservation> Reservations() const;
+  // The records of the pinned pods (LedgerOptions::pin_decisions), sorted by uid: each holds its
+  // pinned allocation. The audit's input to Recompute. O(records).
+  std::vector<PodAllocation> Pinned() const;
 
-  // A fresh ledger built from scratch: registers `nodes`, stores `pods` (a later entry with the
-  // same uid replaces an earlier one), adds `reservations` (skipping those the holder rule
-  // refuses, i.e. for pods observed bound), then derives all usage in one pass. Inputs that
-  // Apply/SetNode/Reserve would reject are skipped.
+  // A fresh ledger built from scratch: registers `nodes`, pins the records of `pinned` (another
+  // ledger's Pinned()) whose uid is among `pods`, stores `pods` (a pinned uid's entry keeps its
+  // pinned allocation, by the same rule as Apply; otherwise a later entry with the same uid
+  // replaces an earlier one), adds `reservations` (skipping those the holder rule refuses, i.e.
+  // for pods observed bound), then derives all usage in one pass. It pins nothing else. Inputs
+  // that Apply/SetNode/Reserve would reject are skipped.
   static std::unique_ptr<Ledger> Recompute(
       const std::vector<std::shared_ptr<const device::NodeDevices>>& nodes,
-      const std::vector<PodAllocation>& pods, const std::vector<Reservation>& reservations);
+      const std::vector<PodAllocation>& pods, const std::vector<Reservation>& reservations,
+      const std::vector<PodAllocation>& pinned = {});
 
   // Compares a with b entry by entry. Diff(x, x) is empty. Locks both (in address order).
   friend LedgerDiff Diff(const Ledger& a, const Ledger& b);
@@ -378,6 +432,7 @@ class Ledger {
     bool bound : 1 = false;
     bool bind_failed : 1 = false;
     bool unreadable : 1 = false;  // the record's allocation does not decode (rule 6)
+    bool pinned : 1 = false;      // the record is the pod's pinned decision (LedgerOptions)
     Source held = Source::kNothing;
     uint16_t init_count = 0;  // the record's, normalised like Res::init_count
     Entries entries;          // the record's
@@ -489,6 +544,15 @@ class Ledger {
                       const device::ContainerDevices& to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when storing `pod` would leave record `p` exactly as it is.
   bool SameRecord(const Pod& p, const PodAllocation& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when `pod` states the allocation of pinned record `id` (its node, devices, init count
+  // and MIG placements; the MIG runtime identity is not compared).
+  bool SameDecision(uint32_t id, const PodAllocation& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `pod` with the allocation of pinned record `id` in place of its own; a MIG placement the
+  // pod still states keeps the runtime identity the pod gives it.
+  PodAllocation KeepDecision(uint32_t id, const PodAllocation& pod) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The allocation record `id` holds.
+  Decision DecisionOf(uint32_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   device::PodDevices ExportDevices(const Entries& entries) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Reservation ExportReservation(const Pod& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -520,6 +584,9 @@ class Ledger {
   // whose size the memory budget counts).
   absl::flat_hash_map<uint32_t, std::vector<device::MigAllocation>> record_mig_
       ABSL_GUARDED_BY(mu_);
+  const LedgerOptions options_ = {};
+  // By pod id: what the annotations of a pinned pod state while it differs from its pin.
+  absl::flat_hash_map<uint32_t, Decision> rewritten_ ABSL_GUARDED_BY(mu_);
 };
 
 LedgerDiff Diff(const Ledger& a, const Ledger& b);

@@ -533,6 +533,8 @@ TEST(Registry, HistogramsAndCountersObserveCorrectly) {
   registry.SetLedgerProblems("unreadable", 5);
   registry.SetLedgerProblems("unreadable", 2);  // a gauge: the last audit's count
   registry.SetLedgerProblems("foreign_allocation", 0);
+  registry.RecordAllocationRewrites(2);
+  registry.RecordAllocationRewrites(0);  // no-op
   registry.RecordResyncCorrections("missing", 1);
   registry.RecordResyncCorrections("missing", 0);  // no-op
   registry.SetLeader(true);
@@ -566,6 +568,7 @@ TEST(Registry, HistogramsAndCountersObserveCorrectly) {
            "tessera_ledger_audit_corrections_total{cause=\"stale\"} 3\n",
            "tessera_ledger_problems{kind=\"unreadable\"} 2\n",
            "tessera_ledger_problems{kind=\"foreign_allocation\"} 0\n",
+           "tessera_allocation_rewrites_total 2\n",
            "tessera_resync_corrections_total{kind=\"missing\"} 1\n",
            "tessera_leader 1\n",
            "tessera_informer_synced{resource=\"nodes\"} 0\n",

@@ -130,6 +130,12 @@ struct Registry::Impl {
                             .Name("tessera_ledger_problems")
                             .Help("Ledger problems the last audit found, by kind.")
                             .Register(*registry)),
+        allocation_rewrites(prometheus::BuildCounter()
+                                .Name("tessera_allocation_rewrites_total")
+                                .Help("Rewrites of a bound pod's allocation annotations the "
+                                      "audit reported; the ledger kept Tessera's decision.")
+                                .Register(*registry)
+                                .Add({})),
         pending_pods(prometheus::BuildGauge()
                          .Name("tessera_pending_pods")
                          .Help("GPU pods the last filter left without a node, by the main reason "
@@ -169,6 +175,7 @@ struct Registry::Impl {
   prometheus::Counter& reservations_expired;
   prometheus::Family<prometheus::Counter>& audit_corrections;
   prometheus::Family<prometheus::Gauge>& ledger_problems;
+  prometheus::Counter& allocation_rewrites;
   prometheus::Family<prometheus::Gauge>& pending_pods;
   prometheus::Family<prometheus::Counter>& resync_corrections;
   prometheus::Gauge& leader;
@@ -241,6 +248,12 @@ void Registry::RecordInformerEvents(std::string_view resource, int64_t n) {
 
 void Registry::RecordInformerRelist(std::string_view resource) {
   impl_->informer_relists.Add({{"resource", std::string(resource)}}).Increment();
+}
+
+void Registry::RecordAllocationRewrites(int64_t n) {
+  if (n > 0) {
+    impl_->allocation_rewrites.Increment(static_cast<double>(n));
+  }
 }
 
 void Registry::RecordReservationsExpired(int64_t n) {

@@ -97,6 +97,8 @@ class Registry {
   void RecordAuditCorrections(std::string_view cause, int64_t n);
   // The number of ledger problems of `kind` the last audit found (a gauge).
   void SetLedgerProblems(std::string_view kind, int64_t n);
+  // `n` allocation rewrites of bound pods the audit reported for the first time (a counter).
+  void RecordAllocationRewrites(int64_t n);
   void RecordResyncCorrections(std::string_view kind, int64_t n);
   // GPU pods whose last filter left them without a node, by the verdict's main reason (a gauge).
   void SetPendingPods(std::string_view reason, int64_t n);

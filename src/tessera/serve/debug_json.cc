@@ -4,11 +4,26 @@
 #include <string>
 #include <utility>
 
+#include "tessera/device/codec.h"
+#include "tessera/device/mig.h"
+
 namespace tessera::serve {
 
 std::string DebugTime(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
 }
+
+namespace {
+
+nlohmann::json DecisionJson(const ledger::Decision& d) {
+  return {{"node", d.node},
+          {"devices", d.unreadable ? "" : device::EncodePodDevices(d.devices)},
+          {"mig_allocations", device::EncodeMigAllocations(d.mig)},
+          {"unreadable", d.unreadable},
+          {"text", ledger::DecisionText(d)}};
+}
+
+}  // namespace
 
 nlohmann::json ProblemsJson(const ledger::Problems& problems) {
   nlohmann::json conflicts = nlohmann::json::array();
@@ -41,10 +56,19 @@ nlohmann::json ProblemsJson(const ledger::Problems& problems) {
   for (const ledger::Unreadable& u : problems.unreadable) {
     unreadable.push_back({{"namespace", u.ns}, {"name", u.name}, {"uid", u.uid}, {"node", u.node}});
   }
+  nlohmann::json rewritten = nlohmann::json::array();
+  for (const ledger::Rewritten& r : problems.rewritten) {
+    rewritten.push_back({{"namespace", r.ns},
+                         {"name", r.name},
+                         {"uid", r.uid},
+                         {"kept", DecisionJson(r.kept)},
+                         {"rewritten", DecisionJson(r.observed)}});
+  }
   return {{"conflicts", std::move(conflicts)},
           {"orphans", std::move(orphans)},
           {"unregistered", std::move(unregistered)},
-          {"unreadable", std::move(unreadable)}};
+          {"unreadable", std::move(unreadable)},
+          {"rewritten", std::move(rewritten)}};
 }
 
 namespace {
@@ -121,6 +145,7 @@ nlohmann::json AuditJson(const accounting::AuditReport& r) {
           {"orphans", r.problems.orphans.size()},
           {"unregistered", r.problems.unregistered.size()},
           {"unreadable", r.problems.unreadable.size()},
+          {"rewritten", r.problems.rewritten.size()},
           {"foreign_allocations", ForeignJson(r.foreign)},
           {"mig", MigProblemsJson(r.problems.mig)},
           {"quota", QuotaJson(r.quota)}};

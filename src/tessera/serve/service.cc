@@ -95,8 +95,8 @@ metrics::BindOutcome BindOutcomeOf(extender::BindCode code) {
 }
 
 // tessera_ledger_problems{kind}: the kinds Housekeeping sets after each audit.
-constexpr std::array<std::string_view, 6> kLedgerProblemKinds = {
-    "conflict", "orphan", "unregistered", "unreadable", "foreign_allocation", "mig"};
+constexpr std::array<std::string_view, 7> kLedgerProblemKinds = {
+    "conflict", "orphan", "unregistered", "unreadable", "foreign_allocation", "mig", "rewritten"};
 
 // Every label value the labelled families can take, exported at 0 from the start.
 metrics::KnownLabels KnownLabelValues() {
@@ -191,7 +191,9 @@ class Service::Impl : public extender::Backend {
   Clock* clock() const { return options_.clock; }
 
   std::unique_ptr<device::Vendor> vendor_;
-  ledger::Ledger ledger_;
+  // A bound pod's allocation is Tessera's decision: a later rewrite of its annotations does not
+  // change what the ledger holds (docs/self-healing.md "Pinned decisions").
+  ledger::Ledger ledger_{ledger::LedgerOptions{.pin_decisions = true}};
   std::unique_ptr<kube::CurlTransport> transport_;
   std::unique_ptr<kube::ApiClient> client_;
   // The webhook's scheduler identity: --self-username, else the token's subject (set in Start).
@@ -691,6 +693,30 @@ void Service::Impl::Housekeeping() {
         metrics_->SetLedgerProblems("foreign_allocation",
                                     static_cast<int64_t>(report.foreign.size()));
         metrics_->SetLedgerProblems("mig", static_cast<int64_t>(p.mig.size()));
+        metrics_->SetLedgerProblems("rewritten", static_cast<int64_t>(p.rewritten.size()));
+        metrics_->RecordAllocationRewrites(static_cast<int64_t>(report.new_rewrites.size()));
+        for (const ledger::Rewritten& r : report.new_rewrites) {
+          NoteRepair("audit",
+                     fmt::format("rewritten {}/{} uid={}: kept node {} [{}], annotations "
+                                 "say node {} [{}]",
+                                 r.ns, r.name, r.uid, r.kept.node, ledger::DecisionText(r.kept),
+                                 r.observed.node, ledger::DecisionText(r.observed)));
+          if (leader) {  // one event per rewrite, from the replica that writes
+            kube::ObjectMeta pod;
+            pod.ns = r.ns;
+            pod.name = r.name;
+            pod.uid = r.uid;
+            scheduler_->events().Record(
+                pod, "AllocationRewritten",
+                fmt::format("the pod's allocation was changed after it was bound; the scheduler "
+                            "keeps its decision: node {} [{}] (the annotations now say node {} "
+                            "[{}])",
+                            r.kept.node, ledger::DecisionText(r.kept),
+                            r.observed.node.empty() ? "-" : r.observed.node,
+                            ledger::DecisionText(r.observed)),
+                extender::EventType::kWarning);
+          }
+        }
         NoteRepairCounts("audit", report.corrections);
         for (const std::string& line : report.details) {
           NoteRepair("audit", line);

@@ -537,6 +537,65 @@ TEST_F(ServeScenarioTest, UnreadableAndForeignAllocationsAreHeldAndReported) {
   }));
 }
 
+// Issue #41 finding 2: the owner of a running pod patches its allocation from 12,000 MiB to
+// 1 MiB through the API. The ledger keeps the decision (the 16,000 MiB card is not offered to a
+// second 12,000 MiB pod), the audit reports the rewrite in /debug/audit and the metrics, and a
+// Warning event names it on the pod.
+TEST_F(ServeScenarioTest, ARewrittenAllocationOfARunningPodKeepsTheDecisionAndIsReported) {
+  AddNode(NodeJson("a", 1, 16000));
+  StartService([](ServeOptions& o) { o.audit_period = absl::Milliseconds(100); });
+  ASSERT_EQ(FilterNew("tenant", 12000, {"a"}), "a");
+  ASSERT_EQ(Bind("tenant", GetPod("tenant").meta.uid, "a"), "");
+  ASSERT_TRUE(Eventually([&] { return Reserved().empty(); }));  // observed bound
+  ASSERT_TRUE(sim_->store()
+                  .Patch(Res("pods"), "default", "tenant", "", apisim::PatchType::kMerge,
+                         R"({"metadata":{"annotations":{"hami.io/vgpu-devices-allocated":)"
+                         R"("GPU-a-0,NVIDIA,1,0:;"}}})")
+                  .ok());
+  ASSERT_TRUE(Eventually([&] {
+    Scrape m = Metrics();
+    return m.Get("tessera_ledger_problems", {"kind=\"rewritten\""}) == 1 &&
+           m.Get("tessera_allocation_rewrites_total") == 1;
+  })) << "the audit did not report the rewrite";
+  EXPECT_EQ(AllocatedMiB(Metrics(), "GPU-a-0"), 12000);
+
+  httplib::Client metrics("127.0.0.1", service_->metrics_port());  // /debug is served there
+  auto res = metrics.Get("/debug/audit");
+  ASSERT_TRUE(res && res->status == 200);
+  const nlohmann::json audit = nlohmann::json::parse(res->body);
+  const nlohmann::json& rewritten = audit["audit"]["problems"]["rewritten"];
+  ASSERT_EQ(rewritten.size(), 1U) << audit.dump();
+  EXPECT_EQ(rewritten[0]["name"], "tenant");
+  EXPECT_EQ(rewritten[0]["kept"]["devices"], "GPU-a-0,NVIDIA,12000,0:;");
+  EXPECT_EQ(rewritten[0]["rewritten"]["devices"], "GPU-a-0,NVIDIA,1,0:;");
+  EXPECT_EQ(audit["audit"]["corrections"], nlohmann::json::object()) << audit.dump();
+
+  // A second 12,000 MiB pod is refused: the card holds 12,000 of its 16,000 MiB.
+  nlohmann::json reply = Filter(AddPod(PodObject("second", 12000)), {"a"});
+  EXPECT_THAT(reply["NodeNames"], IsEmpty()) << reply.dump();
+  EXPECT_TRUE(reply["FailedNodes"].contains("a")) << reply.dump();
+
+  nlohmann::json event;
+  ASSERT_TRUE(Eventually([&] {
+    absl::StatusOr<std::string> list = sim_->store().List(Res("events"), "default", {});
+    if (!list.ok()) {
+      return false;
+    }
+    const nlohmann::json parsed = nlohmann::json::parse(*list);
+    for (const auto& e : parsed["items"]) {
+      if (e["reason"] == "AllocationRewritten") {
+        event = e;
+        return true;
+      }
+    }
+    return false;
+  }));
+  EXPECT_EQ(event["type"], "Warning");
+  EXPECT_EQ(event["involvedObject"]["name"], "tenant");
+  EXPECT_THAT(event["message"].get<std::string>(), HasSubstr("GPU-a-0 12000MiB"));
+  EXPECT_EQ(Metrics().Get("tessera_allocation_rewrites_total"), 1);  // once, not per audit
+}
+
 // A two-container pod (1 GPU with 30 % of its cores, then 2 GPUs) on a 4-GPU node: every HAMi
 // device family and the pod family add up to what it asked for, while reserved and once bound;
 // deleting it brings them all back to zero.
