@@ -123,7 +123,7 @@ struct ServerOptions {
   // arrived whole is stalled: at the cap, when no connection is idle, the one with the oldest
   // such request is shed (closed without a reply) for the new connection. A request being
   // handled or answered is never shed.
-  absl::Duration stalled_request_after = absl::Seconds(1);
+  absl::Duration stalled_request_after = absl::Milliseconds(250);
   // The overall deadline of a TLS handshake, from the connection's start. Zero: none.
   absl::Duration tls_handshake_timeout = absl::Seconds(10);
   // Serve HTTPS with this context (the caller keeps it alive until after Stop); nullptr: HTTP.
