@@ -8,18 +8,22 @@ Starts `tessera apisim` and `tessera serve` (plain HTTP, and a second serve with
   2. opens the hostile connections: --idle idle connections on the extender port and
      --idle on the metrics port (half send nothing, half a head they never finish), --idle
      TLS connections that never start the handshake, --slowloris connections that send one
-     byte of a head every --trickle seconds, and --non-readers clients that send a large
-     /filter and never read its reply;
+     byte of a head every --trickle seconds, --slow-bodies connections that send a /filter
+     head declaring Content-Length: 1048576 and then one byte of its body every --trickle
+     seconds (issue #41), and --non-readers clients that send a large /filter and never read
+     its reply;
   3. measures the same requests again, each on a fresh connection, --samples times spread
      over --duration, while the hostile connections stay open: the trickling ones keep
      trickling, and each connection the server closes (a deadline, shedding) is replaced by a
      new one of the same kind.
 
 Prints one JSON document: latency percentiles (ms) per endpoint and phase, the connections
-actually held open at the end, the serve process's resident memory (VmRSS) before and during,
-and "pass": every sampled request under --limit-ms (default 100). Exit status 0 when it passes,
+actually held open at the end, the serve process's resident memory (VmRSS) before and during
+and its peak (VmHWM), and "pass": every sampled request under --limit-ms (default 100) and
+answered 200 (a 503 from the connection cap counts as a failure). --max-connections is passed
+to the serves this script starts, to put them at their cap with fewer connections. Exit status 0 when it passes,
 1 when not, 2 on a set-up error. Bounded: at most --idle x 3 + --slowloris + --non-readers
-connections, and --duration seconds of hostile load; 127.0.0.1 only.
++ --slow-bodies connections, and --duration seconds of hostile load; 127.0.0.1 only.
 
   python3 test/hostile/hostile.py --tessera build/release/cmd/tessera/tessera
 """
@@ -130,13 +134,13 @@ def measure(targets, samples):
     return out
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS"):
     if pid is None:
         return None
     try:
         with open("/proc/%d/status" % pid) as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except OSError:
         return None
@@ -271,10 +275,11 @@ def start_processes(args, workdir):
     serve_pid = None
     for name, extra in (("plain", []), ("tls", ["--cert_file", cert, "--key_file", key])):
         http, metrics = free_port(), free_port()
+        cap = ["--max-connections", str(args.max_connections)] if args.max_connections else []
         p = subprocess.Popen([args.tessera, "serve", "--kubeconfig", kubeconfig,
                               "--leader-elect=false",
                               "--http_bind", "127.0.0.1:%d" % http,
-                              "--metrics-bind-address", "127.0.0.1:%d" % metrics] + extra,
+                              "--metrics-bind-address", "127.0.0.1:%d" % metrics] + cap + extra,
                              stdout=subprocess.DEVNULL,
                              stderr=open(os.path.join(workdir, name + ".log"), "w"))
         procs.append(p)
@@ -295,6 +300,10 @@ def main():
     parser.add_argument("--idle", type=int, default=1000)
     parser.add_argument("--slowloris", type=int, default=100)
     parser.add_argument("--trickle", type=float, default=5.0, help="seconds between bytes")
+    parser.add_argument("--slow-bodies", type=int, default=0,
+                        help="connections trickling the body of a /filter declaring 1 MiB")
+    parser.add_argument("--max-connections", type=int, default=0,
+                        help="--max-connections of the serves started (0: serve's default)")
     parser.add_argument("--non-readers", type=int, default=16)
     parser.add_argument("--non-reader-names", type=int, default=20000,
                         help="candidate names in a non-reader's /filter (its reply is large)")
@@ -308,6 +317,7 @@ def main():
     args.idle = min(args.idle, 5000)
     args.slowloris = min(args.slowloris, 2000)
     args.non_readers = min(args.non_readers, 200)
+    args.slow_bodies = min(args.slow_bodies, 5000)
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -335,7 +345,9 @@ def main():
         if "tls" in ports:
             targets["healthz_tls"] = (ports["tls"][0], request_bytes("GET", "/healthz"),
                                       client_tls)
-        report = {"idle": args.idle, "slowloris": args.slowloris, "replace": not args.no_replace,
+        report = {"idle": args.idle, "slowloris": args.slowloris, "slow_bodies": args.slow_bodies,
+                  "max_connections": args.max_connections or None,
+                  "replace": not args.no_replace,
                   "non_readers": args.non_readers, "samples": args.samples,
                   "limit_ms": args.limit_ms}
         report["baseline"] = measure(targets, min(args.samples, 50))
@@ -353,6 +365,12 @@ def main():
         head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"x" * 200 + b"\r\n\r\n"
         for _ in range(args.slowloris):
             specs.append((http, head[:1], head[1:]))
+        # A /filter head declaring the largest body serve takes (1 MiB), its first byte, and
+        # then a byte every --trickle seconds: before issue #41 each cost 1 MiB at once.
+        slow_head = (b"POST /filter HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 1048576\r\n\r\n{")
+        for _ in range(args.slow_bodies):
+            specs.append((http, slow_head, b" " * 1000))
         big = request_bytes("POST", "/filter", filter_body(args.non_reader_names))
         for _ in range(args.non_readers):
             specs.append((http, big, b""))  # and never read the reply
@@ -382,6 +400,7 @@ def main():
         report["under_load"] = {name: percentiles(v) for name, v in under.items()}
         report["under_load_s"] = round(time.monotonic() - started, 2)
         report["rss_kib_under_load"] = rss_kib(serve_pid)
+        report["rss_kib_peak"] = rss_kib(serve_pid, "VmHWM")
         report["ports"] = {name: list(p) for name, p in ports.items()}
         parent_end.send("stop")
         if not parent_end.poll(60):

@@ -144,6 +144,31 @@ TEST(LoggingTest, JsonLinesHaveKlogsShape) {
   EXPECT_EQ(j[3]["msg"], "plain error");
 }
 
+// Bytes that are not well-formed UTF-8 (a request path, say) never break a JSON line: each
+// becomes U+FFFD; quoted text values escape them as Go does (\xNN). Well-formed UTF-8 stays.
+TEST(LoggingTest, BytesThatAreNotUtf8AreReplacedInJsonAndEscapedInText) {
+  const std::string bad = "/\xff\xfe/\xc3/\xc0\xaf/\xed\xa0\x80/\xf4\x90\x80\x80/\xe2\x82";
+  const std::string good = "/\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";  // é € 😀
+  const std::vector<std::string> json = Capture(LogFormat::kJson, 0, [&] {
+    TESSERA_LOG(kInfo, "GET {}", bad + good);
+    TESSERA_LOGS(kInfo, "request", "path", bad);
+  });
+  ASSERT_EQ(json.size(), 2u);
+  const std::string fffd = "\xef\xbf\xbd";
+  const std::string replaced = "/" + fffd + fffd + "/" + fffd + "/" + fffd + fffd + "/" + fffd +
+                               fffd + fffd + "/" + fffd + fffd + fffd + fffd + "/" + fffd + fffd;
+  for (const std::string& line : json) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+  }
+  EXPECT_EQ(nlohmann::json::parse(json[0])["msg"], "GET " + replaced + good);
+  EXPECT_EQ(nlohmann::json::parse(json[1])["path"], replaced);
+  const std::vector<std::string> text =
+      Capture(LogFormat::kText, 0, [&] { TESSERA_LOGS(kInfo, "request", "path", "/\xff" + good); });
+  ASSERT_EQ(text.size(), 1u);
+  EXPECT_THAT(text[0], ::testing::EndsWith("path=\"/\\xff" + good + "\""));
+}
+
 TEST(LoggingTest, ParseLogFormatAcceptsTextAndJsonOnly) {
   EXPECT_EQ(*ParseLogFormat("text"), LogFormat::kText);
   EXPECT_EQ(*ParseLogFormat("json"), LogFormat::kJson);

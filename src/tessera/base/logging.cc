@@ -41,11 +41,61 @@ const char* BaseName(const char* path) {
   return base;
 }
 
+// The length of the well-formed UTF-8 sequence at the start of `s` (RFC 3629: no overlong
+// forms, surrogates or code points above U+10FFFF), 0 when there is none.
+size_t Utf8SequenceLength(std::string_view s) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char b = byte(0);
+  size_t n = 0;
+  unsigned char lo = 0x80;  // the range of the second byte
+  unsigned char hi = 0xbf;
+  if (b < 0x80) {
+    return 1;
+  } else if (b >= 0xc2 && b <= 0xdf) {
+    n = 2;
+  } else if (b >= 0xe0 && b <= 0xef) {
+    n = 3;
+    lo = b == 0xe0 ? 0xa0 : 0x80;
+    hi = b == 0xed ? 0x9f : 0xbf;
+  } else if (b >= 0xf0 && b <= 0xf4) {
+    n = 4;
+    lo = b == 0xf0 ? 0x90 : 0x80;
+    hi = b == 0xf4 ? 0x8f : 0xbf;
+  } else {
+    return 0;
+  }
+  if (s.size() < n || byte(1) < lo || byte(1) > hi) {
+    return 0;
+  }
+  for (size_t i = 2; i < n; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xbf) {
+      return 0;
+    }
+  }
+  return n;
+}
+
 // Appends `s` as a Go-quoted (text) or JSON string: quotes, backslashes and control bytes
-// escaped; other bytes (UTF-8 included) as they are.
-void AppendQuoted(std::string* out, std::string_view s) {
+// escaped, well-formed UTF-8 as it is; a byte that is not part of well-formed UTF-8 becomes
+// \xNN in text (as Go's strconv.Quote writes it) and U+FFFD in JSON (as klog's JSON logger
+// writes it), so that a JSON line stays valid whatever bytes a value carries (a request path).
+void AppendQuoted(std::string* out, std::string_view s, bool json) {
   out->push_back('"');
-  for (const char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      const size_t n = Utf8SequenceLength(s.substr(i));
+      if (n > 0) {
+        out->append(s.substr(i, n));
+        i += n;
+      } else {
+        out->append(json ? std::string("\\ufffd")
+                         : fmt::format("\\x{:02x}", static_cast<unsigned char>(c)));
+        ++i;
+      }
+      continue;
+    }
+    ++i;
     switch (c) {
       case '"':
         out->append("\\\"");
@@ -91,13 +141,13 @@ std::string FormatText(LogSeverity severity, const struct timespec& ts, const ch
     out.append(message);
     return out;
   }
-  AppendQuoted(&out, message);
+  AppendQuoted(&out, message, /*json=*/false);
   for (const logging_internal::Field& f : fields) {
     out.push_back(' ');
     out.append(f.key);
     out.push_back('=');
     if (f.quoted) {
-      AppendQuoted(&out, f.value);
+      AppendQuoted(&out, f.value, /*json=*/false);
     } else {
       out.append(f.value);
     }
@@ -110,9 +160,9 @@ std::string FormatJson(LogSeverity severity, int v, const struct timespec& ts, c
                        const std::vector<logging_internal::Field>& fields) {
   std::string out = fmt::format("{{\"ts\":{}.{:06},\"caller\":", static_cast<int64_t>(ts.tv_sec),
                                 ts.tv_nsec / 1000);
-  AppendQuoted(&out, fmt::format("{}:{}", BaseName(file), line));
+  AppendQuoted(&out, fmt::format("{}:{}", BaseName(file), line), /*json=*/true);
   out.append(",\"msg\":");
-  AppendQuoted(&out, message);
+  AppendQuoted(&out, message, /*json=*/true);
   const logging_internal::Field* err = nullptr;
   for (const logging_internal::Field& f : fields) {
     if (f.key == "err") {
@@ -122,7 +172,7 @@ std::string FormatJson(LogSeverity severity, int v, const struct timespec& ts, c
   if (IsError(severity)) {
     out.append(",\"err\":");
     if (err != nullptr) {
-      AppendQuoted(&out, err->value);
+      AppendQuoted(&out, err->value, /*json=*/true);
     } else {
       out.append("null");
     }
@@ -134,10 +184,10 @@ std::string FormatJson(LogSeverity severity, int v, const struct timespec& ts, c
       continue;
     }
     out.push_back(',');
-    AppendQuoted(&out, f.key);
+    AppendQuoted(&out, f.key, /*json=*/true);
     out.push_back(':');
     if (f.quoted) {
-      AppendQuoted(&out, f.value);
+      AppendQuoted(&out, f.value, /*json=*/true);
     } else {
       out.append(f.value);
     }

@@ -8,14 +8,18 @@
 //     its body framing matches what was answered: a Content-Length equal to the body's length
 //     followed by exactly that body (no body after the head for HEAD), or, for a streamed body,
 //     chunks that de-chunk to what was streamed (raw up to the end for HTTP/1.0);
-//   - the handler never sees a body longer than max_body_bytes;
+//   - the handler never sees a body longer than max_body_bytes, and runs only while the
+//     connection's state says it is neither idle nor stalled in a request (so never shed);
 //   - the loop ends (does not read on forever after the input ran out).
 // It also runs ParseRequestHead on the raw input, which must return 0, 400 or 505.
 //
 // Input layout: byte 0 is flags (bits 0-2: the number of split lengths that follow; bit 3: the
 // stream ends in timeouts rather than a close; bits 4-5: how many timeouts come before each read
 // after the first; bit 6: the server is stopping; bit 7: ServerOptions::error_body is set), then
-// one byte per split length, then the bytes the client sends.
+// one byte per split length, then the bytes the client sends. The connection's clock advances
+// a second per read, so that the head and body deadlines fire.
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -59,6 +63,7 @@ class MemoryStream : public Stream {
 
   long Read(char* buf, size_t n) override {
     Check(n > 0);
+    ++reads;
     if (script_.empty()) {
       Check(++reads_after_end_ < 1000);  // the loop must end once the input ran out
       return end_;
@@ -85,6 +90,7 @@ class MemoryStream : public Stream {
   }
 
   std::string out;
+  int64_t reads = 0;
 
  private:
   std::deque<std::pair<long, std::string>> script_;
@@ -249,6 +255,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_header_bytes = kMaxHeader;
   options.keep_alive_timeout = absl::Seconds(2);
   options.read_timeout = absl::Seconds(3);
+  options.header_timeout = absl::Seconds(12);
+  options.body_timeout = absl::Seconds(6);
+  tessera::http::internal::ConnectionState state;
+  state.idle_since.store(1);
+  const tessera::http::internal::SteadyNow now = [&stream] {
+    return std::chrono::steady_clock::time_point(std::chrono::hours(1)) +
+           std::chrono::seconds(stream.reads);
+  };
   if ((flags & 128) != 0) {
     options.error_body = [](Response* response) {
       response->content_type = "application/json";
@@ -265,8 +279,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     run.handler_called = false;
     run.streamed.clear();
   };
-  const tessera::http::Handler handler = [&run](Request& request, Response* response) {
+  const tessera::http::Handler handler = [&run, &state](Request& request, Response* response) {
     Check(request.body.size() <= kMaxBody);
+    Check(state.idle_since.load() == 0 && state.request_since.load() == 0);
     run.handler_called = true;
     if (request.path == "/throw") {
       throw std::runtime_error("fuzz");
@@ -288,7 +303,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     response->close = request.path == "/close";
   };
   const std::atomic<bool> stopping{(flags & 64) != 0};
-  tessera::http::internal::ServeConnection(stream, handler, options, absl::Seconds(1), stopping);
+  tessera::http::internal::ServeConnection(stream, handler, options, absl::Seconds(1), stopping,
+                                           &state, now);
   CheckReplies(stream.out, run.answers);
   return 0;
 }

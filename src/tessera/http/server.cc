@@ -430,14 +430,15 @@ class ChunkWriter : public StreamWriter {
 class Connection {
  public:
   Connection(Stream& stream, const Handler& handler, const ServerOptions& options,
-             absl::Duration tick, const std::atomic<bool>& stopping,
-             std::atomic<int64_t>* idle_since, const SteadyNow& now)
+             absl::Duration tick, const std::atomic<bool>& stopping, ConnectionState* state,
+             const SteadyNow& now)
       : stream_(stream),
         handler_(handler),
         options_(options),
         tick_(tick),
         stopping_(stopping),
-        idle_since_(idle_since),
+        idle_since_(state == nullptr ? nullptr : &state->idle_since),
+        request_since_(state == nullptr ? nullptr : &state->request_since),
         now_(now),
         // Not zeroed: an idle connection's buffer costs memory only for the pages reads touch.
         buf_(std::max(kReadChunk, options.max_header_bytes + kReadChunk / 2)),
@@ -489,29 +490,50 @@ class Connection {
     }
   }
 
-  // Reads exactly `n` bytes into `out` (buffered bytes first); false on failure.
-  bool ReadExact(char* out, size_t n) {
-    const size_t have = std::min(n, end_ - pos_);
-    std::memcpy(out, buf_.data() + pos_, have);
-    pos_ += have;
-    size_t done = have;
-    absl::Duration waited;
-    while (done < n) {
-      const long r = stream_.Read(out + done, n - done);
-      if (r > 0) {
-        done += static_cast<size_t>(r);
-        waited = absl::ZeroDuration();
-        continue;
+  // Reads more bytes of a body into the buffer: waits at most the read timeout for the first,
+  // and not past the body deadline.
+  Fill MoreBody() {
+    absl::Duration limit = options_.read_timeout;
+    if (body_deadline_ != std::chrono::steady_clock::time_point::max()) {
+      const auto now = Now();
+      if (now >= body_deadline_) {
+        TESSERA_VLOG(2, "http {} {}: the body passed its deadline; closing the connection",
+                     request_.method, request_.path);
+        return Fill::kTimedOut;
       }
-      if (r != Stream::kTimedOut || tick_ <= absl::ZeroDuration()) {
-        return false;
+      // More counts whole ticks, so it ends within one of the deadline.
+      const absl::Duration left = absl::FromChrono(body_deadline_ - now);
+      if (limit <= absl::ZeroDuration() || left < limit) {
+        limit = left;
       }
-      waited += tick_;
-      if (options_.read_timeout > absl::ZeroDuration() && waited >= options_.read_timeout) {
+    }
+    return More(limit);
+  }
+
+  // Appends the next `n` bytes of the body to request_.body (buffered bytes first; the rest
+  // read through the buffer), which grows with the bytes received, never past `final_size`
+  // (what the body can reach); false when they do not arrive.
+  bool AppendBody(size_t n, size_t final_size) {
+    std::string& body = request_.body;
+    while (true) {
+      const size_t take = std::min(n, end_ - pos_);
+      if (take > 0) {
+        if (body.size() + take > body.capacity()) {
+          // Doubling, as append would, but capped: a declared length costs nothing until
+          // its bytes arrive, and the last step does not overshoot it.
+          body.reserve(std::min(final_size, std::max(body.size() + take, 2 * body.capacity())));
+        }
+        body.append(buf_.data() + pos_, take);
+        pos_ += take;
+        n -= take;
+      }
+      if (n == 0) {
+        return true;
+      }
+      if (MoreBody() != Fill::kOk) {
         return false;
       }
     }
-    return true;
   }
 
   // The next line of a chunked body (without its line end), reading as needed; false when it
@@ -529,7 +551,7 @@ class Connection {
         *too_long = true;
         return false;
       }
-      if (More(options_.read_timeout) != Fill::kOk) {
+      if (MoreBody() != Fill::kOk) {
         return false;
       }
     }
@@ -562,9 +584,7 @@ class Connection {
       if (size > options_.max_body_bytes - body.size()) {
         return 413;
       }
-      const size_t at = body.size();
-      body.resize(at + size);
-      if (!ReadExact(body.data() + at, size)) {
+      if (!AppendBody(size, options_.max_body_bytes)) {
         return -1;
       }
       std::string_view end;
@@ -766,6 +786,9 @@ class Connection {
     auto head_deadline = first && head_limited ? start_ + header_timeout
                                                : std::chrono::steady_clock::time_point::max();
     size_t head_end = std::string_view::npos;
+    if (pos_ < end_) {
+      SetRequestSince(NowNanos());  // a pipelined request, or the rest of the last read
+    }
     while (true) {
       // Empty lines before a request line are ignored (RFC 9112 §2.2).
       while (pos_ < end_ && (buf_[pos_] == '\r' || buf_[pos_] == '\n')) {
@@ -782,11 +805,9 @@ class Connection {
       const bool idle = pos_ == end_;
       absl::Duration limit = options_.read_timeout;
       if (idle) {
+        SetRequestSince(0);  // only blank lines so far
         if (idle_since_ != nullptr && idle_since_->load(std::memory_order_relaxed) <= 0) {
-          idle_since_->store(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(Now().time_since_epoch())
-                  .count(),
-              std::memory_order_relaxed);
+          idle_since_->store(NowNanos(), std::memory_order_relaxed);
         }
         limit = first && head_limited ? options_.header_timeout : options_.keep_alive_timeout;
       }
@@ -810,6 +831,7 @@ class Connection {
         if (idle_since_ != nullptr) {
           idle_since_->store(0, std::memory_order_relaxed);
         }
+        SetRequestSince(NowNanos());
         start = Now();
         if (!first && head_limited) {
           head_deadline = start + header_timeout;
@@ -844,9 +866,11 @@ class Connection {
         return false;
       }
     }
+    body_deadline_ = options_.body_timeout > absl::ZeroDuration()
+                         ? Now() + absl::ToChronoNanoseconds(options_.body_timeout)
+                         : std::chrono::steady_clock::time_point::max();
     if (framing == Framing::kLength) {
-      request_.body.resize(length);
-      if (!ReadExact(request_.body.data(), length)) {
+      if (!AppendBody(length, length)) {
         return false;
       }
     } else if (framing == Framing::kChunked) {
@@ -858,6 +882,8 @@ class Connection {
       }
     }
 
+    // Whole: from here the request is handled and answered, never shed as stalled.
+    SetRequestSince(0);
     const bool head_only = request_.method == "HEAD";
     bool large = request_.body.size() >= options_.large_request_bytes;
     try {
@@ -915,11 +941,25 @@ class Connection {
     return now_ ? now_() : std::chrono::steady_clock::now();
   }
 
+  int64_t NowNanos() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Now().time_since_epoch()).count();
+  }
+
+  void SetRequestSince(int64_t nanos) {
+    if (request_since_ != nullptr) {
+      request_since_->store(nanos, std::memory_order_relaxed);
+    }
+  }
+
   std::atomic<int64_t>* const idle_since_;
+  std::atomic<int64_t>* const request_since_;
   const SteadyNow& now_;
   Buffer buf_;
   const std::chrono::steady_clock::time_point start_;  // of the connection
   bool first_ = true;                                  // no request has been read yet
+  // The body being read must arrive whole by then (max: no deadline).
+  std::chrono::steady_clock::time_point body_deadline_ =
+      std::chrono::steady_clock::time_point::max();
   size_t pos_ = 0;  // buffered bytes not yet consumed: [pos_, end_)
   size_t end_ = 0;
   Request request_;
@@ -1004,9 +1044,9 @@ int ParseRequestHead(std::string_view head, Request* request) {
 }
 
 bool ServeConnection(Stream& stream, const Handler& handler, const ServerOptions& options,
-                     absl::Duration tick, const std::atomic<bool>& stopping,
-                     std::atomic<int64_t>* idle_since, const SteadyNow& now) {
-  return Connection(stream, handler, options, tick, stopping, idle_since, now).Serve();
+                     absl::Duration tick, const std::atomic<bool>& stopping, ConnectionState* state,
+                     const SteadyNow& now) {
+  return Connection(stream, handler, options, tick, stopping, state, now).Serve();
 }
 
 }  // namespace internal
@@ -1224,8 +1264,8 @@ class Server::Impl {
     // The read tick: the shortest timeout, at most a second (so that deadlines hold to within
     // a second; an idle connection's worker then wakes once a second).
     tick_ = absl::Seconds(1);
-    for (absl::Duration d :
-         {options_.read_timeout, options_.keep_alive_timeout, options_.header_timeout}) {
+    for (absl::Duration d : {options_.read_timeout, options_.keep_alive_timeout,
+                             options_.header_timeout, options_.body_timeout}) {
       if (d > absl::ZeroDuration()) {
         tick_ = std::min(tick_, d);
       }
@@ -1310,9 +1350,7 @@ class Server::Impl {
   // An open connection being served.
   struct Active {
     int fd = -1;
-    // Steady-clock nanoseconds since it began waiting for a request; 0 while serving one;
-    // -1 once shed.
-    std::atomic<int64_t> idle_since{0};
+    internal::ConnectionState state;
     bool shed = false;  // guarded by mu_
   };
   struct Queued {
@@ -1394,8 +1432,10 @@ class Server::Impl {
         const size_t capacity = options_.max_threads;
         const size_t cap = options_.max_connections;
         size_t open = queue_.size() + active_.size() - shed_pending_;
-        // Shed idle connections while the new one would find no worker or pass the cap.
-        while ((open >= capacity || (cap > 0 && open >= cap)) && ShedOneIdle()) {
+        // Shed idle connections, then stalled ones, while the new one would find no worker or
+        // pass the cap.
+        while ((open >= capacity || (cap > 0 && open >= cap)) &&
+               (ShedOneIdle() || ShedOneStalled())) {
           --open;
         }
         if (cap > 0 && open >= cap) {
@@ -1426,8 +1466,9 @@ class Server::Impl {
       Active* oldest = nullptr;
       int64_t oldest_since = 0;
       for (auto& [fd, conn] : active_) {
-        const int64_t since = conn->idle_since.load(std::memory_order_relaxed);
-        if (since > 0 && (oldest == nullptr || since < oldest_since) && !busy.contains(conn)) {
+        const int64_t since = conn->state.idle_since.load(std::memory_order_relaxed);
+        if (since > 0 && (oldest == nullptr || since < oldest_since) && !conn->shed &&
+            !busy.contains(conn)) {
           oldest = conn;
           oldest_since = since;
         }
@@ -1441,11 +1482,43 @@ class Server::Impl {
         continue;
       }
       int64_t expected = oldest_since;
-      if (!oldest->idle_since.compare_exchange_strong(expected, -1)) {
+      if (!oldest->state.idle_since.compare_exchange_strong(expected, -1)) {
         busy.insert(oldest);  // it has just begun a request
         continue;
       }
       Shed(oldest);
+      return true;
+    }
+  }
+
+  // Closes the connection whose request (head or body), begun at least stalled_request_after
+  // ago, has been arriving longest; false when there is none. A request read whole (being
+  // handled or answered) is not stalled.
+  bool ShedOneStalled() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int64_t cutoff = SteadyNanos() - absl::ToInt64Nanoseconds(options_.stalled_request_after);
+    absl::flat_hash_set<const Active*> busy;
+    while (true) {
+      Active* oldest = nullptr;
+      int64_t oldest_since = 0;
+      for (auto& [fd, conn] : active_) {
+        const int64_t since = conn->state.request_since.load(std::memory_order_relaxed);
+        if (since > 0 && since <= cutoff && (oldest == nullptr || since < oldest_since) &&
+            !conn->shed && !busy.contains(conn)) {
+          oldest = conn;
+          oldest_since = since;
+        }
+      }
+      if (oldest == nullptr) {
+        return false;
+      }
+      int64_t expected = oldest_since;
+      if (!oldest->state.request_since.compare_exchange_strong(expected, -1)) {
+        busy.insert(oldest);  // its request has just arrived whole
+        continue;
+      }
+      Shed(oldest);
+      TESSERA_VLOG(2, "http: closed a connection whose request stalled for {} ms",
+                   (SteadyNanos() - oldest_since) / 1000000);
       return true;
     }
   }
@@ -1456,7 +1529,7 @@ class Server::Impl {
     shutdown(oldest->fd, SHUT_RD);
     ++shed_pending_;
     oldest->shed = true;
-    TESSERA_VLOG(2, "http: closed an idle connection to make room for a new one");
+    TESSERA_VLOG(2, "http: closed a connection to make room for a new one");
   }
 
   void AddWorker() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -1508,7 +1581,7 @@ class Server::Impl {
           return;
         }
         conn.fd = queue_.front().fd;
-        conn.idle_since.store(queue_.front().accepted, std::memory_order_relaxed);
+        conn.state.idle_since.store(queue_.front().accepted, std::memory_order_relaxed);
         queue_.pop_front();
         active_.emplace(conn.fd, &conn);
       }
@@ -1564,8 +1637,7 @@ class Server::Impl {
     };
     if (options_.tls == nullptr) {
       SocketStream stream(fd);
-      return internal::ServeConnection(stream, handler, options_, tick_, stopping_,
-                                       &conn.idle_since);
+      return internal::ServeConnection(stream, handler, options_, tick_, stopping_, &conn.state);
     }
     SSL* ssl = SSL_new(options_.tls);
     if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
@@ -1577,9 +1649,9 @@ class Server::Impl {
     // The handshake has an overall deadline from the connection's start.
     auto deadline = std::chrono::steady_clock::time_point::max();
     if (options_.tls_handshake_timeout > absl::ZeroDuration()) {
-      deadline =
-          std::chrono::steady_clock::time_point(std::chrono::nanoseconds(conn.idle_since.load())) +
-          absl::ToChronoNanoseconds(options_.tls_handshake_timeout);
+      deadline = std::chrono::steady_clock::time_point(
+                     std::chrono::nanoseconds(conn.state.idle_since.load())) +
+                 absl::ToChronoNanoseconds(options_.tls_handshake_timeout);
     }
     while (true) {
       const int r = SSL_accept(ssl);
@@ -1600,7 +1672,7 @@ class Server::Impl {
     {
       TlsStream stream(ssl, tick_, options_.write_timeout);
       refused =
-          internal::ServeConnection(stream, handler, options_, tick_, stopping_, &conn.idle_since);
+          internal::ServeConnection(stream, handler, options_, tick_, stopping_, &conn.state);
     }
     SSL_shutdown(ssl);  // close_notify; the peer's answer is not awaited
     ERR_clear_error();

@@ -99,14 +99,16 @@ struct ServerOptions {
   // The cap on open connections (served or queued); 0: no cap. A connection that arrives when
   // every worker is taken (at max(threads, max_threads)) or the cap is reached first sheds
   // idle connections: the one that has waited longest for a request (a keep-alive connection
-  // between requests, or a new one that has not sent a byte) is closed. When none is idle and
-  // the cap is reached, the new connection is answered 503 and closed.
+  // between requests, or a new one that has not sent a byte) is closed; with none idle, the
+  // stalled one whose request began longest ago (stalled_request_after). When neither is left
+  // and the cap is reached, the new connection is answered 503 and closed.
   size_t max_connections = 0;
   // The name of the worker threads (`top -H`, perf); at most 15 characters.
   std::string thread_name = "http";
   size_t max_body_bytes = 1 << 20;
   size_t max_header_bytes = 64 << 10;
-  // How long a read may wait for progress within a request, and a write for buffer space.
+  // How long a read may wait for progress within a request, and a write for buffer space. A
+  // body grows with the bytes received (never allocated up front from its Content-Length).
   absl::Duration read_timeout = absl::Seconds(30);
   absl::Duration write_timeout = absl::Seconds(30);
   // How long an idle connection waits for its next request.
@@ -114,8 +116,17 @@ struct ServerOptions {
   // The overall deadline of a request head: from its first byte (for a connection's first
   // request: from the connection's start) to its end, however the bytes trickle in; the
   // connection is then closed without a reply. Enforced to within one read tick
-  // (min(read_timeout, keep_alive_timeout, header_timeout, 1 s)). Zero: none.
+  // (min(read_timeout, keep_alive_timeout, header_timeout, body_timeout, 1 s)). Zero: none.
   absl::Duration header_timeout = absl::Seconds(10);
+  // The overall deadline of a request body (Content-Length or chunked): from the end of its
+  // head to its last byte, however the bytes trickle in; the connection is then closed without
+  // a reply. Enforced to within one read tick. Zero: none (read_timeout still applies per read).
+  absl::Duration body_timeout = absl::Seconds(10);
+  // A connection whose request (head or body) began at least this long ago and has not yet
+  // arrived whole is stalled: at the cap, when no connection is idle, the one with the oldest
+  // such request is shed (closed without a reply) for the new connection. A request being
+  // handled or answered is never shed.
+  absl::Duration stalled_request_after = absl::Milliseconds(250);
   // The overall deadline of a TLS handshake, from the connection's start. Zero: none.
   absl::Duration tls_handshake_timeout = absl::Seconds(10);
   // Serve HTTPS with this context (the caller keeps it alive until after Stop); nullptr: HTTP.

@@ -36,18 +36,29 @@ class Stream {
   virtual bool PeerGone() { return false; }
 };
 
+// What a connection's worker publishes for the acceptor, which picks the connection to shed at
+// the cap (steady-clock nanoseconds; 0: not in that state; -1: claimed by the acceptor, shed).
+struct ConnectionState {
+  // Since when the connection has waited for a request with nothing buffered.
+  std::atomic<int64_t> idle_since{0};
+  // Since when it has been reading a request (the request's first byte) that has not yet
+  // arrived whole; 0 again once it has, before the handler runs.
+  std::atomic<int64_t> request_since{0};
+};
+
 // Serves requests read from `stream` until the peer closes, a read or write fails or times out,
-// a request head passes options.header_timeout, a reply closes the connection, or `stopping` is
-// true after a reply. Each kTimedOut from Read counts as `tick` of waiting (zero: Read never
-// times out). `idle_since` (may be null) is set to now() in nanoseconds whenever the connection
-// waits for a request with nothing buffered and to 0 when bytes of a request arrive; the caller
-// sets its initial value (the connection's start). `now` (null: steady_clock::now) measures the
-// head deadline, from the call for the first request. Returns true when it ended by refusing a
-// request (400, 413, 431, 501, 505): the client may still be sending it.
+// a request head passes options.header_timeout or a body options.body_timeout, a reply closes
+// the connection, or `stopping` is true after a reply. Each kTimedOut from Read counts as `tick`
+// of waiting (zero: Read never times out). `state` (may be null): idle_since is set to now() in
+// nanoseconds whenever the connection waits for a request with nothing buffered and to 0 when
+// bytes of a request arrive, and request_since as its comment says; the caller sets
+// idle_since's initial value (the connection's start). `now` (null: steady_clock::now)
+// measures the deadlines, from the call for the first request. Returns true when it ended by
+// refusing a request (400, 413, 431, 501, 505): the client may still be sending it.
 using SteadyNow = std::function<std::chrono::steady_clock::time_point()>;
 bool ServeConnection(Stream& stream, const Handler& handler, const ServerOptions& options,
                      absl::Duration tick, const std::atomic<bool>& stopping,
-                     std::atomic<int64_t>* idle_since = nullptr, const SteadyNow& now = nullptr);
+                     ConnectionState* state = nullptr, const SteadyNow& now = nullptr);
 
 // Parses a request head (request line and header lines up to, not including, the empty line;
 // lines end in CRLF or LF) into `request`'s method, target, path, query, minor_version and

@@ -20,12 +20,27 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TESSERA_SANITIZER_ALLOCATOR 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TESSERA_SANITIZER_ALLOCATOR 1
+#endif
+#ifdef TESSERA_SANITIZER_ALLOCATOR
+#include <sanitizer/allocator_interface.h>
+#else
+#include <malloc.h>
+#endif
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -33,7 +48,9 @@
 #include <zlib.h>
 
 #include "tessera/apisim/tls.h"
+#include "tessera/base/logging.h"
 #include "tessera/http/server_internal.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::http {
 namespace {
@@ -153,7 +170,7 @@ TEST(ParseRequestHead, RefusesMalformedHeads) {
       {"GET / HTTP/1.1\r\nX: a\x1b\r\n\r\n", 400},
   };
   for (const BadCase& c : cases) {
-    SCOPED_TRACE(testing::PrintToString(std::string(c.head)));
+    SCOPED_TRACE(::testing::PrintToString(std::string(c.head)));
     Request r;
     EXPECT_EQ(internal::ParseRequestHead(c.head, &r), c.status);
   }
@@ -289,6 +306,9 @@ class FakeStream : public internal::Stream {
   FakeStream(std::vector<Step> script, long end) : script_(std::move(script)), end_(end) {}
 
   long Read(char* buf, size_t n) override {
+    if (before_read) {
+      before_read();
+    }
     if (next_ == script_.size()) {
       log.push_back("end");
       // A server that reads on forever after the script ended would hang the test.
@@ -322,6 +342,7 @@ class FakeStream : public internal::Stream {
 
   bool PeerGone() override { return peer_gone; }
 
+  std::function<void()> before_read;  // called at the start of every Read
   std::vector<std::string> writes;
   std::vector<std::string> log;
   size_t writes_that_succeed = static_cast<size_t>(-1);
@@ -563,7 +584,7 @@ TEST(ServeConnection, RefusesAnOverLongContentLengthWithoutReadingTheBody) {
                                     "Connection: close\r\n"
                                     "\r\n"
                                     "Payload Too Large"));
-  EXPECT_THAT(s.log, Not(testing::Contains(StartsWith("read 0123"))));
+  EXPECT_THAT(s.log, Not(::testing::Contains(StartsWith("read 0123"))));
 }
 
 TEST(ServeConnection, RefusesAnOverLongBodyBeforeContinue) {
@@ -597,7 +618,7 @@ TEST(ServeConnection, RefusesAChunkedBodyAsSoonAsItPassesTheLimit) {
   EXPECT_THAT(s.writes[0], StartsWith("HTTP/1.1 413 Payload Too Large\r\n"));
   EXPECT_THAT(s.writes[0], HasSubstr("\r\nConnection: close\r\n"));
   // The chunk's data was not read.
-  EXPECT_THAT(s.log, Not(testing::Contains(StartsWith("read ghijk"))));
+  EXPECT_THAT(s.log, Not(::testing::Contains(StartsWith("read ghijk"))));
 }
 
 TEST(ServeConnection, RefusesAnOverLongHead) {
@@ -685,7 +706,7 @@ TEST(ServeConnection, RefusalsCloseTheConnection) {
                                "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
                                std::to_string(reason.size()) + "\r\nConnection: close\r\n\r\n" +
                                reason);
-    EXPECT_THAT(s.log, Not(testing::Contains("read GET /next HTTP/1.1\r\n\r\n")));
+    EXPECT_THAT(s.log, Not(::testing::Contains("read GET /next HTTP/1.1\r\n\r\n")));
     EXPECT_TRUE(s.refused) << "the server drains what the client may still send";
   }
 }
@@ -828,9 +849,10 @@ Served ServeOnReadClock(std::vector<Step> script, const ServerOptions& options) 
     served.requests.push_back(request);
     Echo(request, response);
   };
-  std::atomic<int64_t> idle_since{1};
-  served.refused = internal::ServeConnection(stream, recording, options, absl::Seconds(1), stop,
-                                             &idle_since, now);
+  internal::ConnectionState state;
+  state.idle_since.store(1);
+  served.refused =
+      internal::ServeConnection(stream, recording, options, absl::Seconds(1), stop, &state, now);
   served.writes = stream.writes;
   served.log = stream.log;
   return served;
@@ -891,7 +913,8 @@ TEST(ServeConnection, HeadWithinTheDeadlineIsServed) {
 }
 
 TEST(ServeConnection, ReportsWhenItWaitsForARequest) {
-  std::atomic<int64_t> idle_since{0};
+  internal::ConnectionState state;
+  const std::atomic<int64_t>& idle_since = state.idle_since;
   std::vector<int64_t> seen;
   FakeStream stream({Data("GET /a HTTP/1.1\r\n\r\n")}, internal::Stream::kClosed);
   const std::atomic<bool> stop{false};
@@ -901,7 +924,7 @@ TEST(ServeConnection, ReportsWhenItWaitsForARequest) {
         seen.push_back(idle_since.load());
         Echo(req, res);
       },
-      ShortTimeouts(), absl::Seconds(1), stop, &idle_since, nullptr);
+      ShortTimeouts(), absl::Seconds(1), stop, &state, nullptr);
   EXPECT_THAT(seen, ElementsAre(0));  // busy while the request is served
   EXPECT_GT(idle_since.load(), 0);    // and idle again when it ended waiting for the next
 }
@@ -918,6 +941,153 @@ TEST(ServeConnection, CallsAfterLargeRequestOnlyAfterALargeBodyOrReply) {
                          Echo, options);
   EXPECT_EQ(s.writes.size(), 3u);
   EXPECT_EQ(calls, 2);  // /a's body and /b's 1,002-byte reply ("/b:" + 999)
+}
+
+TEST(ServeConnection, ReportsWhenARequestBeganAndWhenItArrivedWhole) {
+  internal::ConnectionState state;
+  std::vector<int64_t> at_read;
+  int64_t in_handler = -2;
+  FakeStream stream(
+      {Data("POST /a HTTP/1.1\r\nCon"), Data("tent-Length: 2\r\n\r\n"), Data("b"), Data("c")},
+      internal::Stream::kClosed);
+  stream.before_read = [&] { at_read.push_back(state.request_since.load()); };
+  const std::atomic<bool> stop{false};
+  internal::ServeConnection(
+      stream,
+      [&](Request& req, Response* res) {
+        in_handler = state.request_since.load();
+        Echo(req, res);
+      },
+      ShortTimeouts(), absl::Seconds(1), stop, &state, nullptr);
+  ASSERT_EQ(at_read.size(), 5u);  // the four reads and the one that finds the close
+  EXPECT_EQ(at_read[0], 0);       // waiting for a request: not in one
+  EXPECT_GT(at_read[1], 0);       // the rest of the head
+  EXPECT_EQ(at_read[2], at_read[1]);
+  EXPECT_EQ(at_read[3], at_read[1]);  // the body: the same request, since its first byte
+  EXPECT_EQ(in_handler, 0);           // whole: being handled, never stalled
+  EXPECT_EQ(at_read[4], 0);
+}
+
+// Bytes the process has allocated and not yet freed.
+int64_t AllocatedBytes() {
+#ifdef TESSERA_SANITIZER_ALLOCATOR
+  return static_cast<int64_t>(__sanitizer_get_current_allocated_bytes());
+#else
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+#endif
+}
+
+// A head that declares a 1 MiB body, then one byte of it: the connection must not hold 1 MiB
+// for it. Memory grows with the bytes received, not the length declared (issue 41).
+TEST(ServeConnection, BodyMemoryGrowsWithTheBytesReceivedNotTheLengthDeclared) {
+  FakeStream stream({Data("POST /filter HTTP/1.1\r\nContent-Length: 1048576\r\n\r\nx"), TimedOut()},
+                    internal::Stream::kClosed);
+  const int64_t before = AllocatedBytes();
+  int64_t peak = before;
+  stream.before_read = [&] { peak = std::max(peak, AllocatedBytes()); };
+  const std::atomic<bool> stop{false};
+  int handled = 0;
+  internal::ServeConnection(
+      stream, [&](Request&, Response*) { ++handled; }, ShortTimeouts(), absl::Seconds(1), stop);
+  EXPECT_EQ(handled, 0);
+  // The connection's read buffer (96 KiB) and small change; not the 1 MiB declared.
+  EXPECT_LT(peak - before, 256 << 10);
+}
+
+TEST(ServeConnection, LargeBodyArrivingInPiecesIsServedWhole) {
+  std::string body(1 << 20, '\0');
+  for (size_t i = 0; i < body.size(); ++i) {
+    body[i] = static_cast<char>('a' + i % 26);
+  }
+  std::vector<Step> script = {
+      Data("POST /big HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n")};
+  for (size_t at = 0; at < body.size(); at += 70000) {
+    script.push_back(Data(body.substr(at, 70000)));
+  }
+  script.push_back(Data("GET /next HTTP/1.1\r\n\r\n"));
+  const Served s = Serve(std::move(script));
+  ASSERT_EQ(s.requests.size(), 2u);
+  EXPECT_TRUE(s.requests[0].body == body);
+  EXPECT_EQ(s.requests[1].path, "/next");
+}
+
+// The body "<n>" bytes long, one byte per read.
+std::vector<Step> TrickledBody(const std::string& head, const std::string& body) {
+  std::vector<Step> steps = {Data(head)};
+  for (char c : body) {
+    steps.push_back(Data(std::string(1, c)));
+  }
+  return steps;
+}
+
+TEST(ServeConnection, TricklingBodyEndsAtTheBodyDeadline) {
+  // Every read brings a byte, so no read times out; the body deadline still ends it.
+  ServerOptions options = ShortTimeouts();
+  options.body_timeout = absl::Seconds(5);
+  const Served s = ServeOnReadClock(
+      TrickledBody("POST /a HTTP/1.1\r\nContent-Length: 30\r\n\r\n", std::string(30, 'x')),
+      options);
+  EXPECT_THAT(s.requests, IsEmpty());
+  EXPECT_THAT(s.writes, IsEmpty());
+  EXPECT_LE(s.log.size(), 8u);
+}
+
+TEST(ServeConnection, TricklingChunkedBodyEndsAtTheBodyDeadline) {
+  ServerOptions options = ShortTimeouts();
+  options.body_timeout = absl::Seconds(5);
+  const Served s =
+      ServeOnReadClock(TrickledBody("POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                                    "4\r\nabcd\r\n4\r\nefgh\r\n4\r\nijkl\r\n0\r\n\r\n"),
+                       options);
+  EXPECT_THAT(s.requests, IsEmpty());
+  EXPECT_THAT(s.writes, IsEmpty());
+  EXPECT_LE(s.log.size(), 8u);
+}
+
+TEST(ServeConnection, BodyThatStopsHalfwayEndsAtTheBodyDeadline) {
+  // Not a byte more after the first: the read timeout (30 s) must not outlast the deadline.
+  ServerOptions options = ShortTimeouts();
+  options.read_timeout = absl::Seconds(30);
+  options.body_timeout = absl::Seconds(3);
+  std::vector<Step> script = {Data("POST /a HTTP/1.1\r\nContent-Length: 4\r\n\r\nab")};
+  for (int i = 0; i < 40; ++i) {
+    script.push_back(TimedOut());
+  }
+  const Served s = ServeOnReadClock(std::move(script), options);
+  EXPECT_THAT(s.requests, IsEmpty());
+  EXPECT_LE(s.log.size(), 5u);
+}
+
+TEST(ServeConnection, BodyWithinTheDeadlineIsServed) {
+  ServerOptions options = ShortTimeouts();
+  options.body_timeout = absl::Seconds(30);
+  const Served s =
+      ServeOnReadClock(TrickledBody("POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                                    "4\r\nabcd\r\n0\r\n\r\n"),
+                       options);
+  ASSERT_EQ(s.requests.size(), 1u);
+  EXPECT_EQ(s.requests[0].body, "abcd");
+}
+
+// A path that is not UTF-8 (percent-decoded or raw) still makes valid JSON log lines (issue
+// 41): here the handler's failure, which names the path.
+TEST(ServeConnection, LogLinesNamingAPathThatIsNotUtf8AreValidJson) {
+  std::vector<std::string> lines;
+  const LogSink previous =
+      SetLogSink([&](LogSeverity, std::string_view line) { lines.emplace_back(line); });
+  const LogFormat format = GetLogFormat();
+  SetLogFormat(LogFormat::kJson);
+  Serve({Data("GET /%ff%fe%c3 HTTP/1.1\r\n\r\nGET /\xff\xfe/\xe2\x82 HTTP/1.1\r\n\r\n")},
+        [](Request&, Response*) { throw std::runtime_error("boom"); });
+  SetLogFormat(format);
+  SetLogSink(previous);
+  ASSERT_EQ(lines.size(), 2u);
+  for (const std::string& line : lines) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    EXPECT_THAT(j.value("msg", ""), HasSubstr("\xef\xbf\xbd")) << line;  // U+FFFD
+  }
 }
 
 TEST(ServeConnection, ReadTimeoutWithinTheHeadEndsTheConnection) {
@@ -1093,7 +1263,7 @@ TEST(ServeConnection, StreamsALargePieceAsOneChunk) {
   for (const std::string& w : s.writes) {
     all += w;
   }
-  EXPECT_THAT(all, testing::EndsWith("\r\n\r\n19000\r\n" + big + "\r\n0\r\n\r\n"));
+  EXPECT_THAT(all, ::testing::EndsWith("\r\n\r\n19000\r\n" + big + "\r\n0\r\n\r\n"));
 }
 
 TEST(ServeConnection, StreamReturningFalseClosesTheConnection) {
@@ -1125,7 +1295,7 @@ TEST(ServeConnection, StreamIsNotCalledForHeadOrBodylessStatuses) {
                               }
                             });
   ASSERT_EQ(head.writes.size(), 2u);
-  EXPECT_THAT(head.writes[0], testing::EndsWith("\r\n\r\n"));
+  EXPECT_THAT(head.writes[0], ::testing::EndsWith("\r\n\r\n"));
   EXPECT_THAT(head.writes[0], Not(HasSubstr("abc")));
   EXPECT_EQ(head.writes[1], Ok("/next:"));
 
@@ -1444,6 +1614,8 @@ TEST(Server, OverTheConnectionCapWithNothingIdleAnswers503) {
   options.threads = 2;
   options.max_threads = 8;
   options.max_connections = 2;
+  // Requests being handled are never shed, however long they have been going.
+  options.stalled_request_after = absl::ZeroDuration();
   absl::Notification release;
   std::atomic<int> blocked{0};
   Server server(
@@ -1475,6 +1647,64 @@ TEST(Server, OverTheConnectionCapWithNothingIdleAnswers503) {
     EXPECT_EQ(ReadReply(fd, &buffered), Ok("/busy:"));
     close(fd);
   }
+}
+
+// At the cap, with nothing idle, connections stalled in the middle of a request (a body
+// trickled, a head never finished) are shed, oldest first, for new ones: a listener under a
+// slow-body attack keeps answering (issue 41).
+TEST(Server, ShedsConnectionsStalledInARequestAtTheCap) {
+  ServerOptions options = SocketOptions();
+  options.threads = 2;
+  options.max_threads = 8;
+  options.max_connections = 4;
+  options.stalled_request_after = absl::ZeroDuration();
+  Server server(Echo, options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  std::vector<int> fds;
+  for (int i = 0; i < 4 + 3; ++i) {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    ASSERT_TRUE(SendAll(fd, i % 3 == 2
+                                ? "GET /slow HTTP/1.1\r\nX: "
+                                : "POST /filter HTTP/1.1\r\nContent-Length: 1048576\r\n\r\nx"));
+  }
+  std::string reply;
+  EXPECT_TRUE(tessera::testing::Eventually(
+      [&] {
+        const int fd = Connect(server.port());
+        std::string buffered;
+        reply =
+            fd >= 0 && SendAll(fd, "GET /healthz HTTP/1.1\r\n\r\n") ? ReadReply(fd, &buffered) : "";
+        close(fd);
+        return reply == Ok("/healthz:");
+      },
+      absl::Seconds(5), absl::Milliseconds(50)))
+      << reply;
+  EXPECT_EQ(ReadAll(fds[0]), "") << "the oldest stalled request is shed first";
+  for (int fd : fds) {
+    close(fd);
+  }
+}
+
+TEST(Server, RequestsStalledForLessThanTheGraceAreNotShed) {
+  ServerOptions options = SocketOptions();
+  options.threads = 2;
+  options.max_connections = 1;
+  options.stalled_request_after = absl::Seconds(60);
+  Server server(Echo, options);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  const int slow = Connect(server.port());
+  ASSERT_GE(slow, 0);
+  ASSERT_TRUE(SendAll(slow, "POST /filter HTTP/1.1\r\nContent-Length: 10\r\n\r\nx"));
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  EXPECT_THAT(ReadAll(fd), StartsWith("HTTP/1.1 503 Service Unavailable\r\n"));
+  ASSERT_TRUE(SendAll(slow, "123456789"));
+  std::string buffered;
+  EXPECT_EQ(ReadReply(slow, &buffered), Ok("/filter:x123456789"));
+  close(fd);
+  close(slow);
 }
 
 // The threads of this process.
