@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,22 +31,8 @@ import time
 import urllib.error
 import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hostile import free_port, wait_port  # noqa: E402
 
 
 def http(method, url, body=None, content_type="application/json", timeout=10):

@@ -14,6 +14,7 @@
 #include "tessera/base/limits.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
+#include "tessera/base/utf8.h"
 
 namespace tessera {
 namespace {
@@ -146,6 +147,21 @@ TEST(LoggingTest, JsonLinesHaveKlogsShape) {
 
 // Bytes that are not well-formed UTF-8 (a request path, say) never break a JSON line: each
 // becomes U+FFFD; quoted text values escape them as Go does (\xNN). Well-formed UTF-8 stays.
+TEST(Utf8Test, SequenceLengthAcceptsWellFormedUtf8Only) {
+  EXPECT_EQ(base::Utf8SequenceLength(""), 0u);
+  EXPECT_EQ(base::Utf8SequenceLength("a"), 1u);
+  EXPECT_EQ(base::Utf8SequenceLength("\xc3\xa9x"), 2u);         // é
+  EXPECT_EQ(base::Utf8SequenceLength("\xe2\x82\xac"), 3u);      // €
+  EXPECT_EQ(base::Utf8SequenceLength("\xf0\x9f\x98\x80"), 4u);  // U+1F600
+  EXPECT_EQ(base::Utf8SequenceLength("\xc0\xaf"), 0u);          // overlong '/'
+  EXPECT_EQ(base::Utf8SequenceLength("\xe0\x80\xaf"), 0u);      // overlong
+  EXPECT_EQ(base::Utf8SequenceLength("\xed\xa0\x80"), 0u);      // a surrogate
+  EXPECT_EQ(base::Utf8SequenceLength("\xf4\x90\x80\x80"), 0u);  // above U+10FFFF
+  EXPECT_EQ(base::Utf8SequenceLength("\xe2\x82"), 0u);          // cut short
+  EXPECT_EQ(base::Utf8SequenceLength("\xe2\x28\xa1"), 0u);      // a bad continuation
+  EXPECT_EQ(base::Utf8SequenceLength("\xff"), 0u);
+}
+
 TEST(LoggingTest, BytesThatAreNotUtf8AreReplacedInJsonAndEscapedInText) {
   const std::string bad = "/\xff\xfe/\xc3/\xc0\xaf/\xed\xa0\x80/\xf4\x90\x80\x80/\xe2\x82";
   const std::string good = "/\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";  // é € 😀

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "tessera/base/mutex.h"
+#include "tessera/base/utf8.h"
 
 namespace tessera {
 namespace {
@@ -41,40 +42,6 @@ const char* BaseName(const char* path) {
   return base;
 }
 
-// The length of the well-formed UTF-8 sequence at the start of `s` (RFC 3629: no overlong
-// forms, surrogates or code points above U+10FFFF), 0 when there is none.
-size_t Utf8SequenceLength(std::string_view s) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char b = byte(0);
-  size_t n = 0;
-  unsigned char lo = 0x80;  // the range of the second byte
-  unsigned char hi = 0xbf;
-  if (b < 0x80) {
-    return 1;
-  } else if (b >= 0xc2 && b <= 0xdf) {
-    n = 2;
-  } else if (b >= 0xe0 && b <= 0xef) {
-    n = 3;
-    lo = b == 0xe0 ? 0xa0 : 0x80;
-    hi = b == 0xed ? 0x9f : 0xbf;
-  } else if (b >= 0xf0 && b <= 0xf4) {
-    n = 4;
-    lo = b == 0xf0 ? 0x90 : 0x80;
-    hi = b == 0xf4 ? 0x8f : 0xbf;
-  } else {
-    return 0;
-  }
-  if (s.size() < n || byte(1) < lo || byte(1) > hi) {
-    return 0;
-  }
-  for (size_t i = 2; i < n; ++i) {
-    if (byte(i) < 0x80 || byte(i) > 0xbf) {
-      return 0;
-    }
-  }
-  return n;
-}
-
 // Appends `s` as a Go-quoted (text) or JSON string: quotes, backslashes and control bytes
 // escaped, well-formed UTF-8 as it is; a byte that is not part of well-formed UTF-8 becomes
 // \xNN in text (as Go's strconv.Quote writes it) and U+FFFD in JSON (as klog's JSON logger
@@ -84,7 +51,7 @@ void AppendQuoted(std::string* out, std::string_view s, bool json) {
   for (size_t i = 0; i < s.size();) {
     const char c = s[i];
     if (static_cast<unsigned char>(c) >= 0x80) {
-      const size_t n = Utf8SequenceLength(s.substr(i));
+      const size_t n = base::Utf8SequenceLength(s.substr(i));
       if (n > 0) {
         out->append(s.substr(i, n));
         i += n;

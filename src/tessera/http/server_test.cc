@@ -1834,8 +1834,18 @@ TEST(Server, StopClosesQueuedConnectionsWithoutServingThem) {
   ASSERT_GE(waiting, 0);
   ASSERT_TRUE(SendAll(waiting, "GET /waiting HTTP/1.1\r\n\r\n"));
   const auto start = std::chrono::steady_clock::now();
+  const int port = server.port();
   std::thread stop([&] { server.Stop(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // Stop has begun
+  // Stop has begun once the listener refuses connections (a connection accepted before that
+  // is queued behind `held` and closed unserved, as `waiting` is).
+  for (int i = 0; i < 500; ++i) {
+    const int probe = Connect(port);
+    if (probe < 0) {
+      break;
+    }
+    close(probe);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   release.Notify();
   stop.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));

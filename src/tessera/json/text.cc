@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <string>
 
+#include "tessera/base/utf8.h"
+
 namespace tessera::json {
 
 bool KeyEqualsFold(std::string_view a, std::string_view b) {
@@ -61,38 +63,6 @@ constexpr bool IsPlain(unsigned char c) {
   return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&';
 }
 
-// Length of the valid UTF-8 sequence that starts s[i] (a byte >= 0x80), or 0 when it is not one.
-// The lead byte fixes the length and the range of the first continuation byte, which is how
-// overlong forms (E0 80..9F, F0 80..8F), surrogates (ED A0..BF) and runes above U+10FFFF
-// (F4 90..BF) are refused; the other continuation bytes are 80..BF.
-size_t Utf8SequenceLength(std::string_view s, size_t i) {
-  const auto at = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char lead = at(0);
-  size_t size = 0;
-  unsigned char lo = 0x80;
-  unsigned char hi = 0xbf;
-  if (lead >= 0xc2 && lead <= 0xdf) {
-    size = 2;
-  } else if (lead >= 0xe0 && lead <= 0xef) {
-    size = 3;
-    lo = lead == 0xe0 ? 0xa0 : 0x80;
-    hi = lead == 0xed ? 0x9f : 0xbf;
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    size = 4;
-    lo = lead == 0xf0 ? 0x90 : 0x80;
-    hi = lead == 0xf4 ? 0x8f : 0xbf;
-  }
-  if (size == 0 || s.size() - i < size || at(1) < lo || at(1) > hi) {
-    return 0;
-  }
-  for (size_t k = 2; k < size; ++k) {
-    if (at(k) < 0x80 || at(k) > 0xbf) {
-      return 0;
-    }
-  }
-  return size;
-}
-
 }  // namespace
 
 void AppendGoString(std::string* out, std::string_view s) {
@@ -127,7 +97,7 @@ void AppendGoString(std::string* out, std::string_view s) {
       ++i;
       continue;
     }
-    const size_t size = Utf8SequenceLength(s, i);
+    const size_t size = base::Utf8SequenceLength(s.substr(i));
     if (size == 0) {
       out->append("\\ufffd");  // Go replaces each invalid byte with U+FFFD
       ++i;

@@ -509,6 +509,10 @@ bool Ledger::SameRecord(const Pod& p, const PodAllocation& pod) const {
   if (mig == record_mig_.end() ? !pod.mig.empty() : mig->second != pod.mig) {
     return false;
   }
+  return SameEntries(p, pod);
+}
+
+bool Ledger::SameEntries(const Pod& p, const PodAllocation& pod) const {
   size_t k = 0;
   for (size_t c = 0; c < pod.devices.size(); ++c) {
     for (const auto& d : pod.devices[c]) {
@@ -614,23 +618,7 @@ bool Ledger::SameDecision(uint32_t id, const PodAllocation& pod) const {
       return false;
     }
   }
-  size_t k = 0;
-  for (size_t c = 0; c < pod.devices.size(); ++c) {
-    for (const auto& d : pod.devices[c]) {
-      if (d.uuid.empty()) {
-        continue;
-      }
-      if (k == p.entries.size()) {
-        return false;
-      }
-      const Entry& e = p.entries[k++];
-      if (e.container != c || e.usedmem != d.usedmem || e.usedcores != d.usedcores ||
-          uuids_[e.uuid].value != d.uuid) {
-        return false;
-      }
-    }
-  }
-  return k == p.entries.size() && p.init_count == NormalInitCount(pod.init_count, p.entries);
+  return SameEntries(p, pod);
 }
 
 PodAllocation Ledger::KeepDecision(uint32_t id, const PodAllocation& pod) const {

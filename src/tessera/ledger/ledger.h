@@ -547,6 +547,9 @@ class Ledger {
   // True when `pod` states the allocation of pinned record `id` (its node, devices, init count
   // and MIG placements; the MIG runtime identity is not compared).
   bool SameDecision(uint32_t id, const PodAllocation& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether p's entries and init count are pod's devices with a UUID (container, UUID, MiB,
+  // cores, in order) and its normalised init count.
+  bool SameEntries(const Pod& p, const PodAllocation& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `pod` with the allocation of pinned record `id` in place of its own; a MIG placement the
   // pod still states keeps the runtime identity the pod gives it.
   PodAllocation KeepDecision(uint32_t id, const PodAllocation& pod) const
