@@ -1671,8 +1671,7 @@ class Server::Impl {
     bool refused = false;
     {
       TlsStream stream(ssl, tick_, options_.write_timeout);
-      refused =
-          internal::ServeConnection(stream, handler, options_, tick_, stopping_, &conn.state);
+      refused = internal::ServeConnection(stream, handler, options_, tick_, stopping_, &conn.state);
     }
     SSL_shutdown(ssl);  // close_notify; the peer's answer is not awaited
     ERR_clear_error();
