@@ -1,8 +1,9 @@
 // File: tessera/base/allocator.h
 //
-// Tunes glibc's allocator for Tessera's JSON-heavy threads: TuneAllocator() (first thing in main)
-// sets GLIBC_TUNABLES to kAllocatorTunables — a 256-entry thread cache and at most 2 arenas — and
-// executes the binary again, unless the operator set GLIBC_TUNABLES (even empty).
+// Tunes glibc's allocator for Tessera's many threads: TuneAllocator() (first thing in main) sets
+// GLIBC_TUNABLES to kAllocatorTunables — at most 2 arenas; glibc's own thread caches, as larger
+// ones made serve's memory grow with pod churn — and executes the binary again, unless the
+// operator set GLIBC_TUNABLES (even empty).
 // ReleaseFreeMemory() returns the allocator's free memory to the system after large requests. Why
 // and the measurements: docs/serve.md "The allocator".
 //
@@ -18,8 +19,7 @@
 namespace tessera {
 
 // What TuneAllocator sets GLIBC_TUNABLES to.
-inline constexpr char kAllocatorTunables[] =
-    "glibc.malloc.tcache_count=256:glibc.malloc.arena_max=2";
+inline constexpr char kAllocatorTunables[] = "glibc.malloc.arena_max=2";
 
 // Whether a process whose GLIBC_TUNABLES is `current` (nullptr: unset) should be executed again
 // with kAllocatorTunables: only when it is unset and the C library is glibc.
