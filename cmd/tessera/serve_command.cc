@@ -283,8 +283,9 @@ void AddServeCommand(CLI::App& app, Runner* run) {
       ->capture_default_str();
   sub->add_option("--max-connections", flags->options.max_connections,
                   "Open connections each listener keeps (one thread each); at the cap the one "
-                  "idle longest is closed for a new one, and with none idle the new one gets 503. "
-                  "The open-file limit is raised to its hard limit at start")
+                  "idle longest is closed for a new one, with none idle the one stalled longest "
+                  "inside a request (a head or body begun 250 ms ago or more), and with neither "
+                  "the new one gets 503. The open-file limit is raised to its hard limit at start")
       ->capture_default_str();
   sub->add_option("--scheduler-name", flags->options.scheduler_name,
                   "The scheduler profile name: the source of the events Tessera records and the "
