@@ -1381,31 +1381,34 @@ void Ledger::FindMigProblems(Problems* out) const {
   });
 }
 
+PodAllocation Ledger::ExportRecord(uint32_t id) const {
+  const Pod& p = pods_[id];
+  PodAllocation a;
+  a.uid = std::string(p.uid());
+  a.ns = std::string(p.ns());
+  a.name = std::string(p.name());
+  a.node = nodes_[p.node].name;
+  if (p.bound) {
+    a.bound_node = p.bound_len > 0 ? std::string(p.bound_elsewhere()) : a.node;
+  }
+  a.bind_failed = p.bind_failed;
+  a.unreadable = p.unreadable;
+  a.devices = ExportDevices(p.entries);
+  a.init_count = p.init_count;
+  if (auto mig = record_mig_.find(id); mig != record_mig_.end()) {
+    a.mig = mig->second;
+  }
+  return a;
+}
+
 std::vector<PodAllocation> Ledger::Records() const {
   std::vector<PodAllocation> out;
   MutexLock lock(&mu_);
   out.reserve(records_);
-  for (const Pod& p : pods_) {
-    if (!p.has_record) {
-      continue;
+  for (uint32_t id = 0; id < pods_.size(); ++id) {
+    if (pods_[id].has_record) {
+      out.push_back(ExportRecord(id));
     }
-    PodAllocation a;
-    a.uid = std::string(p.uid());
-    a.ns = std::string(p.ns());
-    a.name = std::string(p.name());
-    a.node = nodes_[p.node].name;
-    if (p.bound) {
-      a.bound_node = p.bound_len > 0 ? std::string(p.bound_elsewhere()) : a.node;
-    }
-    a.bind_failed = p.bind_failed;
-    a.unreadable = p.unreadable;
-    a.devices = ExportDevices(p.entries);
-    a.init_count = p.init_count;
-    if (auto mig = record_mig_.find(static_cast<uint32_t>(&p - pods_.data()));
-        mig != record_mig_.end()) {
-      a.mig = mig->second;
-    }
-    out.push_back(std::move(a));
   }
   std::sort(out.begin(), out.end(),
             [](const PodAllocation& x, const PodAllocation& y) { return x.uid < y.uid; });
@@ -1420,18 +1423,10 @@ std::vector<PodAllocation> Ledger::Pinned() const {
     if (!p.pinned) {
       continue;
     }
-    PodAllocation a;
-    a.uid = std::string(p.uid());
-    a.ns = std::string(p.ns());
-    a.name = std::string(p.name());
-    a.node = nodes_[p.node].name;
+    PodAllocation a = ExportRecord(id);
+    // A pin holds the decision of a pod bound to its annotated node, readable.
     a.bound_node = p.bound_len > 0 ? std::string(p.bound_elsewhere()) : a.node;
-    a.bind_failed = p.bind_failed;
-    a.devices = ExportDevices(p.entries);
-    a.init_count = p.init_count;
-    if (auto mig = record_mig_.find(id); mig != record_mig_.end()) {
-      a.mig = mig->second;
-    }
+    a.unreadable = false;
     out.push_back(std::move(a));
   }
   std::sort(out.begin(), out.end(),

@@ -550,6 +550,8 @@ class Ledger {
   // Whether p's entries and init count are pod's devices with a UUID (container, UUID, MiB,
   // cores, in order) and its normalised init count.
   bool SameEntries(const Pod& p, const PodAllocation& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pod `id`'s record as a PodAllocation (Records, Pinned).
+  PodAllocation ExportRecord(uint32_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `pod` with the allocation of pinned record `id` in place of its own; a MIG placement the
   // pod still states keeps the runtime identity the pod gives it.
   PodAllocation KeepDecision(uint32_t id, const PodAllocation& pod) const
