@@ -1,7 +1,8 @@
 // File: tessera/http/server_internal.h
 //
-// The connection loop of tessera::http::Server over an abstract byte stream, for the server
-// itself, its tests and its fuzz target. Not an API.
+// The connection loop of tessera::http::Server over an abstract byte stream (connection.cc), for
+// the server itself, its tests and its fuzz target, and the header-value helpers it shares with
+// message.cc. Not an API.
 //
 // Thread safety: a Stream is used by one thread at a time; ServeConnection may run concurrently
 // for different streams.
@@ -59,6 +60,17 @@ using SteadyNow = std::function<std::chrono::steady_clock::time_point()>;
 bool ServeConnection(Stream& stream, const Handler& handler, const ServerOptions& options,
                      absl::Duration tick, const std::atomic<bool>& stopping,
                      ConnectionState* state = nullptr, const SteadyNow& now = nullptr);
+
+// Header-value text, shared by the connection loop (connection.cc) and the request and reply
+// vocabulary (message.cc).
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix);
+// `s` without leading and trailing spaces and tabs.
+std::string_view TrimBlanks(std::string_view s);
+// Whether the comma-separated list `value` holds `token` (case-insensitive).
+bool HasToken(std::string_view value, std::string_view token);
+// The value of hex digit `c`, or -1.
+int HexValue(char c);
 
 // Parses a request head (request line and header lines up to, not including, the empty line;
 // lines end in CRLF or LF) into `request`'s method, target, path, query, minor_version and
