@@ -404,7 +404,8 @@ def self_test(root):
         with tempfile.TemporaryDirectory() as tmp:
             for part in ("src", "cmd", "bench"):
                 shutil.copytree(os.path.join(root, part), os.path.join(tmp, part),
-                                ignore=shutil.ignore_patterns("*.yaml", "*.json", "*.sh", "*.py"))
+                                ignore=shutil.ignore_patterns("*_test.cc", "*_fuzz.cc", "*.yaml",
+                                                              "*.json", "*.sh", "*.py"))
             os.makedirs(os.path.join(tmp, "docs"))
             shutil.copy(os.path.join(root, DOC), os.path.join(tmp, DOC))
             for path, old, new in edits:
