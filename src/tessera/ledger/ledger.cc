@@ -9,16 +9,17 @@
 
 #include "fmt/format.h"
 
-#include "tessera/device/mig_usage.h"
+#include "tessera/ledger/ledger_internal.h"
 
 namespace tessera::ledger {
 namespace {
 
+using internal::Key;
+using internal::NormalInitCount;
+using internal::SameDevices;
+
 constexpr size_t kMaxLen = std::numeric_limits<uint16_t>::max();
 constexpr size_t kMaxDevicesPerNode = std::numeric_limits<int16_t>::max();
-
-// Debian's absl::string_view is its own type: convert at the hash-map boundary.
-absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 // The UUID without a trailing MIG "[template-slot]" suffix.
 std::string_view BaseUuid(std::string_view uuid) {
@@ -29,11 +30,6 @@ std::string_view BaseUuid(std::string_view uuid) {
     }
   }
   return uuid;
-}
-
-bool SameDevices(const device::NodeDevices& a, const device::NodeDevices& b) {
-  return a.node == b.node && a.devices == b.devices && a.format == b.format &&
-         a.cordoned == b.cordoned && a.pair_scores == b.pair_scores;
 }
 
 absl::Status CheckLengths(std::string_view uid, std::string_view ns, std::string_view name,
@@ -55,15 +51,6 @@ absl::Status CheckInitCount(std::string_view uid, int32_t init_count) {
         fmt::format("ledger: pod {}: negative init_count {}", uid.substr(0, 64), init_count));
   }
   return absl::OkStatus();
-}
-
-// init_count clamped to the containers that are stored (up to the last one with a device):
-// it classifies every stored entry as the original did, and two inputs that count the same
-// store the same value.
-template <typename EntryList>
-uint16_t NormalInitCount(int32_t init_count, const EntryList& entries) {
-  const int32_t stored = entries.empty() ? 0 : int32_t{entries.back().container} + 1;
-  return static_cast<uint16_t>(std::clamp(init_count, 0, stored));
 }
 
 }  // namespace
@@ -400,44 +387,6 @@ void Ledger::Account(uint32_t id) {
   }
 }
 
-const std::vector<device::MigAllocation>& Ledger::MigOf(uint32_t id, bool reserved) const {
-  static const std::vector<device::MigAllocation> kNoMig;
-  if (reserved) {
-    return pods_[id].res->mig;
-  }
-  auto it = record_mig_.find(id);
-  return it == record_mig_.end() ? kNoMig : it->second;
-}
-
-void Ledger::AccountMig(uint32_t id, const Entries& entries, NodeSlot* slot) {
-  const bool reserved = pods_[id].held == Source::kReservation;
-  const device::MigPodUsage usage =
-      device::MigUsageOfPod(*slot->devices, ExportDevices(entries), MigOf(id, reserved));
-  bool any = !usage.problems.empty();
-  for (const auto& o : usage.occupied) {
-    any = any || !o.empty();
-  }
-  if (!any) {
-    return;
-  }
-  slot->mig.resize(slot->devices->devices.size());
-  for (size_t d = 0; d < usage.occupied.size(); ++d) {
-    for (const device::MigPlacement& placement : usage.occupied[d]) {
-      slot->mig[d].held.push_back(MigHeld{id, placement});
-    }
-  }
-  for (const device::MigPodUsage::Problem& problem : usage.problems) {
-    slot->mig[problem.device].bad.push_back(MigBad{id, problem.why});
-  }
-}
-
-void Ledger::UnaccountMig(uint32_t id, NodeSlot* slot) {
-  for (MigBook& book : slot->mig) {
-    std::erase_if(book.held, [id](const MigHeld& h) { return h.pod == id; });
-    std::erase_if(book.bad, [id](const MigBad& b) { return b.pod == id; });
-  }
-}
-
 void Ledger::Unaccount(uint32_t id) {
   Pod& p = pods_[id];
   if (p.held == Source::kNothing) {
@@ -510,153 +459,6 @@ bool Ledger::SameRecord(const Pod& p, const PodAllocation& pod) const {
     return false;
   }
   return SameEntries(p, pod);
-}
-
-bool Ledger::SameEntries(const Pod& p, const PodAllocation& pod) const {
-  size_t k = 0;
-  for (size_t c = 0; c < pod.devices.size(); ++c) {
-    for (const auto& d : pod.devices[c]) {
-      if (d.uuid.empty()) {
-        continue;
-      }
-      if (k == p.entries.size()) {
-        return false;
-      }
-      const Entry& e = p.entries[k++];
-      if (e.container != c || e.usedmem != d.usedmem || e.usedcores != d.usedcores ||
-          uuids_[e.uuid].value != d.uuid) {
-        return false;
-      }
-    }
-  }
-  // Same entries, so the same stored containers: init_count normalises against p.entries.
-  return k == p.entries.size() && p.init_count == NormalInitCount(pod.init_count, p.entries);
-}
-
-namespace {
-
-// A MIG placement without the runtime identity the device plugin writes back.
-bool SamePlacement(const device::MigAllocation& a, const device::MigAllocation& b) {
-  return a.container_index == b.container_index && a.device_index == b.device_index &&
-         a.gpu_uuid == b.gpu_uuid && a.profile == b.profile && a.placement == b.placement;
-}
-
-}  // namespace
-
-bool SameDecision(const Decision& a, const Decision& b) {
-  if (a.node != b.node || a.unreadable != b.unreadable || a.mig.size() != b.mig.size()) {
-    return false;
-  }
-  for (size_t i = 0; i < a.mig.size(); ++i) {
-    if (!SamePlacement(a.mig[i], b.mig[i])) {
-      return false;
-    }
-  }
-  if (a.unreadable) {
-    return true;
-  }
-  // The (container, device) entries with a UUID, in order.
-  auto entries = [](const device::PodDevices& devices) {
-    std::vector<std::pair<size_t, const device::ContainerDevice*>> out;
-    for (size_t c = 0; c < devices.size(); ++c) {
-      for (const device::ContainerDevice& d : devices[c]) {
-        if (!d.uuid.empty()) {
-          out.emplace_back(c, &d);
-        }
-      }
-    }
-    return out;
-  };
-  const auto x = entries(a.devices);
-  const auto y = entries(b.devices);
-  if (x.size() != y.size()) {
-    return false;
-  }
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i].first != y[i].first || x[i].second->uuid != y[i].second->uuid ||
-        x[i].second->usedmem != y[i].second->usedmem ||
-        x[i].second->usedcores != y[i].second->usedcores) {
-      return false;
-    }
-  }
-  const int32_t stored = x.empty() ? 0 : static_cast<int32_t>(x.back().first) + 1;
-  return std::clamp(a.init_count, 0, stored) == std::clamp(b.init_count, 0, stored);
-}
-
-std::string DecisionText(const Decision& d) {
-  if (d.unreadable) {
-    return "allocation unreadable";
-  }
-  std::string out;
-  for (const auto& container : d.devices) {
-    for (const device::ContainerDevice& c : container) {
-      if (!c.uuid.empty()) {
-        out +=
-            fmt::format("{}{} {}MiB {}%", out.empty() ? "" : ", ", c.uuid, c.usedmem, c.usedcores);
-      }
-    }
-  }
-  for (const device::MigAllocation& m : d.mig) {
-    out += fmt::format("{}{} {} slices {}-{}", out.empty() ? "" : ", ", m.gpu_uuid, m.profile,
-                       m.placement.start, m.placement.start + m.placement.size - 1);
-  }
-  return out.empty() ? "no devices" : out;
-}
-
-bool Ledger::SameDecision(uint32_t id, const PodAllocation& pod) const {
-  const Pod& p = pods_[id];
-  if (pod.unreadable || nodes_[p.node].name != pod.node) {
-    return false;
-  }
-  auto mig = record_mig_.find(id);
-  const size_t mig_count = mig == record_mig_.end() ? 0 : mig->second.size();
-  if (mig_count != pod.mig.size()) {
-    return false;
-  }
-  for (size_t i = 0; i < mig_count; ++i) {
-    if (!SamePlacement(mig->second[i], pod.mig[i])) {
-      return false;
-    }
-  }
-  return SameEntries(p, pod);
-}
-
-PodAllocation Ledger::KeepDecision(uint32_t id, const PodAllocation& pod) const {
-  const Pod& p = pods_[id];
-  PodAllocation out;
-  out.uid = pod.uid;
-  out.ns = pod.ns;
-  out.name = pod.name;
-  out.bound_node = pod.bound_node;
-  out.bind_failed = pod.bind_failed;
-  out.node = nodes_[p.node].name;
-  out.devices = ExportDevices(p.entries);
-  out.init_count = p.init_count;
-  if (auto mig = record_mig_.find(id); mig != record_mig_.end()) {
-    out.mig = mig->second;
-    for (device::MigAllocation& kept : out.mig) {
-      for (const device::MigAllocation& seen : pod.mig) {
-        if (SamePlacement(kept, seen)) {
-          kept = seen;  // the runtime identity as the plugin wrote it back
-          break;
-        }
-      }
-    }
-  }
-  return out;
-}
-
-Decision Ledger::DecisionOf(uint32_t id) const {
-  const Pod& p = pods_[id];
-  Decision out;
-  out.node = nodes_[p.node].name;
-  out.unreadable = p.unreadable;
-  out.devices = ExportDevices(p.entries);
-  out.init_count = p.init_count;
-  if (auto mig = record_mig_.find(id); mig != record_mig_.end()) {
-    out.mig = mig->second;
-  }
-  return out;
 }
 
 // ---- nodes --------------------------------------------------------------------------------
@@ -758,23 +560,8 @@ absl::Status Ledger::ApplyLocked(const PodAllocation& observed, bool account) {
   }
   uint32_t id = FindPod(observed.uid);
   PodAllocation kept;
-  const PodAllocation* in = &observed;
-  if (id != kNone && pods_[id].pinned) {
-    if (observed.terminal || observed.deleted) {
-      pods_[id].pinned = false;  // finished: the pin ends with it
-      rewritten_.erase(id);
-    } else if (SameDecision(id, observed)) {
-      rewritten_.erase(id);
-    } else {
-      // Someone changed the allocation of a bound pod: the decision stays (LedgerOptions).
-      rewritten_[id] = Decision{
-          observed.node, observed.unreadable ? device::PodDevices{} : observed.devices,
-          observed.unreadable ? 0 : observed.init_count, observed.mig, observed.unreadable};
-      kept = KeepDecision(id, observed);
-      in = &kept;
-    }
-  }
-  const PodAllocation& pod = *in;
+  const PodAllocation& pod =
+      id != kNone && pods_[id].pinned ? HoldPin(id, observed, &kept) : observed;
   const bool stored = !pod.terminal && !pod.deleted && !pod.node.empty();
   const bool ends_reservation = pod.terminal || pod.deleted || !pod.bound_node.empty();
   if (id != kNone && stored && (!ends_reservation || pods_[id].res == nullptr) &&
@@ -1007,19 +794,8 @@ absl::StatusOr<int> Ledger::ReplaceContainer(std::string_view uid, int32_t conta
     ++moved;
   }
   Account(id);
-  // A refit is Tessera's own decision: the pin moves with it, and an Apply that already carried
-  // the move (the informer was first) is no rewrite.
-  if (auto seen = rewritten_.find(id); seen != rewritten_.end()) {
-    PodAllocation stated;
-    stated.node = seen->second.node;
-    stated.devices = seen->second.devices;
-    stated.init_count = seen->second.init_count;
-    stated.mig = seen->second.mig;
-    stated.unreadable = seen->second.unreadable;
-    if (SameDecision(id, stated)) {
-      rewritten_.erase(seen);
-    }
-  }
+  // A refit is Tessera's own decision: the pin moves with it.
+  DropRewriteIfSame(id);
   return moved;
 }
 
@@ -1306,99 +1082,9 @@ Problems Ledger::FindProblems() const {
             [](const Unregistered& x, const Unregistered& y) { return x.uid < y.uid; });
   std::sort(out.unreadable.begin(), out.unreadable.end(),
             [](const Unreadable& x, const Unreadable& y) { return x.uid < y.uid; });
-  for (const auto& [id, observed] : rewritten_) {
-    const Pod& p = pods_[id];
-    out.rewritten.push_back(Rewritten{std::string(p.uid()), std::string(p.ns()),
-                                      std::string(p.name()), DecisionOf(id), observed});
-  }
-  std::sort(out.rewritten.begin(), out.rewritten.end(),
-            [](const Rewritten& x, const Rewritten& y) { return x.uid < y.uid; });
+  FindRewritten(&out);
   FindMigProblems(&out);
   return out;
-}
-
-std::string_view MigProblemKindName(MigProblemKind kind) {
-  switch (kind) {
-    case MigProblemKind::kUnusable:
-      return "unusable";
-    case MigProblemKind::kOverlap:
-      return "overlap";
-    case MigProblemKind::kUnrealised:
-      return "unrealised";
-    case MigProblemKind::kStrayInstance:
-      return "stray_instance";
-  }
-  return "unknown";
-}
-
-void Ledger::FindMigProblems(Problems* out) const {
-  auto add = [&](MigProblemKind kind, const Pod& p, const std::string& node, std::string_view uuid,
-                 std::string why) {
-    out->mig.push_back(MigProblem{kind, std::string(p.uid()), std::string(p.ns()),
-                                  std::string(p.name()), node, std::string(uuid), std::move(why)});
-  };
-  auto slices = [](const device::MigPlacement& x) {
-    return fmt::format("slices {}-{}", x.start, x.start + x.size - 1);
-  };
-  for (const NodeSlot& slot : nodes_) {
-    for (size_t d = 0; d < slot.mig.size(); ++d) {
-      const std::string& uuid = slot.devices->devices[d].id;
-      for (const MigBad& b : slot.mig[d].bad) {
-        add(MigProblemKind::kUnusable, pods_[b.pod], slot.name, uuid, b.why);
-      }
-      const std::vector<MigHeld>& held = slot.mig[d].held;
-      for (size_t i = 0; i < held.size(); ++i) {
-        for (size_t j = i + 1; j < held.size(); ++j) {
-          if (held[i].placement.Overlaps(held[j].placement)) {
-            const Pod& other = pods_[held[j].pod];
-            add(MigProblemKind::kOverlap, pods_[held[i].pod], slot.name, uuid,
-                fmt::format("{} overlap {} held by {}/{}", slices(held[i].placement),
-                            slices(held[j].placement), other.ns(), other.name()));
-          }
-        }
-      }
-    }
-  }
-  for (const auto& [id, allocations] : record_mig_) {
-    const Pod& p = pods_[id];
-    const bool holds = p.held == Source::kRecord;
-    const bool stray = !holds && (p.bind_failed || p.conflict());
-    for (const device::MigAllocation& a : allocations) {
-      if (holds && !a.RuntimeReady()) {
-        add(MigProblemKind::kUnrealised, p, nodes_[p.node].name, a.gpu_uuid,
-            fmt::format("{} at {} of container {} device {} not realised by the device plugin",
-                        a.profile, slices(a.placement), a.container_index, a.device_index));
-      } else if (stray && a.RuntimeReady()) {
-        add(MigProblemKind::kStrayInstance, p, nodes_[p.node].name, a.gpu_uuid,
-            fmt::format("instance {} ({} at {}) realised for a pod that holds nothing ({})",
-                        a.mig_uuid, a.profile, slices(a.placement),
-                        p.bind_failed ? "bind failed" : "bound to another node"));
-      }
-    }
-  }
-  std::sort(out->mig.begin(), out->mig.end(), [](const MigProblem& x, const MigProblem& y) {
-    return std::tie(x.kind, x.uid, x.uuid, x.why) < std::tie(y.kind, y.uid, y.uuid, y.why);
-  });
-}
-
-PodAllocation Ledger::ExportRecord(uint32_t id) const {
-  const Pod& p = pods_[id];
-  PodAllocation a;
-  a.uid = std::string(p.uid());
-  a.ns = std::string(p.ns());
-  a.name = std::string(p.name());
-  a.node = nodes_[p.node].name;
-  if (p.bound) {
-    a.bound_node = p.bound_len > 0 ? std::string(p.bound_elsewhere()) : a.node;
-  }
-  a.bind_failed = p.bind_failed;
-  a.unreadable = p.unreadable;
-  a.devices = ExportDevices(p.entries);
-  a.init_count = p.init_count;
-  if (auto mig = record_mig_.find(id); mig != record_mig_.end()) {
-    a.mig = mig->second;
-  }
-  return a;
 }
 
 std::vector<PodAllocation> Ledger::Records() const {
@@ -1409,25 +1095,6 @@ std::vector<PodAllocation> Ledger::Records() const {
     if (pods_[id].has_record) {
       out.push_back(ExportRecord(id));
     }
-  }
-  std::sort(out.begin(), out.end(),
-            [](const PodAllocation& x, const PodAllocation& y) { return x.uid < y.uid; });
-  return out;
-}
-
-std::vector<PodAllocation> Ledger::Pinned() const {
-  std::vector<PodAllocation> out;
-  MutexLock lock(&mu_);
-  for (uint32_t id = 0; id < pods_.size(); ++id) {
-    const Pod& p = pods_[id];
-    if (!p.pinned) {
-      continue;
-    }
-    PodAllocation a = ExportRecord(id);
-    // A pin holds the decision of a pod bound to its annotated node, readable.
-    a.bound_node = p.bound_len > 0 ? std::string(p.bound_elsewhere()) : a.node;
-    a.unreadable = false;
-    out.push_back(std::move(a));
   }
   std::sort(out.begin(), out.end(),
             [](const PodAllocation& x, const PodAllocation& y) { return x.uid < y.uid; });
@@ -1475,21 +1142,7 @@ std::unique_ptr<Ledger> Ledger::Recompute(
   for (const auto& node : nodes) {
     (void)ledger->SetNodeLocked(node, /*account=*/false);
   }
-  if (!pinned.empty()) {
-    absl::flat_hash_set<absl::string_view> present;
-    for (const auto& pod : pods) {
-      present.insert(Key(pod.uid));
-    }
-    for (const auto& pin : pinned) {
-      if (!present.contains(Key(pin.uid)) || !ledger->ApplyLocked(pin, /*account=*/false).ok()) {
-        continue;
-      }
-      if (const uint32_t id = ledger->FindPod(pin.uid);
-          id != kNone && ledger->pods_[id].has_record && !ledger->pods_[id].unreadable) {
-        ledger->pods_[id].pinned = true;
-      }
-    }
-  }
+  ledger->RestorePinsLocked(pinned, pods);
   for (const auto& pod : pods) {
     (void)ledger->ApplyLocked(pod, /*account=*/false);
   }
@@ -1499,221 +1152,6 @@ std::unique_ptr<Ledger> Ledger::Recompute(
   }
   ledger->RebuildUsageLocked();
   return ledger;
-}
-
-namespace {}  // namespace
-
-// The analysis cannot follow the address-ordered locking of two ledgers.
-ABSL_NO_THREAD_SAFETY_ANALYSIS LedgerDiff Diff(const Ledger& a, const Ledger& b) {
-  if (&a == &b) {
-    return LedgerDiff{};
-  }
-  // Lock in address order so that concurrent Diff(a, b) and Diff(b, a) cannot deadlock.
-  const Ledger* first = std::less<const Ledger*>()(&a, &b) ? &a : &b;
-  const Ledger* second = first == &a ? &b : &a;
-  MutexLock l1(&first->mu_);
-  MutexLock l2(&second->mu_);
-  return Ledger::DiffLocked(a, b);
-}
-
-LedgerDiff Ledger::DiffLocked(const Ledger& a, const Ledger& b) {
-  LedgerDiff out;
-  auto same_entries = [&](const Entries& x, const Entries& y) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a.mu_,
-                                                                                            b.mu_) {
-    if (x.size() != y.size()) {
-      return false;
-    }
-    for (size_t i = 0; i < x.size(); ++i) {
-      if (x[i].container != y[i].container || x[i].usedmem != y[i].usedmem ||
-          x[i].usedcores != y[i].usedcores ||
-          a.uuids_[x[i].uuid].value != b.uuids_[y[i].uuid].value) {
-        return false;
-      }
-    }
-    return true;
-  };
-  auto diff = [](DiffKind kind, bool reservation, const Pod& p, std::string node_a,
-                 std::string node_b) {
-    return RecordDiff{kind,
-                      reservation,
-                      std::string(p.uid()),
-                      std::string(p.ns()),
-                      std::string(p.name()),
-                      std::move(node_a),
-                      std::move(node_b)};
-  };
-  for (const Pod& pa : a.pods_) {
-    if (pa.text == nullptr) {
-      continue;
-    }
-    const uint32_t ib = b.FindPod(pa.uid());
-    const Pod* pb = ib == kNone ? nullptr : &b.pods_[ib];
-    if (pa.has_record) {
-      const std::string& na = a.nodes_[pa.node].name;
-      if (pb == nullptr || !pb->has_record) {
-        out.records.push_back(diff(DiffKind::kStale, false, pa, na, ""));
-      } else {
-        const std::string& nb = b.nodes_[pb->node].name;
-        if (na != nb || pa.bound != pb->bound || pa.bind_failed != pb->bind_failed ||
-            pa.unreadable != pb->unreadable || pa.bound_elsewhere() != pb->bound_elsewhere() ||
-            pa.ns() != pb->ns() || pa.name() != pb->name() || pa.init_count != pb->init_count ||
-            !same_entries(pa.entries, pb->entries) ||
-            a.MigOf(static_cast<uint32_t>(&pa - a.pods_.data()), false) != b.MigOf(ib, false)) {
-          out.records.push_back(diff(DiffKind::kChanged, false, pa, na, nb));
-        }
-      }
-    }
-    if (pa.res != nullptr) {
-      const std::string& na = a.nodes_[pa.res->node].name;
-      if (pb == nullptr || pb->res == nullptr) {
-        out.records.push_back(diff(DiffKind::kStale, true, pa, na, ""));
-      } else {
-        const std::string& nb = b.nodes_[pb->res->node].name;
-        if (na != nb || pa.res->expires_at != pb->res->expires_at ||
-            pa.res->init_count != pb->res->init_count ||
-            !same_entries(pa.res->entries, pb->res->entries) || pa.res->mig != pb->res->mig) {
-          out.records.push_back(diff(DiffKind::kChanged, true, pa, na, nb));
-        }
-      }
-    }
-  }
-  for (const Pod& pb : b.pods_) {
-    if (pb.text == nullptr) {
-      continue;
-    }
-    const uint32_t ia = a.FindPod(pb.uid());
-    const Pod* pa = ia == kNone ? nullptr : &a.pods_[ia];
-    if (pb.has_record && (pa == nullptr || !pa->has_record)) {
-      out.records.push_back(diff(DiffKind::kMissing, false, pb, "", b.nodes_[pb.node].name));
-    }
-    if (pb.res != nullptr && (pa == nullptr || pa->res == nullptr)) {
-      out.records.push_back(diff(DiffKind::kMissing, true, pb, "", b.nodes_[pb.res->node].name));
-    }
-  }
-  std::sort(out.records.begin(), out.records.end(), [](const RecordDiff& x, const RecordDiff& y) {
-    return std::tie(x.reservation, x.uid) < std::tie(y.reservation, y.uid);
-  });
-
-  auto holder_uids = [](const std::vector<uint32_t>& ids, const std::vector<Pod>& pods) {
-    std::vector<std::string> uids;
-    uids.reserve(ids.size());
-    for (uint32_t id : ids) {
-      uids.emplace_back(pods[id].uid());
-    }
-    std::sort(uids.begin(), uids.end());
-    return uids;
-  };
-  // Usage: per device UUID of every node registered in either ledger.
-  auto compare_node = [&](const NodeSlot* sa, const NodeSlot* sb,
-                          const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a.mu_, b.mu_) {
-    absl::flat_hash_map<absl::string_view, size_t> in_b;
-    if (sb != nullptr && sb->devices != nullptr) {
-      for (size_t j = 0; j < sb->devices->devices.size(); ++j) {
-        in_b.emplace(sb->devices->devices[j].id, j);
-      }
-    }
-    absl::flat_hash_set<absl::string_view> seen;
-    if (sa != nullptr && sa->devices != nullptr) {
-      for (size_t i = 0; i < sa->devices->devices.size(); ++i) {
-        const std::string& uuid = sa->devices->devices[i].id;
-        if (!seen.insert(uuid).second) {
-          continue;
-        }
-        UsageDiff d{name, uuid, sa->usage[i], {}, holder_uids(sa->holders[i], a.pods_), {}};
-        auto it = in_b.find(uuid);
-        if (it != in_b.end()) {
-          d.b = sb->usage[it->second];
-          d.holders_b = holder_uids(sb->holders[it->second], b.pods_);
-        }
-        if (d.a != d.b || d.holders_a != d.holders_b) {
-          out.usage.push_back(std::move(d));
-        }
-      }
-    }
-    if (sb != nullptr && sb->devices != nullptr) {
-      for (size_t j = 0; j < sb->devices->devices.size(); ++j) {
-        const std::string& uuid = sb->devices->devices[j].id;
-        if (seen.contains(uuid) || in_b[uuid] != j) {
-          continue;
-        }
-        UsageDiff d{name, uuid, {}, sb->usage[j], {}, holder_uids(sb->holders[j], b.pods_)};
-        if (d.a != d.b || d.holders_a != d.holders_b) {
-          out.usage.push_back(std::move(d));
-        }
-      }
-    }
-  };
-  for (const NodeSlot& sa : a.nodes_) {
-    if (sa.devices == nullptr) {
-      continue;
-    }
-    auto it = b.node_index_.find(sa.name);
-    const NodeSlot* sb = it == b.node_index_.end() ? nullptr : &b.nodes_[it->second];
-    const bool registered_b = sb != nullptr && sb->devices != nullptr;
-    if (!registered_b || !SameDevices(*sa.devices, *sb->devices)) {
-      out.nodes.push_back(NodeDiff{sa.name, true, registered_b});
-    }
-    compare_node(&sa, sb, sa.name);
-  }
-  for (const NodeSlot& sb : b.nodes_) {
-    if (sb.devices == nullptr) {
-      continue;
-    }
-    auto it = a.node_index_.find(sb.name);
-    if (it != a.node_index_.end() && a.nodes_[it->second].devices != nullptr) {
-      continue;  // compared above
-    }
-    out.nodes.push_back(NodeDiff{sb.name, false, true});
-    compare_node(nullptr, &sb, sb.name);
-  }
-  std::sort(out.nodes.begin(), out.nodes.end(),
-            [](const NodeDiff& x, const NodeDiff& y) { return x.node < y.node; });
-  std::sort(out.usage.begin(), out.usage.end(), [](const UsageDiff& x, const UsageDiff& y) {
-    return std::tie(x.node, x.uuid) < std::tie(y.node, y.uuid);
-  });
-  for (const auto& [ns, ua] : a.namespaces_) {
-    auto it = b.namespaces_.find(ns);
-    const NamespaceUsage ub = it == b.namespaces_.end() ? NamespaceUsage{} : it->second;
-    if (ua != ub) {
-      out.namespaces.push_back(NamespaceDiff{ns, ua, ub});
-    }
-  }
-  for (const auto& [ns, ub] : b.namespaces_) {
-    if (!a.namespaces_.contains(ns)) {
-      out.namespaces.push_back(NamespaceDiff{ns, NamespaceUsage{}, ub});
-    }
-  }
-  std::sort(out.namespaces.begin(), out.namespaces.end(),
-            [](const NamespaceDiff& x, const NamespaceDiff& y) { return x.ns < y.ns; });
-  return out;
-}
-
-std::string LedgerDiff::ToString() const {
-  std::string out;
-  static constexpr const char* kKind[] = {"stale", "missing", "changed"};
-  for (const RecordDiff& r : records) {
-    out += fmt::format("{} {} {} {}/{} node_a={} node_b={}\n", kKind[static_cast<int>(r.kind)],
-                       r.reservation ? "reservation" : "record", r.uid, r.ns, r.name, r.node_a,
-                       r.node_b);
-  }
-  for (const NodeDiff& n : nodes) {
-    out += fmt::format("node {} registered_a={} registered_b={} (or devices differ)\n", n.node,
-                       n.registered_a, n.registered_b);
-  }
-  for (const UsageDiff& u : usage) {
-    out += fmt::format(
-        "usage {} {}: a=(used {}, mem {}, cores {}, holders [{}]) b=(used {}, mem {}, cores {}, "
-        "holders [{}])\n",
-        u.node, u.uuid, u.a.used, u.a.usedmem, u.a.usedcores, fmt::join(u.holders_a, ","), u.b.used,
-        u.b.usedmem, u.b.usedcores, fmt::join(u.holders_b, ","));
-  }
-  for (const NamespaceDiff& n : namespaces) {
-    out += fmt::format(
-        "namespace {}: a=(mem {}, cores {}, holders {}) b=(mem {}, cores {}, "
-        "holders {})\n",
-        n.ns, n.a.usedmem, n.a.usedcores, n.a.holders, n.b.usedmem, n.b.usedcores, n.b.holders);
-  }
-  return out;
 }
 
 }  // namespace tessera::ledger

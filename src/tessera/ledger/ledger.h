@@ -558,6 +558,17 @@ class Ledger {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The allocation record `id` holds.
   Decision DecisionOf(uint32_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Apply's view of `observed` for pinned record `id` (ledger_pin.cc): `observed` itself when it
+  // ends the pod or states the pin, else the pin kept (in *kept) with the rewrite recorded.
+  const PodAllocation& HoldPin(uint32_t id, const PodAllocation& observed, PodAllocation* kept)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a refit of pod `id`: forgets its recorded rewrite once that states the moved pin.
+  void DropRewriteIfSame(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Problems::rewritten.
+  void FindRewritten(Problems* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recompute's first step: pins the records of `pinned` whose uid is among `pods`.
+  void RestorePinsLocked(const std::vector<PodAllocation>& pinned,
+                         const std::vector<PodAllocation>& pods) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   device::PodDevices ExportDevices(const Entries& entries) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Reservation ExportReservation(const Pod& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <utility>
 
-#include "tessera/schedule/mig_fit.h"
+#include "tessera/schedule/device_rules.h"
 
 namespace tessera::schedule {
 namespace {
@@ -67,7 +67,8 @@ constexpr std::array<char, 256> kLower = MakeLowerTable();
 
 char Lower(char c) { return kLower[static_cast<unsigned char>(c)]; }
 
-// strings.Contains(strings.ToLower(haystack), strings.ToLower(needle)) for ASCII.
+}  // namespace
+
 bool ContainsFold(std::string_view haystack, std::string_view needle) {
   if (needle.empty()) {
     return true;
@@ -88,14 +89,7 @@ bool ContainsFold(std::string_view haystack, std::string_view needle) {
   return false;
 }
 
-bool Listed(const std::vector<std::string>& list, std::string_view value) {
-  for (const auto& item : list) {
-    if (item == value) {
-      return true;
-    }
-  }
-  return false;
-}
+namespace {
 
 // The sort key of a chain token; nullopt for mutex and topology-aware, which HAMi v2.10's
 // lessByChain (gpu_policy.go:gpuSortKeyChain) drops: they are filters, not keys.
@@ -150,8 +144,6 @@ struct ScoreRequest {
   double core = 0;
   double mem = 0;
 };
-
-int64_t PercentOf(int32_t total, int32_t pct) { return static_cast<int64_t>(total) * pct / 100; }
 
 }  // namespace
 
@@ -333,10 +325,38 @@ double ComputeDeviceScore(const DeviceInfo& info, const DeviceUsage& usage,
                ScorePart(info.type == request.type, info.devmem, request));
 }
 
+Fitter::Fitter() = default;
+Fitter::~Fitter() = default;
+Fitter::Fitter(Fitter&&) noexcept = default;
+Fitter& Fitter::operator=(Fitter&&) noexcept = default;
+
+void Fitter::PrepareRules(const device::PodRequest& request,
+                          const device::PodConstraints& constraints, const GpuPolicy& policy) {
+  // Each container's kind; each kind met gets its rules (kept for later pods) and the pod.
+  kinds_.assign(request.containers.size(), DeviceKind::kNvidia);
+  std::array<bool, kDeviceKindCount> used{};
+  for (size_t c = 0; c < request.containers.size(); ++c) {
+    const auto& req = request.containers[c];
+    if (req.has_value() && req->nums > 0) {
+      kinds_[c] = KindOf(req->type);
+      used[static_cast<size_t>(kinds_[c])] = true;
+    }
+  }
+  rules_.resize(kDeviceKindCount);
+  for (size_t k = 0; k < kDeviceKindCount; ++k) {
+    if (!used[k]) {
+      continue;
+    }
+    if (rules_[k] == nullptr) {
+      rules_[k] = NewDeviceRules(static_cast<DeviceKind>(k));
+    }
+    rules_[k]->Prepare(request, constraints, policy);
+  }
+}
+
 void Fitter::Prepare(const device::PodRequest& request, const device::PodConstraints& constraints,
                      const GpuPolicy& policy, const NamespaceQuota* quota, bool settle_quota) {
   request_ = &request;
-  constraints_ = &constraints;
   quota_ = nullptr;
   quota_miss_.reset();
   needle_valid_ = false;
@@ -357,58 +377,16 @@ void Fitter::Prepare(const device::PodRequest& request, const device::PodConstra
       break;
     }
   }
-  primary_is_nvidia_ = primary_type_ == device::kNvidiaVendor;
   last_app_ = -1;
   for (size_t c = request.init_count; c < request.containers.size(); ++c) {
     if (request.containers[c].has_value() && request.containers[c]->nums > 0) {
       last_app_ = static_cast<int>(c);
     }
   }
-  mutex_ = HasMutex(policy);
   topology_ = HasTopology(policy);
-  has_type_filters_ = !constraints.use_types.empty() || !constraints.nouse_types.empty() ||
-                      constraints.vgpu_mode.has_value();
-  has_uuid_filters_ = !constraints.use_uuids.empty() || !constraints.nouse_uuids.empty();
+  PrepareRules(request, constraints, policy);
   pod_quota_ = quota != nullptr && quota->Limited() ? quota : nullptr;
   PrepareQuotaBound(settle_quota);
-}
-
-bool Fitter::TypeFilterPasses(const DeviceInfo& info) const {
-  const auto& c = *constraints_;
-  if (!c.use_types.empty()) {
-    bool any = false;
-    bool any_token = false;
-    for (const auto& token : c.use_types) {
-      if (token.empty()) {
-        continue;
-      }
-      any_token = true;
-      if (ContainsFold(info.type, token)) {
-        any = true;
-        break;
-      }
-    }
-    if (any_token && !any) {
-      return false;
-    }
-  }
-  for (const auto& token : c.nouse_types) {
-    if (!token.empty() && ContainsFold(info.type, token)) {
-      return false;
-    }
-  }
-  if (c.vgpu_mode.has_value() && c.vgpu_mode->find(info.mode) == std::string::npos) {
-    return false;
-  }
-  return true;
-}
-
-bool Fitter::UuidFilterPasses(const DeviceInfo& info) const {
-  const auto& c = *constraints_;
-  if (!c.use_uuids.empty() && !Listed(c.use_uuids, info.id)) {
-    return false;
-  }
-  return !Listed(c.nouse_uuids, info.id);
 }
 
 inline bool Fitter::TypeMatches(const std::string& type, std::string_view needle) const {
@@ -797,123 +775,33 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
   }
   const size_t m = entries->size();
   const auto total = static_cast<int32_t>(m);
-  if (request.nums > total && !IsMigRequest(request, node, *entries)) {
+  DeviceRules& rules = *rules_[static_cast<size_t>(kinds_[static_cast<size_t>(container)])];
+  ContainerWalk walk{.request = request,
+                     .node = snap,
+                     .usage = usage,
+                     .entries = absl::MakeConstSpan(*entries),
+                     .rank = rank->data(),
+                     .earlier = choices_,
+                     .taken = &taken_,
+                     .app = app,
+                     .fitter = this};
+  if (request.nums > total && !rules.MayExceedCandidates(container, walk)) {
     failed_container_ = container;
     reasons_.AssignOne(ReasonPart{Reason::kNodeInsufficientDevice, request.nums, total});
     return false;
   }
 
-  // 2. Walk the sorted devices from the end.
-  const SortEntry* ent = entries->data();
-  const int32_t* order = rank->data();
-  std::array<int32_t, kReasonCount> counts{};
-  auto skip = [&counts](Reason r) { ++counts[static_cast<size_t>(r)]; };
-  const bool numa_bind = constraints_->numa_bind;
-  const bool cordons = !node.cordoned.empty();
-  const bool type_ok = same_type ? primary_is_nvidia_ : request.type == device::kNvidiaVendor;
-  int32_t remaining = request.nums;
-  int32_t prevnuma = -1;
-  int32_t coresreq = request.coresreq;
+  // 2. The kind's rules take the devices (walking the sorted candidates from the end).
   taken_.clear();
   if (quota_ != nullptr) {
     PrepareQuotaBase();
   }
-  for (size_t k = m; k-- > 0;) {
-    const int32_t i = ent[order[k]].pos;
-    const DeviceInfo& d = devs[i];
-    const DeviceUsage& u = usage[i];
-    if (!d.health || (!snap.mig.empty() && snap.mig[static_cast<size_t>(i)].unusable)) {
-      skip(Reason::kCardNotHealth);  // a MIG card whose books disagree fails closed, as in HAMi
-      continue;
-    }
-    if (cordons && node.IsCordoned(d.id)) {
-      skip(Reason::kCardCordoned);
-      continue;
-    }
-    if (!type_ok || (has_type_filters_ && !TypeFilterPasses(d))) {
-      skip(Reason::kCardTypeMismatch);
-      continue;
-    }
-    if (numa_bind && d.numa != prevnuma) {
-      // HAMi counts the dropped devices only when its countdown has moved, which under
-      // topology-aware it never does (it collects every passing device).
-      if (!topology_) {
-        counts[static_cast<size_t>(Reason::kNumaNotFit)] += static_cast<int32_t>(taken_.size());
-      }
-      remaining = request.nums;
-      taken_.clear();
-      prevnuma = d.numa;
-    }
-    if (has_uuid_filters_ && !UuidFilterPasses(d)) {
-      skip(Reason::kCardUuidMismatch);
-      continue;
-    }
-    if (u.used >= d.count) {
-      skip(Reason::kCardTimeSlicingExhausted);
-      continue;
-    }
-    if (mutex_ && u.used > 0) {
-      skip(Reason::kExclusiveDeviceAllocateConflict);
-      continue;
-    }
-    if (coresreq > 100) {
-      coresreq = 100;
-    }
-    int64_t memreq = 0;
-    if (request.memreq > 0) {
-      memreq = request.memreq;
-    } else if (request.mem_percentage != device::kPercentageUnset) {
-      memreq = PercentOf(d.devmem, request.mem_percentage);
-    }
-    if (quota_ != nullptr && !QuotaFits(app, i, memreq, coresreq)) {
-      skip(Reason::kResourceQuotaNotFit);
-      continue;
-    }
-    if (d.devmem - u.usedmem < memreq) {
-      skip(Reason::kCardInsufficientMemory);
-      continue;
-    }
-    if (d.devcore - u.usedcores < coresreq) {
-      skip(Reason::kCardInsufficientCore);
-      continue;
-    }
-    if (d.devcore == 100 && coresreq == 100 && u.used > 0) {
-      skip(Reason::kExclusiveDeviceAllocateConflict);
-      continue;
-    }
-    if (d.devcore != 0 && u.usedcores == d.devcore && coresreq == 0) {
-      skip(Reason::kCardComputeUnitsExhausted);
-      continue;
-    }
-    if (d.mode.size() == 3 && d.mode == "mig") {
-      Taken t{i, 0, 0, static_cast<int32_t>(k)};
-      if (!PickMig(snap, i, memreq, &t)) {
-        skip(Reason::kCardMigTopologyInfeasible);
-        continue;
-      }
-      taken_.push_back(t);
-      if (!topology_ && --remaining == 0) {
-        break;
-      }
-      ++k;  // HAMi visits a MIG card again after taking it (device.go Fit: `i++`)
-      continue;
-    }
-    taken_.push_back(Taken{i, static_cast<int32_t>(memreq), coresreq, static_cast<int32_t>(k)});
-    if (!topology_ && --remaining == 0) {
-      break;
-    }
-  }
-  if (topology_) {
-    if (taken_.size() > static_cast<size_t>(request.nums)) {
-      SelectByTopology(node, request.nums);
-    }
-    remaining = request.nums - static_cast<int32_t>(taken_.size());
-  }
-  if (remaining > 0) {
-    counts[static_cast<size_t>(Reason::kAllocatedCardsInsufficientRequest)] =
+  rules.Walk(container, walk);
+  if (taken_.size() < static_cast<size_t>(request.nums)) {
+    walk.counts[static_cast<size_t>(Reason::kAllocatedCardsInsufficientRequest)] =
         static_cast<int32_t>(taken_.size());
     failed_container_ = container;
-    reasons_.Assign(counts, total);
+    reasons_.Assign(walk.counts, total);
     return false;
   }
   for (const Taken& t : taken_) {
@@ -941,148 +829,6 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
     base_tracks_app_ = false;  // app_ changed behind the base entries
   }
   return true;
-}
-
-namespace {
-
-// Go's int arithmetic: two's complement, wrapping on overflow.
-int64_t WrapAdd(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-}
-
-// C(k, n), or `cap` + 1 when it exceeds `cap`.
-uint64_t SubsetsUpTo(size_t k, size_t n, uint64_t cap) {
-  n = std::min(n, k - n);
-  uint64_t c = 1;
-  for (size_t i = 1; i <= n; ++i) {
-    c = c * (k - n + i) / i;  // exact: C(k-n+i, i) at each step
-    if (c > cap) {
-      return cap + 1;
-    }
-  }
-  return c;
-}
-
-}  // namespace
-
-void Fitter::BestSubset(const NodeDevices& node, size_t start, size_t depth, int64_t sum) {
-  const size_t want = best_subset_.size();
-  if (depth == want) {
-    if (!subset_found_ || sum > subset_best_) {  // strict: the first subset keeps a tie
-      subset_found_ = true;
-      subset_best_ = sum;
-      best_subset_ = subset_;
-    }
-    return;
-  }
-  const size_t k = taken_.size();
-  for (size_t i = start; i + (want - depth) <= k; ++i) {
-    // The pairs (earlier member, i), each read from the earlier member's scores.
-    int64_t next = sum;
-    const auto dev = static_cast<size_t>(taken_[i].device);
-    for (size_t m = 0; m < depth; ++m) {
-      next = WrapAdd(next, node.PairScore(static_cast<size_t>(taken_[subset_[m]].device), dev));
-    }
-    subset_[depth] = static_cast<int32_t>(i);
-    BestSubset(node, i + 1, depth + 1, next);
-  }
-}
-
-void Fitter::GreedySubset(const NodeDevices& node, size_t want) {
-  const size_t k = taken_.size();
-  auto pair = [&](size_t a, size_t b) {  // a before b in visiting order
-    return node.PairScore(static_cast<size_t>(taken_[a].device),
-                          static_cast<size_t>(taken_[b].device));
-  };
-  // The best pair first, then the card that adds the most to the chosen ones.
-  size_t best_a = 0;
-  size_t best_b = 1;
-  for (size_t a = 0; a < k; ++a) {
-    for (size_t b = a + 1; b < k; ++b) {
-      if (pair(a, b) > pair(best_a, best_b)) {
-        best_a = a;
-        best_b = b;
-      }
-    }
-  }
-  in_subset_.assign(k, false);
-  in_subset_[best_a] = true;
-  in_subset_[best_b] = true;
-  for (size_t size = 2; size < want; ++size) {
-    bool found = false;
-    size_t pick = 0;
-    int64_t pick_gain = 0;
-    for (size_t c = 0; c < k; ++c) {
-      if (in_subset_[c]) {
-        continue;
-      }
-      int64_t gain = 0;
-      for (size_t m = 0; m < k; ++m) {
-        if (in_subset_[m]) {
-          gain = WrapAdd(gain, m < c ? pair(m, c) : pair(c, m));
-        }
-      }
-      if (!found || gain > pick_gain) {
-        found = true;
-        pick = c;
-        pick_gain = gain;
-      }
-    }
-    in_subset_[pick] = true;
-  }
-  best_subset_.clear();
-  for (size_t c = 0; c < k; ++c) {
-    if (in_subset_[c]) {
-      best_subset_.push_back(static_cast<int32_t>(c));
-    }
-  }
-}
-
-void Fitter::SelectByTopology(const NodeDevices& node, int32_t nums) {
-  const size_t k = taken_.size();
-  const auto want = static_cast<size_t>(nums);
-  if (node.pair_scores.empty()) {
-    // Every score is 0: the worst card and the best subset are the first in visiting order.
-    taken_.resize(want);
-    return;
-  }
-  if (want == 1) {
-    // HAMi computeWorstSingleCard: the lowest sum towards the other candidates; first on a tie.
-    size_t worst = 0;
-    int64_t worst_sum = 0;
-    for (size_t c = 0; c < k; ++c) {
-      int64_t sum = 0;
-      for (size_t d = 0; d < k; ++d) {
-        if (d != c) {
-          sum = WrapAdd(sum, node.PairScore(static_cast<size_t>(taken_[c].device),
-                                            static_cast<size_t>(taken_[d].device)));
-        }
-      }
-      if (c == 0 || sum < worst_sum) {
-        worst = c;
-        worst_sum = sum;
-      }
-    }
-    taken_[0] = taken_[worst];
-    taken_.resize(1);
-    return;
-  }
-  // HAMi generateCombinations + computeBestCombination: every subset in index order, the
-  // highest pair sum, the first on a tie. Beyond kMaxTopologySubsets subsets, greedily.
-  best_subset_.resize(want);
-  if (SubsetsUpTo(k, want, kMaxTopologySubsets) <= kMaxTopologySubsets) {
-    subset_.resize(want);
-    subset_found_ = false;
-    subset_best_ = 0;
-    BestSubset(node, 0, 0, 0);
-  } else {
-    GreedySubset(node, want);
-  }
-  picked_.clear();
-  for (int32_t c : best_subset_) {
-    picked_.push_back(taken_[static_cast<size_t>(c)]);
-  }
-  taken_.swap(picked_);
 }
 
 namespace {
@@ -1156,52 +902,6 @@ bool Fitter::Fit(const NodeSnapshot& node, bool want_usage_after) {
     }
   }
   return true;
-}
-
-bool Fitter::PickMig(const NodeSnapshot& node, int32_t device, int64_t memreq, Taken* out) {
-  const DeviceInfo& d = node.devices->devices[static_cast<size_t>(device)];
-  mig_occupied_.clear();
-  if (!node.mig.empty()) {
-    const auto& held = node.mig[static_cast<size_t>(device)].occupied;
-    mig_occupied_.assign(held.begin(), held.end());
-  }
-  for (const Choice& c : choices_) {
-    if (c.device == device && c.mig_profile >= 0) {
-      mig_occupied_.push_back(c.placement);
-    }
-  }
-  for (const Taken& t : taken_) {
-    if (t.device == device && t.mig_profile >= 0) {
-      mig_occupied_.push_back(t.placement);
-    }
-  }
-  const MigCard card{d.mig_profiles, mig_occupied_};
-  const std::optional<MigCardChoice> choice = ChooseMigPlacement(
-      std::span<const MigCard>(&card, 1),
-      static_cast<int32_t>(std::min<int64_t>(memreq, std::numeric_limits<int32_t>::max())));
-  // A placement of size 0 occupies nothing (the plugin cannot create it, HAMi's annotation skips
-  // it): taking one would let the walk revisit the card for ever.
-  if (!choice.has_value() || choice->choice.placement.size == 0) {
-    return false;
-  }
-  const device::MigProfile& profile = d.mig_profiles[choice->choice.profile];
-  out->usedmem = profile.memory_mb;
-  out->usedcores = profile.core;
-  out->mig_profile = static_cast<int32_t>(choice->choice.profile);
-  out->placement = choice->choice.placement;
-  return true;
-}
-
-bool Fitter::IsMigRequest(const ContainerRequest& request, const NodeDevices& node,
-                          const std::vector<SortEntry>& entries) const {
-  if (request.type != device::kNvidiaVendor ||
-      (constraints_->vgpu_mode.has_value() &&
-       constraints_->vgpu_mode->find("mig") == std::string::npos)) {
-    return false;
-  }
-  return std::any_of(entries.begin(), entries.end(), [&node](const SortEntry& e) {
-    return node.devices[static_cast<size_t>(e.pos)].mode == "mig";
-  });
 }
 
 device::PodMigReservations Fitter::BuildMigReservations(const NodeSnapshot& node) const {

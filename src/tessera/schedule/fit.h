@@ -9,9 +9,10 @@
 //      more devices requested than candidates fails with NodeInsufficientDevice;
 //   2. each candidate gets a device score (ComputeDeviceScore) against the node's current usage;
 //   3. the candidates are sorted per the GPU policy (SortOrderFor) and walked from the END;
-//   4. each device passes the checks in HAMi's order (see docs/scheduling.md) or is skipped with
-//      one reason; the first `nums` devices that pass are taken. Under topology-aware every
-//      passing device is collected instead, and with more than `nums` of them the pair scores
+//   4. each device passes the checks in HAMi's order (see docs/scheduling.md; the rules of the
+//      container's device kind, schedule/vendors/nvidia_fit.h) or is skipped with one reason;
+//      the first `nums` devices that pass are taken. Under topology-aware every passing device
+//      is collected instead, and with more than `nums` of them the pair scores
 //      (NodeDevices::pair_scores) choose: for one GPU the device with the lowest sum of scores
 //      towards the other candidates, for several the subset with the highest sum of pair scores
 //      (HAMi's computeWorstSingleCard / computeBestCombination; first in visiting order on ties).
@@ -31,6 +32,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +46,11 @@
 #include "tessera/schedule/quota.h"
 
 namespace tessera::schedule {
+
+// The device kinds and their rule sets (device_rules.h, internal).
+enum class DeviceKind : uint8_t;
+class DeviceRules;
+struct ContainerWalk;
 
 // HAMi's reason names (v2.10 pkg/device/common).
 enum class Reason : uint8_t {
@@ -215,10 +222,17 @@ struct NodeUsageTotals {
 };
 
 // The reusable fit engine behind FitPod and Decide. Prepare once per pod, then Fit per node;
-// Fit allocates nothing once its buffers have grown to the node size.
+// Fit allocates nothing once its buffers have grown to the node size. The Fitter is the
+// vendor-neutral loop (containers, candidates in policy order, quota, reasons); which candidates
+// a container takes is its device kind's rule set (device_rules.h, schedule/vendors/).
 // Not thread-safe: one Fitter per thread.
 class Fitter {
  public:
+  Fitter();
+  ~Fitter();
+  Fitter(Fitter&&) noexcept;
+  Fitter& operator=(Fitter&&) noexcept;
+
   // One device chosen for one container.
   // A MIG instance's usage is its profile's memory and core (HAMi's AddResourceUsage).
   struct Choice {
@@ -266,14 +280,14 @@ class Fitter {
   device::PodMigReservations BuildMigReservations(const device::NodeSnapshot& node) const;
 
   // Internal: one candidate device with its sort keys, all ascending after sign flips
-  // (unused keys 0). Public only so that the implementation's helpers can name it.
+  // (unused keys 0). Public only so that the implementation's helpers and the rule sets
+  // (device_rules.h) can name it.
   struct SortEntry {
     std::array<double, 3> key;
     int64_t tie;  // device index << 32 | position
     int32_t pos;  // position in NodeDevices::devices
   };
-
- private:
+  // Internal: one device a rule set took for the container being fitted.
   struct Taken {
     int32_t device;
     int32_t usedmem;
@@ -282,6 +296,9 @@ class Fitter {
     int32_t mig_profile = -1;
     device::MigPlacement placement = {};
   };
+
+ private:
+  friend struct ContainerWalk;  // the rule sets' view of one container's fit: QuotaFits
 
   // One pass over the node: the entries of the devices whose Type contains `type` against
   // `usage`, scored with `request` (nullptr: without the request part). With `base` it also
@@ -300,14 +317,6 @@ class Fitter {
   bool FitContainer(int container, const device::ContainerRequest& request,
                     const device::NodeSnapshot& node, absl::Span<const device::DeviceUsage> usage,
                     std::vector<device::DeviceUsage>* apply, bool app);
-  // topology-aware: keeps in taken_ (more than nums devices, in visiting order) the nums
-  // devices HAMi would choose, in visiting order.
-  void SelectByTopology(const device::NodeDevices& node, int32_t nums);
-  // Enumerates the subsets of taken_ of size best_subset_.size() in index order (subset_ holds
-  // the first `depth` members, whose pair sum is `sum`); keeps the best in best_subset_.
-  void BestSubset(const device::NodeDevices& node, size_t start, size_t depth, int64_t sum);
-  // The greedy choice beyond kMaxTopologySubsets, into best_subset_.
-  void GreedySubset(const device::NodeDevices& node, size_t want);
   // One card's share of the pod's earlier containers on this node (for the quota check).
   struct QuotaCard {
     int32_t device = 0;
@@ -323,6 +332,9 @@ class Fitter {
               std::max(std::max(init_cores, cur_cores), app_cores)};
     }
   };
+  // Prepare's part for the rule sets: each container's kind (kinds_) and its rules, prepared.
+  void PrepareRules(const device::PodRequest& request, const device::PodConstraints& constraints,
+                    const device::GpuPolicy& policy);
   // Prepare's part for the quota (after the policy): the pod's bound (bound_*), settling the
   // pod when it can.
   void PrepareQuotaBound(bool settle);
@@ -335,20 +347,9 @@ class Fitter {
   // Whether the namespace quota takes the pod's collapsed usage on this node with `device`
   // added to the container being fitted (HAMi's hypothetical PodDevices); records a miss.
   bool QuotaFits(bool app, int32_t device, int64_t memreq, int32_t coresreq);
-  bool TypeFilterPasses(const device::DeviceInfo& info) const;
-  // MIG (mig_fit.h): the instance a container asking `memreq` MiB gets on MIG card `device`
-  // after the snapshot's instances, the pod's earlier ones and this container's (taken_), so
-  // that two containers of a pod never share a placement; false when none fits.
-  bool PickMig(const device::NodeSnapshot& node, int32_t device, int64_t memreq, Taken* out);
-  // HAMi's isMIGRequest: an NVIDIA request, a vgpu-mode that (if set) allows "mig", and a card
-  // of the request's type in mode "mig" (then Nums may exceed the cards).
-  bool IsMigRequest(const device::ContainerRequest& request, const device::NodeDevices& node,
-                    const std::vector<SortEntry>& entries) const;
-  bool UuidFilterPasses(const device::DeviceInfo& info) const;
 
   // Members are grouped by size (largest first within each part), so the bools share words.
   const device::PodRequest* request_ = nullptr;
-  const device::PodConstraints* constraints_ = nullptr;
   const NamespaceQuota* quota_ = nullptr;      // the node's check: null unless limited
   const NamespaceQuota* pod_quota_ = nullptr;  // the pod's: null unless limited and unsettled
   std::string_view primary_type_;              // the type of the first requesting container
@@ -356,11 +357,12 @@ class Fitter {
   std::array<double, 3> key_sign_{};
   std::array<int, 3> key_source_{};  // per key: 0 = score, 1 = NUMA, 2 = Used
   int last_app_ = -1;                // the last app container with a request
-  bool primary_is_nvidia_ = false;
-  bool mutex_ = false;
-  bool topology_ = false;
-  bool has_type_filters_ = false;
-  bool has_uuid_filters_ = false;
+  bool topology_ = false;            // the quota bound counts every collected card
+
+  // The rule set of each device kind the Fitter has met (indexed by DeviceKind), and the kind
+  // of each container of the prepared pod.
+  std::vector<std::unique_ptr<DeviceRules>> rules_;
+  std::vector<DeviceKind> kinds_;
 
   // Scratch, reused across Fit calls.
   std::vector<device::DeviceUsage> app_;
@@ -372,10 +374,6 @@ class Fitter {
   std::vector<int32_t> base_rank_;       // entry indices in policy order, per entry list
   std::vector<int32_t> rank_;
   std::vector<Taken> taken_;
-  std::vector<Taken> picked_;         // topology-aware: the chosen subset of taken_
-  std::vector<int32_t> subset_;       // topology-aware: the subset being tried (taken_ indices)
-  std::vector<int32_t> best_subset_;  // topology-aware: the best subset so far
-  std::vector<bool> in_subset_;       // topology-aware, greedy: membership by taken_ index
   std::vector<Choice> choices_;
   std::vector<QuotaCard> quota_base_;  // PrepareQuotaBase's cards
   // One requesting container's share of the bound: per card memreq MiB or pct % of the card.
@@ -388,7 +386,6 @@ class Fitter {
   std::vector<BoundAsk> bound_asks_;
   std::pair<int32_t, int32_t> bound_node_{-1, -1};  // (largest card, devices) of bound_settled_
   std::vector<QuotaCard> quota_cards_;              // QuotaFits' scratch
-  std::vector<device::MigPlacement> mig_occupied_;  // PickMig's scratch
   int64_t quota_base_mem_ = 0;
   int64_t quota_base_cores_ = 0;
   std::optional<QuotaMiss> quota_miss_;
@@ -399,14 +396,12 @@ class Fitter {
   uint64_t needle_mask_ = 0;
   double node_score_ = 0;
   int32_t node_max_devmem_ = 0;  // the base Build's largest card
-  int64_t subset_best_ = 0;      // topology-aware: the pair sum of best_subset_
   ReasonParts reasons_;
   int failed_container_ = -1;
   bool any_exact_ = false;
   bool base_tracks_app_ = true;  // base entries reflect app_ (false after a rebuilt container)
   bool needle_valid_ = false;
   bool needle_swar_ = false;     // all letters, at most 8: compare the prefix in one word
-  bool subset_found_ = false;    // topology-aware: best_subset_ holds a subset
   bool bound_per_node_ = false;  // pod_quota_ is settled per node (percentage or topology)
   bool bound_settled_ = false;   // the bound for bound_node_ fits
 };
