@@ -37,6 +37,7 @@
 #include "tessera/sim/emulators.h"
 #include "tessera/sim/fault_injector.h"
 #include "tessera/sim/observer.h"
+#include "tessera/sim/pod_pipeline.h"
 #include "tessera/sim/quota_oracle.h"
 #include "tessera/sim/real_kubelet.h"
 #include "tessera/sim/run_book.h"
@@ -59,11 +60,9 @@ class Simulation {
         scenario_(options.scenario),
         real_(options.control_plane == ControlPlaneKind::kReal),
         clock_(options.clock),
-        rng_(scenario_.seed),
         tasks_(clock_),
         node_tasks_(clock_),
-        fault_tasks_(clock_),
-        workload_(scenario_.shapes, "hami-scheduler", scenario_.gpu_types.front()) {}
+        fault_tasks_(clock_) {}
 
   absl::StatusOr<RunResult> Run();
 
@@ -81,23 +80,7 @@ class Simulation {
   void Progress(absl::Duration elapsed, bool final);
   std::unique_ptr<FaultInjector> MakeFaultInjector();
 
-  // pod pipeline (worker threads)
-  void CreateTask(const std::string& name);
-  void ScheduleTask(const std::string& name);
-  void AllocateTask(const std::string& name, int tries);
-  void StartTask(const std::string& name);
-  void FinishTask(const std::string& name);
-  void CleanupTask(const std::string& name);
-  void DeleteTask(const std::string& name, bool force);
-  void TerminateTask(const std::string& name);
-  void DeleteRandomLive(int n, bool force = false);
-  std::vector<std::string> PickLive(int n);
-
   absl::Time Now() const { return clock_->Now(); }
-  uint64_t Rand() {
-    MutexLock l(&rng_mutex_);
-    return rng_();
-  }
 
   const SimulationOptions& options_;
   const Scenario& scenario_;
@@ -109,8 +92,6 @@ class Simulation {
   // serve's ports (kReal: those of the scheduler under test).
   int http_port_ = 0;
   int metrics_port_ = 0;
-  Mutex rng_mutex_;
-  std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mutex_);
 
   std::unique_ptr<kube::CurlTransport> api_transport_, extender_transport_, metrics_transport_;
   std::unique_ptr<kube::ApiClient> client_;
@@ -129,10 +110,10 @@ class Simulation {
 
   RunBook book_;
   std::unique_ptr<Observer> observer_;
+  std::unique_ptr<PodPipeline> pipeline_;
   std::unique_ptr<FaultInjector> faults_;
   std::unique_ptr<RealKubelet> real_kubelet_;  // kReal
   absl::Time start_;
-  Workload workload_;
 };
 
 absl::Status Simulation::MakeTransports() {
@@ -220,319 +201,6 @@ absl::Status Simulation::WaitReady() {
             : work_dir_ + "/serve.log"));
 }
 
-// ---- pod pipeline ---------------------------------------------------------------------------
-
-void Simulation::CreateTask(const std::string& name) {
-  std::string body;
-  bool full_nodes;
-  {
-    MutexLock l(&rng_mutex_);
-    const Shape shape = workload_.Pick(rng_);
-    body = workload_.PodJson(shape, scenario_.NamespaceOf(name), name, rng_);
-    full_nodes = std::uniform_real_distribution<double>(0, 1)(rng_) < scenario_.full_nodes_share;
-  }
-  absl::StatusOr<std::string> created =
-      CreatePod(*api_transport_, scenario_.NamespaceOf(name), name, body);
-  MutexLock l(&book_.mutex);
-  SimPod& p = book_.pods[name];
-  if (!created.ok()) {
-    if (++p.tries < 30 && book_.workload_on) {
-      tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { CreateTask(name); });
-    } else {
-      p.stage = Stage::kGone;
-    }
-    return;
-  }
-  json j = json::parse(*created, nullptr, false);
-  p.uid = j.is_object() ? j["metadata"].value("uid", "") : "";
-  p.json = std::move(*created);
-  p.full_nodes = full_nodes;
-  p.tries = 0;
-  if (p.stage == Stage::kCreating) {
-    p.stage = Stage::kPending;
-    ++book_.result.created;
-    if (!real_) {  // else the real kube-scheduler's
-      tasks_.Post(Now(), [this, name] { ScheduleTask(name); });
-    }
-  }
-}
-
-void Simulation::ScheduleTask(const std::string& name) {
-  std::string pod_json, uid;
-  bool full_nodes;
-  std::vector<std::string> node_json;
-  {
-    MutexLock l(&book_.mutex);
-    auto it = book_.pods.find(name);
-    if (it == book_.pods.end() || it->second.stage != Stage::kPending) {
-      return;
-    }
-    pod_json = it->second.json;
-    uid = it->second.uid;
-    full_nodes = it->second.full_nodes;
-    if (full_nodes) {
-      for (const SimNode& n : book_.nodes) {
-        if (n.alive) {
-          node_json.push_back(n.json);
-        }
-      }
-    }
-  }
-  const std::vector<std::string> names = book_.AliveNodes();
-  if (full_nodes) {
-    absl::StatusOr<FilterOutcome> preview = extender_->FilterNodes(pod_json, node_json);
-    MutexLock l(&book_.mutex);
-    if (preview.ok()) {
-      ++book_.result.full_nodes_filters;
-      book_.filter_ms.push_back(absl::ToDoubleMilliseconds(preview->latency));
-    }
-  }
-  absl::StatusOr<FilterOutcome> f = extender_->Filter(pod_json, names);
-  absl::Duration retry;
-  {
-    MutexLock l(&book_.mutex);
-    SimPod& p = book_.pods[name];
-    if (!f.ok()) {
-      ++book_.result.filter_errors;
-      retry = absl::Milliseconds(500);
-    } else {
-      book_.filter_ms.push_back(absl::ToDoubleMilliseconds(f->latency));
-      if (f->node.empty()) {
-        ++book_.result.unschedulable_attempts;
-        if (absl::StrContains(f->failed_reason, "ResourceQuotaNotFit")) {
-          ++book_.result.quota_refusals;
-        }
-        if (std::any_of(f->failed_reasons.begin(), f->failed_reasons.end(),
-                        [](const std::string& why) {
-                          return absl::StrContains(why, "CardMigTopologyInfeasible");
-                        })) {
-          ++book_.result.mig_refusals;
-        }
-        if (!p.ever_unschedulable) {
-          p.ever_unschedulable = true;
-          ++book_.result.unschedulable;
-        }
-        retry = book_.queue.Failed(name);
-      }
-    }
-    if (retry > absl::ZeroDuration()) {
-      if (p.stage == Stage::kPending) {
-        tasks_.Post(Now() + retry, [this, name] { ScheduleTask(name); });
-      }
-      return;
-    }
-  }
-  absl::Status bound = extender_->Bind(scenario_.NamespaceOf(name), name, uid, f->node);
-  MutexLock l(&book_.mutex);
-  SimPod& p = book_.pods[name];
-  if (!bound.ok()) {
-    ++book_.result.bind_errors;
-    if (p.stage == Stage::kPending) {
-      const absl::Duration d = book_.queue.Failed(name) / 4;  // lock contention clears fast
-      tasks_.Post(Now() + d, [this, name] { ScheduleTask(name); });
-    }
-    return;
-  }
-  book_.queue.Forget(name);
-  ++book_.result.scheduled;
-  if (const SimNode* n = book_.NodeByName(f->node); n != nullptr && n->mig) {
-    ++book_.result.mig_pods;
-  }
-  if (p.stage == Stage::kPending) {
-    p.stage = Stage::kBound;
-    p.node = f->node;
-    node_tasks_.Post(Now(), [this, name] { AllocateTask(name, 0); });
-  }
-}
-
-void Simulation::AllocateTask(const std::string& name, int tries) {
-  DevicePlugin* plugin = nullptr;
-  {
-    MutexLock l(&book_.mutex);
-    auto it = book_.pods.find(name);
-    if (it == book_.pods.end() || it->second.stage != Stage::kBound) {
-      return;
-    }
-    SimNode* n = book_.NodeByName(it->second.node);
-    if (n == nullptr || !n->alive) {
-      return;
-    }
-    if (n->stopped) {  // the kubelet waits for the plugin
-      node_tasks_.Post(Now() + absl::Seconds(1),
-                       [this, name, tries] { AllocateTask(name, tries); });
-      return;
-    }
-    plugin = n->plugin.get();
-  }
-  absl::StatusOr<AllocateResult> a =
-      plugin->Allocate(*node_client_, scenario_.NamespaceOf(name), name);
-  if (a.ok() && !a->failure.empty()) {
-    // The plugin could not realise a MIG reservation the scheduler wrote: a wrong placement.
-    observer_->AddViolation(Now(), fmt::format("the device plugin of {} failed pod {}: {}",
-                                               plugin->node(), a->name, a->failure));
-  }
-  MutexLock l(&book_.mutex);
-  if (a.ok()) {
-    book_.result.mig_instances += a->mig_instances;
-  }
-  if (a.ok() && a->success && a->name == name) {
-    ++book_.result.allocations;
-    node_tasks_.Post(Now(), [this, name] { StartTask(name); });
-    return;
-  }
-  // On the real control plane kube-apiserver restarts (several seconds each, back to back under
-  // chaos) can outlast 60 tries; a kubelet keeps retrying, and giving up would leave the node
-  // lock held by a bound pod that is never allocated.
-  if (tries < (real_ ? 600 : 60)) {
-    node_tasks_.Post(Now() + absl::Milliseconds(250),
-                     [this, name, tries] { AllocateTask(name, tries + 1); });
-  }
-}
-
-void Simulation::StartTask(const std::string& name) {
-  {
-    MutexLock l(&book_.mutex);
-    auto it = book_.pods.find(name);
-    if (it == book_.pods.end() || it->second.stage != Stage::kBound) {
-      return;
-    }
-  }
-  absl::Status s = Kubelet::Start(*node_transport_, scenario_.NamespaceOf(name), name);
-  absl::Duration life;
-  {
-    MutexLock l(&rng_mutex_);
-    life = Kubelet::Lifetime(scenario_.lifetime_min, scenario_.lifetime_max, rng_);
-  }
-  MutexLock l(&book_.mutex);
-  SimPod& p = book_.pods[name];
-  if (!s.ok()) {
-    if (p.stage == Stage::kBound && !absl::IsNotFound(s)) {
-      node_tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { StartTask(name); });
-    }
-    return;
-  }
-  if (p.stage == Stage::kBound) {
-    p.stage = Stage::kRunning;
-    tasks_.Post(Now() + life, [this, name] { FinishTask(name); });
-  }
-}
-
-void Simulation::FinishTask(const std::string& name) {
-  {
-    MutexLock l(&book_.mutex);
-    auto it = book_.pods.find(name);
-    if (it == book_.pods.end() || it->second.stage != Stage::kRunning) {
-      return;
-    }
-  }
-  absl::Status s = Kubelet::Finish(*node_transport_, scenario_.NamespaceOf(name), name);
-  MutexLock l(&book_.mutex);
-  SimPod& p = book_.pods[name];
-  if (!s.ok()) {
-    tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { FinishTask(name); });
-    return;
-  }
-  if (p.stage == Stage::kRunning) {
-    p.stage = Stage::kSucceeded;
-    ++book_.result.completed;
-    // A TTL controller removes finished pods a moment later.
-    tasks_.Post(Now() + absl::Seconds(1), [this, name] { CleanupTask(name); });
-  }
-}
-
-void Simulation::CleanupTask(const std::string& name) {
-  absl::Status s = DeletePod(*api_transport_, scenario_.NamespaceOf(name), name, 0);
-  MutexLock l(&book_.mutex);
-  SimPod& p = book_.pods[name];
-  if (!s.ok()) {
-    tasks_.Post(Now() + absl::Milliseconds(500), [this, name] { CleanupTask(name); });
-    return;
-  }
-  if (p.stage != Stage::kGone) {
-    p.stage = Stage::kGone;
-    ++book_.result.deleted;
-  }
-}
-
-void Simulation::DeleteTask(const std::string& name, bool force) {
-  Stage before;
-  {
-    MutexLock l(&book_.mutex);
-    auto it = book_.pods.find(name);
-    if (it == book_.pods.end()) {
-      return;
-    }
-    before = it->second.stage;
-    if (before != Stage::kPending && before != Stage::kBound && before != Stage::kRunning) {
-      return;
-    }
-    it->second.stage = Stage::kDeleting;
-  }
-  // Graceful (30 s) unless forced: a forced delete removes the pod at once, with one DELETED
-  // event and no update before it.
-  absl::Status s = DeletePod(*api_transport_, scenario_.NamespaceOf(name), name, force ? 0 : -1);
-  MutexLock l(&book_.mutex);
-  SimPod& p = book_.pods[name];
-  if (!s.ok()) {
-    p.stage = before;  // try another time
-    return;
-  }
-  if (before == Stage::kPending || force) {
-    // Unbound or forced: gone at once (a bind racing with it fails on the server).
-    p.stage = Stage::kGone;
-    ++book_.result.deleted;
-    return;
-  }
-  // The kubelet stops the containers, then reports the pod terminal; the API server then
-  // removes it (graceful deletion; on a real one the kubelet's DELETE with grace 0 does).
-  book_.terminating.insert(name);
-  tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { TerminateTask(name); });
-}
-
-void Simulation::TerminateTask(const std::string& name) {
-  absl::Status s = Kubelet::Finish(*node_transport_, scenario_.NamespaceOf(name), name);
-  if (real_ && (s.ok() || absl::IsNotFound(s))) {
-    // A real API server keeps a gracefully deleted pod until its kubelet deletes it with grace
-    // 0 once the containers stopped.
-    s = DeletePod(*node_transport_, scenario_.NamespaceOf(name), name, 0);
-  }
-  MutexLock l(&book_.mutex);
-  SimPod& p = book_.pods[name];
-  if (!s.ok()) {
-    tasks_.Post(Now() + absl::Milliseconds(500), [this, name] { TerminateTask(name); });
-    return;
-  }
-  if (p.stage != Stage::kGone) {
-    p.stage = Stage::kGone;
-    ++book_.result.deleted;
-  }
-}
-
-void Simulation::DeleteRandomLive(int n, bool force) {
-  for (std::string& name : PickLive(n)) {
-    tasks_.Post(Now(), [this, name, force] { DeleteTask(name, force); });
-  }
-}
-
-std::vector<std::string> Simulation::PickLive(int n) {
-  std::vector<std::string> picked;
-  {
-    MutexLock l(&book_.mutex);
-    for (int attempt = 0; attempt < n * 20 && static_cast<int>(picked.size()) < n; ++attempt) {
-      if (book_.pod_names.empty()) {
-        break;
-      }
-      const std::string& name = book_.pod_names[Rand() % book_.pod_names.size()];
-      const Stage st = book_.pods[name].stage;
-      if ((st == Stage::kRunning || st == Stage::kBound || st == Stage::kPending) &&
-          std::find(picked.begin(), picked.end(), name) == picked.end()) {
-        picked.push_back(name);
-      }
-    }
-  }
-  return picked;
-}
-
 // ---- the real control plane ------------------------------------------------------------------
 
 absl::Status Simulation::StartReal(const std::vector<std::string>& serve_args) {
@@ -586,7 +254,7 @@ void Simulation::Tick(absl::Time now, absl::Duration elapsed) {
       std::string name = fmt::format("sim-{:06d}", book_.pod_names.size());
       book_.pods[name].name = name;
       book_.pod_names.push_back(name);
-      tasks_.Post(now, [this, name] { CreateTask(name); });
+      tasks_.Post(now, [this, name] { pipeline_->CreateTask(name); });
     }
   }
   for (DevicePlugin* p : DueReports(now)) {
@@ -717,10 +385,12 @@ std::unique_ptr<FaultInjector> Simulation::MakeFaultInjector() {
   fo.control_plane = control_plane_.get();
   fo.later = &fault_tasks_;
   fo.clock = clock_;
-  fo.delete_random_live = [this](int n, bool force) { DeleteRandomLive(n, force); };
-  fo.pick_live = [this](int n) { return PickLive(n); };
-  fo.delete_pod = [this](const std::string& name, bool force) { DeleteTask(name, force); };
-  fo.random = [this] { return Rand(); };
+  fo.delete_random_live = [this](int n, bool force) { pipeline_->DeleteRandomLive(n, force); };
+  fo.pick_live = [this](int n) { return pipeline_->PickLive(n); };
+  fo.delete_pod = [this](const std::string& name, bool force) {
+    pipeline_->DeleteTask(name, force);
+  };
+  fo.random = [this] { return pipeline_->Rand(); };
   return std::make_unique<FaultInjector>(std::move(fo));
 }
 
@@ -756,6 +426,17 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
                                                            .metrics = metrics_transport_.get(),
                                                            .book = &book_,
                                                            .clock = clock_});
+  pipeline_ = std::make_unique<PodPipeline>(PodPipeline::Options{.scenario = &scenario_,
+                                                                 .real = real_,
+                                                                 .book = &book_,
+                                                                 .api = api_transport_.get(),
+                                                                 .node = node_transport_.get(),
+                                                                 .node_client = node_client_.get(),
+                                                                 .extender = extender_.get(),
+                                                                 .observer = observer_.get(),
+                                                                 .tasks = &tasks_,
+                                                                 .node_tasks = &node_tasks_,
+                                                                 .clock = clock_});
   faults_ = MakeFaultInjector();
   observer_->Start();
   if (real_) {
@@ -767,12 +448,8 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
     ko.control_plane = control_plane_.get();
     ko.clock = clock_;
     // Called with book_.mutex held, as the pipeline posts its next steps.
-    ko.on_bound = [this](const std::string& name) {
-      node_tasks_.Post(Now(), [this, name] { AllocateTask(name, 0); });
-    };
-    ko.on_terminating = [this](const std::string& name) {
-      node_tasks_.Post(Now() + absl::Milliseconds(300), [this, name] { TerminateTask(name); });
-    };
+    ko.on_bound = [this](const std::string& name) { pipeline_->OnBound(name); };
+    ko.on_terminating = [this](const std::string& name) { pipeline_->OnTerminating(name); };
     real_kubelet_ = std::make_unique<RealKubelet>(std::move(ko));
     real_kubelet_->Start();
   }
@@ -815,7 +492,7 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
       if (want - deletes_due >= 1) {
         const int n = static_cast<int>(want - deletes_due);
         deletes_due += n;
-        DeleteRandomLive(n);
+        pipeline_->DeleteRandomLive(n);
       }
     } else {
       bool first = false;
