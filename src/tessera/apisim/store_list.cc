@@ -11,7 +11,6 @@
 
 namespace tessera::apisim {
 
-using internal::Invalid;
 using internal::Json;
 using internal::ListOptionsInvalid;
 using internal::Matches;

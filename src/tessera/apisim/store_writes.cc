@@ -25,7 +25,6 @@ using internal::Key;
 using internal::kNamespaces;
 using internal::kPods;
 using internal::MakeObject;
-using internal::NotFound;
 using internal::ParseBody;
 using internal::ParseRfc3339;
 using internal::Qualified;
