@@ -100,7 +100,7 @@ bool AllowedSubresource(const ResourceInfo& r, const std::string& sub) {
 
 class Server::Impl {
  public:
-  explicit Impl(const ServerOptions& o) : options_(o), store_(MakeStoreOptions(o)) {}
+  explicit Impl(const ServerOptions& o) : options_(o), store_(MakeStoreOptions(o), o.clock) {}
   ~Impl() {
     Stop();
     SSL_CTX_free(tls_ctx_);
@@ -850,16 +850,16 @@ class Server::Impl {
     res.status = 200;
     res.headers.push_back({"Cache-Control", "no-cache, private"});
     res.content_type = kWatchJson;
-    res.stream = [stream](http::StreamWriter& sink) {
+    res.stream = [stream, clock = options_.clock](http::StreamWriter& sink) {
       std::string out;
-      absl::Time idle_since = absl::Now();
+      absl::Time idle_since = clock->Now();
       while (true) {
         switch (stream->Next(&out, absl::Milliseconds(250))) {
           case WatchStream::Step::kData:
             if (!sink.Write(out)) {
               return false;
             }
-            idle_since = absl::Now();
+            idle_since = clock->Now();
             break;
           case WatchStream::Step::kEnd:
             return true;
@@ -869,13 +869,13 @@ class Server::Impl {
             if (sink.ClientGone()) {
               return false;
             }
-            if (absl::Now() - idle_since >= kIdleHeartbeat) {
+            if (clock->Now() - idle_since >= kIdleHeartbeat) {
               // A blank line: ignored by every client's JSON framing, and it lets us notice
               // a client that went away.
               if (!sink.Write("\n")) {
                 return false;
               }
-              idle_since = absl::Now();
+              idle_since = clock->Now();
             }
             break;
         }

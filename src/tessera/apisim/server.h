@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 
 #include "tessera/apisim/store.h"
+#include "tessera/base/clock.h"
 
 namespace tessera::apisim {
 
@@ -35,6 +36,7 @@ struct ServerOptions {
   absl::Duration reap_interval = absl::Milliseconds(100);
   size_t max_body_bytes = size_t{3} * 1024 * 1024;  // larger requests get 413
   size_t max_threads = 4096;
+  Clock* clock = Clock::Real();  // the store's and the watch heartbeat's time
 };
 
 class Server {

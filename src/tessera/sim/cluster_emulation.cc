@@ -327,20 +327,20 @@ absl::Status ClusterEmulation::Setup() {
       return absl::Status(s.code(),
                           fmt::format("creating node {}: {}", n.name, std::string(s.message())));
     }
-    s = MakeNodeReady(*transport_, n.name, NodeStatusJson(n, absl::Now()));
+    s = MakeNodeReady(*transport_, n.name, NodeStatusJson(n, options_.clock->Now()));
     if (!s.ok()) {
       return absl::Status(s.code(),
                           fmt::format("node {} status: {}", n.name, std::string(s.message())));
     }
     DevicePlugin& plugin = *plugins_.at(n.name);
-    s = plugin.Register(*client_, absl::Now());
+    s = plugin.Register(*client_, options_.clock->Now());
     if (!s.ok()) {
       return absl::Status(s.code(),
                           fmt::format("registering node {}: {}", n.name, std::string(s.message())));
     }
     ++counters_.registered;
     if (n.format == device::RegisterFormat::kDelimited) {
-      next_report_[n.name] = absl::Now() + options_.report_every;
+      next_report_[n.name] = options_.clock->Now() + options_.report_every;
     }
     std::vector<std::string> ids;
     for (const device::DeviceInfo& d : n.devices) {
@@ -524,7 +524,7 @@ absl::Status ClusterEmulation::Run() {
         pods.push_back(*p);
       }
     }
-    Step(pods, absl::Now());
+    Step(pods, options_.clock->Now());
     absl::SleepFor(options_.tick);
   }
   informer.Stop();

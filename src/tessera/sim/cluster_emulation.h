@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+#include "tessera/base/clock.h"
 #include "tessera/device/model.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/manifest.h"
@@ -113,6 +114,7 @@ class ClusterEmulation {
     absl::Duration tick = absl::Milliseconds(200);         // one pass over the pods
     absl::Duration report_every = absl::Seconds(30);       // v2.5 handshake reports
     absl::Duration allocate_patience = absl::Seconds(30);  // a bound pod with nothing to allocate
+    Clock* clock = Clock::Real();                          // registrations, reports, ticks
   };
 
   // `transport` and `client` (over the same server) must outlive this.

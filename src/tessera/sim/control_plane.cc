@@ -207,7 +207,8 @@ absl::StatusOr<std::string> FindControlPlaneScript(const std::string& flag,
 }
 
 absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, const std::string& log,
-                               absl::Duration timeout, const std::atomic<bool>* interrupt) {
+                               absl::Duration timeout, const std::atomic<bool>* interrupt,
+                               Clock* clock) {
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
   for (const std::string& a : argv) {
@@ -235,7 +236,7 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, const std::
     return absl::FailedPreconditionError(fmt::format(
         "cannot run {}: {}", argv[0], std::error_code(rc, std::generic_category()).message()));
   }
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock->Now() + timeout;
   while (true) {
     int status = 0;
     const pid_t w = waitpid(pid, &status, WNOHANG);
@@ -249,7 +250,7 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, const std::
       return absl::InternalError(fmt::format("waitpid for {}: errno {}", argv[0], errno));
     }
     const bool interrupted = interrupt != nullptr && interrupt->load();
-    if (absl::Now() >= deadline || interrupted) {
+    if (clock->Now() >= deadline || interrupted) {
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
       std::string cmd;
@@ -268,11 +269,12 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, const std::
 }
 
 RealControlPlane::RealControlPlane(std::string script, std::string dir, std::string log,
-                                   const std::atomic<bool>* interrupt)
+                                   const std::atomic<bool>* interrupt, Clock* clock)
     : script_(std::move(script)),
       dir_(std::move(dir)),
       log_(std::move(log)),
-      interrupt_(interrupt) {}
+      interrupt_(interrupt),
+      clock_(clock) {}
 
 RealControlPlane::~RealControlPlane() {
   absl::Status s = Down();
@@ -293,7 +295,7 @@ absl::Status RealControlPlane::Script(const std::vector<std::string>& args, absl
   absl::StatusOr<int> rc;
   {
     MutexLock l(&mu_);
-    rc = RunCommand(argv, log_, timeout, interruptible ? interrupt_ : nullptr);
+    rc = RunCommand(argv, log_, timeout, interruptible ? interrupt_ : nullptr, clock_);
   }
   if (!rc.ok()) {
     return rc.status();
@@ -386,13 +388,13 @@ absl::Status RealControlPlane::UseHami(const std::string& hami,
   }
   hami_ = true;  // from here on, Down() stops it
   TESSERA_RETURN_IF_ERROR(Restart("hami", false));
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const absl::Time deadline = clock_->Now() + absl::Seconds(30);
   while (!Listening(port) || !Listening(metrics_port)) {
     if (!Alive("hami")) {
       return absl::FailedPreconditionError(
           fmt::format("HAMi's scheduler exited at start: read {}/hami.log", dir_));
     }
-    if (absl::Now() > deadline) {
+    if (clock_->Now() > deadline) {
       return absl::DeadlineExceededError(
           fmt::format("HAMi's scheduler did not listen on {} and {} within 30 s: read {}/hami.log",
                       port, metrics_port, dir_));
@@ -419,7 +421,7 @@ absl::Status RealControlPlane::UseHami(const std::string& hami,
   absl::StatusOr<int> rc =
       RunCommand({"/usr/bin/env", "kubectl", "--kubeconfig", env_.kubeconfig,
                   "--request-timeout=20s", "apply", "-f", dir_ + "/webhook-hami.yaml"},
-                 log_, absl::Seconds(60), interrupt_);
+                 log_, absl::Seconds(60), interrupt_, clock_);
   if (!rc.ok() || *rc != 0) {
     return absl::FailedPreconditionError(
         fmt::format("kubectl apply of the webhook pointed at HAMi failed; read {}", log_));

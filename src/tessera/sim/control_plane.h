@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+#include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
 
 namespace tessera::sim {
@@ -64,14 +65,15 @@ absl::StatusOr<std::string> FindControlPlaneScript(const std::string& flag,
 // own process group; returns its exit code. DeadlineExceeded (the group killed) after `timeout`.
 // With `interrupt`, a run still going when it becomes true is killed the same way (Cancelled).
 absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, const std::string& log,
-                               absl::Duration timeout,
-                               const std::atomic<bool>* interrupt = nullptr);
+                               absl::Duration timeout, const std::atomic<bool>* interrupt = nullptr,
+                               Clock* clock = Clock::Real());
 
 class RealControlPlane {
  public:
   // `interrupt` (may be null): Up, Restart and AddServeArgs give up when it is set; Down never.
+  // `clock` times the waits (deadlines).
   RealControlPlane(std::string script, std::string dir, std::string log,
-                   const std::atomic<bool>* interrupt = nullptr);
+                   const std::atomic<bool>* interrupt = nullptr, Clock* clock = Clock::Real());
   ~RealControlPlane();
   RealControlPlane(const RealControlPlane&) = delete;
   RealControlPlane& operator=(const RealControlPlane&) = delete;
@@ -107,6 +109,7 @@ class RealControlPlane {
 
   const std::string script_, dir_, log_;
   const std::atomic<bool>* const interrupt_;
+  Clock* const clock_;
   ControlPlaneEnv env_;
   Mutex mu_;  // one script run at a time
   bool up_ = false;

@@ -637,9 +637,9 @@ absl::StatusOr<FilterOutcome> ParseFilterResult(const std::string& body, bool no
 absl::StatusOr<FilterOutcome> ExtenderClient::Filter(const std::string& pod_json,
                                                      const std::vector<std::string>& nodes) {
   std::string body = "{\"Pod\":" + pod_json + ",\"NodeNames\":" + json(nodes).dump() + "}";
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_->Now();
   TESSERA_ASSIGN_OR_RETURN(std::string reply, Post("/filter", std::move(body)));
-  const absl::Duration latency = absl::Now() - start;
+  const absl::Duration latency = clock_->Now() - start;
   TESSERA_ASSIGN_OR_RETURN(FilterOutcome out, ParseFilterResult(reply, false));
   out.latency = latency;
   return out;
@@ -652,9 +652,9 @@ absl::StatusOr<FilterOutcome> ExtenderClient::FilterNodes(
     body += (i == 0 ? "" : ",") + node_json[i];
   }
   body += "]}}";
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_->Now();
   TESSERA_ASSIGN_OR_RETURN(std::string reply, Post("/filter", std::move(body)));
-  const absl::Duration latency = absl::Now() - start;
+  const absl::Duration latency = clock_->Now() - start;
   TESSERA_ASSIGN_OR_RETURN(FilterOutcome out, ParseFilterResult(reply, true));
   out.latency = latency;
   return out;

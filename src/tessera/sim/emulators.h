@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+#include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
 #include "tessera/device/mig.h"
 #include "tessera/device/model.h"
@@ -221,7 +222,9 @@ struct FilterOutcome {
 
 class ExtenderClient {
  public:
-  explicit ExtenderClient(kube::Transport* transport) : transport_(transport) {}
+  // `clock` times the answers (FilterOutcome::latency).
+  explicit ExtenderClient(kube::Transport* transport, Clock* clock = Clock::Real())
+      : transport_(transport), clock_(clock) {}
   // POST /filter with NodeNames (nodeCacheCapable) — the scheduling call.
   absl::StatusOr<FilterOutcome> Filter(const std::string& pod_json,
                                        const std::vector<std::string>& nodes);
@@ -236,6 +239,7 @@ class ExtenderClient {
  private:
   absl::StatusOr<std::string> Post(std::string path, std::string body);
   kube::Transport* transport_;
+  Clock* const clock_;
 };
 
 // kube-scheduler's backoff for pods that did not schedule: 1 s doubling to 10 s

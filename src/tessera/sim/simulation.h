@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+#include "tessera/base/clock.h"
 #include "tessera/sim/oracle.h"
 #include "tessera/sim/scenario.h"
 
@@ -69,6 +70,7 @@ struct SimulationOptions {
   FILE* progress = stderr;     // progress output; nullptr: none
   bool progress_bar = false;   // a redrawn bar (terminal) instead of periodic lines
   int workers = 6;
+  Clock* clock = Clock::Real();  // every time the run reads (the waits themselves are real)
 };
 
 struct FaultRecord {
