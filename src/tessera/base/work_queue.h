@@ -1,9 +1,10 @@
 // File: tessera/base/work_queue.h
 //
-// WorkQueue runs tasks on a fixed pool of named worker threads, in the order they were pushed:
-// the one way Tessera hands work to a background thread. One worker runs the tasks one at a
-// time in order; several start them in order and may overlap them (a caller that needs the
-// order of related tasks keeps it itself, as PatchWriter does for one pod's patches).
+// WorkQueue runs tasks on a fixed pool of named worker threads, in the order they were pushed,
+// for components that hand work to background threads (the extender's event, patch and verdict
+// writers). One worker runs the tasks one at a time in order; several start them in order and
+// may overlap them (a caller that needs the order of related tasks keeps it itself, as
+// PatchWriter does for one pod's patches).
 //
 //   WorkQueue queue({.name = "sched-events", .threads = 1, .limit = 1000});
 //   if (!queue.Push([this, e] { Send(e); })) { /* full: the task was dropped */ }
