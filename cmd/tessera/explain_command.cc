@@ -9,7 +9,6 @@
 
 #include <sys/stat.h>
 
-#include "absl/time/clock.h"
 #include "cmd/tessera/commands.h"
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -44,6 +43,7 @@ struct ExplainOptions {
   std::string output = "text";
   std::string reservation_ttl = "5m";
   int64_t now_unix = 0;
+  Clock* clock = Clock::Real();  // "now" without --now
 };
 
 int Fail(const absl::Status& status, int code = kExitUsage) {
@@ -284,7 +284,7 @@ int RunExplain(ExplainOptions opts) {
   }
   input.node_policy = *node_policy;
   input.gpu_policy = *gpu_policy;
-  input.now = opts.now_unix != 0 ? absl::FromUnixSeconds(opts.now_unix) : absl::Now();
+  input.now = opts.now_unix != 0 ? absl::FromUnixSeconds(opts.now_unix) : opts.clock->Now();
   input.reservation_ttl = ttl;
   std::unique_ptr<device::Vendor> vendor = device::NewNvidiaVendor(config);
   absl::StatusOr<explain::ExplainResult> result = explain::Explain(*vendor, input);

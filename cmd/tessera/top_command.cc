@@ -8,7 +8,6 @@
 #include <string>
 #include <utility>
 
-#include "absl/time/clock.h"
 #include "cmd/tessera/commands.h"
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -34,6 +33,7 @@ struct TopCommandOptions {
   std::string sort = "node";
   std::string output = "text";
   int64_t now_unix = 0;
+  Clock* clock = Clock::Real();  // "now" without --now
 };
 
 int Fail(const absl::Status& status, int code) {
@@ -147,8 +147,8 @@ int RunTop(const TopCommandOptions& opts) {
   const std::string out =
       opts.output == "json"
           ? explain::TopJson(shown).dump(2) + "\n"
-          : explain::RenderTopText(
-                shown, opts.now_unix != 0 ? absl::FromUnixSeconds(opts.now_unix) : absl::Now());
+          : explain::RenderTopText(shown, opts.now_unix != 0 ? absl::FromUnixSeconds(opts.now_unix)
+                                                             : opts.clock->Now());
   std::fwrite(out.data(), 1, out.size(), stdout);
   return kExitOk;
 }

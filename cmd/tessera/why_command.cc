@@ -43,6 +43,7 @@ struct WhyOptions {
   int32_t gpumem = 0;
   std::string output = "text";
   std::string request_timeout = "30s";
+  Clock* clock = Clock::Real();  // the request deadline and "now"
 };
 
 int Fail(const absl::Status& status, int code = kExitUsage) {
@@ -55,10 +56,10 @@ int Fail(const absl::Status& status, int code = kExitUsage) {
 // `timeout`: each attempt gets what is left of it and no retry starts past it. The body of a
 // 200, else the error (with the server's text); a request that ran out of time says so.
 absl::StatusOr<std::string> Get(kube::Transport& transport, std::string path,
-                                absl::Duration timeout) {
+                                absl::Duration timeout, Clock* clock) {
   kube::Request request;
   request.path = std::move(path);
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock->Now() + timeout;
   kube::Retrier retrier(kube::RetryPolicy(), request.method);
   auto out_of_time = [&](const absl::Status& last) {
     return absl::DeadlineExceededError(fmt::format("no answer within {} (--request-timeout): {}",
@@ -66,7 +67,7 @@ absl::StatusOr<std::string> Get(kube::Transport& transport, std::string path,
                                                    std::string(last.message())));
   };
   while (true) {
-    request.timeout = deadline - absl::Now();
+    request.timeout = deadline - clock->Now();
     absl::StatusOr<kube::Response> outcome = transport.Perform(request);
     if (outcome.ok() && outcome->status_code == 200) {
       return std::move(outcome->body);
@@ -76,7 +77,7 @@ absl::StatusOr<std::string> Get(kube::Transport& transport, std::string path,
       return error;
     }
     std::optional<absl::Duration> delay = retrier.NextDelay(outcome);
-    const absl::Time now = absl::Now();
+    const absl::Time now = clock->Now();
     if (!delay.has_value()) {
       return now >= deadline ? out_of_time(error) : error;
     }
@@ -242,7 +243,7 @@ int RunWhy(const WhyOptions& o) {
   }
   // Only the pod itself: a namespace user's `get pods` is enough.
   absl::StatusOr<std::string> body =
-      Get(**api, fmt::format("/api/v1/namespaces/{}/pods/{}", ns, name), timeout);
+      Get(**api, fmt::format("/api/v1/namespaces/{}/pods/{}", ns, name), timeout, o.clock);
   if (!body.ok()) {
     return Fail(Annotate(body.status(), fmt::format("getting pod {}/{}", ns, name)), kExitFailure);
   }
@@ -261,7 +262,7 @@ int RunWhy(const WhyOptions& o) {
     if (!to_serve.ok()) {
       return Fail(Annotate(to_serve.status(), "--server"));
     }
-    absl::StatusOr<std::string> answer = Get(**to_serve, WhyQuery(o, ns, name), timeout);
+    absl::StatusOr<std::string> answer = Get(**to_serve, WhyQuery(o, ns, name), timeout, o.clock);
     if (!answer.ok()) {
       return Fail(Annotate(answer.status(), fmt::format("--server {}", o.server)), kExitFailure);
     }
@@ -270,7 +271,7 @@ int RunWhy(const WhyOptions& o) {
       return Fail(absl::DataLossError("--server's answer is not a JSON object"), kExitFailure);
     }
   }
-  const absl::Time now = absl::Now();
+  const absl::Time now = o.clock->Now();
   if (o.output == "json") {
     nlohmann::json out = {{"pod", ns + "/" + name}};
     const std::string node = pod.value("spec", nlohmann::json::object()).value("nodeName", "");

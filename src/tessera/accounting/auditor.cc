@@ -69,10 +69,11 @@ Auditor::Auditor(const device::Vendor* vendor, ledger::Ledger* ledger, PodFeed* 
       pods_(std::move(pods)),
       pod_by_uid_(std::move(pod_by_uid)),
       registrations_(std::move(registrations)),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()) {}
 
 AuditReport Auditor::Run(absl::Time now) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_->Now();
   AuditReport report;
   report.at = now;
   const std::vector<std::shared_ptr<const kube::Pod>> pods = pods_();
@@ -217,7 +218,7 @@ AuditReport Auditor::Run(absl::Time now) {
   report.problems = ledger_->FindProblems();
   std::sort(report.foreign.begin(), report.foreign.end(),
             [](const ForeignAllocation& x, const ForeignAllocation& y) { return x.uid < y.uid; });
-  report.took = absl::Now() - start;
+  report.took = clock_->Now() - start;
   MutexLock lock(&mu_);
   absl::flat_hash_set<std::string> seen;
   for (const ForeignAllocation& f : report.foreign) {

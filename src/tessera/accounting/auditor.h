@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 
 #include "tessera/accounting/pod_feed.h"
+#include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
 #include "tessera/device/model.h"
 #include "tessera/device/vendor.h"
@@ -53,6 +54,8 @@ struct AuditorOptions {
   // kUnrealised) is reported once the audits have seen it for this long; the other problems are
   // reported at once.
   absl::Duration mig_realise_deadline = absl::Minutes(5);
+  // Times each run (AuditReport::took); nullptr: the real clock. Must outlive the auditor.
+  Clock* clock = nullptr;
 };
 
 // Every cause an AuditReport's corrections can name (described there).
@@ -113,6 +116,7 @@ class Auditor {
   PodByUid pod_by_uid_;
   NodeSource registrations_;
   const AuditorOptions options_;
+  Clock* const clock_;
 
   mutable Mutex mu_;
   AuditReport last_ ABSL_GUARDED_BY(mu_);

@@ -62,8 +62,12 @@ bool Resyncer::Stopping() const {
 
 bool Resyncer::WaitUntil(absl::Time due) {
   MutexLock lock(&mu_);
-  while (!stopping_ && absl::Now() < due) {
-    cv_.WaitFor(&mu_, absl::ToChronoMicroseconds(due - absl::Now()));
+  Clock* const clock = options_.clock;
+  // A fake clock moves without notifying anyone: look at it often.
+  const absl::Duration max_wait =
+      clock == Clock::Real() ? absl::InfiniteDuration() : absl::Milliseconds(10);
+  for (absl::Time now = clock->Now(); !stopping_ && now < due; now = clock->Now()) {
+    cv_.WaitFor(&mu_, absl::ToChronoMicroseconds(std::min(due - now, max_wait)));
   }
   return !stopping_;
 }
@@ -73,9 +77,9 @@ bool Resyncer::PauseAfterPage(absl::Duration page_took, absl::Duration* paused) 
   if (pause <= absl::ZeroDuration()) {
     return !Stopping();
   }
-  const absl::Time begin = absl::Now();
+  const absl::Time begin = options_.clock->Now();
   const bool running = WaitUntil(begin + pause);
-  *paused += absl::Now() - begin;
+  *paused += options_.clock->Now() - begin;
   return running;
 }
 
@@ -89,7 +93,7 @@ void Resyncer::Loop() {
   std::uniform_real_distribution<double> jitter(-options_.jitter, options_.jitter);
   while (true) {
     const absl::Duration wait = options_.period * (1.0 + jitter(rng_));
-    if (!WaitUntil(absl::Now() + wait)) {
+    if (!WaitUntil(options_.clock->Now() + wait)) {
       return;
     }
     RunOnce();
@@ -112,7 +116,7 @@ bool Resyncer::ListAll(std::vector<T>* items, std::string* resource_version, Res
         return false;
       }
       ++report->requests;
-      const absl::Time page_start = absl::Now();
+      const absl::Time page_start = options_.clock->Now();
       absl::StatusOr<kube::ApiClient::ListOf<T>> page;
       if constexpr (std::is_same_v<T, kube::Pod>) {
         page = client_->ListPods(opts);
@@ -136,7 +140,7 @@ bool Resyncer::ListAll(std::vector<T>* items, std::string* resource_version, Res
         return true;
       }
       opts.continue_token = page->meta.continue_token;
-      if (!PauseAfterPage(absl::Now() - page_start, &report->paused)) {
+      if (!PauseAfterPage(options_.clock->Now() - page_start, &report->paused)) {
         *error = "stopped";
         return false;
       }
@@ -171,10 +175,10 @@ void Resyncer::Resync(kube::Informer<T>* informer, std::string_view resource,
                         handoff->cv.SignalAll();
                       });
   std::optional<kube::ReconcileResult> result;
-  const absl::Time deadline = absl::Now() + options_.reconcile_timeout;
+  const absl::Time deadline = options_.clock->Now() + options_.reconcile_timeout;
   {
     MutexLock lock(&handoff->mu);
-    while (!handoff->result && absl::Now() < deadline && !Stopping()) {
+    while (!handoff->result && options_.clock->Now() < deadline && !Stopping()) {
       handoff->cv.WaitFor(&handoff->mu, std::chrono::milliseconds(50));
     }
     result = std::move(handoff->result);
@@ -203,7 +207,7 @@ ResyncReport Resyncer::RunOnce() {
   MutexLock run(&run_mu_);
   ResyncReport report;
   report.at = options_.clock->Now();
-  const absl::Time start = absl::Now();
+  const absl::Time start = options_.clock->Now();
   if (!pods_->HasSynced() || !nodes_->HasSynced()) {
     report.error = "the informers have not synced yet";
   } else {
@@ -211,7 +215,7 @@ ResyncReport Resyncer::RunOnce() {
     Resync(nodes_, "nodes", &report);
     Resync(pods_, "pods", &report);
   }
-  report.took = absl::Now() - start;
+  report.took = options_.clock->Now() - start;
   int64_t total = 0;
   for (const auto& [kind, n] : report.corrections) {
     total += n;

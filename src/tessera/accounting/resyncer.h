@@ -48,7 +48,8 @@ struct ResyncOptions {
   absl::Duration max_page_pause = absl::Seconds(1);
   // Longest wait for an informer to run a Reconcile before the pass gives up on it.
   absl::Duration reconcile_timeout = absl::Minutes(1);
-  // Timestamps of the reports.
+  // Every time the resyncer reads: the reports' timestamps and durations, the period, the pauses
+  // and the wait for an informer.
   Clock* clock = Clock::Real();
   // The jitter's random seed (a fixed default for tests; serve seeds each replica anew).
   uint64_t seed = 0x7e55e7a;

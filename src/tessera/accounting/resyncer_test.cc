@@ -3,6 +3,7 @@
 // Resyncer pass must repair the store and the ledger, and never undo a newer watch delivery.
 #include "tessera/accounting/resyncer.h"
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <set>
@@ -517,6 +518,30 @@ TEST_F(ResyncerTest, StopEndsAPassDuringItsPause) {
   pass.join();
   EXPECT_THAT(report.error, HasSubstr("stopped"));
   EXPECT_LT(report.took, absl::Seconds(30));
+}
+
+// The period is measured on the resyncer's clock: a test drives it instead of waiting an hour.
+TEST_F(ResyncerTest, StartedPassesFollowTheClock) {
+  StartInformers();
+  FakeClock clock;
+  const absl::Time start = clock.Now();
+  std::atomic<int> passes{0};
+  Resyncer resyncer(client_, pods_.get(), nodes_.get(),
+                    // No timeout for the informers: the clock races ahead during the pass.
+                    ResyncOptions{.period = absl::Hours(1),
+                                  .jitter = 0,
+                                  .reconcile_timeout = absl::InfiniteDuration(),
+                                  .clock = &clock},
+                    [&](const ResyncReport&) { ++passes; });
+  resyncer.Start();
+  EXPECT_TRUE(::tessera::testing::Eventually([&] {
+    clock.Advance(absl::Minutes(10));
+    return passes.load() > 0;
+  }));
+  resyncer.Stop();
+  const ResyncReport report = resyncer.last();
+  EXPECT_GE(report.at - start, absl::Hours(1));  // not before its period on the clock
+  EXPECT_EQ(report.error, "");
 }
 
 TEST_F(ResyncerTest, APassBeforeTheInformersSyncedRepairsNothing) {

@@ -7,7 +7,7 @@
 //
 //   absl::StatusOr<TopView> view = DecodeTop(body);
 //   TopView shown = FilterTop(*std::move(view), {.ns = "ml", .sort = TopSort::kFree});
-//   std::string table = RenderTopText(shown, absl::Now());
+//   std::string table = RenderTopText(shown, clock->Now());
 //
 // Errors: DecodeTop returns InvalidArgument naming the field that is missing or of the wrong
 // type ("nodes[2].devices[0].devmem_mib: expected an integer"); the document comes over the

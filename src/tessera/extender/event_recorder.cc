@@ -4,7 +4,6 @@
 #include <utility>
 
 #include <fmt/core.h>
-#include <pthread.h>
 
 #include "tessera/base/logging.h"
 
@@ -13,22 +12,12 @@ namespace tessera::extender {
 EventRecorder::EventRecorder(Options options, kube::ApiClient* client, Clock* clock)
     : options_(std::move(options)),
       client_(client),
-      clock_(clock != nullptr ? clock : Clock::Real()) {
+      clock_(clock != nullptr ? clock : Clock::Real()),
+      queue_({.name = "sched-events", .threads = 1, .limit = options_.queue_limit}) {
   TESSERA_CHECK(client_ != nullptr);
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "sched-events");  // for `top -H` and perf
-    SendLoop();
-  });
 }
 
-EventRecorder::~EventRecorder() {
-  {
-    MutexLock l(&mu_);
-    stopping_ = true;
-    cv_.SignalAll();
-  }
-  thread_.join();
-}
+EventRecorder::~EventRecorder() { queue_.Stop(); }  // sends what is queued
 
 void EventRecorder::Record(const kube::ObjectMeta& involved, std::string_view reason,
                            std::string message, EventType type) {
@@ -40,73 +29,45 @@ void EventRecorder::Record(const kube::ObjectMeta& involved, std::string_view re
   e.message = std::move(message);
   CapEventMessage(&e.message);
   e.type = type;
-  {
-    MutexLock l(&mu_);
-    if (queue_.size() >= options_.queue_limit) {
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    queue_.push_back(std::move(e));
-  }
-  // After the unlock: a sender woken under the lock would block on it at once.
-  cv_.SignalAll();
+  // A full queue drops the event; queue_.dropped() counts it.
+  (void)queue_.Push([this, e = std::move(e)]() mutable { Send(std::move(e)); });
 }
 
-void EventRecorder::Flush() {
-  MutexLock l(&mu_);
-  while (!queue_.empty() || busy_) {
-    cv_.Wait(&mu_);
-  }
-}
+void EventRecorder::Flush() { queue_.Flush(); }
 
 EventRecorder::Counts EventRecorder::counts() const {
   return Counts{sent_.load(std::memory_order_relaxed), failed_.load(std::memory_order_relaxed),
-                dropped_.load(std::memory_order_relaxed)};
+                queue_.dropped()};
 }
 
-void EventRecorder::SendLoop() {
-  for (;;) {
-    Pending e;
-    kube::CoreEvent ce;
-    {
-      MutexLock l(&mu_);
-      while (queue_.empty() && !stopping_) {
-        cv_.Wait(&mu_);
-      }
-      if (queue_.empty()) {
-        return;  // stopping, and everything is sent
-      }
-      e = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-      const absl::Time now = clock_->Now();
-      // Unique names even when the clock stands still (a fake clock, a coarse one).
-      const int64_t nanos = std::max(absl::ToUnixNanos(now), last_nanos_ + 1);
-      last_nanos_ = nanos;
-      ce.name = kube::EventName(e.name, absl::FromUnixNanos(nanos));
-      ce.first_timestamp = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", now, absl::UTCTimeZone());
-      ce.last_timestamp = ce.first_timestamp;
-    }
-    ce.ns = e.ns;
-    ce.involved_kind = "Pod";
-    ce.involved_api_version = "v1";
-    ce.involved_ns = std::move(e.ns);
-    ce.involved_name = std::move(e.name);
-    ce.involved_uid = std::move(e.uid);
-    ce.reason = std::move(e.reason);
-    ce.message = std::move(e.message);
-    ce.type = e.type == EventType::kWarning ? "Warning" : "Normal";
-    ce.source_component = options_.component;
-    if (absl::Status sent = client_->CreateEvent(ce); sent.ok()) {
-      sent_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      failed_.fetch_add(1, std::memory_order_relaxed);
-      TESSERA_LOG(kWarning, "event {} for pod {}/{} not recorded: {}", ce.reason, ce.involved_ns,
-                  ce.involved_name, std::string(sent.message()));
-    }
+void EventRecorder::Send(Pending e) {
+  kube::CoreEvent ce;
+  {
     MutexLock l(&mu_);
-    busy_ = false;
-    cv_.SignalAll();
+    const absl::Time now = clock_->Now();
+    // Unique names even when the clock stands still (a fake clock, a coarse one).
+    const int64_t nanos = std::max(absl::ToUnixNanos(now), last_nanos_ + 1);
+    last_nanos_ = nanos;
+    ce.name = kube::EventName(e.name, absl::FromUnixNanos(nanos));
+    ce.first_timestamp = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", now, absl::UTCTimeZone());
+    ce.last_timestamp = ce.first_timestamp;
+  }
+  ce.ns = e.ns;
+  ce.involved_kind = "Pod";
+  ce.involved_api_version = "v1";
+  ce.involved_ns = std::move(e.ns);
+  ce.involved_name = std::move(e.name);
+  ce.involved_uid = std::move(e.uid);
+  ce.reason = std::move(e.reason);
+  ce.message = std::move(e.message);
+  ce.type = e.type == EventType::kWarning ? "Warning" : "Normal";
+  ce.source_component = options_.component;
+  if (absl::Status sent = client_->CreateEvent(ce); sent.ok()) {
+    sent_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    failed_.fetch_add(1, std::memory_order_relaxed);
+    TESSERA_LOG(kWarning, "event {} for pod {}/{} not recorded: {}", ce.reason, ce.involved_ns,
+                ce.involved_name, std::string(sent.message()));
   }
 }
 

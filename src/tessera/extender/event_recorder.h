@@ -24,13 +24,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
+#include "tessera/base/work_queue.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/objects.h"
 
@@ -75,24 +74,19 @@ class EventRecorder {
     std::string ns, name, uid, reason, message;
     EventType type = EventType::kNormal;
   };
-  void SendLoop();
+  void Send(Pending e);
 
   const Options options_;
   kube::ApiClient* const client_;
   Clock* const clock_;
 
   Mutex mu_;
-  CondVar cv_;
-  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // the sender holds a popped event
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_nanos_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> failed_{0};
-  std::atomic<uint64_t> dropped_{0};
 
-  std::thread thread_;
+  WorkQueue queue_;  // last: its sender stops before the members it uses go
 };
 
 // Cuts `text` to at most `limit` bytes (limit >= 3) at a UTF-8 character boundary, ending it

@@ -1,10 +1,10 @@
 #include "tessera/extender/patch_writer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
 #include <fmt/core.h>
-#include <pthread.h>
 
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
@@ -15,30 +15,17 @@ PatchWriter::PatchWriter(Options options, kube::ApiClient* client, Settle settle
                          StillApplies still_applies)
     : options_(options),
       client_(client),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
       settle_(std::move(settle)),
-      still_applies_(std::move(still_applies)) {
+      still_applies_(std::move(still_applies)),
+      queue_({.name = "sched-patch", .threads = options_.threads}) {
   TESSERA_CHECK(client_ != nullptr);
-  for (int i = 0; i < options_.threads; ++i) {
-    threads_.emplace_back([this] {
-      pthread_setname_np(pthread_self(), "sched-patch");  // for `top -H` and perf
-      WriteLoop();
-    });
-  }
 }
 
-PatchWriter::~PatchWriter() {
-  {
-    MutexLock l(&mu_);
-    stopping_ = true;  // the writers empty the queue first
-    work_cv_.SignalAll();
-  }
-  for (std::thread& t : threads_) {
-    t.join();
-  }
-}
+PatchWriter::~PatchWriter() { queue_.Stop(); }  // the writers empty the queue first
 
 void PatchWriter::Submit(Job job) {
-  TESSERA_CHECK(!threads_.empty());
+  TESSERA_CHECK(options_.threads > 0);
   // The pod's earlier patch (a re-filter) lands first, so the last decision wins.
   (void)Take(job.uid);
   auto slot = std::make_shared<Slot>();
@@ -46,9 +33,9 @@ void PatchWriter::Submit(Job job) {
   {
     MutexLock l(&mu_);
     slots_[job.uid] = slot;
-    queue_.push_back(Queued{std::move(job), std::move(slot), absl::Now()});
   }
-  work_cv_.Signal();  // one writer is enough; after the unlock, which it needs
+  Queued q{std::move(job), std::move(slot), clock_->Now()};
+  TESSERA_CHECK(queue_.Push([this, q = std::move(q)]() mutable { WriteQueued(std::move(q)); }));
 }
 
 absl::StatusOr<kube::Pod> PatchWriter::Write(const Job& job) { return WriteAndSettle(job); }
@@ -93,43 +80,28 @@ absl::StatusOr<kube::Pod> PatchWriter::WriteAndSettle(const Job& job) {
   return patched;
 }
 
-void PatchWriter::WriteLoop() {
-  for (;;) {
-    Queued q;
-    size_t backlog = 0;
-    {
-      MutexLock l(&mu_);
-      while (queue_.empty() && !stopping_) {
-        work_cv_.Wait(&mu_);
-      }
-      if (queue_.empty()) {
-        return;
-      }
-      q = std::move(queue_.front());
-      queue_.pop_front();
-      backlog = queue_.size();
-    }
-    const absl::Time started = absl::Now();
-    absl::StatusOr<kube::Pod> patched = WriteAndSettle(q.job);
-    // Where a bind's wait for its patch goes: the queue (too few writers) or the write itself
-    // (the client's rate limiter and the round trip; the transport's --v 3 log splits those).
-    TESSERA_VLOG(2, "patch of {}/{}: queued {}, written in {} ({} more queued)", q.job.ns,
-                 q.job.name, absl::FormatDuration(started - q.queued),
-                 absl::FormatDuration(absl::Now() - started), backlog);
-    if (!patched.ok()) {
-      TESSERA_LOG(kWarning, "filter of {}/{}: {} (its bind will fail and be retried)", q.job.ns,
-                  q.job.name, std::string(patched.status().message()));
-    }
-    MutexLock l(&mu_);
-    if (patched.ok()) {
-      q.slot->pod = *std::move(patched);
-    } else {
-      q.slot->code = patched.status().code();
-      q.slot->message = std::string(patched.status().message());
-    }
-    q.slot->done = true;
-    done_cv_.SignalAll();
+void PatchWriter::WriteQueued(Queued q) {
+  const size_t backlog = queue_.size();
+  const absl::Time started = clock_->Now();
+  absl::StatusOr<kube::Pod> patched = WriteAndSettle(q.job);
+  // Where a bind's wait for its patch goes: the queue (too few writers) or the write itself
+  // (the client's rate limiter and the round trip; the transport's --v 3 log splits those).
+  TESSERA_VLOG(2, "patch of {}/{}: queued {}, written in {} ({} more queued)", q.job.ns, q.job.name,
+               absl::FormatDuration(started - q.queued),
+               absl::FormatDuration(clock_->Now() - started), backlog);
+  if (!patched.ok()) {
+    TESSERA_LOG(kWarning, "filter of {}/{}: {} (its bind will fail and be retried)", q.job.ns,
+                q.job.name, std::string(patched.status().message()));
   }
+  MutexLock l(&mu_);
+  if (patched.ok()) {
+    q.slot->pod = *std::move(patched);
+  } else {
+    q.slot->code = patched.status().code();
+    q.slot->message = std::string(patched.status().message());
+  }
+  q.slot->done = true;
+  done_cv_.SignalAll();
 }
 
 std::optional<PatchWriter::Landed> PatchWriter::Take(const std::string& uid) {
@@ -139,13 +111,16 @@ std::optional<PatchWriter::Landed> PatchWriter::Take(const std::string& uid) {
     return std::nullopt;
   }
   std::shared_ptr<Slot> slot = it->second;
-  const absl::Time deadline = absl::Now() + options_.wait;
+  const absl::Time deadline = clock_->Now() + options_.wait;
   while (!slot->done) {
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - clock_->Now();
     if (left <= absl::ZeroDuration()) {
       return Landed{};  // still in flight: the caller reports it
     }
-    done_cv_.WaitFor(&mu_, absl::ToChronoMilliseconds(left) + std::chrono::milliseconds(1));
+    // A fake clock moves without notifying anyone: look at it often.
+    const absl::Duration step =
+        clock_ == Clock::Real() ? left : std::min(left, absl::Milliseconds(10));
+    done_cv_.WaitFor(&mu_, absl::ToChronoMilliseconds(step) + std::chrono::milliseconds(1));
   }
   bool consumed = false;  // this call removed the slot: the pod is moved out, not copied
   if (auto again = slots_.find(uid); again != slots_.end() && again->second == slot) {

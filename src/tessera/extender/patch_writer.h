@@ -35,20 +35,19 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+#include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
+#include "tessera/base/work_queue.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/objects.h"
 
@@ -59,6 +58,7 @@ class PatchWriter {
   struct Options {
     int threads = 4;  // writers for Submit; 0: Submit must not be used (only Write)
     absl::Duration wait = absl::Seconds(30);  // how long Take and Submit wait for a patch
+    Clock* clock = nullptr;                   // for `wait` and the timing log; nullptr: real
   };
   // One filter's patch of one pod.
   struct Job {
@@ -108,24 +108,21 @@ class PatchWriter {
     std::shared_ptr<Slot> slot;
     absl::Time queued;  // when Submit queued it (for the --v 2 timing log)
   };
-  void WriteLoop();
+  void WriteQueued(Queued q);
   absl::StatusOr<kube::Pod> WriteAndSettle(const Job& job);
   absl::StatusOr<kube::Pod> WritePatch(const Job& job);
 
   const Options options_;
   kube::ApiClient* const client_;
+  Clock* const clock_;
   const Settle settle_;
   const StillApplies still_applies_;
 
   Mutex mu_;
-  // Two conditions: a finished patch wakes only those waiting for one, a new job one writer.
-  CondVar work_cv_;  // queue_ non-empty, or stopping_
   CondVar done_cv_;  // some slot became done
   // uid → the pod's latest patch (pending, or done and not yet taken).
   absl::flat_hash_map<std::string, std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
-  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
+  WorkQueue queue_;  // last: its writers stop before the members they use go
 };
 
 }  // namespace tessera::extender

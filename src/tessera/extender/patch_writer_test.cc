@@ -2,6 +2,7 @@
 #include "tessera/extender/patch_writer.h"
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <utility>
@@ -10,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
 #include "tessera/testing/apisim_env.h"
 #include "tessera/testing/gate_transport.h"
@@ -169,6 +171,32 @@ TEST_F(PatchWriterTest, TakeGivesUpAfterTheWaitAndThePatchStaysForALaterTake) {
   ASSERT_TRUE(later.has_value());
   EXPECT_TRUE(later->done);
   EXPECT_TRUE(later->status.ok());
+}
+
+// The wait is measured on the writer's clock: a test drives it instead of sleeping it out.
+TEST_F(PatchWriterTest, TakeGivesUpWhenItsClockPassesTheWait) {
+  FakeClock clock;
+  PatchWriter writer({.threads = 1, .wait = absl::Hours(1), .clock = &clock}, gated_.get(),
+                     Record());
+  PatchWriter::Job job = Job("p1", "n1");
+  const std::string uid = job.uid;
+  writer.Submit(std::move(job));
+  gate_->WaitHeld(1);
+  std::optional<PatchWriter::Landed> early;
+  std::atomic<bool> returned{false};
+  std::thread take([&] {
+    early = writer.Take(uid);
+    returned = true;
+  });
+  // Each step passes any deadline Take set before it (an hour of real time would end the test).
+  while (!returned.load()) {
+    clock.Advance(absl::Hours(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  take.join();
+  ASSERT_TRUE(early.has_value());
+  EXPECT_FALSE(early->done);
+  gate_->Open();
 }
 
 TEST_F(PatchWriterTest, DropLandedForgetsOnlyOldLandedPatches) {

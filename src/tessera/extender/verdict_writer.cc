@@ -2,30 +2,20 @@
 
 #include <utility>
 
-#include <pthread.h>
-
 #include "tessera/base/logging.h"
 #include "tessera/device/annotations.h"
 
 namespace tessera::extender {
 
 VerdictWriter::VerdictWriter(Options options, kube::ApiClient* client, EventRecorder* events)
-    : options_(options), client_(client), events_(events) {
+    : options_(options),
+      client_(client),
+      events_(events),
+      queue_({.name = "sched-verdict", .threads = 1, .on_stop = WorkQueue::OnStop::kDiscard}) {
   TESSERA_CHECK(client_ != nullptr && events_ != nullptr);
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "sched-verdict");
-    WriteLoop();
-  });
 }
 
-VerdictWriter::~VerdictWriter() {
-  {
-    MutexLock l(&mu_);
-    stopping_ = true;
-    cv_.SignalAll();
-  }
-  thread_.join();
-}
+VerdictWriter::~VerdictWriter() { queue_.Stop(); }  // drops what is queued
 
 bool VerdictWriter::Offer(const kube::ObjectMeta& pod, std::string_view resource_version,
                           std::string_view reason, std::string json) {
@@ -41,7 +31,7 @@ bool VerdictWriter::Offer(const kube::ObjectMeta& pod, std::string_view resource
     if (it == pods_.end()) {
       if (pods_.size() >= options_.max_pods && !pods_.empty()) {
         const std::string evicted = pods_.begin()->first;
-        jobs_.erase(evicted);  // its place in order_ is skipped by the writer
+        jobs_.erase(evicted);  // its queued WriteJob finds nothing
         pods_.erase(pods_.begin());
       }
       it = pods_.emplace(pod.uid, Entry{}).first;
@@ -55,10 +45,10 @@ bool VerdictWriter::Offer(const kube::ObjectMeta& pod, std::string_view resource
                       .json = json,
                       .hash = hash};
     if (added) {
-      order_.push_back(pod.uid);
+      // Under the lock, so that the uids' writes keep the order of their first offers.
+      (void)queue_.Push([this, uid = pod.uid] { WriteJob(uid); });
     }
   }
-  cv_.SignalAll();
   events_->Record(pod, "FilteringFailed", std::move(json), EventType::kWarning);
   return true;
 }
@@ -107,12 +97,7 @@ VerdictWriter::Counts VerdictWriter::counts() const {
   return counts_;
 }
 
-void VerdictWriter::Flush() {
-  MutexLock l(&mu_);
-  while (!jobs_.empty() || busy_) {
-    cv_.Wait(&mu_);
-  }
-}
+void VerdictWriter::Flush() { queue_.Flush(); }
 
 absl::StatusOr<kube::Pod> VerdictWriter::WriteOnce(const Job& job, kube::MetadataPatch* patch) {
   absl::StatusOr<kube::Pod> patched = client_->PatchPodMetadata(job.ns, job.name, *patch);
@@ -141,50 +126,35 @@ absl::StatusOr<kube::Pod> VerdictWriter::WriteOnce(const Job& job, kube::Metadat
   return client_->PatchPodMetadata(job.ns, job.name, *patch);
 }
 
-void VerdictWriter::WriteLoop() {
-  for (;;) {
-    Job job;
-    {
-      MutexLock l(&mu_);
-      for (;;) {
-        while (!order_.empty() && !jobs_.contains(order_.front())) {
-          order_.pop_front();  // forgotten or evicted
-        }
-        if (!order_.empty() || stopping_) {
-          break;
-        }
-        cv_.Wait(&mu_);
-      }
-      if (stopping_) {
-        return;
-      }
-      auto node = jobs_.extract(order_.front());
-      order_.pop_front();
-      job = std::move(node.mapped());
-      busy_ = true;
-    }
-    kube::MetadataPatch patch;
-    patch.annotations.emplace_back(std::string(device::kVerdictAnnotation), job.json);
-    patch.uid = job.uid;
-    if (!job.resource_version.empty()) {
-      patch.resource_version = job.resource_version;
-    }
-    absl::StatusOr<kube::Pod> patched = WriteOnce(job, &patch);
+void VerdictWriter::WriteJob(const std::string& uid) {
+  Job job;
+  {
     MutexLock l(&mu_);
-    busy_ = false;
-    if (patched.ok()) {
-      ++counts_.written;
-    } else {
-      ++counts_.failed;
-      TESSERA_VLOG(2, "verdict of pod {}/{} not written: {}", job.ns, job.name,
-                   std::string(patched.status().message()));
-      // Written again by the pod's next filter, unless a newer verdict is on its way already.
-      if (auto it = pods_.find(job.uid);
-          it != pods_.end() && it->second.hash == job.hash && !jobs_.contains(job.uid)) {
-        pods_.erase(it);
-      }
+    auto node = jobs_.extract(uid);
+    if (node.empty()) {
+      return;  // forgotten, evicted, or written by an earlier WriteJob of the uid
     }
-    cv_.SignalAll();
+    job = std::move(node.mapped());
+  }
+  kube::MetadataPatch patch;
+  patch.annotations.emplace_back(std::string(device::kVerdictAnnotation), job.json);
+  patch.uid = job.uid;
+  if (!job.resource_version.empty()) {
+    patch.resource_version = job.resource_version;
+  }
+  absl::StatusOr<kube::Pod> patched = WriteOnce(job, &patch);
+  MutexLock l(&mu_);
+  if (patched.ok()) {
+    ++counts_.written;
+  } else {
+    ++counts_.failed;
+    TESSERA_VLOG(2, "verdict of pod {}/{} not written: {}", job.ns, job.name,
+                 std::string(patched.status().message()));
+    // Written again by the pod's next filter, unless a newer verdict is on its way already.
+    if (auto it = pods_.find(job.uid);
+        it != pods_.end() && it->second.hash == job.hash && !jobs_.contains(job.uid)) {
+      pods_.erase(it);
+    }
   }
 }
 

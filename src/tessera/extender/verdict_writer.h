@@ -30,16 +30,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 
 #include "tessera/base/mutex.h"
+#include "tessera/base/work_queue.h"
 #include "tessera/extender/event_recorder.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/objects.h"
@@ -93,7 +92,8 @@ class VerdictWriter {
     std::string ns, name, uid, resource_version, json;
     uint64_t hash = 0;
   };
-  void WriteLoop();
+  // Writes the pod's queued verdict, if it still has one.
+  void WriteJob(const std::string& uid);
   // The patch; after a 409 (the pod changed) once more at the pod's new version while it is
   // pending and the job is its latest verdict.
   absl::StatusOr<kube::Pod> WriteOnce(const Job& job, kube::MetadataPatch* patch);
@@ -103,15 +103,12 @@ class VerdictWriter {
   EventRecorder* const events_;
 
   mutable Mutex mu_;
-  CondVar cv_;
   absl::flat_hash_map<std::string, Entry> pods_ ABSL_GUARDED_BY(mu_);
-  // uid → its queued write, and the order of the uids (a uid appears once).
+  // uid → its queued write. queue_ holds a WriteJob(uid) per uid added here; one finding no
+  // job (forgotten, evicted, or taken by an earlier WriteJob of the uid) does nothing.
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Counts counts_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
+  WorkQueue queue_;  // last: its writer stops before the members it uses go
 };
 
 }  // namespace tessera::extender

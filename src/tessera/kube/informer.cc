@@ -100,10 +100,13 @@ void Informer<T>::Wake() {
 
 template <typename T>
 bool Informer<T>::WaitForSync(absl::Duration timeout) const {
-  const absl::Time deadline = absl::Now() + timeout;
+  // Real time, not options_.clock: the sync comes from the API server, which a fake clock does
+  // not pace.
+  Clock* const real = Clock::Real();
+  const absl::Time deadline = real->Now() + timeout;
   MutexLock lock(&sync_mu_);
   while (!HasSynced()) {
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - real->Now();
     if (left <= absl::ZeroDuration()) {
       return false;
     }

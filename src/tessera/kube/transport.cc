@@ -316,6 +316,7 @@ struct Transfer {
   curl_slist* connect_to = nullptr;
   char errbuf[CURL_ERROR_SIZE] = {};
   Response response;
+  Clock* clock = nullptr;     // the transport's; set before the transfer starts
   absl::Time last_activity;   // last header or body byte (the stall watchdog)
   bool opened = false;        // on_open was called (2xx stream)
   bool error_stream = false;  // non-2xx stream: body buffered for the error
@@ -359,7 +360,7 @@ void RecordConnectionInfo(Transfer* t) {
 size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t len = size * n;
-  t->last_activity = absl::Now();
+  t->last_activity = t->clock->Now();
   std::string_view line(data, len);
   if (line.rfind("HTTP/", 0) == 0) {
     // A new response (after 1xx or a redirect): only the last one's headers count.
@@ -404,7 +405,7 @@ size_t OnWrite(char* data, size_t size, size_t n, void* user) {
   if (t->cancelled->load(std::memory_order_acquire)) {
     return 0;  // Aborts the transfer with CURLE_WRITE_ERROR.
   }
-  t->last_activity = absl::Now();
+  t->last_activity = t->clock->Now();
   if (t->streaming && t->opened) {
     if (t->handlers.on_data) {
       t->handlers.on_data(std::string_view(data, len));
@@ -510,6 +511,7 @@ class CurlTransport::Loop {
   StreamId Submit(std::unique_ptr<Transfer> t) {
     const StreamId id = next_id_.fetch_add(1, std::memory_order_relaxed);
     t->id = id;
+    t->clock = options_.clock;
     {
       MutexLock lock(&mu_);
       live_.emplace(id, t->cancelled);
@@ -598,13 +600,13 @@ class CurlTransport::Loop {
         if (wait <= absl::ZeroDuration()) {
           Start(std::move(t));
         } else {
-          delayed_.emplace(absl::Now() + wait, std::move(t));
+          delayed_.emplace(options_.clock->Now() + wait, std::move(t));
         }
       }
       for (StreamId id : cancels) {
         CancelNow(id);
       }
-      const absl::Time now = absl::Now();
+      const absl::Time now = options_.clock->Now();
       while (!delayed_.empty() && delayed_.begin()->first <= now) {
         std::unique_ptr<Transfer> t = std::move(delayed_.begin()->second);
         delayed_.erase(delayed_.begin());
@@ -637,7 +639,8 @@ class CurlTransport::Loop {
         timeout_ms = max_wait;
       }
       if (!delayed_.empty()) {
-        const int64_t until = absl::ToInt64Milliseconds(delayed_.begin()->first - absl::Now()) + 1;
+        const int64_t until =
+            absl::ToInt64Milliseconds(delayed_.begin()->first - options_.clock->Now()) + 1;
         timeout_ms = std::clamp<long>(static_cast<long>(until), 0, timeout_ms);  // NOLINT
       }
       curl_multi_poll(multi_, nullptr, 0, static_cast<int>(timeout_ms), nullptr);
@@ -677,7 +680,7 @@ class CurlTransport::Loop {
   // fires several seconds late; this one is exact to the loop's 100 ms wake-up. Returns whether
   // any open stream has a watchdog.
   bool CheckStalls() {
-    const absl::Time now = absl::Now();
+    const absl::Time now = options_.clock->Now();
     bool watching = false;
     std::vector<StreamId> stalled;
     for (const auto& [id, t] : active_) {
@@ -734,7 +737,7 @@ class CurlTransport::Loop {
       return;
     }
     const StreamId id = t->id;
-    t->last_activity = absl::Now();
+    t->last_activity = options_.clock->Now();
     active_.emplace(id, std::move(t));
   }
 
@@ -745,8 +748,9 @@ class CurlTransport::Loop {
       TESSERA_VLOG(3, "{} {}: client rate limiter wait {}", request.method, PathOnly(request.path),
                    absl::FormatDuration(wait));
       MutexLock lock(&mu_);
-      const absl::Time until = absl::Now() + wait;
-      for (absl::Time now = absl::Now(); !stopping_ && now < until; now = absl::Now()) {
+      const absl::Time until = options_.clock->Now() + wait;
+      for (absl::Time now = options_.clock->Now(); !stopping_ && now < until;
+           now = options_.clock->Now()) {
         performing_cv_.WaitFor(&mu_, absl::ToChronoNanoseconds(until - now));
       }
       if (stopping_) {
@@ -756,6 +760,7 @@ class CurlTransport::Loop {
     }
     auto t = std::make_unique<Transfer>();
     t->request = std::move(request);
+    t->clock = options_.clock;
     {
       MutexLock lock(&mu_);
       if (!idle_easy_.empty()) {

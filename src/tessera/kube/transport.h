@@ -209,7 +209,7 @@ absl::StatusOr<Response> Do(Transport& transport, const Request& request,
 class CurlTransport : public Transport {
  public:
   struct Options {
-    // The clock of the rate limiter.
+    // Every time the transport reads: the rate limiter, its delays, the stall watchdog.
     Clock* clock = Clock::Real();
     std::string user_agent = "tessera/0.1";
     // Upper bound on connections to the server (CURLMOPT_MAX_HOST_CONNECTIONS); requests beyond

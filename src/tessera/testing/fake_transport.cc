@@ -3,6 +3,8 @@
 #include <chrono>
 #include <utility>
 
+#include "tessera/base/clock.h"
+
 namespace tessera::kube {
 
 FakeTransport::~FakeTransport() = default;
@@ -60,10 +62,11 @@ std::vector<Request> FakeTransport::pending() const {
 }
 
 bool FakeTransport::WaitForPending(size_t n, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  Clock* const clock = Clock::Real();  // the test's threads answer in real time
+  const absl::Time deadline = clock->Now() + timeout;
   MutexLock lock(&mu_);
   while (pending_.size() < n) {
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - clock->Now();
     if (left <= absl::ZeroDuration()) {
       return false;
     }
@@ -112,10 +115,11 @@ std::optional<Request> FakeTransport::stream_request(StreamId id) const {
 }
 
 StreamId FakeTransport::WaitForStream(size_t seen, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  Clock* const clock = Clock::Real();  // the test's threads answer in real time
+  const absl::Time deadline = clock->Now() + timeout;
   MutexLock lock(&mu_);
   while (streams_.size() <= seen) {
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - clock->Now();
     if (left <= absl::ZeroDuration()) {
       return 0;
     }
