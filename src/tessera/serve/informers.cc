@@ -12,10 +12,10 @@ namespace tessera::serve {
 namespace {
 
 template <typename T>
-typename kube::Informer<T>::Options InformerOptions(std::string name, Clock* clock,
+typename kube::Informer<T>::Options InformerOptions(std::string_view name, Clock* clock,
                                                     absl::Duration min_watch_timeout) {
   typename kube::Informer<T>::Options options;
-  options.name = std::move(name);
+  options.name = std::string(name);
   options.reflector.min_watch_timeout = min_watch_timeout;
   options.clock = clock;
   return options;
