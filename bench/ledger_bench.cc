@@ -6,7 +6,7 @@
 //   BM_ReserveRelease     Reserve then Release a two-GPU pod (filter + failed bind); items = 2.
 //   BM_Snapshot500        Snapshot of 500 random candidate nodes (what one /filter reads).
 //   BM_Snapshot500_ColdCaches  The same with 4 MiB written between snapshots (untimed).
-//   BM_SnapshotDecide500  The same snapshot and then the decision over it for a one-GPU pod:
+//   BM_SnapshotDecide500  The same snapshot and then the decision cycle over it for a one-GPU pod:
 //                         the part of a /filter that reads the cluster (the decision's loads of
 //                         each node's device list are cache misses after the snapshot).
 //   BM_MemoryPerRecord    Builds a fresh ledger of 100,000 records and reports heap bytes per
@@ -30,9 +30,9 @@
 #include "cold_caches.h"
 #include <malloc.h>
 
+#include "tessera/cycle/cycle.h"
 #include "tessera/ledger/heap_counter.h"
 #include "tessera/ledger/ledger.h"
-#include "tessera/schedule/score.h"
 #include "tessera/testing/ledger_cluster.h"
 
 namespace tessera::ledger {
@@ -189,17 +189,20 @@ void BM_SnapshotDecide500(benchmark::State& state) {
   one.memreq = 1000;
   one.coresreq = 10;
   request.containers.push_back(one);
+  const kube::Pod pod;
+  const device::PodConstraints constraints;
+  const cycle::Config config{.node_policy = device::NodePolicy::kSpread};
   size_t s = 0;
   for (auto _ : state) {
     const std::vector<std::string_view>& names = candidate_sets[s];
-    std::vector<std::optional<device::NodeSnapshot>> snaps = c.ledger.Snapshot(names);
     std::vector<schedule::Candidate> candidates(names.size());
     for (size_t i = 0; i < names.size(); ++i) {
       candidates[i].name = std::string(names[i]);
-      candidates[i].snapshot = std::move(snaps[i]);
     }
-    schedule::Decision d = schedule::Decide(candidates, request, device::PodConstraints{},
-                                            device::NodePolicy::kSpread, device::GpuPolicy{});
+    cycle::Result d = cycle::Run(
+        config,
+        {.pod = &pod, .request = &request, .constraints = &constraints, .ledger = &c.ledger},
+        &candidates);
     benchmark::DoNotOptimize(d);
     s = (s + 1) % candidate_sets.size();
   }

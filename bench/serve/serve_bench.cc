@@ -24,6 +24,7 @@
 #include "tessera/apisim/server.h"
 #include "tessera/base/logging.h"
 #include "tessera/base/status_macros.h"
+#include "tessera/cycle/cycle.h"
 #include "tessera/device/codec.h"
 #include "tessera/device/vendor.h"
 #include "tessera/kube/decode.h"
@@ -526,8 +527,11 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
       }
     }
     TESSERA_ASSIGN_OR_RETURN(kube::Pod pod, kube::DecodePod(pending[0].json));
-    TESSERA_ASSIGN_OR_RETURN(device::PodRequest request, vendor->DecodeRequest(pod));
-    TESSERA_ASSIGN_OR_RETURN(device::PodConstraints constraints, vendor->DecodeConstraints(pod));
+    const cycle::Decoded decoded = cycle::Decode(*vendor, pod, cycle::DecodeMode::kStrict);
+    if (decoded.code == cycle::DecodeCode::kError) {
+      return decoded.error;
+    }
+    const cycle::Config config{.node_policy = serve_options.node_policy};
     std::vector<double> latencies;
     const double baseline_cpu0 = ThreadCpuSeconds();
     for (int call = 0; call < o.baseline_calls; ++call) {
@@ -535,17 +539,18 @@ absl::StatusOr<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
       const SteadyClock::time_point t0 = SteadyClock::now();
       std::unique_ptr<ledger::Ledger> ledger =
           ledger::Ledger::Recompute(registrations, allocations, {});
-      std::vector<std::string_view> views(names.begin(), names.end());
-      std::vector<std::optional<device::NodeSnapshot>> snapshots = ledger->Snapshot(views);
-      std::vector<schedule::Candidate> list;
-      list.reserve(names.size());
+      std::vector<schedule::Candidate> list(names.size());
       for (size_t i = 0; i < names.size(); ++i) {
-        list.push_back({names[i], std::move(snapshots[i])});
+        list[i].name = names[i];
       }
-      schedule::Decision d = schedule::Decide(list, request, constraints, serve_options.node_policy,
-                                              device::GpuPolicy{});
+      const cycle::Result d = cycle::Run(config,
+                                         {.pod = &pod,
+                                          .request = &decoded.request,
+                                          .constraints = &decoded.constraints,
+                                          .ledger = ledger.get()},
+                                         &list);
       latencies.push_back(Ms(SteadyClock::now() - t0));
-      if (!d.winner) {
+      if (!d.decision.winner) {
         return absl::InternalError("bench serve: the baseline found no node");
       }
     }

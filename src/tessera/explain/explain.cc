@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/accounting/projection.h"
-#include "tessera/base/status_macros.h"
+#include "tessera/cycle/cycle.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/codec.h"
 #include "tessera/ledger/ledger.h"
@@ -37,8 +37,13 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
   ExplainResult result;
   result.pod = input.pod.Key();
 
-  TESSERA_ASSIGN_OR_RETURN(device::PodRequest request, vendor.DecodeRequest(input.pod));
-  TESSERA_ASSIGN_OR_RETURN(device::PodConstraints constraints, vendor.DecodeConstraints(input.pod));
+  // Strict: a malformed annotation is reported even for a pod that asks for no device.
+  const cycle::Decoded asks = cycle::Decode(vendor, input.pod, cycle::DecodeMode::kStrict);
+  if (asks.code == cycle::DecodeCode::kError) {
+    return asks.error;
+  }
+  const device::PodRequest& request = asks.request;
+  const device::PodConstraints& constraints = asks.constraints;
   const device::NodePolicy node_policy = constraints.node_policy.value_or(input.node_policy);
   const device::GpuPolicy gpu_policy = constraints.gpu_policy.value_or(input.gpu_policy);
   result.node_policy = device::NodePolicyName(node_policy);
@@ -125,29 +130,21 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
                     u.ns, u.name, u.node, u.node));
   }
 
-  std::vector<std::string_view> names;
-  names.reserve(input.nodes.size());
-  for (const kube::Node& node : input.nodes) {
-    names.push_back(node.meta.name);
-  }
-  std::vector<std::optional<device::NodeSnapshot>> snapshots = ledger.Snapshot(names);
   std::vector<schedule::Candidate> candidates(input.nodes.size());
   for (size_t i = 0; i < input.nodes.size(); ++i) {
     candidates[i].name = input.nodes[i].meta.name;
-    candidates[i].snapshot = std::move(snapshots[i]);
   }
   accounting::QuotaBook quotas(input.quota_names);
   quotas.Replace(input.quotas);
   for (const std::string& skipped : quotas.Skipped()) {
     result.warnings.push_back(fmt::format("quota value skipped (not a whole number): {}", skipped));
   }
-  const schedule::NamespaceQuota quota = quotas.Quota(input.pod.meta.ns, ledger);
-  schedule::Decision decision =
-      schedule::Decide(candidates, request, constraints, input.node_policy, input.gpu_policy,
-                       quota.Limited() ? &quota : nullptr);
-  if (decision.quota_miss) {
-    result.quota = schedule::QuotaMissText(quota, *decision.quota_miss);
-  }
+  const cycle::Result run = cycle::Run(
+      {.node_policy = input.node_policy, .gpu_policy = input.gpu_policy, .quotas = &quotas},
+      {.pod = &input.pod, .request = &request, .constraints = &constraints, .ledger = &ledger},
+      &candidates);
+  const schedule::Decision& decision = run.decision;
+  result.quota = run.diagnosis.quota;
   result.no_request = decision.no_request;
   for (size_t i = 0; i < decision.nodes.size(); ++i) {
     const schedule::NodeResult& r = decision.nodes[i];

@@ -64,21 +64,6 @@ using internal::NotPending;
 
 }  // namespace
 
-FailedNode FailedNodeOf(std::string_view name, const schedule::NodeResult& r) {
-  FailedNode f;
-  f.node = std::string(name);
-  if (!r.reasons.empty()) {
-    f.parts = r.reasons;
-  } else if (r.reason == schedule::kNodeUnregistered) {
-    f.failure = NodeFailure::kUnregistered;
-  } else if (r.reason == schedule::kNodeUsageUnavailable) {
-    f.failure = NodeFailure::kUsageUnavailable;
-  } else if (r.reason.starts_with(schedule::kNodeBlockedReasonPrefix)) {
-    f.failure = NodeFailure::kBlocked;
-  }
-  return f;
-}
-
 std::string_view FilterCodeName(FilterCode code) {
   switch (code) {
     case FilterCode::kFit:
@@ -91,20 +76,6 @@ std::string_view FilterCodeName(FilterCode code) {
       return "error";
   }
   return "error";
-}
-
-std::string_view NodeFailureLabel(NodeFailure failure) {
-  switch (failure) {
-    case NodeFailure::kDevices:
-      return "";
-    case NodeFailure::kUnregistered:
-      return schedule::kNodeUnregistered;
-    case NodeFailure::kUsageUnavailable:
-      return schedule::kNodeUsageUnavailable;
-    case NodeFailure::kBlocked:
-      return schedule::kNodeBlockedReasonPrefix;
-  }
-  return "";
 }
 
 namespace {
@@ -176,8 +147,7 @@ Scheduler::~Scheduler() = default;
 
 void Scheduler::OfferVerdict(const kube::Pod& pod, const device::PodRequest& request,
                              const std::vector<schedule::Candidate>& candidates,
-                             const std::vector<FailedNode>& failed,
-                             std::string_view checked_version, std::string_view quota) {
+                             const cycle::Diagnosis& diagnosis, std::string_view checked_version) {
   if (!options_.verdicts || (options_.is_leader && !options_.is_leader())) {
     return;
   }
@@ -185,13 +155,11 @@ void Scheduler::OfferVerdict(const kube::Pod& pod, const device::PodRequest& req
   if (options_.node_lock) {
     lock_of = [this](std::string_view node) { return options_.node_lock(node).lock; };
   }
-  Verdict verdict = BuildVerdict({.request = &request,
-                                  .candidates = candidates,
-                                  .failed = &failed,
-                                  .ledger = ledger_,
-                                  .lock_of = std::move(lock_of),
-                                  .withheld = options_.withheld});
-  verdict.quota = std::string(quota);
+  const Verdict verdict = BuildVerdict(diagnosis, {.request = &request,
+                                                   .candidates = candidates,
+                                                   .ledger = ledger_,
+                                                   .lock_of = std::move(lock_of),
+                                                   .withheld = options_.withheld});
   verdicts_.Offer(pod.meta, checked_version, verdict.reason, EncodeVerdict(verdict));
 }
 
@@ -249,19 +217,15 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
     return result;
   };
 
-  absl::StatusOr<device::PodRequest> request = options_.vendor->DecodeRequest(*decided);
-  if (!request.ok()) {
-    return fail(request.status());
+  cycle::Decoded decoded = cycle::Decode(*options_.vendor, *decided, cycle::DecodeMode::kFilter);
+  if (decoded.code == cycle::DecodeCode::kError) {
+    return fail(decoded.error);
   }
-  if (request->Empty()) {
+  if (decoded.code == cycle::DecodeCode::kPassThrough) {
     return pass_through();
   }
-  absl::StatusOr<device::PodConstraints> constraints = options_.vendor->DecodeConstraints(*decided);
-  if (!constraints.ok()) {
-    return fail(constraints.status());
-  }
   if (simulated) {
-    return FilterNodes(args, *request, *constraints, &out);
+    return FilterNodes(args, *decided, decoded, &out);
   }
   if (decided->meta.uid.empty()) {
     return fail(absl::InvalidArgumentError(
@@ -274,64 +238,54 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   if (decided != &*stored) {
     // The cache did not have it: the API server's copy, read by the check, decides.
     decided = &*stored;
-    request = options_.vendor->DecodeRequest(*decided);
-    if (!request.ok()) {
-      return fail(request.status());
-    }
-    constraints = options_.vendor->DecodeConstraints(*decided);
-    if (!constraints.ok()) {
-      return fail(constraints.status());
+    decoded = cycle::Decode(*options_.vendor, *decided, cycle::DecodeMode::kStrict);
+    if (decoded.code == cycle::DecodeCode::kError) {
+      return fail(decoded.error);
     }
   }
-  out.stale_body = !SameAsks(options_.vendor->DecodeRequest(args.pod), *request) ||
+  out.stale_body = !SameAsks(options_.vendor->DecodeRequest(args.pod), decoded.request) ||
                    options_.vendor->DecodeConstraints(args.pod).value_or(
-                       device::PodConstraints()) != *constraints;
+                       device::PodConstraints()) != decoded.constraints;
   if (out.stale_body) {
     TESSERA_LOGS(kWarning,
                  "Filter request's pod asks for other devices than the stored pod of its uid; "
                  "deciding on the stored pod",
                  "pod", decided->Key(), "uid", decided->meta.uid);
   }
-  if (request->Empty()) {
+  if (decoded.request.Empty()) {
     return pass_through();  // the body claimed a device the stored pod does not ask for
   }
 
-  const std::vector<std::string> names = CandidateNames(args);
-  std::vector<std::string_view> views(names.begin(), names.end());
+  std::vector<std::string> names = CandidateNames(args);
   const absl::Time now = clock_->Now();
   std::vector<schedule::Candidate> candidates(names.size());
   const BusyNodes::Pod asking{decided->meta.uid, decided->meta.ns, decided->meta.name};
   for (size_t i = 0; i < names.size(); ++i) {
-    candidates[i].name = names[i];
     candidates[i].busy = options_.avoid_busy_nodes && busy_.Busy(names[i], asking, now);
+    candidates[i].name = std::move(names[i]);
   }
-  schedule::Decision decision;
-  schedule::NamespaceQuota quota;
+  cycle::Result run;
+  const schedule::Decision& decision = run.decision;
   uint64_t seq = 0;
   {
     MutexLock l(&decide_mu_);
     // The pod's earlier decision no longer holds: it must not compete with itself.
     ledger_->Release(decided->meta.uid);
     filter_seq_.erase(decided->meta.uid);
-    std::vector<std::optional<device::NodeSnapshot>> snapshots = ledger_->Snapshot(views);
-    for (size_t i = 0; i < names.size(); ++i) {
-      candidates[i].snapshot = std::move(snapshots[i]);
-    }
-    // Under the same lock as the devices: concurrent filters of one namespace see each other's
-    // reservations in its usage, so together they cannot pass its quota.
-    if (quotas_ != nullptr) {
-      quota = quotas_->Quota(decided->meta.ns, *ledger_);
-    }
-    decision = schedule::Decide(candidates, *request, *constraints, options_.node_policy,
-                                options_.gpu_policy, quota.Limited() ? &quota : nullptr);
+    // Snapshot, quota, decide and reserve under one lock: two filters never reserve the same
+    // capacity nor, in one namespace, pass its quota together. Diagnosed after the lock.
+    run = cycle::Run(cycle_config_,
+                     {.pod = decided,
+                      .request = &decoded.request,
+                      .constraints = &decoded.constraints,
+                      .ledger = ledger_,
+                      .reserve_in = ledger_,
+                      .expiry = now + options_.reservation_ttl,
+                      .diagnose = false},
+                     &candidates);
     if (decision.winner) {
-      absl::Status reserved = ledger_->Reserve(
-          decided->meta.uid, decided->meta.ns, decided->meta.name,
-          candidates[*decision.winner].name, decision.devices, now + options_.reservation_ttl,
-          static_cast<int32_t>(request->init_count),
-          device::MigAllocationsOf(decision.devices, decision.mig));
-      if (!reserved.ok()) {
-        return fail(reserved);
+      if (!run.reserved.ok()) {
+        return fail(run.reserved);
       }
       seq = ++next_seq_;
       filter_seq_[decided->meta.uid] = seq;
@@ -344,17 +298,14 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
 
   if (!decision.winner) {
     result.node_names.emplace();
+    cycle::Diagnosis diagnosis = cycle::Diagnose(candidates, decision, run.quota);
     std::map<std::string, std::vector<std::string>> by_reason;  // reason → nodes (for events)
-    for (size_t i = 0; i < decision.nodes.size(); ++i) {
-      const schedule::NodeResult& r = decision.nodes[i];
-      if (r.fit) {
-        continue;
-      }
-      if (result.failed_nodes.insert_or_assign(candidates[i].name, r.reason).second) {
-        out.failed_nodes.push_back(FailedNodeOf(candidates[i].name, r));  // once per node
-      }
+    for (size_t k = 0; k < diagnosis.failed.size(); ++k) {
+      const std::string& node = diagnosis.failed[k].node;
+      const schedule::NodeResult& r = decision.nodes[diagnosis.at[k]];
+      result.failed_nodes.insert_or_assign(node, r.reason);
       for (std::string& key : ReasonKeys(r)) {
-        by_reason[std::move(key)].push_back(candidates[i].name);
+        by_reason[std::move(key)].push_back(node);
       }
     }
     for (auto& [reason, nodes] : by_reason) {
@@ -367,16 +318,17 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       events_.Record(decided->meta, "FilteringFailed", std::move(list).Finish(),
                      EventType::kWarning);
     }
-    if (names.empty()) {
+    if (candidates.empty()) {
       events_.Record(decided->meta, "FilteringFailed", "no candidate nodes", EventType::kWarning);
     }
-    if (decision.quota_miss) {
-      out.quota = schedule::QuotaMissText(quota, *decision.quota_miss);
-      events_.Record(decided->meta, "FilteringFailed", out.quota, EventType::kWarning);
+    if (!diagnosis.quota.empty()) {
+      events_.Record(decided->meta, "FilteringFailed", diagnosis.quota, EventType::kWarning);
     }
-    OfferVerdict(*decided, *request, candidates, out.failed_nodes, *checked_version, out.quota);
+    OfferVerdict(*decided, decoded.request, candidates, diagnosis, *checked_version);
+    out.failed_nodes = std::move(diagnosis.failed);
+    out.quota = std::move(diagnosis.quota);
     out.code = FilterCode::kNoFit;
-    TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", names.size(), "node", "",
+    TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", candidates.size(), "node", "",
                   "outcome", "no node fits");
     return result;
   }
@@ -450,59 +402,48 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   }
   events_.Record(decided->meta, "FilteringSucceed", std::move(fits).Finish(), EventType::kNormal);
   out.code = FilterCode::kFit;
-  TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", names.size(), "fit", fit_count,
-                "node", winner, "devices", DevicesForLog(decision.devices));
+  TESSERA_VLOGS(2, "filter", "pod", decided->Key(), "candidates", candidates.size(), "fit",
+                fit_count, "node", winner, "devices", DevicesForLog(decision.devices));
   return result;
 }
 
-FilterResult Scheduler::FilterNodes(const FilterArgs& args, const device::PodRequest& request,
-                                    const device::PodConstraints& constraints,
-                                    FilterOutcome* outcome) {
+FilterResult Scheduler::FilterNodes(const FilterArgs& args, const kube::Pod& pod,
+                                    const cycle::Decoded& decoded, FilterOutcome* outcome) {
   const std::vector<WireNode>& nodes = *args.nodes;
-  std::vector<std::string_view> views;
-  views.reserve(nodes.size());
-  for (const WireNode& n : nodes) {
-    views.push_back(n.node.meta.name);
-  }
-  std::vector<std::optional<device::NodeSnapshot>> snapshots = ledger_->Snapshot(views);
   std::vector<schedule::Candidate> candidates(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     candidates[i].name = nodes[i].node.meta.name;
-    if (snapshots[i]) {
-      candidates[i].snapshot = std::move(snapshots[i]);
-      continue;
-    }
-    // Not in the ledger (e.g. an autoscaler template node): its own registration, unused.
+  }
+  // Not in the ledger (e.g. an autoscaler template node): its own registration, unused.
+  auto unknown = [&](size_t i) -> std::optional<device::NodeSnapshot> {
     absl::StatusOr<device::NodeDevices> devices = options_.vendor->DecodeNode(nodes[i].node);
-    if (devices.ok()) {
-      device::NodeSnapshot snap;
-      snap.usage.resize(devices->devices.size());
-      snap.devices = std::make_shared<const device::NodeDevices>(*std::move(devices));
-      candidates[i].snapshot = std::move(snap);
+    if (!devices.ok()) {
+      return std::nullopt;
     }
-  }
-  schedule::NamespaceQuota quota;
-  if (quotas_ != nullptr) {
-    quota = quotas_->Quota(args.pod.meta.ns, *ledger_);
-  }
-  schedule::Decision decision =
-      schedule::Decide(candidates, request, constraints, options_.node_policy, options_.gpu_policy,
-                       quota.Limited() ? &quota : nullptr);
+    device::NodeSnapshot snap;
+    snap.usage.resize(devices->devices.size());
+    snap.devices = std::make_shared<const device::NodeDevices>(*std::move(devices));
+    return snap;
+  };
+  cycle::Result run = cycle::Run(cycle_config_,
+                                 {.pod = &pod,
+                                  .request = &decoded.request,
+                                  .constraints = &decoded.constraints,
+                                  .ledger = ledger_,
+                                  .unknown = unknown},
+                                 &candidates);
   FilterResult result;
   result.nodes.emplace();
-  if (decision.winner) {
-    result.nodes->push_back(nodes[*decision.winner].raw);
+  if (run.decision.winner) {
+    result.nodes->push_back(nodes[*run.decision.winner].raw);
     outcome->code = FilterCode::kFit;
     return result;
   }
-  for (size_t i = 0; i < decision.nodes.size(); ++i) {
-    if (!decision.nodes[i].fit) {
-      if (result.failed_nodes.insert_or_assign(candidates[i].name, decision.nodes[i].reason)
-              .second) {
-        outcome->failed_nodes.push_back(FailedNodeOf(candidates[i].name, decision.nodes[i]));
-      }
-    }
+  for (size_t k = 0; k < run.diagnosis.failed.size(); ++k) {
+    result.failed_nodes.emplace(run.diagnosis.failed[k].node,
+                                run.decision.nodes[run.diagnosis.at[k]].reason);
   }
+  outcome->failed_nodes = std::move(run.diagnosis.failed);
   outcome->code = FilterCode::kNoFit;
   return result;
 }

@@ -42,6 +42,7 @@
 #include "tessera/accounting/quota_book.h"
 #include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
+#include "tessera/cycle/cycle.h"
 #include "tessera/device/model.h"
 #include "tessera/device/vendor.h"
 #include "tessera/extender/busy_nodes.h"
@@ -74,26 +75,13 @@ enum class FilterCode : uint8_t {
 // "fit", "no_fit", "pass_through", "error" (logs and tests).
 std::string_view FilterCodeName(FilterCode code);
 
-// Why one candidate node did not fit.
-enum class NodeFailure : uint8_t {
-  kDevices,           // its devices: FailedNode::parts gives the reasons, "1/2 Card..."
-  kUnregistered,      // no device registration: "node unregistered"
-  kUsageUnavailable,  // "node usage unavailable"
-  kBlocked,           // a running pod's allocation does not decode (schedule::NodeBlockedReason)
-};
-inline constexpr size_t kNodeFailureCount = 4;
-// The reason as a bounded label: "node unregistered", "node usage unavailable",
-// schedule::kNodeBlockedReasonPrefix (no pod name); "" for kDevices (its parts name themselves).
-std::string_view NodeFailureLabel(NodeFailure failure);
-
-struct FailedNode {
-  std::string node;
-  NodeFailure failure = NodeFailure::kDevices;
-  schedule::ReasonParts parts;  // kDevices: per reason, how many devices failed for it
-};
-
-// The typed reason of candidate `name` that failed, from the fields schedule::Decide fills.
-FailedNode FailedNodeOf(std::string_view name, const schedule::NodeResult& result);
+// The typed failures of the decision cycle (cycle/diagnosis.h), under the names this library's
+// outcomes, verdicts and metrics have always used.
+using cycle::FailedNode;
+using cycle::FailedNodeOf;
+using cycle::kNodeFailureCount;
+using cycle::NodeFailure;
+using cycle::NodeFailureLabel;
 
 struct FilterOutcome {
   FilterCode code = FilterCode::kError;
@@ -236,8 +224,9 @@ class Scheduler {
   VerdictWriter& verdicts() { return verdicts_; }
 
  private:
-  FilterResult FilterNodes(const FilterArgs& args, const device::PodRequest& request,
-                           const device::PodConstraints& constraints, FilterOutcome* outcome);
+  // A Nodes request (nodeCacheCapable: false): the cycle over the live ledger, nothing reserved.
+  FilterResult FilterNodes(const FilterArgs& args, const kube::Pod& pod,
+                           const cycle::Decoded& decoded, FilterOutcome* outcome);
   // *still_held is set when the binding was refused because the pod is bound already: its
   // reservation then stays (docs/serve.md, "Reservations and bind").
   absl::Status BindManaged(const kube::Pod& pod, const BindArgs& args, BindOutcome* outcome,
@@ -270,12 +259,11 @@ class Scheduler {
   // PatchWriter's settle: ends the filter's reservation when its patch failed (unless a newer
   // filter of the pod replaced it).
   void SettlePatch(const PatchWriter::Job& job, const absl::Status& status);
-  // The verdict of a filter that found no node, offered to verdicts_ (verdict.h); `quota` is
-  // the namespace quota's refusal (FilterOutcome::quota), empty when none refused.
+  // The verdict of a filter that found no node (the cycle's diagnosis), offered to verdicts_
+  // (verdict.h).
   void OfferVerdict(const kube::Pod& pod, const device::PodRequest& request,
                     const std::vector<schedule::Candidate>& candidates,
-                    const std::vector<FailedNode>& failed, std::string_view checked_version,
-                    std::string_view quota);
+                    const cycle::Diagnosis& diagnosis, std::string_view checked_version);
 
   const Options options_;
   ledger::Ledger* const ledger_;
@@ -283,6 +271,8 @@ class Scheduler {
   kube::ApiClient* const client_;
   Clock* const clock_;
   const PodLookup lookup_;
+  // The decision cycle's defaults and quotas (Filter, FilterNodes).
+  const cycle::Config cycle_config_{options_.node_policy, options_.gpu_policy, quotas_};
 
   // Serialises snapshot → decide → reserve (and the bind re-check) across all callers.
   Mutex decide_mu_;

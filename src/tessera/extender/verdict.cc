@@ -427,6 +427,13 @@ Verdict BuildVerdict(const VerdictInput& in) {
   return v;
 }
 
+Verdict BuildVerdict(const cycle::Diagnosis& diagnosis, VerdictInput in) {
+  in.failed = &diagnosis.failed;
+  Verdict v = BuildVerdict(in);
+  v.quota = diagnosis.quota;
+  return v;
+}
+
 std::string EncodeVerdict(const Verdict& v) {
   size_t holders = NearestMiss::kMaxHolders;
   bool lock = true;

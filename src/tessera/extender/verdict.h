@@ -5,8 +5,8 @@
 // device::kVerdictAnnotation and a FilteringFailed event, verdict_writer.h) and that
 // `tessera why` prints. Its fields and the reason vocabulary: docs/explain.md ("tessera why").
 //
-//   Verdict v = BuildVerdict({.request = &request, .candidates = candidates,
-//                             .failed = outcome.failed_nodes, .ledger = &ledger});
+//   Verdict v = BuildVerdict(diagnosis, {.request = &request, .candidates = candidates,
+//                                        .ledger = &ledger});      // cycle::Diagnosis
 //   std::string json = EncodeVerdict(v);        // <= kMaxVerdictBytes, stable for equal input
 //   absl::StatusOr<Verdict> back = DecodeVerdict(json);
 //   std::string text = FormatVerdict(*back, now);  // for people
@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
+#include "tessera/cycle/diagnosis.h"
 #include "tessera/device/model.h"
 #include "tessera/extender/scheduler.h"
 #include "tessera/ledger/ledger.h"
@@ -131,6 +132,9 @@ struct VerdictInput {
 
 // The verdict of a filter that found no node. Strings longer than 128 bytes are cut.
 Verdict BuildVerdict(const VerdictInput& in);
+// The same from the decision cycle's diagnosis (cycle/diagnosis.h): its failed nodes (in.failed
+// is ignored) and its quota refusal. What the filter and the why replay write.
+Verdict BuildVerdict(const cycle::Diagnosis& diagnosis, VerdictInput in);
 
 // Compact JSON of at most kMaxVerdictBytes: detail is left out (holders, then the lock, then the
 // nearest miss, then the rarest reasons) until it fits.

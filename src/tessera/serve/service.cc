@@ -17,6 +17,7 @@
 #include "tessera/accounting/quota_book.h"
 #include "tessera/accounting/resyncer.h"
 #include "tessera/base/status_macros.h"
+#include "tessera/cycle/cycle.h"
 #include "tessera/device/annotations.h"
 #include "tessera/device/device_config.h"
 #include "tessera/device/vendor.h"
@@ -27,7 +28,6 @@
 #include "tessera/metrics/build_revision.h"
 #include "tessera/metrics/registry.h"
 #include "tessera/schedule/fit.h"
-#include "tessera/schedule/quota.h"
 #include "tessera/schedule/score.h"
 #include "tessera/serve/connection.h"
 #include "tessera/serve/debug_json.h"
@@ -427,37 +427,27 @@ extender::WhyReply Service::Impl::Replay(const extender::WhyRequest& why, const 
       return {404, fmt::format("node {} has no device registration\n", why.node)};
     }
   }
-  std::vector<std::string_view> views(names.begin(), names.end());
-  std::vector<std::optional<device::NodeSnapshot>> snapshots = replay->Snapshot(views);
   std::vector<schedule::Candidate> candidates(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
-    candidates[i].name = names[i];
-    candidates[i].snapshot = std::move(snapshots[i]);
+    candidates[i].name = std::move(names[i]);
   }
-  // The namespace quota as the filter checks it, with the usage of the replay's ledger (so
-  // --if-deleted frees the deleted pod's share too).
-  schedule::NamespaceQuota quota;
-  if (quotas_ != nullptr) {
-    quota = quotas_->Quota(pod.meta.ns, *replay);
-  }
-  const schedule::Decision decision =
-      schedule::Decide(candidates, request, constraints, options_.node_policy, options_.gpu_policy,
-                       quota.Limited() ? &quota : nullptr);
+  // The cycle as the filter runs it, on the replay's ledger: the namespace quota's usage too, so
+  // --if-deleted frees the deleted pod's share.
+  const cycle::Result run = cycle::Run(
+      {.node_policy = options_.node_policy,
+       .gpu_policy = options_.gpu_policy,
+       .quotas = quotas_.get()},
+      {.pod = &pod, .request = &request, .constraints = &constraints, .ledger = replay.get()},
+      &candidates);
   doc["what_if"] = std::move(what_if);
-  if (decision.winner) {
-    doc["fits"] = candidates[*decision.winner].name;
+  if (run.decision.winner) {
+    doc["fits"] = candidates[*run.decision.winner].name;
     return {200, doc.dump() + "\n"};
   }
-  std::vector<extender::FailedNode> failed;
-  for (size_t i = 0; i < decision.nodes.size(); ++i) {
-    if (!decision.nodes[i].fit) {
-      failed.push_back(extender::FailedNodeOf(candidates[i].name, decision.nodes[i]));
-    }
-  }
-  extender::Verdict verdict = extender::BuildVerdict(
+  const extender::Verdict verdict = extender::BuildVerdict(
+      run.diagnosis,
       {.request = &request,
        .candidates = candidates,
-       .failed = &failed,
        .ledger = replay.get(),
        .lock_of =
            [this](std::string_view node) {
@@ -467,9 +457,6 @@ extender::WhyReply Service::Impl::Replay(const extender::WhyRequest& why, const 
                         : std::string(n->meta.annotations.Get(device::kNodeLockAnnotation));
            },
        .withheld = [this](std::string_view node) { return Withheld(node); }});
-  if (decision.quota_miss) {
-    verdict.quota = schedule::QuotaMissText(quota, *decision.quota_miss);
-  }
   doc["verdict"] = nlohmann::json::parse(extender::EncodeVerdict(verdict));
   return {200, doc.dump() + "\n"};
 }
