@@ -29,7 +29,6 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -367,19 +366,20 @@ class LeakPathsTest : public ::tessera::testing::ServeFixture {
     EXPECT_TRUE(doc["audit"].is_object()) << doc.dump(1);
   }
 
-  // kube-scheduler: /filter (waits until the filter's patch has landed) and /bind.
-  std::string Filter(const std::string& name, const std::vector<std::string>& nodes) {
-    Json reply = ServeFixture::Filter(Get("pods", name).dump(), nodes);
+  // kube-scheduler: /filter (waits until the filter's patch has landed) and /bind, for the pod
+  // stored under `name`; the node chosen ("" and a failure when none) and the bind's Error.
+  std::string FilterNamed(const std::string& name, const std::vector<std::string>& nodes) {
+    Json reply = Filter(Get("pods", name).dump(), nodes);
     if (!reply.is_object() || reply["Error"] != "" || reply["NodeNames"].size() != 1) {
       ADD_FAILURE() << reply.dump();
       return "";
     }
     return reply["NodeNames"][0];
   }
-  std::string Bind(const std::string& name, const std::string& node) {
+  std::string BindNamed(const std::string& name, const std::string& node) {
     const Json pod = Get("pods", name);
     const std::string uid = pod.is_object() ? pod["metadata"].value("uid", "") : "";
-    Json reply = ServeFixture::Bind(name, uid, node);
+    Json reply = Bind(name, uid, node);
     return reply.is_object() ? reply["Error"].get<std::string>() : "no /bind answer";
   }
   static std::string Annotation(const Json& obj, const std::string& key) {
@@ -418,8 +418,8 @@ TEST_F(LeakPathsTest, APodTesseraNeverSawLosesItsReservationAtTheRelist) {
   ExpectConverged({});
   Outage([&] {
     Create("pods", PendingPod("ghost", 7000));
-    ASSERT_EQ(Filter("ghost", {"a"}), "a");
-    ASSERT_EQ(Bind("ghost", "a"), "");
+    ASSERT_EQ(FilterNamed("ghost", {"a"}), "a");
+    ASSERT_EQ(BindNamed("ghost", "a"), "");
     ASSERT_EQ(Reservations().size(), 1u);
     DeletePod("ghost");
   });
@@ -441,8 +441,8 @@ TEST_F(LeakPathsTest, APodTesseraNeverSawLosesItsReservationAtTheResync) {
   }
   store().SetFaults(drop);
   Create("pods", PendingPod("ghost", 7000));
-  ASSERT_EQ(Filter("ghost", {"a"}), "a");
-  ASSERT_EQ(Bind("ghost", "a"), "");
+  ASSERT_EQ(FilterNamed("ghost", {"a"}), "a");
+  ASSERT_EQ(BindNamed("ghost", "a"), "");
   DeletePod("ghost");
   ClearFaults();
   ExpectConverged({});
@@ -516,7 +516,7 @@ TEST_F(LeakPathsTest, AFilterNeverFollowedByABindExpires) {
   Create("nodes", NodeJson("a"));
   StartService();
   Create("pods", PendingPod("orphaned-filter", 7000));
-  ASSERT_EQ(Filter("orphaned-filter", {"a"}), "a");
+  ASSERT_EQ(FilterNamed("orphaned-filter", {"a"}), "a");
   ASSERT_EQ(Reservations().size(), 1u);
   ExpectConverged({"orphaned-filter"});
 
@@ -533,7 +533,7 @@ TEST_F(LeakPathsTest, ABindThatFailsAfterTheLockReleasesEverythingAtOnce) {
   Create("nodes", NodeJson("a"));
   StartService();
   Create("pods", PendingPod("unlucky", 9000));
-  ASSERT_EQ(Filter("unlucky", {"a"}), "a");
+  ASSERT_EQ(FilterNamed("unlucky", {"a"}), "a");
   ExpectConverged({"unlucky"});
 
   apisim::Faults fail;  // the binding POST fails; the lock PATCH succeeds
@@ -541,7 +541,7 @@ TEST_F(LeakPathsTest, ABindThatFailsAfterTheLockReleasesEverythingAtOnce) {
   fail.fail_code = 500;
   fail.fail_verbs = {"create"};
   store().SetFaults(fail);
-  EXPECT_NE(Bind("unlucky", "a"), "");
+  EXPECT_NE(BindNamed("unlucky", "a"), "");
   ClearFaults();
   // Released before /bind answered: no waiting.
   EXPECT_TRUE(Reservations().empty()) << Reservations().dump();
@@ -632,9 +632,9 @@ TEST_F(LeakPathsTest, APodFilteredAgainToAnotherNodeHoldsOnlyTheLatestReservatio
   Create("nodes", NodeJson("b"));
   StartService();
   Create("pods", PendingPod("again", 11000));
-  ASSERT_EQ(Filter("again", {"a"}), "a");
+  ASSERT_EQ(FilterNamed("again", {"a"}), "a");
   ExpectConverged({"again"});
-  ASSERT_EQ(Filter("again", {"b"}), "b");
+  ASSERT_EQ(FilterNamed("again", {"b"}), "b");
   ExpectConverged({"again"});
   Json reservations = Reservations();
   ASSERT_EQ(reservations.size(), 1u) << reservations.dump();
@@ -643,7 +643,7 @@ TEST_F(LeakPathsTest, APodFilteredAgainToAnotherNodeHoldsOnlyTheLatestReservatio
       ByDevice(Scrape(), "hami_gpu_memory_allocated_bytes", "device_uuid");
   EXPECT_EQ(mem["GPU-a-0"] + mem["GPU-a-1"], 0);
   EXPECT_EQ(mem["GPU-b-0"] + mem["GPU-b-1"], 11000 * kMiB);
-  ASSERT_EQ(Bind("again", "b"), "");
+  ASSERT_EQ(BindNamed("again", "b"), "");
   ExpectConverged({});
   ExpectNothingToRepair();
 }
@@ -677,7 +677,7 @@ TEST_F(LeakPathsTest, TesseraRestartedMidBindRebuildsTheReservationAndTheRetried
   Create("nodes", NodeJson("a"));
   StartService();
   Create("pods", PendingPod("midbind", 13000));
-  ASSERT_EQ(Filter("midbind", {"a"}), "a");
+  ASSERT_EQ(FilterNamed("midbind", {"a"}), "a");
   ExpectConverged({"midbind"});
 
   // What HAMi's bind has written when the process dies before the binding POST.
@@ -698,10 +698,10 @@ TEST_F(LeakPathsTest, TesseraRestartedMidBindRebuildsTheReservationAndTheRetried
   ASSERT_EQ(Reservations().size(), 1u);
   // Another pod cannot take the reserved memory meanwhile (16000 MiB GPUs, 13000 reserved on one).
   Create("pods", PendingPod("squeeze", 10000));
-  ASSERT_EQ(Filter("squeeze", {"a"}), "a");
+  ASSERT_EQ(FilterNamed("squeeze", {"a"}), "a");
   ExpectConverged({"midbind", "squeeze"});
 
-  ASSERT_EQ(Bind("midbind", "a"), "");
+  ASSERT_EQ(BindNamed("midbind", "a"), "");
   EXPECT_EQ(Get("pods", "midbind")["spec"].value("nodeName", ""), "a");
   ExpectConverged({"squeeze"});
   ExpectNothingToRepair();

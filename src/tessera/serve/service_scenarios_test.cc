@@ -12,9 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <functional>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
