@@ -739,12 +739,10 @@ TEST_F(HttpServerTest, LargeScrapesAreGzippedForScrapersThatAcceptGzip) {
 
 TEST_F(HttpServerTest, AccessLogAtVerbosity2) {
   Mutex mu;
-  CondVar cv;
   std::vector<std::string> lines;
   LogSink previous = SetLogSink([&](LogSeverity, std::string_view line) {
     MutexLock l(&mu);
     lines.emplace_back(line);
-    cv.SignalAll();
   });
   const int verbosity = LogVerbosity();
   SetLogVerbosity(2);
@@ -754,18 +752,15 @@ TEST_F(HttpServerTest, AccessLogAtVerbosity2) {
     httplib::Result r = c.Get("/nope");
     ASSERT_TRUE(r);
   }
-  bool found = false;
-  {
+  const bool found = Eventually([&] {
     MutexLock l(&mu);
-    for (int i = 0; i < 100 && !found; ++i) {
-      for (const std::string& line : lines) {
-        found = found || line.find("http GET /nope 404 ") != std::string::npos;
-      }
-      if (!found) {
-        cv.WaitFor(&mu, std::chrono::milliseconds(100));
+    for (const std::string& line : lines) {
+      if (line.find("http GET /nope 404 ") != std::string::npos) {
+        return true;
       }
     }
-  }
+    return false;
+  });
   server_->Stop();
   SetLogVerbosity(verbosity);
   SetLogSink(previous);
