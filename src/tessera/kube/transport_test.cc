@@ -792,20 +792,13 @@ TEST(CurlTransport, DestructionCancelsOutstandingWork) {
 // one keep-alive connection, calls at the same time get one each, and the rate limit holds.
 TEST(CurlTransport, PerformReusesPooledConnectionsAndKeepsTheRateLimit) {
   TestServer server;
-  Mutex mu;
-  CondVar cv;
-  int waiting = 0;
+  std::atomic<int> waiting{0};
   server.http().Get("/x", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{}", "application/json");
   });
   server.http().Get("/pair", [&](const httplib::Request&, httplib::Response& res) {
-    MutexLock lock(&mu);
     ++waiting;
-    cv.SignalAll();
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (waiting < 2 && absl::Now() < deadline) {
-      cv.WaitFor(&mu, std::chrono::milliseconds(10));
-    }
+    Eventually([&] { return waiting.load() >= 2; });
     res.set_content("{}", "application/json");
   });
   server.http().set_keep_alive_max_count(100);  // httplib closes after 5 by default
@@ -1286,19 +1279,12 @@ TEST_F(Http2Test, Http11OnlyServerStillWorksOverTls) {
   // waits until all requests have arrived: they are in flight together, so without
   // multiplexing each needs a connection of its own.
   constexpr int kRequests = 4;
-  Mutex mu;
-  CondVar cv;
-  int arrived = 0;
+  std::atomic<int> arrived{0};
   std::unique_ptr<httplib::Server> ssl = Ssl("server.crt", "server.key");
   ssl->Get("/slow", [&](const httplib::Request& req, httplib::Response& res) {
     EXPECT_EQ(req.version, "HTTP/1.1");
-    MutexLock lock(&mu);
     ++arrived;
-    cv.SignalAll();
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (arrived < kRequests && absl::Now() < deadline) {
-      cv.WaitFor(&mu, std::chrono::milliseconds(10));
-    }
+    Eventually([&] { return arrived.load() >= kRequests; });
     res.set_content("{}", "application/json");
   });
   TestServer server(std::move(ssl));
@@ -1329,8 +1315,7 @@ TEST_F(Http2Test, Http11OnlyServerStillWorksOverTls) {
   }
   // The idle connection of /version is reused by one of them; the others open their own.
   EXPECT_EQ(opened, kRequests - 1);
-  MutexLock lock(&mu);
-  EXPECT_EQ(arrived, kRequests);
+  EXPECT_EQ(arrived.load(), kRequests);
 }
 
 }  // namespace
