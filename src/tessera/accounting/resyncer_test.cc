@@ -511,9 +511,12 @@ TEST_F(ResyncerTest, StopEndsAPassDuringItsPause) {
                                   .pace = 1e9,
                                   .max_page_pause = absl::Minutes(1)},
                     nullptr);
+  const size_t lists_before = env_.faults()->Matching("GET", "/api/v1/pods").size();
   ResyncReport report;
   std::thread pass([&] { report = resyncer.RunOnce(); });
-  absl::SleepFor(absl::Milliseconds(200));
+  // The pass has asked for its first page; its pause follows the reply.
+  EXPECT_TRUE(::tessera::testing::Eventually(
+      [&] { return env_.faults()->Matching("GET", "/api/v1/pods").size() > lists_before; }));
   resyncer.Stop();
   pass.join();
   EXPECT_THAT(report.error, HasSubstr("stopped"));

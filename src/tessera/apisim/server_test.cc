@@ -21,10 +21,13 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
+#include "tessera/testing/wait.h"
+
 namespace tessera::apisim {
 namespace {
 
 using Json = nlohmann::json;
+using ::tessera::testing::Eventually;
 using ::testing::HasSubstr;
 
 std::string PodJson(const std::string& name, const std::string& node = "",
@@ -180,13 +183,8 @@ class ApisimTest : public ::testing::Test {
   uint64_t Rv() { return server_->store().CurrentRevision(); }
   // Waits until the server has `n` open watches.
   void WaitWatches(int n) {
-    for (int i = 0; i < 500; ++i) {
-      if (GetJson("/simulator/v1/stats")["watchesOpen"] == n) {
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ADD_FAILURE() << "never saw " << n << " open watches";
+    EXPECT_TRUE(Eventually([&] { return GetJson("/simulator/v1/stats")["watchesOpen"] == n; }))
+        << "never saw " << n << " open watches";
   }
   // Expects a Status body with this code and reason, and that the store did not change.
   void ExpectStatus(const httplib::Result& r, int code, const std::string& reason) {
@@ -302,9 +300,7 @@ TEST_F(ApisimTest, AWatchExpiresOnlyForItsOwnResource) {
   const uint64_t behind = Rv() - 1;  // before pod a: its ADDED is the watch's first event
   WatchReader w(server_->port(), "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" +
                                      std::to_string(Rv()) + "&timeoutSeconds=5");
-  for (int i = 0; i < 500 && w.status() == 0; ++i) {  // the stream is open once its head is in
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  Eventually([&] { return w.status() != 0; });  // the stream is open once its head is in
   ASSERT_EQ(w.status(), 200);
   // Held while the Events pass through the history, so the watch cannot keep up with them.
   Faults pause;
@@ -1202,10 +1198,16 @@ TEST_F(ApisimTest, SurvivesAbruptClientDisconnect) {
                   "/api/v1/pods?watch=true&resourceVersion=" + std::to_string(Rv()));
     WaitWatches(1);
   }  // the client closes its socket without reading further
-  for (int i = 0; i < 50 && GetJson("/simulator/v1/stats")["watchesOpen"] != 0; ++i) {
-    CreatePod("churn-" + std::to_string(i));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  int churn = 0;
+  Eventually(  // each write reaches the dead watch's socket, which ends it
+      [&] {
+        if (GetJson("/simulator/v1/stats")["watchesOpen"] == 0) {
+          return true;
+        }
+        CreatePod("churn-" + std::to_string(churn++));
+        return false;
+      },
+      absl::Seconds(10), absl::Milliseconds(20));
   EXPECT_EQ(GetJson("/simulator/v1/stats")["watchesOpen"], 0);
   EXPECT_EQ(GetJson("/api/v1/namespaces")["kind"], "NamespaceList");
 }

@@ -26,10 +26,12 @@
 #include "tessera/base/logging.h"
 #include "tessera/base/mutex.h"
 #include "tessera/http/server.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::extender {
 namespace {
 
+using ::tessera::testing::Eventually;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -737,12 +739,10 @@ TEST_F(HttpServerTest, LargeScrapesAreGzippedForScrapersThatAcceptGzip) {
 
 TEST_F(HttpServerTest, AccessLogAtVerbosity2) {
   Mutex mu;
-  CondVar cv;
   std::vector<std::string> lines;
   LogSink previous = SetLogSink([&](LogSeverity, std::string_view line) {
     MutexLock l(&mu);
     lines.emplace_back(line);
-    cv.SignalAll();
   });
   const int verbosity = LogVerbosity();
   SetLogVerbosity(2);
@@ -752,18 +752,15 @@ TEST_F(HttpServerTest, AccessLogAtVerbosity2) {
     httplib::Result r = c.Get("/nope");
     ASSERT_TRUE(r);
   }
-  bool found = false;
-  {
+  const bool found = Eventually([&] {
     MutexLock l(&mu);
-    for (int i = 0; i < 100 && !found; ++i) {
-      for (const std::string& line : lines) {
-        found = found || line.find("http GET /nope 404 ") != std::string::npos;
-      }
-      if (!found) {
-        cv.WaitFor(&mu, std::chrono::milliseconds(100));
+    for (const std::string& line : lines) {
+      if (line.find("http GET /nope 404 ") != std::string::npos) {
+        return true;
       }
     }
-  }
+    return false;
+  });
   server_->Stop();
   SetLogVerbosity(verbosity);
   SetLogSink(previous);
@@ -855,13 +852,9 @@ TEST_F(HttpServerTest, HostileClientsDoNotDelayHealthFilterOrMetrics) {
   }
   // Set-up, not a measurement: under ASan on a shared 2-core machine the 16 large filters took
   // 10–13 s (the limit was 10 s, and the test failed there for the tree before this change too).
-  for (int i = 0; i < 6000 && backend_.filters() < 16; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  Eventually([&] { return backend_.filters() >= 16; }, absl::Seconds(60));
   EXPECT_EQ(backend_.filters(), 16);
-  for (int i = 0; i < 3000 && backend_.held_binds() < 20; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  Eventually([&] { return backend_.held_binds() >= 20; }, absl::Seconds(30));
   EXPECT_EQ(backend_.held_binds(), 20);
   const std::string filter_body =
       std::string(R"({"Pod":)") + kPod + R"(,"Nodes":null,"NodeNames":["a"]})";

@@ -15,10 +15,12 @@
 #include "tessera/base/mutex.h"
 #include "tessera/testing/apisim_env.h"
 #include "tessera/testing/gate_transport.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::extender {
 namespace {
 
+using ::tessera::testing::Eventually;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -165,9 +167,10 @@ TEST_F(PatchWriterTest, TakeGivesUpAfterTheWaitAndThePatchStaysForALaterTake) {
   // The patch is still the pod's; a later Take (with a longer wait than 20 ms, in a loop)
   // finds it landed.
   std::optional<PatchWriter::Landed> later;
-  for (int i = 0; i < 500 && !(later && later->done); ++i) {
+  Eventually([&] {
     later = writer.Take(uid);
-  }
+    return later && later->done;
+  });
   ASSERT_TRUE(later.has_value());
   EXPECT_TRUE(later->done);
   EXPECT_TRUE(later->status.ok());

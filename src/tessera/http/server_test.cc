@@ -55,6 +55,7 @@
 namespace tessera::http {
 namespace {
 
+using ::tessera::testing::Eventually;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -1633,9 +1634,7 @@ TEST(Server, OverTheConnectionCapWithNothingIdleAnswers503) {
     fds.push_back(fd);
     ASSERT_TRUE(SendAll(fd, "GET /busy HTTP/1.1\r\n\r\n"));
   }
-  for (int i = 0; i < 500 && blocked.load() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  Eventually([&] { return blocked.load() >= 2; });
   ASSERT_EQ(blocked.load(), 2);
   const int third = Connect(server.port());
   ASSERT_GE(third, 0);
@@ -1739,10 +1738,12 @@ TEST(Server, IdleWorkersBeyondThreadsEnd) {
     close(fd);
   }
   size_t after = ThreadCount();
-  for (int i = 0; i < 50 && after > before; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    after = ThreadCount();
-  }
+  Eventually(
+      [&] {
+        after = ThreadCount();
+        return after <= before;
+      },
+      absl::Seconds(5), absl::Milliseconds(100));
   EXPECT_LE(after, before);
   // And the pool grows again.
   const int fd = Connect(server.port());
@@ -1826,9 +1827,7 @@ TEST(Server, StopClosesQueuedConnectionsWithoutServingThem) {
   const int held = Connect(server.port());
   ASSERT_GE(held, 0);
   ASSERT_TRUE(SendAll(held, "GET /held HTTP/1.1\r\n\r\n"));
-  for (int i = 0; i < 500 && handled.load() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  Eventually([&] { return handled.load() >= 1; });
   // The only worker is busy with `held` (not idle, so not shed), so `waiting` waits.
   const int waiting = Connect(server.port());
   ASSERT_GE(waiting, 0);
@@ -1838,14 +1837,14 @@ TEST(Server, StopClosesQueuedConnectionsWithoutServingThem) {
   std::thread stop([&] { server.Stop(); });
   // Stop has begun once the listener refuses connections (a connection accepted before that
   // is queued behind `held` and closed unserved, as `waiting` is).
-  for (int i = 0; i < 500; ++i) {
+  Eventually([&] {
     const int probe = Connect(port);
     if (probe < 0) {
-      break;
+      return true;
     }
     close(probe);
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+    return false;
+  });
   release.Notify();
   stop.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
@@ -1939,11 +1938,8 @@ TEST(Server, StreamSeesTheClientGo) {
           writer.Write("first");
           wrote.Notify();
           // A stream with nothing to send polls ClientGone (here for at most 10 s).
-          const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while (!writer.ClientGone() && std::chrono::steady_clock::now() < give_up) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
-          saw_gone = writer.ClientGone();
+          saw_gone = Eventually([&] { return writer.ClientGone(); }, absl::Seconds(10),
+                                absl::Milliseconds(1));
           ended.Notify();
           return false;
         };

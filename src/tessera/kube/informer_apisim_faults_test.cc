@@ -52,9 +52,10 @@ using ::testing::Not;
 // key → (uid, resourceVersion)
 using State = std::map<std::string, std::pair<std::string, std::string>>;
 
-bool Eventually(const std::function<bool()>& f, absl::Duration timeout = absl::Seconds(30)) {
-  return ::tessera::testing::Eventually(f, timeout, absl::Milliseconds(20));
-}
+using ::tessera::testing::Eventually;
+
+// The deadline of a wait on the apisim process (generous for a loaded machine).
+constexpr absl::Duration kWait = absl::Seconds(30);
 
 std::string PodBody(const std::string& name) { return ::tessera::testing::MinimalPodJson(name); }
 
@@ -209,6 +210,7 @@ TEST(InformerApisimFaultsTest, AcknowledgedWritesSurviveASigtermRestart) {
   const std::string url = sim.Start(bin, {"--state", state_file});
   ASSERT_FALSE(url.empty()) << "tessera apisim did not start; tried '" << bin << "'";
   std::vector<std::string> acknowledged;
+  std::atomic<int> written{0};
   std::atomic<bool> stop_writing{false};
   std::thread writer([&] {
     Conn conn(Conn::Plain(url));
@@ -221,10 +223,12 @@ TEST(InformerApisimFaultsTest, AcknowledgedWritesSurviveASigtermRestart) {
       }
       if (r->status_code == 201) {
         acknowledged.push_back(name);
+        written.fetch_add(1);
       }
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The writer is under way (it goes on until the server stops).
+  EXPECT_TRUE(Eventually([&] { return written.load() >= 20; }, kWait));
   const int status = sim.Stop();  // SIGTERM while creates are in flight
   stop_writing.store(true);
   writer.join();
@@ -264,7 +268,7 @@ TEST(InformerApisimFaultsTest, ConvergesAcrossARestartFromTheStateFile) {
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(20)));
   conn.DeletePod("p7");  // seen by the watch
-  ASSERT_TRUE(Eventually([&] { return informer.store().Get("default/p7") == nullptr; }));
+  ASSERT_TRUE(Eventually([&] { return informer.store().Get("default/p7") == nullptr; }, kWait));
   auto [before, rv_before] = conn.ServerState();
   ASSERT_EQ(StoreState(informer), before);
   const std::string old_p2_uid = before.at("default/p2").first;
@@ -298,21 +302,24 @@ TEST(InformerApisimFaultsTest, ConvergesAcrossARestartFromTheStateFile) {
 
   // The simulator comes back on the informer's port from the file.
   std::string url2;
-  for (int attempt = 0; attempt < 10 && url2.empty(); ++attempt) {
-    url2 = sim.Start(bin, {"--state", state_file, "--listen", "127.0.0.1:" + PortOf(url)});
-    if (url2.empty()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // port still held
-    }
-  }
+  Eventually(  // until the port is no longer held
+      [&] {
+        url2 = sim.Start(bin, {"--state", state_file, "--listen", "127.0.0.1:" + PortOf(url)});
+        return !url2.empty();
+      },
+      absl::Seconds(10), absl::Milliseconds(200));
   ASSERT_EQ(url2, url);
   const absl::Time restarted = absl::Now();
 
   State server;
   std::string server_rv;
-  ASSERT_TRUE(Eventually([&] {
-    std::tie(server, server_rv) = conn.ServerState();
-    return StoreState(informer) == server;
-  })) << ::testing::PrintToString(StoreState(informer))
+  ASSERT_TRUE(Eventually(
+      [&] {
+        std::tie(server, server_rv) = conn.ServerState();
+        return StoreState(informer) == server;
+      },
+      kWait))
+      << ::testing::PrintToString(StoreState(informer))
       << " != " << ::testing::PrintToString(server);
   RecordProperty("convergence_ms",
                  std::to_string(absl::ToInt64Milliseconds(absl::Now() - restarted)));
@@ -354,7 +361,7 @@ TEST_P(StormTest, BacksOffDuringTheStormAndConvergesAfter) {
   PodInformer informer(conn.client(), FastOptions(fmt::format("storm{}", code)), rec.Handlers());
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(20)));
-  ASSERT_TRUE(Eventually([&] { return informer.counters().reflector.watches >= 1; }));
+  ASSERT_TRUE(Eventually([&] { return informer.counters().reflector.watches >= 1; }, kWait));
 
   const nlohmann::json stats_before = conn.Stats();
   const auto reads = [](const nlohmann::json& s) {
@@ -397,10 +404,13 @@ TEST_P(StormTest, BacksOffDuringTheStormAndConvergesAfter) {
   EXPECT_EQ(informer.store().Get("default/s0"), nullptr) << "an event got through the storm";
 
   State server;
-  ASSERT_TRUE(Eventually([&] {
-    server = conn.ServerState().first;
-    return StoreState(informer) == server;
-  })) << ::testing::PrintToString(StoreState(informer))
+  ASSERT_TRUE(Eventually(
+      [&] {
+        server = conn.ServerState().first;
+        return StoreState(informer) == server;
+      },
+      kWait))
+      << ::testing::PrintToString(StoreState(informer))
       << " != " << ::testing::PrintToString(server);
   const absl::Duration converged = absl::Now() - storm_end;
   RecordProperty("attempts_during_storm", std::to_string(attempts));
@@ -467,10 +477,12 @@ TEST(InformerApisimFaultsTest, HttpsWithCaAndTokenAndRefusals) {
     conn.DeletePod("p0");
     conn.CreatePod("q0");
     State server;
-    ASSERT_TRUE(Eventually([&] {
-      server = conn.ServerState().first;
-      return StoreState(informer) == server;
-    }));
+    ASSERT_TRUE(Eventually(
+        [&] {
+          server = conn.ServerState().first;
+          return StoreState(informer) == server;
+        },
+        kWait));
     EXPECT_EQ(server.size(), 5u);
     EXPECT_EQ(rec.Deletes("default/p0"), 1);
     informer.Stop();

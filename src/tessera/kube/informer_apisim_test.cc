@@ -29,9 +29,10 @@
 namespace tessera::kube {
 namespace {
 
-bool Eventually(const std::function<bool()>& f, absl::Duration timeout = absl::Seconds(20)) {
-  return ::tessera::testing::Eventually(f, timeout, absl::Milliseconds(20));
-}
+using ::tessera::testing::Eventually;
+
+// The deadline of a wait on the apisim process (generous for a loaded machine).
+constexpr absl::Duration kWait = absl::Seconds(20);
 
 class InformerApisimTest : public ::testing::Test {
  protected:
@@ -112,7 +113,7 @@ TEST_F(InformerApisimTest, StoreConvergesAfterLostDeletesSeveredWatchesAndCompac
   Call("DELETE", "/simulator/v1/faults");
   // 2. A deletion the watch does see.
   DeletePod("p3");
-  ASSERT_TRUE(Eventually([&] { return informer.store().Get("default/p3") == nullptr; }));
+  ASSERT_TRUE(Eventually([&] { return informer.store().Get("default/p3") == nullptr; }, kWait));
   // 3. An outage: watches held, changes made, history compacted, streams severed.
   Call("PUT", "/simulator/v1/faults", R"({"pauseWatches":true})");
   DeletePod("p4");
@@ -127,22 +128,25 @@ TEST_F(InformerApisimTest, StoreConvergesAfterLostDeletesSeveredWatchesAndCompac
                                              "default/p7",  "default/p8",  "default/p9",
                                              "default/q0",  "default/q1"};
   ASSERT_EQ(ServerKeys(), expected);
-  ASSERT_TRUE(Eventually([&] { return informer.store().Keys() == expected; }))
+  ASSERT_TRUE(Eventually([&] { return informer.store().Keys() == expected; }, kWait))
       << ::testing::PrintToString(informer.store().Keys());
   // The informer updates its store before it calls the handlers, and counts after them: wait
   // until the handlers have seen every change and the tombstones they got are counted.
-  ASSERT_TRUE(Eventually([&] {
-    int64_t delivered = 0;
-    bool same = false;
-    {
-      MutexLock l(&mu);
-      for (const auto& [key, n] : tombstones) {
-        delivered += n;
-      }
-      same = std::vector<std::string>(alive.begin(), alive.end()) == expected;
-    }
-    return same && informer.counters().tombstones == delivered;
-  })) << "the handlers' view or the tombstone count did not converge";
+  ASSERT_TRUE(Eventually(
+      [&] {
+        int64_t delivered = 0;
+        bool same = false;
+        {
+          MutexLock l(&mu);
+          for (const auto& [key, n] : tombstones) {
+            delivered += n;
+          }
+          same = std::vector<std::string>(alive.begin(), alive.end()) == expected;
+        }
+        return same && informer.counters().tombstones == delivered;
+      },
+      kWait))
+      << "the handlers' view or the tombstone count did not converge";
   {
     MutexLock l(&mu);
     EXPECT_EQ(std::vector<std::string>(alive.begin(), alive.end()), expected);
@@ -166,8 +170,9 @@ TEST_F(InformerApisimTest, StoreConvergesAfterLostDeletesSeveredWatchesAndCompac
   Call("POST", "/simulator/v1/compact", "{}");
   Call("PUT", "/simulator/v1/faults", R"({"pauseWatches":false})");
   Call("POST", "/simulator/v1/sever-watches", "{}");
-  ASSERT_TRUE(Eventually([&] { return informer.store().Get("default/q2") != nullptr; }));
-  ASSERT_TRUE(Eventually([&] { return informer.counters().reflector.relists > relists_before; }))
+  ASSERT_TRUE(Eventually([&] { return informer.store().Get("default/q2") != nullptr; }, kWait));
+  ASSERT_TRUE(
+      Eventually([&] { return informer.counters().reflector.relists > relists_before; }, kWait))
       << "no relist after the second compaction";
   EXPECT_EQ(informer.counters().tombstones, tombstones_before);
   informer.Stop();

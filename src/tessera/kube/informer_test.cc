@@ -106,13 +106,7 @@ class Recorder {
   }
   // Waits (real time) for at least n recorded calls.
   bool WaitFor(size_t n) {
-    for (int i = 0; i < 500; ++i) {
-      if (size() >= n) {
-        return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+    return ::tessera::testing::Eventually([&] { return size() >= n; });
   }
 
  private:
@@ -120,9 +114,7 @@ class Recorder {
   std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
 };
 
-bool Eventually(const std::function<bool()>& f) {
-  return ::tessera::testing::Eventually(f, absl::Seconds(5));
-}
+using ::tessera::testing::Eventually;
 
 class InformerTest : public ::testing::Test {
  protected:

@@ -25,6 +25,7 @@
 #include <httplib.h>
 
 #include "tessera/testing/fake_transport.h"
+#include "tessera/testing/wait.h"
 
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
@@ -38,6 +39,7 @@ extern "C" const char* __tsan_default_suppressions() { return "race:libcpp-httpl
 namespace tessera::kube {
 namespace {
 
+using ::tessera::testing::Eventually;
 using ::testing::AnyOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -70,10 +72,8 @@ class TestServer {
     port_ = server_->bind_to_any_port("127.0.0.1");
     ASSERT_GT(port_, 0);
     thread_ = std::thread([this] { server_->listen_after_bind(); });
-    for (int i = 0; i < 500 && !server_->is_running(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    ASSERT_TRUE(server_->is_running());
+    ASSERT_TRUE(Eventually([&] { return server_->is_running(); }, absl::Seconds(10),
+                           absl::Milliseconds(2)));
   }
   void Stop() {
     if (thread_.joinable()) {
@@ -173,30 +173,25 @@ class StreamRecorder {
       MutexLock lock(&mu_);
       opened_ = true;
       open_code_ = head.status_code;
-      cv_.SignalAll();
     };
     h.on_data = [this](std::string_view bytes) {
       MutexLock lock(&mu_);
       EXPECT_FALSE(ended_) << "data after on_end";
       data_.append(bytes);
-      cv_.SignalAll();
     };
     h.on_end = [this](StreamEnd end) {
       MutexLock lock(&mu_);
       EXPECT_FALSE(ended_) << "on_end twice";
       ended_ = true;
       end_ = std::move(end);
-      cv_.SignalAll();
     };
     return h;
   }
   bool WaitForData(const std::string& needle, absl::Duration timeout = absl::Seconds(10)) {
-    return WaitUntil(
-        [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return data_.find(needle) != std::string::npos; },
-        timeout);
+    return Eventually([&] { return data().find(needle) != std::string::npos; }, timeout);
   }
   bool WaitForEnd(absl::Duration timeout = absl::Seconds(10)) {
-    return WaitUntil([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return ended_; }, timeout);
+    return Eventually([&] { return ended(); }, timeout);
   }
   std::string data() {
     MutexLock lock(&mu_);
@@ -220,21 +215,7 @@ class StreamRecorder {
   }
 
  private:
-  // Calls `done` with mu_ held.
-  bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    MutexLock lock(&mu_);
-    while (!done()) {
-      if (absl::Now() >= deadline) {
-        return false;
-      }
-      cv_.WaitFor(&mu_, std::chrono::milliseconds(10));
-    }
-    return true;
-  }
-
   Mutex mu_;
-  CondVar cv_;
   bool opened_ ABSL_GUARDED_BY(mu_) = false;
   int open_code_ ABSL_GUARDED_BY(mu_) = 0;
   std::string data_ ABSL_GUARDED_BY(mu_);
@@ -249,24 +230,23 @@ class SendResult {
     return [this](absl::StatusOr<Response> r) {
       MutexLock lock(&mu_);
       result_ = std::move(r);
-      cv_.SignalAll();
     };
   }
   absl::StatusOr<Response> Wait(absl::Duration timeout = absl::Seconds(10)) {
-    const absl::Time deadline = absl::Now() + timeout;
-    MutexLock lock(&mu_);
-    while (!result_.has_value()) {
-      if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError("test: no result");
-      }
-      cv_.WaitFor(&mu_, std::chrono::milliseconds(10));
+    if (!Eventually([&] { return Has(); }, timeout)) {
+      return absl::DeadlineExceededError("test: no result");
     }
+    MutexLock lock(&mu_);
     return *result_;
   }
 
  private:
+  bool Has() {
+    MutexLock lock(&mu_);
+    return result_.has_value();
+  }
+
   Mutex mu_;
-  CondVar cv_;
   std::optional<absl::StatusOr<Response>> result_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -812,20 +792,13 @@ TEST(CurlTransport, DestructionCancelsOutstandingWork) {
 // one keep-alive connection, calls at the same time get one each, and the rate limit holds.
 TEST(CurlTransport, PerformReusesPooledConnectionsAndKeepsTheRateLimit) {
   TestServer server;
-  Mutex mu;
-  CondVar cv;
-  int waiting = 0;
+  std::atomic<int> waiting{0};
   server.http().Get("/x", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{}", "application/json");
   });
   server.http().Get("/pair", [&](const httplib::Request&, httplib::Response& res) {
-    MutexLock lock(&mu);
     ++waiting;
-    cv.SignalAll();
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (waiting < 2 && absl::Now() < deadline) {
-      cv.WaitFor(&mu, std::chrono::milliseconds(10));
-    }
+    Eventually([&] { return waiting.load() >= 2; });
     res.set_content("{}", "application/json");
   });
   server.http().set_keep_alive_max_count(100);  // httplib closes after 5 by default
@@ -926,10 +899,8 @@ TEST(CurlTransport, DestructionCancelsAPerformInFlight) {
     returned.store(true);
   });
   channel.Push("partial");  // the exchange is under way: a body has begun
-  for (int i = 0; i < 1000 && !arrived.load(); ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_TRUE(arrived.load());  // the Perform is inside its exchange, not about to start
+  // The Perform is inside its exchange, not about to start.
+  ASSERT_TRUE(Eventually([&] { return arrived.load(); }));
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_FALSE(returned.load());
   const absl::Time destroying = absl::Now();
@@ -1169,24 +1140,29 @@ class Nghttpd {
       }
       pid_ = pid;
       // Wait until it listens, or notice that it exited (the port was taken, most likely).
-      for (int i = 0; i < 500; ++i) {
+      bool listening = false;
+      Eventually([&] {
         int status = 0;
         if (waitpid(pid_, &status, WNOHANG) == pid_) {
           pid_ = -1;
-          break;
-        }
-        if (CanConnect(port)) {
-          // Something listens there; make sure it is nghttpd and not another process that took
-          // the port first (nghttpd would then exit at once, having failed to bind).
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-          if (waitpid(pid_, &status, WNOHANG) == pid_) {
-            pid_ = -1;
-            break;
-          }
-          port_ = port;
           return true;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (!CanConnect(port)) {
+          return false;
+        }
+        // Something listens there; make sure it is nghttpd and not another process that took
+        // the port first (nghttpd would then exit at once, having failed to bind).
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (waitpid(pid_, &status, WNOHANG) == pid_) {
+          pid_ = -1;
+          return true;
+        }
+        listening = true;
+        return true;
+      });
+      if (listening) {
+        port_ = port;
+        return true;
       }
       Stop();
     }
@@ -1303,19 +1279,12 @@ TEST_F(Http2Test, Http11OnlyServerStillWorksOverTls) {
   // waits until all requests have arrived: they are in flight together, so without
   // multiplexing each needs a connection of its own.
   constexpr int kRequests = 4;
-  Mutex mu;
-  CondVar cv;
-  int arrived = 0;
+  std::atomic<int> arrived{0};
   std::unique_ptr<httplib::Server> ssl = Ssl("server.crt", "server.key");
   ssl->Get("/slow", [&](const httplib::Request& req, httplib::Response& res) {
     EXPECT_EQ(req.version, "HTTP/1.1");
-    MutexLock lock(&mu);
     ++arrived;
-    cv.SignalAll();
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (arrived < kRequests && absl::Now() < deadline) {
-      cv.WaitFor(&mu, std::chrono::milliseconds(10));
-    }
+    Eventually([&] { return arrived.load() >= kRequests; });
     res.set_content("{}", "application/json");
   });
   TestServer server(std::move(ssl));
@@ -1346,8 +1315,7 @@ TEST_F(Http2Test, Http11OnlyServerStillWorksOverTls) {
   }
   // The idle connection of /version is reused by one of them; the others open their own.
   EXPECT_EQ(opened, kRequests - 1);
-  MutexLock lock(&mu);
-  EXPECT_EQ(arrived, kRequests);
+  EXPECT_EQ(arrived.load(), kRequests);
 }
 
 }  // namespace

@@ -29,7 +29,6 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -40,13 +39,15 @@
 
 #include "tessera/apisim/server.h"
 #include "tessera/serve/service.h"
-#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/serve_env.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::serve {
 namespace {
 
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
+using ::tessera::testing::Eventually;
 
 constexpr double kMiB = 1048576.0;
 
@@ -161,26 +162,12 @@ struct DeviceTruth {
 };
 using Truth = std::map<std::string, DeviceTruth>;  // by uuid, registered devices only
 
-class LeakPathsTest : public ::testing::Test {
+class LeakPathsTest : public ::tessera::testing::ServeFixture {
  protected:
-  void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(env_.Start());
-    sim_ = env_.server();
-    dir_ = env_.ScratchDir();
-    kubeconfig_ = env_.KubeconfigPath();
-  }
-
-  void TearDown() override {
-    StopService();
-    env_.Stop();
-  }
-
-  void StartService() {
-    ServeOptions o;
-    o.http_bind = "127.0.0.1:0";
-    o.metrics_bind_address = "127.0.0.1:0";
-    o.kube.path = kubeconfig_;
+  ServeOptions TestOptions() override {
+    ServeOptions o = ServeFixture::TestOptions();
     if (AtDefaultPeriods()) {
+      o.housekeeping_period = ServeOptions().housekeeping_period;
       if (resync_period_ == absl::ZeroDuration()) {
         o.resync_period = absl::ZeroDuration();  // the test proves another layer does it
       }
@@ -191,63 +178,47 @@ class LeakPathsTest : public ::testing::Test {
       o.reservation_ttl = reservation_ttl_;
     }
     o.legacy_metrics = true;
-    auto service = Service::Start(o);
-    ASSERT_TRUE(service.ok()) << service.status();
-    service_ = *std::move(service);
-    ASSERT_TRUE(service_->WaitForSync(absl::Seconds(10)));
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", service_->port());
-    client_->set_read_timeout(10, 0);
-  }
-  void StopService() {
-    client_.reset();
-    if (service_ != nullptr) {
-      service_->Stop();
-    }
-    service_.reset();
+    return o;
   }
 
   // --- apisim -------------------------------------------------------------------------------
   void Create(const char* resource, const std::string& json) {
     absl::StatusOr<std::string> created =
-        sim_->store().Create(Res(resource), Res(resource).namespaced ? "default" : "", json);
+        store().Create(Res(resource), Res(resource).namespaced ? "default" : "", json);
     ASSERT_TRUE(created.ok()) << created.status();
   }
-  void DeletePod(const std::string& name) {
-    ASSERT_TRUE(
-        sim_->store().Delete(Res("pods"), "default", name, R"({"gracePeriodSeconds":0})").ok());
-  }
   void PatchPod(const std::string& name, const std::string& subresource, const Json& patch) {
-    absl::StatusOr<std::string> r = sim_->store().Patch(Res("pods"), "default", name, subresource,
-                                                        apisim::PatchType::kMerge, patch.dump());
+    absl::StatusOr<std::string> r = store().Patch(Res("pods"), "default", name, subresource,
+                                                  apisim::PatchType::kMerge, patch.dump());
     ASSERT_TRUE(r.ok()) << r.status();
   }
   Json Get(const char* resource, const std::string& name) {
     absl::StatusOr<std::string> json =
-        sim_->store().Get(Res(resource), resource == std::string("pods") ? "default" : "", name);
+        store().Get(Res(resource), resource == std::string("pods") ? "default" : "", name);
     return json.ok() ? Json::parse(*json) : Json();
   }
   void Drop(const std::string& resource, const std::string& type) {
     apisim::Faults faults;
     faults.drop_watch_events.push_back({.resource = resource, .type = type});
-    sim_->store().SetFaults(faults);
+    store().SetFaults(faults);
   }
-  void ClearFaults() { sim_->store().SetFaults({}); }
+  void ClearFaults() { store().SetFaults({}); }
   // The watch is down: events from now on are held, and what `during` changes is compacted
   // away before the streams break, so the informers must relist.
   void Outage(const std::function<void()>& during) {
     apisim::Faults pause;
     pause.pause_watches = true;
-    sim_->store().SetFaults(pause);
+    store().SetFaults(pause);
     during();
-    sim_->store().Compact();
-    sim_->store().SeverWatches();
+    store().Compact();
+    store().SeverWatches();
     ClearFaults();
   }
 
   // --- the truth ----------------------------------------------------------------------------
   Truth ComputeTruth(const std::set<std::string>& in_flight) {
     Truth truth;
-    Json nodes = Json::parse(*sim_->store().List(Res("nodes"), "", {}));
+    Json nodes = Json::parse(*store().List(Res("nodes"), "", {}));
     for (const Json& n : nodes["items"]) {
       const Json& ann = n["metadata"].value("annotations", Json::object());
       Json reg = Json::parse(ann.value("hami.io/node-nvidia-register", "[]"), nullptr, false);
@@ -255,7 +226,7 @@ class LeakPathsTest : public ::testing::Test {
         truth[d["id"]] = {n["metadata"]["name"], d["devmem"].get<double>() * kMiB, 0};
       }
     }
-    Json pods = Json::parse(*sim_->store().List(Res("pods"), "", {}));
+    Json pods = Json::parse(*store().List(Res("pods"), "", {}));
     for (const Json& p : pods["items"]) {
       const std::string phase = p["status"].value("phase", "");
       if (phase == "Succeeded" || phase == "Failed") {
@@ -288,8 +259,7 @@ class LeakPathsTest : public ::testing::Test {
 
   // --- what Tessera exports -----------------------------------------------------------------
   std::string Scrape() {
-    httplib::Client metrics("127.0.0.1", service_->metrics_port());
-    auto res = metrics.Get("/metrics");
+    auto res = GetMetricsPort("/metrics");
     return res && res->status == 200 ? res->body : "";
   }
   // uuid → value of every sample of `family`, keyed by the label `uuid_label`.
@@ -314,8 +284,7 @@ class LeakPathsTest : public ::testing::Test {
     return out;
   }
   Json Audit() {
-    httplib::Client metrics("127.0.0.1", service_->metrics_port());  // /debug is served there
-    auto res = metrics.Get("/debug/audit");
+    auto res = GetMetricsPort("/debug/audit");  // /debug is served there
     EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
     return res && res->status == 200 ? Json::parse(res->body) : Json();
   }
@@ -338,21 +307,20 @@ class LeakPathsTest : public ::testing::Test {
     timeout = Deadline(timeout, absl::Minutes(7));
     const absl::Time start = absl::Now();
     std::map<std::string, double> want, hami, legacy;
-    while (true) {
-      const Truth truth = ComputeTruth(in_flight);
-      want.clear();
-      for (const auto& [uuid, d] : truth) {
-        want[uuid] = d.allocated;
-        EXPECT_LE(d.allocated, d.devmem) << uuid << " is over-committed in the cluster itself";
-      }
-      const std::string text = Scrape();
-      hami = ByDevice(text, "hami_gpu_memory_allocated_bytes", "device_uuid");
-      legacy = ByDevice(text, "GPUDeviceMemoryAllocated", "deviceuuid");
-      if ((hami == want && legacy == want) || absl::Now() - start > timeout) {
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(10));
-    }
+    Eventually(
+        [&] {
+          const Truth truth = ComputeTruth(in_flight);
+          want.clear();
+          for (const auto& [uuid, d] : truth) {
+            want[uuid] = d.allocated;
+            EXPECT_LE(d.allocated, d.devmem) << uuid << " is over-committed in the cluster itself";
+          }
+          const std::string text = Scrape();
+          hami = ByDevice(text, "hami_gpu_memory_allocated_bytes", "device_uuid");
+          legacy = ByDevice(text, "GPUDeviceMemoryAllocated", "deviceuuid");
+          return hami == want && legacy == want;
+        },
+        timeout);
     EXPECT_EQ(hami, want) << "hami_gpu_memory_allocated_bytes differs from the truth";
     EXPECT_EQ(legacy, want) << "GPUDeviceMemoryAllocated differs from the truth";
     ExpectNoOvercommit();
@@ -366,7 +334,7 @@ class LeakPathsTest : public ::testing::Test {
     return took;
   }
   void ExpectNoOvercommit() {
-    Json ledger = Json::parse(service_->DebugLedgerJson());
+    Json ledger = Json::parse(service()->DebugLedgerJson());
     for (const Json& node : ledger["nodes"]) {
       for (const Json& d : node["devices"]) {
         EXPECT_LE(d["usedmem_mib"].get<int64_t>(), d["devmem_mib"].get<int64_t>()) << d.dump();
@@ -380,67 +348,46 @@ class LeakPathsTest : public ::testing::Test {
   void ExpectNothingToRepair() {
     const std::string before = Audit()["audit"].is_object() ? Audit()["audit"]["at"].dump() : "";
     // Two audit periods, by the audit's own timestamp.
-    const absl::Time deadline =
-        absl::Now() + Deadline(absl::Seconds(3), absl::Seconds(2 * 30 + 10));
     int seen = 0;
     std::string last = before;
-    while (seen < 2 && absl::Now() < deadline) {
-      Json audit = Audit()["audit"];
-      if (audit.is_object() && audit["at"].dump() != last) {
-        last = audit["at"].dump();
-        ++seen;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    Eventually(
+        [&] {
+          Json audit = Audit()["audit"];
+          if (audit.is_object() && audit["at"].dump() != last) {
+            last = audit["at"].dump();
+            ++seen;
+          }
+          return seen >= 2;
+        },
+        Deadline(absl::Seconds(3), absl::Seconds(2 * 30 + 10)), absl::Milliseconds(20));
     Json doc = Audit();
     EXPECT_FALSE(doc["totals"].contains("audit")) << doc.dump(1);
     EXPECT_FALSE(doc["totals"].contains("resync")) << doc.dump(1);
     EXPECT_TRUE(doc["audit"].is_object()) << doc.dump(1);
   }
 
-  // kube-scheduler: /filter (waits until the filter's patch has landed) and /bind.
-  std::string Filter(const std::string& name, const std::vector<std::string>& nodes) {
-    Json args = {{"Pod", Get("pods", name)}, {"Nodes", nullptr}, {"NodeNames", nodes}};
-    auto res = client_->Post("/filter", args.dump(), "application/json");
-    if (!res || res->status != 200) {
-      ADD_FAILURE() << "no /filter answer";
-      return "";
-    }
-    Json reply = Json::parse(res->body);
-    if (reply["Error"] != "" || reply["NodeNames"].size() != 1) {
+  // kube-scheduler: /filter (waits until the filter's patch has landed) and /bind, for the pod
+  // stored under `name`; the node chosen ("" and a failure when none) and the bind's Error.
+  std::string FilterNamed(const std::string& name, const std::vector<std::string>& nodes) {
+    Json reply = Filter(Get("pods", name).dump(), nodes);
+    if (!reply.is_object() || reply["Error"] != "" || reply["NodeNames"].size() != 1) {
       ADD_FAILURE() << reply.dump();
       return "";
     }
-    const std::string node = reply["NodeNames"][0];
-    const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    while (Annotation(Get("pods", name), "hami.io/vgpu-node") != node && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return node;
+    return reply["NodeNames"][0];
   }
-  std::string Bind(const std::string& name, const std::string& node) {
-    Json pod = Get("pods", name);
-    Json args = {{"PodName", name},
-                 {"PodNamespace", "default"},
-                 {"PodUID", pod["metadata"]["uid"]},
-                 {"Node", node}};
-    auto res = client_->Post("/bind", args.dump(), "application/json");
-    if (!res || res->status != 200) {
-      return "no /bind answer";
-    }
-    return Json::parse(res->body)["Error"];
+  std::string BindNamed(const std::string& name, const std::string& node) {
+    const Json pod = Get("pods", name);
+    const std::string uid = pod.is_object() ? pod["metadata"].value("uid", "") : "";
+    Json reply = Bind(name, uid, node);
+    return reply.is_object() ? reply["Error"].get<std::string>() : "no /bind answer";
   }
   static std::string Annotation(const Json& obj, const std::string& key) {
     const Json& ann = obj["metadata"].value("annotations", Json::object());
     return ann.value(key, "");
   }
-  Json Reservations() { return Json::parse(service_->DebugLedgerJson())["reservations"]; }
+  Json Reservations() { return Json::parse(service()->DebugLedgerJson())["reservations"]; }
 
-  ::tessera::testing::ApisimEnv env_;  // the server, and dir_ with the kubeconfig
-  apisim::Server* sim_ = nullptr;
-  std::unique_ptr<Service> service_;
-  std::unique_ptr<httplib::Client> client_;
-  std::string dir_, kubeconfig_;
   absl::Duration resync_period_ = absl::Milliseconds(500);
   absl::Duration reservation_ttl_ = absl::Minutes(5);
   int convergences_ = 0;
@@ -471,8 +418,8 @@ TEST_F(LeakPathsTest, APodTesseraNeverSawLosesItsReservationAtTheRelist) {
   ExpectConverged({});
   Outage([&] {
     Create("pods", PendingPod("ghost", 7000));
-    ASSERT_EQ(Filter("ghost", {"a"}), "a");
-    ASSERT_EQ(Bind("ghost", "a"), "");
+    ASSERT_EQ(FilterNamed("ghost", {"a"}), "a");
+    ASSERT_EQ(BindNamed("ghost", "a"), "");
     ASSERT_EQ(Reservations().size(), 1u);
     DeletePod("ghost");
   });
@@ -492,10 +439,10 @@ TEST_F(LeakPathsTest, APodTesseraNeverSawLosesItsReservationAtTheResync) {
   for (const char* type : {"ADDED", "MODIFIED", "DELETED"}) {
     drop.drop_watch_events.push_back({.resource = "pods", .type = type});
   }
-  sim_->store().SetFaults(drop);
+  store().SetFaults(drop);
   Create("pods", PendingPod("ghost", 7000));
-  ASSERT_EQ(Filter("ghost", {"a"}), "a");
-  ASSERT_EQ(Bind("ghost", "a"), "");
+  ASSERT_EQ(FilterNamed("ghost", {"a"}), "a");
+  ASSERT_EQ(BindNamed("ghost", "a"), "");
   DeletePod("ghost");
   ClearFaults();
   ExpectConverged({});
@@ -569,7 +516,7 @@ TEST_F(LeakPathsTest, AFilterNeverFollowedByABindExpires) {
   Create("nodes", NodeJson("a"));
   StartService();
   Create("pods", PendingPod("orphaned-filter", 7000));
-  ASSERT_EQ(Filter("orphaned-filter", {"a"}), "a");
+  ASSERT_EQ(FilterNamed("orphaned-filter", {"a"}), "a");
   ASSERT_EQ(Reservations().size(), 1u);
   ExpectConverged({"orphaned-filter"});
 
@@ -586,15 +533,15 @@ TEST_F(LeakPathsTest, ABindThatFailsAfterTheLockReleasesEverythingAtOnce) {
   Create("nodes", NodeJson("a"));
   StartService();
   Create("pods", PendingPod("unlucky", 9000));
-  ASSERT_EQ(Filter("unlucky", {"a"}), "a");
+  ASSERT_EQ(FilterNamed("unlucky", {"a"}), "a");
   ExpectConverged({"unlucky"});
 
   apisim::Faults fail;  // the binding POST fails; the lock PATCH succeeds
   fail.fail_probability = 1;
   fail.fail_code = 500;
   fail.fail_verbs = {"create"};
-  sim_->store().SetFaults(fail);
-  EXPECT_NE(Bind("unlucky", "a"), "");
+  store().SetFaults(fail);
+  EXPECT_NE(BindNamed("unlucky", "a"), "");
   ClearFaults();
   // Released before /bind answered: no waiting.
   EXPECT_TRUE(Reservations().empty()) << Reservations().dump();
@@ -638,7 +585,7 @@ TEST_F(LeakPathsTest, ANodeDeletedWithPodsOnItLeavesTheLedger) {
   ExpectConverged({});
 
   Drop("nodes", "DELETED");
-  ASSERT_TRUE(sim_->store().Delete(Res("nodes"), "", "b", "").ok());
+  ASSERT_TRUE(store().Delete(Res("nodes"), "", "b", "").ok());
   ExpectConverged({});
   EXPECT_EQ(ByDevice(Scrape(), "hami_gpu_memory_allocated_bytes", "device_uuid").count("GPU-b-1"),
             0u);
@@ -658,7 +605,7 @@ TEST_F(LeakPathsTest, AnAllocationOnAVanishedDeviceIsAnOrphan) {
   ExpectConverged({});
 
   // The device plugin re-registers node a without GPU-a-1.
-  absl::StatusOr<std::string> patched = sim_->store().Patch(
+  absl::StatusOr<std::string> patched = store().Patch(
       Res("nodes"), "", "a", "", apisim::PatchType::kMerge,
       Json({{"metadata",
              {{"annotations", {{"hami.io/node-nvidia-register", Register({"GPU-a-0"})}}}}}})
@@ -666,13 +613,12 @@ TEST_F(LeakPathsTest, AnAllocationOnAVanishedDeviceIsAnOrphan) {
   ASSERT_TRUE(patched.ok()) << patched.status();
   ExpectConverged({});
   Json orphans;
-  const absl::Time deadline = absl::Now() + Deadline(absl::Seconds(3), absl::Seconds(40));
-  do {
-    orphans = Audit()["problems"]["orphans"];
-    if (orphans.empty()) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  } while (orphans.empty() && absl::Now() < deadline);
+  Eventually(
+      [&] {
+        orphans = Audit()["problems"]["orphans"];
+        return !orphans.empty();
+      },
+      Deadline(absl::Seconds(3), absl::Seconds(40)), absl::Milliseconds(20));
   ASSERT_EQ(orphans.size(), 1u) << orphans.dump();
   EXPECT_EQ(orphans[0]["name"], "stranded");
   EXPECT_EQ(orphans[0]["uuid"], "GPU-a-1");
@@ -686,9 +632,9 @@ TEST_F(LeakPathsTest, APodFilteredAgainToAnotherNodeHoldsOnlyTheLatestReservatio
   Create("nodes", NodeJson("b"));
   StartService();
   Create("pods", PendingPod("again", 11000));
-  ASSERT_EQ(Filter("again", {"a"}), "a");
+  ASSERT_EQ(FilterNamed("again", {"a"}), "a");
   ExpectConverged({"again"});
-  ASSERT_EQ(Filter("again", {"b"}), "b");
+  ASSERT_EQ(FilterNamed("again", {"b"}), "b");
   ExpectConverged({"again"});
   Json reservations = Reservations();
   ASSERT_EQ(reservations.size(), 1u) << reservations.dump();
@@ -697,7 +643,7 @@ TEST_F(LeakPathsTest, APodFilteredAgainToAnotherNodeHoldsOnlyTheLatestReservatio
       ByDevice(Scrape(), "hami_gpu_memory_allocated_bytes", "device_uuid");
   EXPECT_EQ(mem["GPU-a-0"] + mem["GPU-a-1"], 0);
   EXPECT_EQ(mem["GPU-b-0"] + mem["GPU-b-1"], 11000 * kMiB);
-  ASSERT_EQ(Bind("again", "b"), "");
+  ASSERT_EQ(BindNamed("again", "b"), "");
   ExpectConverged({});
   ExpectNothingToRepair();
 }
@@ -731,13 +677,13 @@ TEST_F(LeakPathsTest, TesseraRestartedMidBindRebuildsTheReservationAndTheRetried
   Create("nodes", NodeJson("a"));
   StartService();
   Create("pods", PendingPod("midbind", 13000));
-  ASSERT_EQ(Filter("midbind", {"a"}), "a");
+  ASSERT_EQ(FilterNamed("midbind", {"a"}), "a");
   ExpectConverged({"midbind"});
 
   // What HAMi's bind has written when the process dies before the binding POST.
   const std::string now = absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
   ASSERT_TRUE(
-      sim_->store()
+      store()
           .Patch(Res("nodes"), "", "a", "", apisim::PatchType::kMerge,
                  Json({{"metadata",
                         {{"annotations", {{"hami.io/mutex.lock", now + ",default,midbind"}}}}}})
@@ -752,10 +698,10 @@ TEST_F(LeakPathsTest, TesseraRestartedMidBindRebuildsTheReservationAndTheRetried
   ASSERT_EQ(Reservations().size(), 1u);
   // Another pod cannot take the reserved memory meanwhile (16000 MiB GPUs, 13000 reserved on one).
   Create("pods", PendingPod("squeeze", 10000));
-  ASSERT_EQ(Filter("squeeze", {"a"}), "a");
+  ASSERT_EQ(FilterNamed("squeeze", {"a"}), "a");
   ExpectConverged({"midbind", "squeeze"});
 
-  ASSERT_EQ(Bind("midbind", "a"), "");
+  ASSERT_EQ(BindNamed("midbind", "a"), "");
   EXPECT_EQ(Get("pods", "midbind")["spec"].value("nodeName", ""), "a");
   ExpectConverged({"squeeze"});
   ExpectNothingToRepair();
@@ -778,7 +724,7 @@ TEST_F(LeakPathsTest, AQuotaHeldByADeleteLostForGoodIsFreedByTheResync) {
   ExpectConverged({});
   auto filter = [this] {
     Json args = {{"Pod", Get("pods", "next")}, {"Nodes", nullptr}, {"NodeNames", {"a"}}};
-    auto res = client_->Post("/filter", args.dump(), "application/json");
+    auto res = client()->Post("/filter", args.dump(), "application/json");
     return res && res->status == 200 ? Json::parse(res->body) : Json();
   };
   Json refused = filter();

@@ -12,9 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <functional>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,12 +29,13 @@
 #include "tessera/apisim/tls.h"
 #include "tessera/kube/decode.h"
 #include "tessera/serve/service.h"
-#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/serve_env.h"
 #include "tessera/testing/wait.h"
 
 namespace tessera::serve {
 namespace {
 
+using ::tessera::testing::Eventually;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
@@ -157,63 +156,17 @@ class Scrape {
   std::map<std::string, double> samples_;
 };
 
-class ServeScenarioTest : public ::testing::Test {
+class ServeScenarioTest : public ::tessera::testing::ServeFixture {
  protected:
-  void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(env_.Start());
-    sim_ = env_.server();
-    dir_ = env_.ScratchDir();
-    kubeconfig_ = env_.KubeconfigPath();
-  }
-
-  void TearDown() override {
-    if (service_ != nullptr) {
-      service_->Stop();
-    }
-    service_.reset();
-    env_.Stop();
-  }
-
-  void StartService(const std::function<void(ServeOptions&)>& adjust = nullptr) {
-    ServeOptions o;
-    o.http_bind = "127.0.0.1:0";
-    o.metrics_bind_address = "127.0.0.1:0";
-    o.kube.path = kubeconfig_;
-    o.housekeeping_period = absl::Milliseconds(50);
+  // The audit runs only in the tests that set its period.
+  ServeOptions TestOptions() override {
+    ServeOptions o = ServeFixture::TestOptions();
     o.audit_period = absl::ZeroDuration();
-    if (adjust) {
-      adjust(o);
-    }
-    auto service = Service::Start(o);
-    ASSERT_TRUE(service.ok()) << service.status();
-    service_ = *std::move(service);
-    ASSERT_TRUE(service_->WaitForSync(absl::Seconds(20)));
-    if (o.cert_file.empty()) {
-      client_ = std::make_unique<httplib::Client>("127.0.0.1", service_->port());
-      client_->set_read_timeout(30, 0);
-    }
+    return o;
   }
 
-  // Waits (real time, at most 10 s) for `done`.
-  static bool Eventually(const std::function<bool()>& done) {
-    return ::tessera::testing::Eventually(done, absl::Seconds(10), absl::Milliseconds(20));
-  }
-
-  void AddNode(const std::string& json) {
-    ASSERT_TRUE(sim_->store().Create(Res("nodes"), "", json).ok());
-  }
-  std::string AddPod(const nlohmann::json& pod) {
-    absl::StatusOr<std::string> created = sim_->store().Create(Res("pods"), "default", pod.dump());
-    EXPECT_TRUE(created.ok()) << created.status();
-    return created.ok() ? *created : "";
-  }
-  kube::Pod GetPod(const std::string& name) {
-    absl::StatusOr<std::string> json = sim_->store().Get(Res("pods"), "default", name);
-    absl::StatusOr<kube::Pod> pod = kube::DecodePod(json.ok() ? *json : "{}");
-    return pod.ok() ? *pod : kube::Pod{};
-  }
   std::string Lock(const std::string& node) {
-    absl::StatusOr<std::string> json = sim_->store().Get(Res("nodes"), "", node);
+    absl::StatusOr<std::string> json = store().Get(Res("nodes"), "", node);
     absl::StatusOr<kube::Node> n = kube::DecodeNode(json.ok() ? *json : "{}");
     if (!n.ok()) {
       return "<no node>";
@@ -224,8 +177,7 @@ class ServeScenarioTest : public ::testing::Test {
   }
   // The names of the pods holding a reservation, from /debug/ledger.
   std::vector<std::string> Reserved() {
-    httplib::Client metrics("127.0.0.1", service_->metrics_port());  // /debug is served there
-    auto res = metrics.Get("/debug/ledger");
+    auto res = GetMetricsPort("/debug/ledger");  // /debug is served there
     EXPECT_TRUE(res && res->status == 200);
     std::vector<std::string> names;
     if (res) {
@@ -237,8 +189,7 @@ class ServeScenarioTest : public ::testing::Test {
     return names;
   }
   Scrape Metrics() {
-    httplib::Client metrics("127.0.0.1", service_->metrics_port());
-    auto res = metrics.Get("/metrics");
+    auto res = GetMetricsPort("/metrics");
     EXPECT_TRUE(res && res->status == 200);
     return Scrape(res ? res->body : "");
   }
@@ -246,54 +197,25 @@ class ServeScenarioTest : public ::testing::Test {
     return s.Get("hami_gpu_memory_allocated_bytes", {"device_uuid=\"" + uuid + "\""}) / 1048576.0;
   }
 
-  // POST /filter (nodeCacheCapable) for the pod stored as `pod_json`; the reply. When a node
-  // is chosen, waits for the annotation patch (written behind the reply) to land.
-  nlohmann::json Filter(const std::string& pod_json, const std::vector<std::string>& nodes) {
-    nlohmann::json args = {
-        {"Pod", nlohmann::json::parse(pod_json)}, {"Nodes", nullptr}, {"NodeNames", nodes}};
-    auto res = client_->Post("/filter", args.dump(), "application/json");
-    EXPECT_TRUE(res && res->status == 200);
-    if (!res) {
-      return {};
-    }
-    nlohmann::json reply = nlohmann::json::parse(res->body, nullptr, false);
-    if (reply.is_object() && reply["NodeNames"].is_array() && reply["NodeNames"].size() == 1) {
-      const std::string name = nlohmann::json::parse(pod_json)["metadata"]["name"];
-      const std::string node = reply["NodeNames"][0];
-      EXPECT_TRUE(Eventually(
-          [&] { return GetPod(name).meta.annotations.Get("hami.io/vgpu-node") == node; }));
-    }
-    return reply;
-  }
   // Creates a pod asking for `mem` MiB and filters it over `nodes`: the chosen node or "".
   std::string FilterNew(const std::string& name, int mem, const std::vector<std::string>& nodes) {
-    nlohmann::json reply = Filter(AddPod(PodObject(name, mem)), nodes);
+    nlohmann::json reply = Filter(AddPod(PodObject(name, mem).dump()), nodes);
     EXPECT_EQ(reply.value("Error", "x"), "") << reply.dump();
     return reply["NodeNames"].is_array() && reply["NodeNames"].size() == 1
                ? reply["NodeNames"][0].get<std::string>()
                : "";
   }
   // POST /bind; the "Error" string of the reply.
-  std::string Bind(const std::string& name, const std::string& uid, const std::string& node) {
-    nlohmann::json args = {
-        {"PodName", name}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", node}};
-    auto res = client_->Post("/bind", args.dump(), "application/json");
-    EXPECT_TRUE(res && res->status == 200);
-    return res ? nlohmann::json::parse(res->body).value("Error", "<no Error key>")
-               : "<no response>";
+  std::string BindError(const std::string& name, const std::string& uid, const std::string& node) {
+    const nlohmann::json reply = Bind(name, uid, node);
+    return reply.is_object() ? reply.value("Error", "<no Error key>") : "<no response>";
   }
-
-  ::tessera::testing::ApisimEnv env_;  // the server, and dir_ with the kubeconfig
-  apisim::Server* sim_ = nullptr;
-  std::unique_ptr<Service> service_;
-  std::unique_ptr<httplib::Client> client_;
-  std::string dir_, kubeconfig_;
 };
 
 TEST_F(ServeScenarioTest, ExpiredAndOrphanedLocksAreTakenOverAndALiveOneIsNot) {
   const absl::Time now = absl::Now();
   // The owner of node c's lock exists and locked it a minute ago: its lock holds.
-  AddPod(PodObject("holder", 1000));
+  AddPod(PodObject("holder", 1000).dump());
   const std::string young = Rfc3339(now - absl::Minutes(1)) + ",default,holder";
   // Node a: the same live owner, but 10 minutes ago (--node-lock-timeout is 5m).
   AddNode(NodeJson("a", 1, 16000, Rfc3339(now - absl::Minutes(10)) + ",default,holder"));
@@ -304,12 +226,12 @@ TEST_F(ServeScenarioTest, ExpiredAndOrphanedLocksAreTakenOverAndALiveOneIsNot) {
   StartService([](ServeOptions& o) { o.node_lock_retry_timeout = absl::Milliseconds(300); });
 
   ASSERT_EQ(FilterNew("p1", 1000, {"a"}), "a");
-  EXPECT_EQ(Bind("p1", GetPod("p1").meta.uid, "a"), "");
+  EXPECT_EQ(BindError("p1", GetPod("p1").meta.uid, "a"), "");
   EXPECT_THAT(Lock("a"), HasSubstr(",default,p1"));
   EXPECT_EQ(GetPod("p1").node_name, "a");
 
   ASSERT_EQ(FilterNew("p2", 2000, {"b"}), "b");
-  EXPECT_EQ(Bind("p2", GetPod("p2").meta.uid, "b"), "");
+  EXPECT_EQ(BindError("p2", GetPod("p2").meta.uid, "b"), "");
   EXPECT_THAT(Lock("b"), HasSubstr(",default,p2"));
   EXPECT_EQ(GetPod("p2").node_name, "b");
 
@@ -317,7 +239,7 @@ TEST_F(ServeScenarioTest, ExpiredAndOrphanedLocksAreTakenOverAndALiveOneIsNot) {
   EXPECT_THAT(Reserved(), ::testing::Contains("p3"));
   EXPECT_EQ(AllocatedMiB(Metrics(), "GPU-c-0"), 3000);  // the reservation counts until the bind
   const absl::Time before_p3 = absl::Now();
-  const std::string refused = Bind("p3", GetPod("p3").meta.uid, "c");
+  const std::string refused = BindError("p3", GetPod("p3").meta.uid, "c");
   EXPECT_THAT(refused, HasSubstr("locked by default/holder"));
   EXPECT_THAT(refused, HasSubstr("gave up after waiting"));
   EXPECT_GE(absl::Now() - before_p3, absl::Milliseconds(300));
@@ -362,9 +284,9 @@ TEST_F(ServeScenarioTest, EveryBindFailureLeavesNothingReservedAndNoLockHeld) {
 
   // 1. A bind with no filter before it (no reservation).
   {
-    const std::string json = AddPod(PodObject("unfiltered", 1000));
+    const std::string json = AddPod(PodObject("unfiltered", 1000).dump());
     const std::string uid = nlohmann::json::parse(json)["metadata"]["uid"];
-    EXPECT_NE(Bind("unfiltered", uid, "a"), "");
+    EXPECT_NE(BindError("unfiltered", uid, "a"), "");
     expect_nothing_held("unfiltered", "no reservation");
     EXPECT_EQ(AllocatedMiB(Metrics(), "GPU-a-0"), 0);
   }
@@ -372,7 +294,7 @@ TEST_F(ServeScenarioTest, EveryBindFailureLeavesNothingReservedAndNoLockHeld) {
   {
     ASSERT_EQ(FilterNew("wrong", 1000, {"a"}), "a");
     ASSERT_THAT(Reserved(), ::testing::ElementsAre("wrong"));
-    EXPECT_THAT(Bind("wrong", GetPod("wrong").meta.uid, "b"), HasSubstr("not b"));
+    EXPECT_THAT(BindError("wrong", GetPod("wrong").meta.uid, "b"), HasSubstr("not b"));
     expect_nothing_held("wrong", "other node");
     Scrape m = Metrics();
     EXPECT_EQ(AllocatedMiB(m, "GPU-a-0"), 0);
@@ -382,9 +304,8 @@ TEST_F(ServeScenarioTest, EveryBindFailureLeavesNothingReservedAndNoLockHeld) {
   {
     ASSERT_EQ(FilterNew("gone", 1000, {"a"}), "a");
     const std::string uid(GetPod("gone").meta.uid);
-    ASSERT_TRUE(
-        sim_->store().Delete(Res("pods"), "default", "gone", R"({"gracePeriodSeconds":0})").ok());
-    EXPECT_NE(Bind("gone", uid, "a"), "");
+    ASSERT_TRUE(store().Delete(Res("pods"), "default", "gone", R"({"gracePeriodSeconds":0})").ok());
+    EXPECT_NE(BindError("gone", uid, "a"), "");
     expect_nothing_held("gone", "pod deleted");
     EXPECT_EQ(AllocatedMiB(Metrics(), "GPU-a-0"), 0);
   }
@@ -398,9 +319,9 @@ TEST_F(ServeScenarioTest, EveryBindFailureLeavesNothingReservedAndNoLockHeld) {
         {"hami.io/bind-phase", "success"}};
     intruder["spec"]["nodeName"] = "a";
     intruder["status"] = {{"phase", "Running"}};
-    AddPod(intruder);
+    AddPod(intruder.dump());
     ASSERT_TRUE(Eventually([&] { return AllocatedMiB(Metrics(), "GPU-a-0") == 20000; }));
-    EXPECT_THAT(Bind("late", GetPod("late").meta.uid, "a"), HasSubstr("no longer free"));
+    EXPECT_THAT(BindError("late", GetPod("late").meta.uid, "a"), HasSubstr("no longer free"));
     expect_nothing_held("late", "devices taken");
     EXPECT_TRUE(GetPod("late").node_name.empty());
     EXPECT_EQ(AllocatedMiB(Metrics(), "GPU-a-0"), 10000);  // the intruder's only
@@ -409,14 +330,14 @@ TEST_F(ServeScenarioTest, EveryBindFailureLeavesNothingReservedAndNoLockHeld) {
   {
     ASSERT_EQ(FilterNew("taken", 1000, {"b"}), "b");
     const std::string uid(GetPod("taken").meta.uid);
-    ASSERT_TRUE(sim_->store()
+    ASSERT_TRUE(store()
                     .Bind("default", "taken",
                           R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"taken"},)"
                           R"("target":{"kind":"Node","name":"b"}})")
                     .ok());
     // ("already assigned" from the API server, or from the ledger once the informer has seen
     // the binding.)
-    EXPECT_THAT(Bind("taken", uid, "b"), HasSubstr("already"));
+    EXPECT_THAT(BindError("taken", uid, "b"), HasSubstr("already"));
     // Refused without touching anything: the pod runs on b with the filter's devices, so its
     // share never looks free — the reservation holds until the informer sees the binding,
     // then the pod's record does.
@@ -439,17 +360,17 @@ TEST_F(ServeScenarioTest, FilterAndBindEventsReachTheApiServer) {
   AddNode(NodeJson("a", 1, 16000));
   StartService();
   ASSERT_EQ(FilterNew("fits", 4000, {"a"}), "a");
-  EXPECT_EQ(Bind("fits", GetPod("fits").meta.uid, "a"), "");
-  nlohmann::json reply = Filter(AddPod(PodObject("huge", 64000)), {"a"});
+  EXPECT_EQ(BindError("fits", GetPod("fits").meta.uid, "a"), "");
+  nlohmann::json reply = Filter(AddPod(PodObject("huge", 64000).dump()), {"a"});
   EXPECT_THAT(reply["NodeNames"], IsEmpty()) << reply.dump();
   EXPECT_THAT(std::string(reply["FailedNodes"]["a"]), StartsWith("1/1 ")) << reply.dump();
-  EXPECT_NE(Bind("huge", GetPod("huge").meta.uid, "a"), "");
+  EXPECT_NE(BindError("huge", GetPod("huge").meta.uid, "a"), "");
 
   // Events are posted asynchronously: wait for all four.
   std::multimap<std::string, nlohmann::json> events;  // reason → event
   ASSERT_TRUE(Eventually([&] {
     events.clear();
-    absl::StatusOr<std::string> list = sim_->store().List(Res("events"), "default", {});
+    absl::StatusOr<std::string> list = store().List(Res("events"), "default", {});
     if (!list.ok()) {
       return false;
     }
@@ -496,10 +417,10 @@ TEST_F(ServeScenarioTest, UnreadableAndForeignAllocationsAreHeldAndReported) {
   broken["metadata"]["annotations"] = {
       {"hami.io/vgpu-node", "a"}, {"hami.io/vgpu-devices-allocated", "GPU-a-0,NVIDIA,lots,10:;"}};
   broken["status"] = {{"phase", "Running"}};
-  AddPod(broken);
+  AddPod(broken.dump());
   StartService([](ServeOptions& o) { o.audit_period = absl::Milliseconds(100); });
 
-  nlohmann::json reply = Filter(AddPod(PodObject("new", 1000)), {"a"});
+  nlohmann::json reply = Filter(AddPod(PodObject("new", 1000).dump()), {"a"});
   EXPECT_THAT(reply["NodeNames"], IsEmpty()) << reply.dump();
   EXPECT_EQ(reply["FailedNodes"]["a"],
             "node has an allocation Tessera cannot read (pod default/broken)")
@@ -509,7 +430,7 @@ TEST_F(ServeScenarioTest, UnreadableAndForeignAllocationsAreHeldAndReported) {
     return m.Get("tessera_ledger_problems", {"kind=\"unreadable\""}) == 1 &&
            m.Get("tessera_ledger_problems", {"kind=\"foreign_allocation\""}) == 1;
   }));
-  httplib::Client metrics("127.0.0.1", service_->metrics_port());  // /debug is served there
+  httplib::Client metrics("127.0.0.1", service()->metrics_port());  // /debug is served there
   auto res = metrics.Get("/debug/audit");
   ASSERT_TRUE(res && res->status == 200);
   const nlohmann::json audit = nlohmann::json::parse(res->body);
@@ -523,7 +444,7 @@ TEST_F(ServeScenarioTest, UnreadableAndForeignAllocationsAreHeldAndReported) {
             1);
 
   // Fixed: counted (a foreign allocation still holds its 4000 MiB), the node offered again.
-  ASSERT_TRUE(sim_->store()
+  ASSERT_TRUE(store()
                   .Patch(Res("pods"), "default", "broken", "", apisim::PatchType::kMerge,
                          R"({"metadata":{"annotations":{"hami.io/vgpu-devices-allocated":)"
                          R"("GPU-a-0,NVIDIA,4000,10:;"}}})")
@@ -545,9 +466,9 @@ TEST_F(ServeScenarioTest, ARewrittenAllocationOfARunningPodKeepsTheDecisionAndIs
   AddNode(NodeJson("a", 1, 16000));
   StartService([](ServeOptions& o) { o.audit_period = absl::Milliseconds(100); });
   ASSERT_EQ(FilterNew("tenant", 12000, {"a"}), "a");
-  ASSERT_EQ(Bind("tenant", GetPod("tenant").meta.uid, "a"), "");
+  ASSERT_EQ(BindError("tenant", GetPod("tenant").meta.uid, "a"), "");
   ASSERT_TRUE(Eventually([&] { return Reserved().empty(); }));  // observed bound
-  ASSERT_TRUE(sim_->store()
+  ASSERT_TRUE(store()
                   .Patch(Res("pods"), "default", "tenant", "", apisim::PatchType::kMerge,
                          R"({"metadata":{"annotations":{"hami.io/vgpu-devices-allocated":)"
                          R"("GPU-a-0,NVIDIA,1,0:;"}}})")
@@ -559,7 +480,7 @@ TEST_F(ServeScenarioTest, ARewrittenAllocationOfARunningPodKeepsTheDecisionAndIs
   })) << "the audit did not report the rewrite";
   EXPECT_EQ(AllocatedMiB(Metrics(), "GPU-a-0"), 12000);
 
-  httplib::Client metrics("127.0.0.1", service_->metrics_port());  // /debug is served there
+  httplib::Client metrics("127.0.0.1", service()->metrics_port());  // /debug is served there
   auto res = metrics.Get("/debug/audit");
   ASSERT_TRUE(res && res->status == 200);
   const nlohmann::json audit = nlohmann::json::parse(res->body);
@@ -571,13 +492,13 @@ TEST_F(ServeScenarioTest, ARewrittenAllocationOfARunningPodKeepsTheDecisionAndIs
   EXPECT_EQ(audit["audit"]["corrections"], nlohmann::json::object()) << audit.dump();
 
   // A second 12,000 MiB pod is refused: the card holds 12,000 of its 16,000 MiB.
-  nlohmann::json reply = Filter(AddPod(PodObject("second", 12000)), {"a"});
+  nlohmann::json reply = Filter(AddPod(PodObject("second", 12000).dump()), {"a"});
   EXPECT_THAT(reply["NodeNames"], IsEmpty()) << reply.dump();
   EXPECT_TRUE(reply["FailedNodes"].contains("a")) << reply.dump();
 
   nlohmann::json event;
   ASSERT_TRUE(Eventually([&] {
-    absl::StatusOr<std::string> list = sim_->store().List(Res("events"), "default", {});
+    absl::StatusOr<std::string> list = store().List(Res("events"), "default", {});
     if (!list.ok()) {
       return false;
     }
@@ -608,7 +529,7 @@ TEST_F(ServeScenarioTest, AMultiContainerMultiGpuPodAddsUpInEveryFamily) {
       {{"name", "c2"},
        {"image", "cuda"},
        {"resources", {{"limits", {{"nvidia.com/gpu", "2"}, {"nvidia.com/gpumem", "3000"}}}}}});
-  nlohmann::json reply = Filter(AddPod(pod), {"m"});
+  nlohmann::json reply = Filter(AddPod(pod.dump()), {"m"});
   ASSERT_EQ(reply["NodeNames"], nlohmann::json({"m"})) << reply.dump();
   auto expect_usage = [&](double mib, double shared, double cores, const char* when) {
     SCOPED_TRACE(when);
@@ -621,11 +542,10 @@ TEST_F(ServeScenarioTest, AMultiContainerMultiGpuPodAddsUpInEveryFamily) {
   };
   expect_usage(7000, 3, 30, "reserved");
   EXPECT_EQ(Metrics().Get("tessera_reservations_in_flight"), 1);
-  ASSERT_EQ(Bind("multi", GetPod("multi").meta.uid, "m"), "");
+  ASSERT_EQ(BindError("multi", GetPod("multi").meta.uid, "m"), "");
   ASSERT_TRUE(Eventually([&] { return Reserved().empty(); }));  // the informer saw the binding
   expect_usage(7000, 3, 30, "bound");
-  ASSERT_TRUE(
-      sim_->store().Delete(Res("pods"), "default", "multi", R"({"gracePeriodSeconds":0})").ok());
+  ASSERT_TRUE(store().Delete(Res("pods"), "default", "multi", R"({"gracePeriodSeconds":0})").ok());
   ASSERT_TRUE(Eventually([&] { return Metrics().Sum("hami_gpu_shared_count") == 0; }));
   expect_usage(0, 0, 0, "deleted");
 }
@@ -656,14 +576,14 @@ TEST_F(ServeScenarioTest, AMigPodIsPlacedBoundRealisedAndFreed) {
     o.reservation_ttl = absl::Seconds(1);
   });
   auto audit_mig = [&] {
-    auto res = httplib::Client("127.0.0.1", service_->metrics_port()).Get("/debug/audit");
+    auto res = GetMetricsPort("/debug/audit");
     return res ? nlohmann::json::parse(res->body, nullptr, false)["audit"]["mig"]
                : nlohmann::json();
   };
   auto mig_pod = [&](const std::string& name, int mem) {
     nlohmann::json pod = PodObject(name, mem);
     pod["metadata"]["annotations"] = {{"nvidia.com/vgpu-mode", "mig"}};
-    return AddPod(pod);
+    return AddPod(pod.dump());
   };
   auto allocation = [&](int start, const std::string& runtime = "") {
     return std::string(R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":")") + kUuid +
@@ -679,7 +599,7 @@ TEST_F(ServeScenarioTest, AMigPodIsPlacedBoundRealisedAndFreed) {
   EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-devices-allocated"), devices);
   EXPECT_EQ(pod.meta.annotations.Get("hami.io/vgpu-mig-allocations"), allocation(6));
   EXPECT_EQ(AllocatedMiB(Metrics(), kUuid), 4864);
-  ASSERT_EQ(Bind("infer-0", pod.meta.uid, "gpu-a100-1"), "");
+  ASSERT_EQ(BindError("infer-0", pod.meta.uid, "gpu-a100-1"), "");
   ASSERT_TRUE(Eventually([&] { return Reserved().empty(); }));
   // Bound but not realised past the reservation TTL: the audit says so.
   ASSERT_TRUE(Eventually([&] {
@@ -691,7 +611,7 @@ TEST_F(ServeScenarioTest, AMigPodIsPlacedBoundRealisedAndFreed) {
   // The device plugin realises the instance: it merge-patches the runtime identity in, and
   // (its allocation done) releases the node lock.
   auto release_lock = [&] {
-    ASSERT_TRUE(sim_->store()
+    ASSERT_TRUE(store()
                     .Patch(Res("nodes"), "", "gpu-a100-1", "", apisim::PatchType::kMerge,
                            R"({"metadata":{"annotations":{"hami.io/mutex.lock":null}}})")
                     .ok());
@@ -700,7 +620,7 @@ TEST_F(ServeScenarioTest, AMigPodIsPlacedBoundRealisedAndFreed) {
   const std::string realised =
       allocation(6, R"(,"migUUID":"MIG-9b0e","gpuInstanceID":13,"computeInstanceID":0)");
   ASSERT_TRUE(
-      sim_->store()
+      store()
           .Patch(Res("pods"), "default", "infer-0", "", apisim::PatchType::kMerge,
                  nlohmann::json{
                      {"metadata", {{"annotations", {{"hami.io/vgpu-mig-allocations", realised}}}}}}
@@ -712,7 +632,7 @@ TEST_F(ServeScenarioTest, AMigPodIsPlacedBoundRealisedAndFreed) {
   reply = Filter(mig_pod("infer-1", 4000), {"gpu-a100-1"});
   ASSERT_EQ(reply["NodeNames"], nlohmann::json({"gpu-a100-1"})) << reply.dump();
   EXPECT_EQ(GetPod("infer-1").meta.annotations.Get("hami.io/vgpu-mig-allocations"), allocation(5));
-  ASSERT_EQ(Bind("infer-1", GetPod("infer-1").meta.uid, "gpu-a100-1"), "");
+  ASSERT_EQ(BindError("infer-1", GetPod("infer-1").meta.uid, "gpu-a100-1"), "");
   ASSERT_TRUE(Eventually([&] { return Reserved().empty(); }));
   release_lock();
   // 8000 MiB: 2g.10gb from the bottom, at 0.
@@ -720,7 +640,7 @@ TEST_F(ServeScenarioTest, AMigPodIsPlacedBoundRealisedAndFreed) {
   ASSERT_EQ(reply["NodeNames"], nlohmann::json({"gpu-a100-1"})) << reply.dump();
   EXPECT_THAT(GetPod("mid").meta.annotations.Get("hami.io/vgpu-mig-allocations"),
               HasSubstr(R"("profile":"2g.10gb","placement":{"start":0,"size":2}})"));
-  ASSERT_EQ(Bind("mid", GetPod("mid").meta.uid, "gpu-a100-1"), "");
+  ASSERT_EQ(BindError("mid", GetPod("mid").meta.uid, "gpu-a100-1"), "");
   ASSERT_TRUE(Eventually([&] { return Reserved().empty(); }));
 
   // 15000 MiB: 3g at 4 overlaps 5 and 6, 3g at 0 overlaps 0-1, 7g everything (reference §2.4).
@@ -729,7 +649,7 @@ TEST_F(ServeScenarioTest, AMigPodIsPlacedBoundRealisedAndFreed) {
 
   // infer-0 deleted: start 6 is free again and the next 1g goes there.
   ASSERT_TRUE(
-      sim_->store().Delete(Res("pods"), "default", "infer-0", R"({"gracePeriodSeconds":0})").ok());
+      store().Delete(Res("pods"), "default", "infer-0", R"({"gracePeriodSeconds":0})").ok());
   ASSERT_TRUE(Eventually([&] { return AllocatedMiB(Metrics(), kUuid) == 4864 + 9856; }));
   reply = Filter(mig_pod("infer-2", 4000), {"gpu-a100-1"});
   ASSERT_EQ(reply["NodeNames"], nlohmann::json({"gpu-a100-1"})) << reply.dump();
@@ -754,8 +674,10 @@ TEST_F(ServeScenarioTest, ServesTlsAndTakesARenewedCertificateWithoutARestart) {
   absl::StatusOr<apisim::PemPair> a = apisim::GenerateSelfSignedCert();
   absl::StatusOr<apisim::PemPair> b = apisim::GenerateSelfSignedCert();
   ASSERT_TRUE(a.ok() && b.ok());
-  const std::string crt = dir_ + "/tls.crt", key = dir_ + "/tls.key";
-  const std::string a_pem = dir_ + "/a.pem", b_pem = dir_ + "/b.pem";
+  const std::string crt = apisim().ScratchDir() + "/tls.crt",
+                    key = apisim().ScratchDir() + "/tls.key";
+  const std::string a_pem = apisim().ScratchDir() + "/a.pem",
+                    b_pem = apisim().ScratchDir() + "/b.pem";
   auto write = [](const std::string& path, const std::string& text) {
     std::ofstream(path + ".tmp") << text;
     std::rename((path + ".tmp").c_str(), path.c_str());
@@ -769,14 +691,14 @@ TEST_F(ServeScenarioTest, ServesTlsAndTakesARenewedCertificateWithoutARestart) {
     o.cert_file = crt;
     o.key_file = key;
   });
-  EXPECT_TRUE(TrustedBy(service_->port(), a_pem));
-  EXPECT_FALSE(TrustedBy(service_->port(), b_pem));
+  EXPECT_TRUE(TrustedBy(service()->port(), a_pem));
+  EXPECT_FALSE(TrustedBy(service()->port(), b_pem));
   {
     // kube-scheduler's /filter over TLS.
-    httplib::SSLClient c("127.0.0.1", service_->port());
+    httplib::SSLClient c("127.0.0.1", service()->port());
     c.set_ca_cert_path(a_pem.c_str());
     c.enable_server_certificate_verification(true);
-    nlohmann::json args = {{"Pod", nlohmann::json::parse(AddPod(PodObject("tls", 1000)))},
+    nlohmann::json args = {{"Pod", nlohmann::json::parse(AddPod(PodObject("tls", 1000).dump()))},
                            {"Nodes", nullptr},
                            {"NodeNames", {"a"}}};
     httplib::Result r = c.Post("/filter", args.dump(), "application/json");
@@ -787,16 +709,9 @@ TEST_F(ServeScenarioTest, ServesTlsAndTakesARenewedCertificateWithoutARestart) {
   write(crt, b->cert_pem);
   write(key, b->key_pem);
   // Checked once per 5 s (real time here): wait for up to 20 s.
-  bool renewed = false;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (!renewed && absl::Now() < deadline) {
-    renewed = TrustedBy(service_->port(), b_pem);
-    if (!renewed) {
-      absl::SleepFor(absl::Milliseconds(200));
-    }
-  }
-  EXPECT_TRUE(renewed);
-  EXPECT_FALSE(TrustedBy(service_->port(), a_pem));
+  EXPECT_TRUE(Eventually([&] { return TrustedBy(service()->port(), b_pem); }, absl::Seconds(20),
+                         absl::Milliseconds(200)));
+  EXPECT_FALSE(TrustedBy(service()->port(), a_pem));
   for (const std::string& f : {crt, key, a_pem, b_pem}) {
     std::remove(f.c_str());
   }

@@ -32,12 +32,13 @@
 #include "tessera/kube/decode.h"
 #include "tessera/metrics/build_revision.h"
 #include "tessera/sim/synthetic.h"
-#include "tessera/testing/apisim_env.h"
+#include "tessera/testing/serve_env.h"
 #include "tessera/testing/wait.h"
 
 namespace tessera::serve {
 namespace {
 
+using ::tessera::testing::Eventually;
 using ::testing::ElementsAre;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
@@ -146,78 +147,19 @@ std::string PodJson(const std::string& name, const std::vector<ContainerSpec>& c
   return pod.dump();
 }
 
-class ServeTest : public ::testing::Test {
+class ServeTest : public ::tessera::testing::ServeFixture {
  protected:
-  void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(env_.Start());
-    sim_ = env_.server();
-    dir_ = env_.ScratchDir();
-    kubeconfig_ = env_.KubeconfigPath();
-  }
-
-  void TearDown() override {
-    if (service_ != nullptr) {
-      service_->Stop();
-    }
-    service_.reset();
-    env_.Stop();
-  }
-
-  void AddNode(const std::string& json) {
-    ASSERT_TRUE(sim_->store().Create(Res("nodes"), "", json).ok());
-  }
-  std::string AddPod(const std::string& json) {
-    absl::StatusOr<std::string> created = sim_->store().Create(Res("pods"), "default", json);
-    EXPECT_TRUE(created.ok()) << created.status();
-    return created.ok() ? *created : "";
-  }
-  kube::Pod GetPod(const std::string& name) {
-    absl::StatusOr<std::string> json = sim_->store().Get(Res("pods"), "default", name);
-    EXPECT_TRUE(json.ok()) << json.status();
-    absl::StatusOr<kube::Pod> pod = kube::DecodePod(json.ok() ? *json : "{}");
-    EXPECT_TRUE(pod.ok()) << pod.status();
-    return pod.ok() ? *pod : kube::Pod{};
-  }
-  kube::Node GetNode(const std::string& name) {
-    absl::StatusOr<std::string> json = sim_->store().Get(Res("nodes"), "", name);
-    absl::StatusOr<kube::Node> node = kube::DecodeNode(json.ok() ? *json : "{}");
-    return node.ok() ? *node : kube::Node{};
-  }
-
-  void StartService(std::function<void(ServeOptions&)> adjust = nullptr) {
-    ServeOptions o;
-    o.http_bind = "127.0.0.1:0";
-    o.metrics_bind_address = "127.0.0.1:0";
-    o.kube.path = kubeconfig_;
-    o.housekeeping_period = absl::Milliseconds(50);
-    if (adjust) {
-      adjust(o);
-    }
-    auto service = Service::Start(o);
-    ASSERT_TRUE(service.ok()) << service.status();
-    service_ = *std::move(service);
-    ASSERT_TRUE(service_->WaitForSync(absl::Seconds(20)));
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", service_->port());
-    client_->set_read_timeout(30, 0);
-  }
-
   // A replica on host `host` following the kube-scheduler Lease kube-system/hami-scheduler
   // (the defaults), read every 100 ms; not waited for.
   std::unique_ptr<Service> StartFollowing(const std::string& host,
                                           std::function<void(ServeOptions&)> adjust = nullptr) {
-    ServeOptions o;
-    o.http_bind = "127.0.0.1:0";
-    o.metrics_bind_address = "127.0.0.1:0";
-    o.kube.path = kubeconfig_;
-    o.housekeeping_period = absl::Milliseconds(50);
+    ServeOptions o = TestOptions();
     o.leader.identity = host;
     o.leader.retry_period = absl::Milliseconds(100);
     if (adjust) {
       adjust(o);
     }
-    auto service = Service::Start(o);
-    EXPECT_TRUE(service.ok()) << service.status();
-    return service.ok() ? *std::move(service) : nullptr;
+    return StartReplica(o);
   }
 
   // A kube-scheduler on `holder`'s host takes (or renews) the Lease kube-system/hami-scheduler.
@@ -226,61 +168,21 @@ class ServeTest : public ::testing::Test {
         *apisim::FindResource("coordination.k8s.io", "v1", "leases");
     const std::string json = KubeSchedulerLease(holder);
     absl::Status status =
-        sim_->store().Get(leases, "kube-system", "hami-scheduler").ok()
-            ? sim_->store().Update(leases, "kube-system", "hami-scheduler", "", json).status()
-            : sim_->store().Create(leases, "kube-system", json).status();
+        store().Get(leases, "kube-system", "hami-scheduler").ok()
+            ? store().Update(leases, "kube-system", "hami-scheduler", "", json).status()
+            : store().Create(leases, "kube-system", json).status();
     ASSERT_TRUE(status.ok()) << status;
   }
 
-  // Waits (real time, at most 10 s) for `done`.
-  static bool Eventually(const std::function<bool()>& done) {
-    return ::tessera::testing::Eventually(done, absl::Seconds(10), absl::Milliseconds(20));
-  }
-
-  // POST /filter as kube-scheduler does (nodeCacheCapable: true).
-  nlohmann::json Filter(const std::string& pod_json, const std::vector<std::string>& nodes) {
-    nlohmann::json args = {
-        {"Pod", nlohmann::json::parse(pod_json)}, {"Nodes", nullptr}, {"NodeNames", nodes}};
-    auto res = client_->Post("/filter", args.dump(), "application/json");
-    EXPECT_TRUE(res) << "no response";
-    if (!res) {
-      return {};
-    }
-    EXPECT_EQ(res->status, 200) << res->body;
-    nlohmann::json reply = nlohmann::json::parse(res->body, nullptr, false);
-    // The annotations are written behind the reply: wait until they have landed, as the
-    // device plugin effectively does (it reads them only after bind).
-    if (reply.is_object() && reply["NodeNames"].is_array() && reply["NodeNames"].size() == 1 &&
-        nodes.size() > 0 && reply["Error"] == "") {
-      const std::string name = nlohmann::json::parse(pod_json)["metadata"]["name"];
-      const std::string node = reply["NodeNames"][0];
-      EXPECT_TRUE(Eventually([&] {
-        return GetPod(name).meta.annotations.Get("hami.io/vgpu-node") == node;
-      })) << "the filter's patch of "
-          << name << " did not land";
-    }
-    return reply;
-  }
-
   nlohmann::json Bind(const kube::Pod& pod, const std::string& node) {
-    nlohmann::json args = {{"PodName", pod.meta.name},
-                           {"PodNamespace", pod.meta.ns},
-                           {"PodUID", pod.meta.uid},
-                           {"Node", node}};
-    auto res = client_->Post("/bind", args.dump(), "application/json");
-    EXPECT_TRUE(res) << "no response";
-    if (!res) {
-      return {};
-    }
-    EXPECT_EQ(res->status, 200) << res->body;
-    return nlohmann::json::parse(res->body, nullptr, false);
+    EXPECT_EQ(pod.meta.ns, "default");
+    return ServeFixture::Bind(pod.meta.name, pod.meta.uid, node);
   }
 
   // The value of the sample of `family` whose label set contains every `labels` pair, from
   // /metrics; NaN when absent.
   double Metric(const std::string& family, const std::vector<std::string>& labels) {
-    httplib::Client metrics("127.0.0.1", service_->metrics_port());
-    auto res = metrics.Get("/metrics");
+    auto res = GetMetricsPort("/metrics");
     if (!res || res->status != 200) {
       ADD_FAILURE() << "no /metrics";
       return -1;
@@ -319,7 +221,7 @@ class ServeTest : public ::testing::Test {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(service_->port()));
+    addr.sin_port = htons(static_cast<uint16_t>(service()->port()));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     std::string reply;
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
@@ -335,19 +237,13 @@ class ServeTest : public ::testing::Test {
     close(fd);
     return reply;
   }
-
-  ::tessera::testing::ApisimEnv env_;  // the server, and dir_ with the kubeconfig
-  apisim::Server* sim_ = nullptr;
-  std::unique_ptr<Service> service_;
-  std::unique_ptr<httplib::Client> client_;
-  std::string dir_, kubeconfig_;
 };
 
 TEST_F(ServeTest, FilterWritesHamiAnnotationsAndBindBindsAndTheMetricsFollow) {
   AddNode(NodeJson("a", JsonRegister("a", 2, 16000)));
   AddNode(NodeJson("b", JsonRegister("b", 2, 16000)));
   StartService();
-  auto ready = client_->Get("/readyz");
+  auto ready = client()->Get("/readyz");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 200);
 
@@ -382,23 +278,21 @@ TEST_F(ServeTest, FilterWritesHamiAnnotationsAndBindBindsAndTheMetricsFollow) {
 
   // Once the informer sees the pod bound, the record holds instead of the reservation.
   EXPECT_TRUE(Eventually([&] {
-    nlohmann::json debug = nlohmann::json::parse(service_->DebugLedgerJson());
+    nlohmann::json debug = nlohmann::json::parse(service()->DebugLedgerJson());
     return debug["reservations"].empty() && debug["records"] == 1;
-  })) << service_->DebugLedgerJson();
+  })) << service()->DebugLedgerJson();
   EXPECT_EQ(Metric("hami_gpu_memory_allocated_bytes", {"device_uuid=\"" + uuid + "\""}),
             4000.0 * 1048576);
   EXPECT_EQ(Metric("hami_vgpu_memory_allocated_bytes", {"pod=\"train\""}), 4000.0 * 1048576);
 
   // /debug/ledger (on the metrics listener) says which pod is on the GPU.
-  httplib::Client metrics("127.0.0.1", service_->metrics_port());
-  auto debug = metrics.Get("/debug/ledger");
+  auto debug = GetMetricsPort("/debug/ledger");
   ASSERT_TRUE(debug);
   EXPECT_EQ(debug->status, 200);
   EXPECT_THAT(debug->body, HasSubstr("\"train\""));
 
   // Deleting the pod frees the device.
-  ASSERT_TRUE(
-      sim_->store().Delete(Res("pods"), "default", "train", R"({"gracePeriodSeconds":0})").ok());
+  ASSERT_TRUE(store().Delete(Res("pods"), "default", "train", R"({"gracePeriodSeconds":0})").ok());
   EXPECT_TRUE(Eventually([&] {
     return Metric("hami_gpu_memory_allocated_bytes", {"device_uuid=\"" + uuid + "\""}) == 0;
   }));
@@ -420,13 +314,13 @@ TEST_F(ServeTest, RefitMovesABoundPodsContainerAndTheMetricsFollow) {
   const std::string from = allocated.substr(0, allocated.find(','));
   const std::string to = from == "GPU-a-0" ? "GPU-a-1" : "GPU-a-0";
   ASSERT_TRUE(Eventually(
-      [&] { return nlohmann::json::parse(service_->DebugLedgerJson())["records"] == 1; }));
+      [&] { return nlohmann::json::parse(service()->DebugLedgerJson())["records"] == 1; }));
 
   const nlohmann::json request = {{"podUID", pod.meta.uid}, {"podNamespace", "default"},
                                   {"podName", "train"},     {"nodeName", "a"},
                                   {"containerIndex", 0},    {"containerName", "c0"},
                                   {"deviceType", "NVIDIA"}, {"allowedDeviceUUIDs", {to}}};
-  auto res = client_->Post("/refit", request.dump(), "application/json");
+  auto res = client()->Post("/refit", request.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
   EXPECT_EQ(res->body, R"({"succeeded":true,"containerDevices":")" + to + R"(,NVIDIA,4000,30:"})");
@@ -439,22 +333,22 @@ TEST_F(ServeTest, RefitMovesABoundPodsContainerAndTheMetricsFollow) {
                4000.0 * 1048576 &&
            Metric("hami_gpu_memory_allocated_bytes", {"device_uuid=\"" + from + "\""}) == 0;
   }));
-  const nlohmann::json audit = nlohmann::json::parse(service_->DebugLedgerJson());
+  const nlohmann::json audit = nlohmann::json::parse(service()->DebugLedgerJson());
   EXPECT_EQ(audit["records"], 1) << audit.dump();
   EXPECT_TRUE(Eventually([&] {
     absl::StatusOr<std::string> events =
-        sim_->store().List(*apisim::FindResource("", "v1", "events"), "default", {});
+        store().List(*apisim::FindResource("", "v1", "events"), "default", {});
     return events.ok() && events->find("NUMA refit moved container 0 from [" + from + "] to [" +
                                        to + "]") != std::string::npos;
   }));
 
   // Refused in band: the pod's container is already on `to`; an unknown pod.
-  res = client_->Post("/refit", request.dump(), "application/json");
+  res = client()->Post("/refit", request.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->body, R"({"succeeded":true,"containerDevices":")" + to + R"(,NVIDIA,4000,30:"})");
   nlohmann::json unknown = request;
   unknown["podUID"] = "no-such-uid";
-  res = client_->Post("/refit", unknown.dump(), "application/json");
+  res = client()->Post("/refit", unknown.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(
       res->body,
@@ -498,9 +392,8 @@ TEST_F(ServeTest, AFilterAvoidsTheNodeWhoseLockABindHoldsUntilTheDevicePluginRel
   const std::string p2 = AddPod(PodJson("p2", {{.gpus = 1, .mem = 2000}}));
   EXPECT_EQ(Filter(p2, both)["NodeNames"][0], "b") << "a's lock is p1's";
   // The device plugin's Allocate releases the lock (the register annotation stays).
-  ASSERT_TRUE(sim_->store()
-                  .Update(Res("nodes"), "", "a", "", NodeJson("a", JsonRegister("a", 2, 16000)))
-                  .ok());
+  ASSERT_TRUE(
+      store().Update(Res("nodes"), "", "a", "", NodeJson("a", JsonRegister("a", 2, 16000))).ok());
   EXPECT_TRUE(Eventually([&] { return Filter(p2, both)["NodeNames"][0] == "a"; }))
       << "a, fuller with p1, is free again";
 }
@@ -518,7 +411,7 @@ TEST_F(ServeTest, TheFourPolicyCombinations) {
   AddPod(busy.dump());
   StartService();
   ASSERT_TRUE(Eventually(
-      [&] { return nlohmann::json::parse(service_->DebugLedgerJson())["records"] == 1; }));
+      [&] { return nlohmann::json::parse(service()->DebugLedgerJson())["records"] == 1; }));
 
   struct Case {
     const char* node_policy;
@@ -543,10 +436,9 @@ TEST_F(ServeTest, TheFourPolicyCombinations) {
                 StartsWith(c.want_prefix))
         << c.node_policy << "/" << c.gpu_policy;
     // Release the reservation again so every case starts from the same usage.
-    ASSERT_TRUE(
-        sim_->store().Delete(Res("pods"), "default", name, R"({"gracePeriodSeconds":0})").ok());
+    ASSERT_TRUE(store().Delete(Res("pods"), "default", name, R"({"gracePeriodSeconds":0})").ok());
     ASSERT_TRUE(Eventually([&] {
-      return nlohmann::json::parse(service_->DebugLedgerJson())["reservations"].empty();
+      return nlohmann::json::parse(service()->DebugLedgerJson())["reservations"].empty();
     }));
   }
 }
@@ -611,11 +503,7 @@ TEST_F(ServeTest, DelimitedNodeGetsTheHandshakeAndItsPodsTheOldLayout) {
 TEST_F(ServeTest, OnlyTheLeaderWritesHandshakesAndAFollowerTakesOver) {
   AddNode(NodeJson("old", "GPU-old-0,10,16000,100,NVIDIA-Tesla T4,0,true:", "Reported 1"));
   auto start = [&](const std::string& identity) -> std::unique_ptr<Service> {
-    ServeOptions o;
-    o.http_bind = "127.0.0.1:0";
-    o.metrics_bind_address = "127.0.0.1:0";
-    o.kube.path = kubeconfig_;
-    o.housekeeping_period = absl::Milliseconds(50);
+    ServeOptions o = TestOptions();
     o.leader.mode = LeaderMode::kLease;
     o.leader.ns = "kube-system";
     o.leader.name = "hami-scheduler-tessera";
@@ -623,13 +511,11 @@ TEST_F(ServeTest, OnlyTheLeaderWritesHandshakesAndAFollowerTakesOver) {
     o.leader.lease_duration = absl::Seconds(1);
     o.leader.renew_deadline = absl::Milliseconds(600);
     o.leader.retry_period = absl::Milliseconds(200);
-    auto service = Service::Start(o);
-    EXPECT_TRUE(service.ok()) << service.status();
-    if (!service.ok()) {
-      return nullptr;
+    std::unique_ptr<Service> service = StartReplica(o);
+    if (service != nullptr) {
+      EXPECT_TRUE(service->WaitForSync(absl::Seconds(20)));
     }
-    EXPECT_TRUE((*service)->WaitForSync(absl::Seconds(20)));
-    return *std::move(service);
+    return service;
   };
   auto writes = [](Service& s) {
     return nlohmann::json::parse(s.DebugLedgerJson())["leadership"]["handshake_writes"]
@@ -645,7 +531,7 @@ TEST_F(ServeTest, OnlyTheLeaderWritesHandshakesAndAFollowerTakesOver) {
   };
   // The v2.5 device plugin reports again (a new Reported value): the leader answers it.
   auto report = [&](const std::string& n) {
-    ASSERT_TRUE(sim_->store()
+    ASSERT_TRUE(store()
                     .Update(Res("nodes"), "", "old", "",
                             NodeJson("old", "GPU-old-0,10,16000,100,NVIDIA-Tesla T4,0,true:",
                                      "Reported " + n))
@@ -790,7 +676,7 @@ TEST_F(ServeTest, TwoReplicasDoNotDoubleTheDeviceTotals) {
 // and the labels move with the Lease. A replica without a pod name writes none.
 TEST_F(ServeTest, TheLeaderLabelsTheSchedulerPodsWithTheirRoles) {
   for (const char* name : {"sched-a", "sched-b"}) {
-    ASSERT_TRUE(sim_->store()
+    ASSERT_TRUE(store()
                     .Create(Res("pods"), "kube-system",
                             nlohmann::json{
                                 {"apiVersion", "v1"},
@@ -811,7 +697,7 @@ TEST_F(ServeTest, TheLeaderLabelsTheSchedulerPodsWithTheirRoles) {
     });
   };
   auto role = [&](const std::string& name) {
-    absl::StatusOr<std::string> json = sim_->store().Get(Res("pods"), "kube-system", name);
+    absl::StatusOr<std::string> json = store().Get(Res("pods"), "kube-system", name);
     return json.ok() ? nlohmann::json::parse(*json)["metadata"]["labels"].value(
                            "hami.io/scheduler-role", std::string("-"))
                      : std::string("?");
@@ -858,7 +744,7 @@ TEST_F(ServeTest, PodsWithoutDevicesPassThroughUntouched) {
 // The webhook on the extender listener, with the scheduler name and the device config given to
 // serve: a memory-only pod gets defaultGPUNum devices and the profile's name.
 TEST_F(ServeTest, WebhookUsesTheSchedulerNameAndTheDeviceConfig) {
-  const std::string config = dir_ + "/device-config.yaml";
+  const std::string config = apisim().ScratchDir() + "/device-config.yaml";
   std::ofstream(config) << "nvidia:\n  defaultGPUNum: 2\n";
   StartService([&](ServeOptions& o) {
     o.scheduler_name = "tessera-test";
@@ -869,7 +755,7 @@ TEST_F(ServeTest, WebhookUsesTheSchedulerNameAndTheDeviceConfig) {
                    "/test/testdata/webhook/gpumem-only.json");
   std::stringstream body;
   body << in.rdbuf();
-  auto res = client_->Post("/webhook", body.str(), "application/json");
+  auto res = client()->Post("/webhook", body.str(), "application/json");
   std::remove(config.c_str());
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -886,20 +772,20 @@ TEST_F(ServeTest, WebhookUsesTheSchedulerNameAndTheDeviceConfig) {
 TEST_F(ServeTest, MalformedAndOversizedRequestsAreRefusedAndChangeNothing) {
   AddNode(NodeJson("a", JsonRegister("a", 1, 16000)));
   StartService();
-  auto bad = client_->Post("/filter", "{\"Pod\":", "application/json");
+  auto bad = client()->Post("/filter", "{\"Pod\":", "application/json");
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
-  auto empty = client_->Post("/filter", "", "application/json");
+  auto empty = client()->Post("/filter", "", "application/json");
   ASSERT_TRUE(empty);
   EXPECT_EQ(empty->status, 400);
   // A 2 MiB body is refused from its Content-Length, before it is sent.
   EXPECT_THAT(RawRequest("POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          "Content-Length: 2097152\r\n\r\n"),
               StartsWith("HTTP/1.1 413"));
-  auto bind = client_->Post("/bind", "[1,2]", "application/json");
+  auto bind = client()->Post("/bind", "[1,2]", "application/json");
   ASSERT_TRUE(bind);
   EXPECT_EQ(bind->status, 400);
-  nlohmann::json debug = nlohmann::json::parse(service_->DebugLedgerJson());
+  nlohmann::json debug = nlohmann::json::parse(service()->DebugLedgerJson());
   EXPECT_TRUE(debug["reservations"].empty());
   EXPECT_EQ(debug["records"], 0);
 }
@@ -914,14 +800,14 @@ TEST_F(ServeTest, TwoPodsRacingForOneNodeLockBindOneAtATime) {
   const kube::Pod two = GetPod("two");
   nlohmann::json r1, r2;
   std::thread t1([&] {
-    httplib::Client c("127.0.0.1", service_->port());
+    httplib::Client c("127.0.0.1", service()->port());
     nlohmann::json args = {
         {"PodName", "one"}, {"PodNamespace", "default"}, {"PodUID", one.meta.uid}, {"Node", "a"}};
     auto res = c.Post("/bind", args.dump(), "application/json");
     r1 = res ? nlohmann::json::parse(res->body) : nlohmann::json{{"Error", "no response"}};
   });
   std::thread t2([&] {
-    httplib::Client c("127.0.0.1", service_->port());
+    httplib::Client c("127.0.0.1", service()->port());
     nlohmann::json args = {
         {"PodName", "two"}, {"PodNamespace", "default"}, {"PodUID", two.meta.uid}, {"Node", "a"}};
     auto res = c.Post("/bind", args.dump(), "application/json");
@@ -936,7 +822,7 @@ TEST_F(ServeTest, TwoPodsRacingForOneNodeLockBindOneAtATime) {
   EXPECT_NE(one_won, two_won) << r1.dump() << " " << r2.dump();
   const std::string loser = one_won ? "two" : "one";
   EXPECT_TRUE(GetPod(loser).node_name.empty());
-  nlohmann::json debug = nlohmann::json::parse(service_->DebugLedgerJson());
+  nlohmann::json debug = nlohmann::json::parse(service()->DebugLedgerJson());
   for (const auto& r : debug["reservations"]) {
     EXPECT_NE(r["name"], loser) << debug["reservations"].dump();
   }
@@ -962,7 +848,7 @@ TEST_F(ServeTest, TheAuditRunsAndFindsNothingToRepairInAConsistentLedger) {
   ASSERT_EQ(Bind(GetPod("p"), "a")["Error"], "");
   nlohmann::json audit;
   EXPECT_TRUE(Eventually([&] {
-    audit = nlohmann::json::parse(service_->DebugLedgerJson())["audit"];
+    audit = nlohmann::json::parse(service()->DebugLedgerJson())["audit"];
     return audit.is_object() && audit["pods"] == 1;
   })) << audit.dump();
   EXPECT_TRUE(audit["corrections"].empty()) << audit.dump();
@@ -984,7 +870,7 @@ TEST_F(ServeTest, APendingPodsVerdictReachesTheUserThroughTheApi) {
     ASSERT_EQ(reply["NodeNames"], nlohmann::json::array()) << reply.dump();
   }
   auto verdict_on = [&](const std::string& name) -> std::string {
-    absl::StatusOr<std::string> raw = sim_->store().Get(Res("pods"), "default", name);
+    absl::StatusOr<std::string> raw = store().Get(Res("pods"), "default", name);
     const nlohmann::json pod = nlohmann::json::parse(raw.ok() ? *raw : "{}");
     return pod.value("/metadata/annotations"_json_pointer, nlohmann::json::object())
         .value("tessera.io/verdict", "");
@@ -1003,7 +889,7 @@ TEST_F(ServeTest, APendingPodsVerdictReachesTheUserThroughTheApi) {
   // One event with the verdict's text, however often the pod was retried.
   auto verdict_events = [&] {
     absl::StatusOr<std::string> list =
-        sim_->store().List(*apisim::FindResource("", "v1", "events"), "default", {});
+        store().List(*apisim::FindResource("", "v1", "events"), "default", {});
     std::vector<std::string> out;
     const nlohmann::json doc = nlohmann::json::parse(list.ok() ? *list : "{}");
     for (const auto& e : doc["items"]) {
@@ -1021,7 +907,7 @@ TEST_F(ServeTest, APendingPodsVerdictReachesTheUserThroughTheApi) {
   EXPECT_EQ(Metric("tessera_pending_pods", {"reason=\"node unregistered\""}), 0);
 
   // The live replay, and what would change it.
-  httplib::Client metrics("127.0.0.1", service_->metrics_port());
+  httplib::Client metrics("127.0.0.1", service()->metrics_port());
   auto why = [&](const std::string& query) {
     auto res = metrics.Get("/debug/why?" + query);
     EXPECT_TRUE(res) << query;
@@ -1035,7 +921,7 @@ TEST_F(ServeTest, APendingPodsVerdictReachesTheUserThroughTheApi) {
   std::tie(status, body) = why("namespace=default&name=big&gpumem=12000");
   EXPECT_EQ(nlohmann::json::parse(body)["fits"], "a") << body;
   // The replay used a copy: the live ledger still holds small's reservation.
-  EXPECT_EQ(nlohmann::json::parse(service_->DebugLedgerJson())["reservations"].size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(service()->DebugLedgerJson())["reservations"].size(), 1u);
   // Bad inputs: a clear 4xx, nothing else.
   for (const char* bad :
        {"name=big", "namespace=default", "namespace=Bad_NS&name=big",
@@ -1052,7 +938,7 @@ TEST_F(ServeTest, APendingPodsVerdictReachesTheUserThroughTheApi) {
   const std::string command = fmt::format(
       "{} why default/big --kubeconfig {} --server http://127.0.0.1:{} "
       "--if-deleted small 2>&1",
-      TESSERA_BINARY_PATH, kubeconfig_, service_->metrics_port());
+      TESSERA_BINARY_PATH, apisim().KubeconfigPath(), service()->metrics_port());
   std::string out;
   if (FILE* p = popen(command.c_str(), "r"); p != nullptr) {
     char buf[4096];
@@ -1068,11 +954,9 @@ TEST_F(ServeTest, APendingPodsVerdictReachesTheUserThroughTheApi) {
 #endif
 
   // Scheduled: the verdict goes, and the pod no longer counts as pending.
-  sim_->store()
-      .Delete(Res("pods"), "default", "small", R"({"gracePeriodSeconds":0})")
-      .IgnoreError();
+  store().Delete(Res("pods"), "default", "small", R"({"gracePeriodSeconds":0})").IgnoreError();
   ASSERT_TRUE(Eventually(
-      [&] { return nlohmann::json::parse(service_->DebugLedgerJson())["reservations"].empty(); }));
+      [&] { return nlohmann::json::parse(service()->DebugLedgerJson())["reservations"].empty(); }));
   nlohmann::json reply = Filter(big, {"a"});
   ASSERT_EQ(reply["NodeNames"], nlohmann::json::array({"a"})) << reply.dump();
   EXPECT_EQ(verdict_on("big"), "");
@@ -1086,7 +970,7 @@ TEST_F(ServeTest, APendingPodsVerdictReachesTheUserThroughTheApi) {
 // and --if-deleted frees the deleted pod's share of the quota too.
 TEST_F(ServeTest, TheWhyReplayChecksTheNamespaceQuota) {
   AddNode(NodeJson("a", JsonRegister("a", 1, 16000)));
-  ASSERT_TRUE(sim_->store()
+  ASSERT_TRUE(store()
                   .Create(Res("resourcequotas"), "default",
                           R"({"apiVersion":"v1","kind":"ResourceQuota",
                               "metadata":{"name":"gpu","namespace":"default"},
@@ -1097,7 +981,7 @@ TEST_F(ServeTest, TheWhyReplayChecksTheNamespaceQuota) {
   const std::string big = AddPod(PodJson("big", {{.gpus = 1, .mem = 4000}}));
   ASSERT_TRUE(Eventually([&] { return Filter(big, {"a"})["NodeNames"].empty(); }));
 
-  httplib::Client metrics("127.0.0.1", service_->metrics_port());
+  httplib::Client metrics("127.0.0.1", service()->metrics_port());
   auto why = [&](const std::string& query) {
     auto res = metrics.Get("/debug/why?" + query);
     EXPECT_TRUE(res && res->status == 200) << query;
@@ -1114,22 +998,19 @@ TEST_F(ServeTest, TheWhyReplayChecksTheNamespaceQuota) {
 }
 
 TEST_F(ServeTest, BadOptionsFailAtStartWithAMessage) {
-  ServeOptions o;
-  o.http_bind = "127.0.0.1:0";
-  o.metrics_bind_address = "127.0.0.1:0";
-  o.kube.path = kubeconfig_;
+  ServeOptions o = TestOptions();
   o.node_label_selector = "gpu";
   absl::Status s = Service::Start(o).status();
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   o.node_label_selector = "";
-  o.device_config_file = dir_ + "/missing.yaml";
+  o.device_config_file = apisim().ScratchDir() + "/missing.yaml";
   EXPECT_FALSE(Service::Start(o).ok());
   o.device_config_file = "";
   o.http_bind = "127.0.0.1";
   s = Service::Start(o).status();
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   o.http_bind = "127.0.0.1:0";
-  o.kube.path = dir_ + "/no-kubeconfig";
+  o.kube.path = apisim().ScratchDir() + "/no-kubeconfig";
   EXPECT_FALSE(Service::Start(o).ok());
 }
 

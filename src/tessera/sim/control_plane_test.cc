@@ -1,5 +1,6 @@
 #include "tessera/sim/control_plane.h"
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,8 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+#include "tessera/testing/wait.h"
 
 namespace tessera::sim {
 namespace {
@@ -95,28 +98,33 @@ TEST(RunCommandTest, APastDeadlineRunIsKilledWithItsChildren) {
   int child = 0;
   in >> child;
   ASSERT_GT(child, 0);
-  bool gone = false;
-  for (int i = 0; i < 100 && !gone; ++i) {
-    std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
-    std::string s((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    gone = s.empty() || s.find(") Z") != std::string::npos;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  const bool gone = ::tessera::testing::Eventually(
+      [&] {
+        std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+        std::string s((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        return s.empty() || s.find(") Z") != std::string::npos;
+      },
+      absl::Seconds(2), absl::Milliseconds(20));
   EXPECT_TRUE(gone) << "the child " << child << " survived the deadline";
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
 
 TEST(RunCommandTest, AnInterruptKillsTheRun) {
+  // The run has begun once its shell has written `started`.
+  const std::string dir = TempDir();
+  const std::string started = dir + "/started";
   std::atomic<bool> interrupt{false};
   std::thread t([&] {
-    absl::SleepFor(absl::Milliseconds(200));
+    EXPECT_TRUE(::tessera::testing::Eventually([&] { return std::filesystem::exists(started); }));
     interrupt = true;
   });
   const absl::Time t0 = absl::Now();
-  absl::StatusOr<int> rc =
-      RunCommand({"/bin/sh", "-c", "sleep 30"}, "/dev/null", absl::Seconds(60), &interrupt);
+  absl::StatusOr<int> rc = RunCommand({"/bin/sh", "-c", "touch " + started + "; sleep 30"},
+                                      "/dev/null", absl::Seconds(60), &interrupt);
   t.join();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
   ASSERT_FALSE(rc.ok());
   EXPECT_TRUE(absl::IsCancelled(rc.status())) << rc.status();
   EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
