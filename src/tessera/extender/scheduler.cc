@@ -131,7 +131,8 @@ Scheduler::Scheduler(Options options, Deps deps)
       verdicts_({}, client_, &events_),
       patches_(
           {.threads = options_.write_behind ? std::max(options_.patch_threads, 1) : 0,
-           .wait = options_.patch_wait},
+           .wait = options_.patch_wait,
+           .clock = clock_},
           client_,
           [this](const PatchWriter::Job& job, const absl::Status& status) {
             SettlePatch(job, status);

@@ -256,7 +256,8 @@ absl::Status Service::Impl::Init() {
       [this](std::string_view uid) { return pods_->store().GetByUid(uid); },
       [this] { return registry_->Registrations(); },
       accounting::AuditorOptions{.scheduler_name = options_.scheduler_name,
-                                 .mig_realise_deadline = options_.reservation_ttl});
+                                 .mig_realise_deadline = options_.reservation_ttl,
+                                 .clock = clock()});
   resyncer_ = std::make_unique<accounting::Resyncer>(
       connection_.client.get(), pods_, nodes_,
       // Each replica its own jitter, so that replicas started
@@ -363,21 +364,20 @@ extender::WhyReply Service::Impl::DebugWhy(const extender::WhyRequest& why) {
     doc["scheduled"] = pod->node_name;
     return {200, doc.dump() + "\n"};
   }
-  absl::StatusOr<device::PodRequest> request = vendor_->DecodeRequest(*pod);
-  absl::StatusOr<device::PodConstraints> constraints =
-      request.ok() ? vendor_->DecodeConstraints(*pod) : request.status();
-  if (!constraints.ok()) {
-    doc["error"] = std::string(constraints.status().message()).substr(0, 512);
+  cycle::Decoded decoded = cycle::Decode(*vendor_, *pod, cycle::DecodeMode::kStrict);
+  if (decoded.code == cycle::DecodeCode::kError) {
+    doc["error"] = std::string(decoded.error.message()).substr(0, 512);
     return {200, doc.dump() + "\n"};
   }
-  if (request->Empty()) {
+  if (decoded.code == cycle::DecodeCode::kPassThrough) {
     doc["error"] = "the pod asks for no device Tessera manages";
     return {200, doc.dump() + "\n"};
   }
   if (!why_mu_.TryLock()) {
     return {429, "another /debug/why replay is running; try again\n"};
   }
-  extender::WhyReply reply = Replay(why, *pod, *std::move(request), *constraints, std::move(doc));
+  extender::WhyReply reply =
+      Replay(why, *pod, std::move(decoded.request), decoded.constraints, std::move(doc));
   why_mu_.Unlock();
   return reply;
 }
