@@ -21,6 +21,7 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
+#include "tessera/testing/reading_clock.h"
 #include "tessera/testing/wait.h"
 
 namespace tessera::apisim {
@@ -28,6 +29,7 @@ namespace {
 
 using Json = nlohmann::json;
 using ::tessera::testing::Eventually;
+using ::tessera::testing::ReadingClock;
 using ::testing::HasSubstr;
 
 std::string PodJson(const std::string& name, const std::string& node = "",
@@ -1290,7 +1292,11 @@ TEST(ApisimStoreTest, ConcurrentPatchesOfOneObjectLoseNoUpdate) {
 // not when its wait times out: the store wakes watchers after unlocking, so a write path that
 // forgot to would leave them asleep for the whole `max_wait` (30 s here). So is it by severing.
 TEST(ApisimStoreTest, EveryWriteWakesABlockedWatcherAtOnce) {
-  Store store;
+  // Real time, whose reads tell when the watcher waits: Next reads the clock for its give-up
+  // time, then again under the store's lock just before it waits, so a write (which takes that
+  // lock) after the second read comes after the wait began.
+  ReadingClock clock;
+  Store store({}, &clock);
   const ResourceInfo* pods = FindResource("", "v1", "pods");
   ASSERT_NE(pods, nullptr);
   ASSERT_NO_FATAL_FAILURE(CreateDefaultNamespace(store));
@@ -1325,9 +1331,10 @@ TEST(ApisimStoreTest, EveryWriteWakesABlockedWatcherAtOnce) {
     std::string out;
     WatchStream::Step step = WatchStream::Step::kIdle;
     const absl::Time start = absl::Now();
+    clock.ForgetReads();
     std::thread watcher([&] { step = (*watch)->Next(&out, absl::Seconds(30)); });
-    // Let the watcher block first (a write before it waits is seen without any wake-up).
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // The watcher blocks first (a write before it waits is seen without any wake-up).
+    EXPECT_TRUE(clock.WaitForReads(watcher.get_id(), 2)) << type;
     ASSERT_TRUE(write().ok()) << type;
     watcher.join();
     EXPECT_EQ(step, WatchStream::Step::kData) << type;
@@ -1338,8 +1345,9 @@ TEST(ApisimStoreTest, EveryWriteWakesABlockedWatcherAtOnce) {
   std::string out;
   WatchStream::Step step = WatchStream::Step::kIdle;
   const absl::Time start = absl::Now();
+  clock.ForgetReads();
   std::thread watcher([&] { step = (*watch)->Next(&out, absl::Seconds(30)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(clock.WaitForReads(watcher.get_id(), 2));
   EXPECT_EQ(store.SeverWatches(), 1);
   watcher.join();
   EXPECT_EQ(step, WatchStream::Step::kAbort);

@@ -2,7 +2,6 @@
 #include "tessera/extender/patch_writer.h"
 
 #include <atomic>
-#include <chrono>
 #include <string>
 #include <thread>
 #include <utility>
@@ -15,12 +14,14 @@
 #include "tessera/base/mutex.h"
 #include "tessera/testing/apisim_env.h"
 #include "tessera/testing/gate_transport.h"
+#include "tessera/testing/reading_clock.h"
 #include "tessera/testing/wait.h"
 
 namespace tessera::extender {
 namespace {
 
 using ::tessera::testing::Eventually;
+using ::tessera::testing::ReadingClock;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -126,7 +127,10 @@ TEST_F(PatchWriterTest, AFailedPatchIsSettledWithItsErrorAndNotRetried) {
 // A re-filter's patch must not overtake the earlier one: with several writers the two could
 // otherwise be written at once, and the older decision land last.
 TEST_F(PatchWriterTest, APodsPatchesNeverOvertakeEachOther) {
-  PatchWriter writer({.threads = 4}, gated_.get(), Record());
+  // A clock that stands still (the wait never ends) and tells when the re-filter waits.
+  FakeClock time;
+  ReadingClock clock(&time);
+  PatchWriter writer({.threads = 4, .clock = &clock}, gated_.get(), Record());
   PatchWriter::Job first = Job("p1", "n1", 1);
   PatchWriter::Job second = Job("p1", "n2", 2);
   const std::string uid = first.uid;
@@ -137,8 +141,9 @@ TEST_F(PatchWriterTest, APodsPatchesNeverOvertakeEachOther) {
     writer.Submit(std::move(second));
     submitted = true;
   });
-  // Three writers are idle, yet the second patch waits for the first.
-  absl::SleepFor(absl::Milliseconds(100));
+  // Three writers are idle, yet the second patch waits for the first: Submit waits in Take,
+  // which reads the clock for its deadline and again before each wait.
+  EXPECT_TRUE(clock.WaitForReads(refilter.get_id(), 2));
   EXPECT_FALSE(submitted.load());
   EXPECT_EQ(gate_->held(), 1);
   gate_->Open();
@@ -178,7 +183,8 @@ TEST_F(PatchWriterTest, TakeGivesUpAfterTheWaitAndThePatchStaysForALaterTake) {
 
 // The wait is measured on the writer's clock: a test drives it instead of sleeping it out.
 TEST_F(PatchWriterTest, TakeGivesUpWhenItsClockPassesTheWait) {
-  FakeClock clock;
+  FakeClock time;
+  ReadingClock clock(&time);
   PatchWriter writer({.threads = 1, .wait = absl::Hours(1), .clock = &clock}, gated_.get(),
                      Record());
   PatchWriter::Job job = Job("p1", "n1");
@@ -186,16 +192,10 @@ TEST_F(PatchWriterTest, TakeGivesUpWhenItsClockPassesTheWait) {
   writer.Submit(std::move(job));
   gate_->WaitHeld(1);
   std::optional<PatchWriter::Landed> early;
-  std::atomic<bool> returned{false};
-  std::thread take([&] {
-    early = writer.Take(uid);
-    returned = true;
-  });
-  // Each step passes any deadline Take set before it (an hour of real time would end the test).
-  while (!returned.load()) {
-    clock.Advance(absl::Hours(1));
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  std::thread take([&] { early = writer.Take(uid); });
+  // Take has read the clock for its deadline (an hour from then): pass it.
+  EXPECT_TRUE(clock.WaitForReads(take.get_id(), 1));
+  time.Advance(absl::Hours(1));
   take.join();
   ASSERT_TRUE(early.has_value());
   EXPECT_FALSE(early->done);

@@ -350,6 +350,13 @@ class Server::Impl {
 
   int port() const { return port_; }
 
+  size_t IdleConnections() {
+    MutexLock l(&mu_);
+    return static_cast<size_t>(std::count_if(active_.begin(), active_.end(), [](const auto& e) {
+      return e.second->state.idle_since.load(std::memory_order_relaxed) > 0 && !e.second->shed;
+    }));
+  }
+
  private:
   // An open connection being served.
   struct Active {
@@ -699,6 +706,7 @@ class Server::Impl {
   std::atomic<bool> stopping_{false};
   Mutex mu_;
   CondVar cv_;
+  // Not a WorkQueue: this pool grows to max_threads and retires idle workers; WorkQueue's is fixed.
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, Active*> active_ ABSL_GUARDED_BY(mu_);
 };
@@ -711,5 +719,9 @@ Server::~Server() { impl_->Stop(); }
 absl::Status Server::Start(const std::string& host, int port) { return impl_->Start(host, port); }
 void Server::Stop() { impl_->Stop(); }
 int Server::port() const { return impl_->port(); }
+
+size_t internal::ServerPeer::IdleConnections(Server& server) {
+  return server.impl_->IdleConnections();
+}
 
 }  // namespace tessera::http

@@ -33,6 +33,10 @@ typedef struct ssl_ctx_st SSL_CTX;
 
 namespace tessera::http {
 
+namespace internal {
+struct ServerPeer;
+}  // namespace internal
+
 struct Header {
   std::string name;   // as sent; compare case-insensitively
   std::string value;  // without leading and trailing blanks
@@ -183,6 +187,7 @@ class Server {
   int port() const;
 
  private:
+  friend struct internal::ServerPeer;  // the tests' view of its connections (server_internal.h)
   class Impl;
   std::unique_ptr<Impl> impl_;
 };

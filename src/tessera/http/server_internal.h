@@ -61,6 +61,14 @@ bool ServeConnection(Stream& stream, const Handler& handler, const ServerOptions
                      absl::Duration tick, const std::atomic<bool>& stopping,
                      ConnectionState* state = nullptr, const SteadyNow& now = nullptr);
 
+// What a test may learn of a running Server's connections, to wait for a state instead of
+// sleeping.
+struct ServerPeer {
+  // How many of `server`'s open connections wait for a request with nothing buffered (idle, so
+  // the first a new connection sheds at the cap), not counting those already shed.
+  static size_t IdleConnections(Server& server);
+};
+
 // Header-value text, shared by the connection loop (connection.cc) and the request and reply
 // vocabulary (message.cc).
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);

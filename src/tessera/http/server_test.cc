@@ -1590,9 +1590,11 @@ TEST(Server, ShedsTheLongestIdleConnectionWhenNoWorkerIsFree) {
     std::string buffered;
     ASSERT_TRUE(SendAll(fd, "GET /" + std::to_string(i) + " HTTP/1.1\r\n\r\n"));
     ASSERT_EQ(ReadReply(fd, &buffered), Ok("/" + std::to_string(i) + ":"));
-    // A worker marks its connection idle after writing the reply; give it the time to, so that
+    // A worker marks its connection idle after writing the reply: wait until it has, so that
     // the first connection is idle before the second (under TSan it once was not).
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_TRUE(Eventually([&] {
+      return internal::ServerPeer::IdleConnections(server) == static_cast<size_t>(i) + 1;
+    }));
   }
   // A third is served at once: the connection idle longest (the first) is closed for it.
   const int third = Connect(server.port());

@@ -15,6 +15,7 @@ Listeners::Listeners(const ServeOptions& options, Parts parts)
   http_options.bind_address = options.http_bind;
   http_options.cert_file = options.cert_file;
   http_options.key_file = options.key_file;
+  http_options.clock = parts.clock;  // paces the certificate reload
   http_options.metrics_bind_address = options.metrics_bind_address;
   http_options.metrics = std::move(parts.metrics);
   if (options.debug_auth == DebugAuthMode::kKubernetes) {

@@ -27,6 +27,7 @@
 #include "tessera/apisim/patch.h"
 #include "tessera/apisim/server.h"
 #include "tessera/apisim/tls.h"
+#include "tessera/base/clock.h"
 #include "tessera/kube/decode.h"
 #include "tessera/serve/service.h"
 #include "tessera/testing/serve_env.h"
@@ -210,6 +211,9 @@ class ServeScenarioTest : public ::tessera::testing::ServeFixture {
     const nlohmann::json reply = Bind(name, uid, node);
     return reply.is_object() ? reply.value("Error", "<no Error key>") : "<no response>";
   }
+
+  // The service's clock in the tests that set it (TearDown stops the service before it goes).
+  FakeClock clock_{absl::Now()};
 };
 
 TEST_F(ServeScenarioTest, ExpiredAndOrphanedLocksAreTakenOverAndALiveOneIsNot) {
@@ -668,8 +672,9 @@ bool TrustedBy(int port, const std::string& ca_file) {
 }
 
 // --cert_file / --key_file: the extender serves kube-scheduler over TLS with the given pair and
-// takes a renewed pair (cert-manager rewrites the Secret's files) without a restart. The
-// reload's timing and refusal of broken pairs are tested in extender/http_server_test.cc.
+// takes a renewed pair (cert-manager rewrites the Secret's files) without a restart, re-reading
+// the files at most once per 5 s of the service's clock (a FakeClock here). The reload's timing
+// and refusal of broken pairs are tested in extender/http_server_test.cc.
 TEST_F(ServeScenarioTest, ServesTlsAndTakesARenewedCertificateWithoutARestart) {
   absl::StatusOr<apisim::PemPair> a = apisim::GenerateSelfSignedCert();
   absl::StatusOr<apisim::PemPair> b = apisim::GenerateSelfSignedCert();
@@ -690,6 +695,7 @@ TEST_F(ServeScenarioTest, ServesTlsAndTakesARenewedCertificateWithoutARestart) {
   StartService([&](ServeOptions& o) {
     o.cert_file = crt;
     o.key_file = key;
+    o.clock = &clock_;
   });
   EXPECT_TRUE(TrustedBy(service()->port(), a_pem));
   EXPECT_FALSE(TrustedBy(service()->port(), b_pem));
@@ -708,9 +714,10 @@ TEST_F(ServeScenarioTest, ServesTlsAndTakesARenewedCertificateWithoutARestart) {
   }
   write(crt, b->cert_pem);
   write(key, b->key_pem);
-  // Checked once per 5 s (real time here): wait for up to 20 s.
-  EXPECT_TRUE(Eventually([&] { return TrustedBy(service()->port(), b_pem); }, absl::Seconds(20),
-                         absl::Milliseconds(200)));
+  // Not re-read before 5 s have passed since the last check, then at the next handshake.
+  EXPECT_TRUE(TrustedBy(service()->port(), a_pem));
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_TRUE(TrustedBy(service()->port(), b_pem));
   EXPECT_FALSE(TrustedBy(service()->port(), a_pem));
   for (const std::string& f : {crt, key, a_pem, b_pem}) {
     std::remove(f.c_str());
