@@ -104,7 +104,8 @@ def pod(rng, name, uid, containers, bound=None, annotations=None):
     status = {"phase": "Pending"}
     if bound:
         spec["nodeName"] = bound[0]
-        meta["annotations"].update({"hami.io/vgpu-node": bound[0], "hami.io/vgpu-time": "1764670000",
+        meta["annotations"].update({"hami.io/vgpu-node": bound[0],
+                                    "hami.io/vgpu-time": "1764670000",
                                     "hami.io/vgpu-devices-to-allocate": ";",
                                     "hami.io/vgpu-devices-allocated": bound[1],
                                     "hami.io/bind-phase": "success"})
