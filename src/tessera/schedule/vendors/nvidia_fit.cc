@@ -40,7 +40,8 @@ class NvidiaRules final : public DeviceRules {
   bool UuidFilterPasses(const DeviceInfo& info) const;
 
   const device::PodConstraints* constraints_ = nullptr;
-  std::vector<bool> nvidia_type_;  // per container: its request type is NVIDIA's
+  std::vector<uint8_t> nvidia_type_;  // per container: its request type is NVIDIA's (not
+                                      // vector<bool>: read once per walk, unpacked)
   TopologyChooser topology_chooser_;
   std::vector<device::MigPlacement> mig_occupied_;  // PickMigInstance's scratch
   bool mutex_ = false;
@@ -53,10 +54,10 @@ void NvidiaRules::Prepare(const device::PodRequest& request,
                           const device::PodConstraints& constraints,
                           const device::GpuPolicy& policy) {
   constraints_ = &constraints;
-  nvidia_type_.assign(request.containers.size(), false);
+  nvidia_type_.assign(request.containers.size(), 0);
   for (size_t c = 0; c < request.containers.size(); ++c) {
     const auto& req = request.containers[c];
-    nvidia_type_[c] = req.has_value() && req->type == device::kNvidiaVendor;
+    nvidia_type_[c] = req.has_value() && req->type == device::kNvidiaVendor ? 1 : 0;
   }
   mutex_ = HasMutex(policy);
   topology_ = HasTopology(policy);
@@ -117,11 +118,11 @@ void NvidiaRules::Walk(int container, ContainerWalk& w) {
   const int32_t* order = w.rank;
   const size_t m = w.entries.size();
   std::vector<Fitter::Taken>& taken = *w.taken;
-  std::array<int32_t, kReasonCount> counts{};
+  std::array<int32_t, kReasonCount>& counts = w.counts;  // zero from the Fitter
   auto skip = [&counts](Reason r) { ++counts[static_cast<size_t>(r)]; };
   const bool numa_bind = constraints_->numa_bind;
   const bool cordons = !node.cordoned.empty();
-  const bool type_ok = nvidia_type_[static_cast<size_t>(container)];
+  const bool type_ok = nvidia_type_[static_cast<size_t>(container)] != 0;
   const bool quota = w.quota_limited();
   int32_t remaining = request.nums;
   int32_t prevnuma = -1;
@@ -215,7 +216,6 @@ void NvidiaRules::Walk(int container, ContainerWalk& w) {
   if (topology_ && taken.size() > static_cast<size_t>(request.nums)) {
     topology_chooser_.Select(node, request.nums, &taken);
   }
-  w.counts = counts;
 }
 
 }  // namespace
