@@ -658,6 +658,24 @@ TEST_F(InformerTest, StopJoinsAndDropsLateCallbacks) {
   EXPECT_EQ(rec_.size(), 0u);
 }
 
+// Wake(then) runs `then` on the worker after what was queued before it; after Stop it is
+// destroyed unrun.
+TEST_F(InformerTest, WakeThenRunsAfterEarlierDeliveriesAndNeverAfterStop) {
+  Make();
+  ReplyList("limit=2", ListJson({PodJson("a", "ua", "5")}, "10"));
+  StreamId w = OpenWatch(1);
+  ASSERT_TRUE(fake_.StreamData(w, Event("ADDED", PodJson("b", "ub", "11"))));
+  std::atomic<size_t> seen{0};
+  informer_->Wake([&] { seen.store(rec_.size()); });
+  ASSERT_TRUE(Eventually([&] { return seen.load() > 0; }));
+  EXPECT_EQ(seen.load(), 2u);  // the list's add and the event's
+  informer_->Stop();
+  auto token = std::make_shared<int>(0);
+  informer_->Wake([token, &seen] { seen.store(0); });
+  EXPECT_EQ(token.use_count(), 1);
+  EXPECT_EQ(seen.load(), 2u);
+}
+
 // The store is read by other threads while the worker applies events (TSan checks this test).
 TEST_F(InformerTest, ConcurrentReadersWhileEventsApply) {
   Make();
