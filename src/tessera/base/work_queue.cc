@@ -71,14 +71,22 @@ uint64_t WorkQueue::dropped() const {
 
 void WorkQueue::Work() {
   for (;;) {
+    const absl::Duration wait = options_.tick ? options_.tick() : absl::InfiniteDuration();
     Task task;
     {
       MutexLock l(&mu_);
-      while (tasks_.empty() && !stopping_) {
-        work_cv_.Wait(&mu_);
+      if (wait == absl::InfiniteDuration()) {
+        while (tasks_.empty() && !stopping_) {
+          work_cv_.Wait(&mu_);
+        }
+      } else if (tasks_.empty() && !stopping_ && wait > absl::ZeroDuration()) {
+        work_cv_.WaitFor(&mu_, absl::ToChronoMicroseconds(wait));
       }
       if (tasks_.empty()) {
-        return;  // stopping, and every task ran (or was discarded)
+        if (stopping_) {
+          return;  // stopping, and every task ran (or was discarded)
+        }
+        continue;  // the tick's wait is over: tick again
       }
       task = std::move(tasks_.front());
       tasks_.pop_front();

@@ -13,21 +13,25 @@
 // A queue with a limit refuses (drops) a task pushed while `limit` tasks wait; dropped()
 // counts them. Stop, and the destructor, end the workers after the queued tasks ran (kDrain)
 // or destroy the queued tasks unrun (kDiscard); a running task always finishes. Push after Stop
-// returns false.
+// returns false. A worker that also keeps timers (the informer's retries and resync) is given a
+// `tick`: each worker calls it before it takes a task or waits, and waits at most the real time
+// it returns.
 //
 // Thread safety: every method may be called from any thread; Stop and the destructor not from a
-// task. Tasks run without the queue's lock and may call Push, size and dropped.
+// task. Tasks and `tick` run without the queue's lock and may call Push, size and dropped.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/time/time.h"
 
 #include "tessera/base/mutex.h"
 
@@ -42,6 +46,9 @@ class WorkQueue {
     int threads = 1;   // workers; 0: a queue that refuses every task
     size_t limit = std::numeric_limits<size_t>::max();  // tasks queued beyond this are dropped
     OnStop on_stop = OnStop::kDrain;
+    // Optional: called by each worker before it takes a task or waits; returns the longest
+    // wait for a task before it is called again (<= 0: none; InfiniteDuration: until a task).
+    std::function<absl::Duration()> tick = nullptr;
   };
 
   explicit WorkQueue(Options options);

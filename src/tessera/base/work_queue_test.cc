@@ -1,6 +1,8 @@
 #include "tessera/base/work_queue.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -180,6 +182,49 @@ TEST(WorkQueueTest, TasksMayPush) {
   }));
   queue.Flush();
   EXPECT_EQ(ran.load(), 2);
+}
+
+TEST(WorkQueueTest, TickRunsBeforeEachTaskAndBoundsTheWait) {
+  Mutex mu;
+  CondVar cv;
+  std::vector<std::string> log;
+  absl::Duration next_wait = absl::InfiniteDuration();
+  auto note = [&](std::string what) {
+    MutexLock l(&mu);
+    log.push_back(std::move(what));
+    cv.SignalAll();
+  };
+  WorkQueue queue({.name = "test-tick", .threads = 1, .tick = [&] {
+                     note("tick");
+                     MutexLock l(&mu);
+                     return next_wait;
+                   }});
+  ASSERT_TRUE(queue.Push([&] { note("a"); }));
+  ASSERT_TRUE(queue.Push([&] { note("b"); }));
+  queue.Flush();
+  {
+    MutexLock l(&mu);
+    ASSERT_GE(log.size(), 4u);
+    // However the pushes met the worker: a tick before each task (and one after the last).
+    EXPECT_EQ(std::vector<std::string>(log.begin(), log.begin() + 4),
+              (std::vector<std::string>{"tick", "a", "tick", "b"}));
+  }
+  // A finite wait ends without a task: the worker ticks again, and again.
+  {
+    MutexLock l(&mu);
+    next_wait = absl::Milliseconds(1);
+  }
+  ASSERT_TRUE(queue.Push([&] { note("c"); }));
+  {
+    MutexLock l(&mu);
+    const size_t before = log.size();
+    while (log.size() < before + 5) {
+      ASSERT_TRUE(cv.WaitFor(&mu, std::chrono::seconds(10))) << "no tick after a finite wait";
+    }
+  }
+  queue.Stop();  // ends a worker that waits between ticks
+  MutexLock l(&mu);
+  EXPECT_EQ(std::count(log.begin(), log.end(), "c"), 1);
 }
 
 TEST(WorkQueueTest, WithoutWorkersEveryTaskIsRefused) {

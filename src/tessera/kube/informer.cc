@@ -8,7 +8,6 @@
 #include <utility>
 
 #include <fmt/core.h>
-#include <pthread.h>
 
 #include "tessera/base/logging.h"
 
@@ -18,23 +17,13 @@ template <typename T>
 Informer<T>::Informer(ApiClient* client, Options options, EventHandlers<T> handlers)
     : options_(std::move(options)),
       handlers_(std::move(handlers)),
-      mailbox_(std::make_shared<Mailbox>()),
+      queue_(std::make_shared<WorkQueue>(WorkQueue::Options{.name = "inf-" + options_.name,
+                                                            .threads = 1,
+                                                            .on_stop = WorkQueue::OnStop::kDiscard,
+                                                            .tick = [this] { return Tick(); }})),
       reflector_(client, options_.reflector, options_.clock, this,
-                 [mailbox = mailbox_](absl::AnyInvocable<void()> task) {
-                   bool was_empty = false;
-                   {
-                     MutexLock lock(&mailbox->mu);
-                     if (mailbox->closed) {
-                       return;
-                     }
-                     // Only an empty mailbox can have the worker waiting on it.
-                     was_empty = mailbox->tasks.empty();
-                     mailbox->tasks.push_back(std::move(task));
-                   }
-                   // After the unlock: a worker woken under the lock would block on it at once.
-                   if (was_empty) {
-                     mailbox->cv.Signal();
-                   }
+                 [queue = queue_](absl::AnyInvocable<void()> task) {
+                   queue->Push(std::move(task));  // refused after Stop
                  }) {}
 
 namespace {
@@ -62,40 +51,28 @@ Informer<T>::~Informer() {
 
 template <typename T>
 void Informer<T>::Start() {
-  MutexLock lock(&thread_mu_);
-  if (started_) {
+  if (started_.exchange(true, std::memory_order_acq_rel)) {
     return;
   }
-  started_ = true;
-  thread_ = std::thread([this] { Run(); });
+  queue_->Push([this] { reflector_.Start(); });
 }
 
 template <typename T>
 void Informer<T>::Stop() {
-  {
-    MutexLock lock(&mailbox_->mu);
-    mailbox_->closed = true;
-    mailbox_->cv.SignalAll();
-  }
-  std::thread thread;
-  {
-    MutexLock lock(&thread_mu_);
-    thread = std::move(thread_);
-  }
-  if (thread.joinable()) {
-    thread.join();
-  }
-  // Cancels the watch when the worker never ran (Start not called) or has exited.
+  // Destroys what is queued unrun (a Reconcile's `done` among it) and joins the worker.
+  queue_->Stop();
+  // Cancels the watch; the reflector, the worker's until now, is the caller's.
   reflector_.Stop();
-  MutexLock lock(&mailbox_->mu);
-  mailbox_->tasks.clear();
 }
 
 template <typename T>
-void Informer<T>::Wake() {
-  MutexLock lock(&mailbox_->mu);
-  mailbox_->wake = true;
-  mailbox_->cv.Signal();
+void Informer<T>::Wake(absl::AnyInvocable<void()> then) {
+  queue_->Push([this, then = std::move(then)]() mutable {
+    Tick();
+    if (then) {
+      then();
+    }
+  });
 }
 
 template <typename T>
@@ -130,22 +107,13 @@ template <typename T>
 void Informer<T>::Reconcile(std::vector<T> listed, std::string list_resource_version,
                             std::string seen_before_list,
                             absl::AnyInvocable<void(ReconcileResult)> done) {
-  MutexLock lock(&mailbox_->mu);
-  if (mailbox_->closed) {
-    return;
-  }
-  const bool was_empty = mailbox_->tasks.empty();
-  mailbox_->tasks.push_back([this, listed = std::move(listed),
-                             rv = std::move(list_resource_version),
-                             seen = std::move(seen_before_list), done = std::move(done)]() mutable {
+  queue_->Push([this, listed = std::move(listed), rv = std::move(list_resource_version),
+                seen = std::move(seen_before_list), done = std::move(done)]() mutable {
     ReconcileResult result = DoReconcile(std::move(listed), rv, seen);
     if (done) {
       done(std::move(result));
     }
   });
-  if (was_empty) {
-    mailbox_->cv.Signal();
-  }
 }
 
 template <typename T>
@@ -319,43 +287,20 @@ ReconcileResult Informer<T>::DoReconcile(std::vector<T> listed, const std::strin
 }
 
 template <typename T>
-void Informer<T>::Run() {
-  std::string thread_name = "inf-" + options_.name;
-  thread_name.resize(std::min<size_t>(thread_name.size(), 15));
-  pthread_setname_np(pthread_self(), thread_name.c_str());
-
+absl::Duration Informer<T>::Tick() {
+  if (!started_.load(std::memory_order_acquire)) {
+    return absl::InfiniteDuration();  // nothing is due before Start
+  }
   Clock* const clock = options_.clock;
   // A fake clock moves without notifying anyone: poll it often. The real clock is polled only
   // as often as its next deadline needs.
   const absl::Duration max_wait =
       clock == Clock::Real() ? absl::Seconds(1) : absl::Milliseconds(10);
-  reflector_.Start();
-  while (true) {
-    // Outside the mailbox lock: a due retry sends a request, and a transport may answer it
-    // synchronously (which posts to the mailbox).
-    const absl::Time due = std::min(reflector_.Tick(), next_resync_);
-    MaybeResync(clock->Now());
-    std::deque<Task> batch;
-    {
-      MutexLock lock(&mailbox_->mu);
-      if (!mailbox_->closed && mailbox_->tasks.empty() && !mailbox_->wake) {
-        const absl::Time now = clock->Now();
-        if (due > now) {
-          mailbox_->cv.WaitFor(&mailbox_->mu,
-                               absl::ToChronoMicroseconds(std::min(due - now, max_wait)));
-        }
-      }
-      if (mailbox_->closed) {
-        break;
-      }
-      mailbox_->wake = false;
-      batch.swap(mailbox_->tasks);
-    }
-    for (Task& task : batch) {
-      task();
-    }
-  }
-  reflector_.Stop();
+  // The queue calls this without its lock: a due retry sends a request, and a transport may
+  // answer it synchronously (which pushes to the queue).
+  const absl::Time due = std::min(reflector_.Tick(), next_resync_);
+  MaybeResync(clock->Now());
+  return std::min(due - clock->Now(), max_wait);
 }
 
 template <typename T>

@@ -16,7 +16,7 @@
 // Clock; after advancing a FakeClock call Wake().
 //
 // Thread safety: Start, Stop, HasSynced, WaitForSync, Wake, counters and store() from any thread
-// (Stop not from a handler). The worker thread is named "inf-<name>" and joined by Stop.
+// (Stop not from a handler). The worker is a WorkQueue thread named "inf-<name>", joined by Stop.
 #pragma once
 
 #include <atomic>
@@ -24,7 +24,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -34,6 +33,7 @@
 
 #include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
+#include "tessera/base/work_queue.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/reflector.h"
 #include "tessera/kube/store.h"
@@ -99,7 +99,7 @@ class Informer : private ReflectorSink<T> {
   Informer(const Informer&) = delete;
   Informer& operator=(const Informer&) = delete;
 
-  // Starts the worker thread, which starts the first LIST. Call at most once.
+  // Has the worker start the first LIST. Call at most once.
   void Start();
   // Cancels the watch, stops delivering, and joins the worker. Idempotent.
   void Stop();
@@ -107,8 +107,10 @@ class Informer : private ReflectorSink<T> {
   bool HasSynced() const { return synced_.load(std::memory_order_acquire); }
   // Waits (real time) until HasSynced() or `timeout`; returns HasSynced().
   bool WaitForSync(absl::Duration timeout) const;
-  // Makes the worker re-read the clock now (for fake clocks).
-  void Wake();
+  // Makes the worker re-read the clock now (for fake clocks), then run `then` (if given) after
+  // every task queued before: a test's proof that nothing else was due. `then` is destroyed
+  // unrun when the informer stops first.
+  void Wake(absl::AnyInvocable<void()> then = nullptr);
 
   const Store<T>& store() const { return store_; }
   InformerCounters counters() const;
@@ -133,16 +135,9 @@ class Informer : private ReflectorSink<T> {
   }
 
  private:
-  using Task = absl::AnyInvocable<void()>;
-  struct Mailbox {
-    Mutex mu;
-    CondVar cv;
-    std::deque<Task> tasks ABSL_GUARDED_BY(mu);
-    bool closed ABSL_GUARDED_BY(mu) = false;
-    bool wake ABSL_GUARDED_BY(mu) = false;
-  };
-
-  void Run();
+  // The worker's clock check (the queue's tick): runs due retries and resyncs, and returns how
+  // long the worker may wait for a task.
+  absl::Duration Tick();
   void OnReplace(std::vector<T> items, const std::string& resource_version,
                  absl::Time list_started) override;
   void OnEvent(WatchEvent<T> event) override;
@@ -162,7 +157,11 @@ class Informer : private ReflectorSink<T> {
   const Options options_;
   const EventHandlers<T> handlers_;
   Store<T> store_;
-  std::shared_ptr<Mailbox> mailbox_;
+  std::atomic<bool> started_{false};  // before queue_: its worker reads it from the start
+  // The worker, from construction (idle until Start); its tick runs the reflector's retries and
+  // the resync between tasks. kDiscard: Stop ends delivery after the running task. Shared with
+  // the reflector's `post`, which transport callbacks copy and may call after Stop (refused).
+  const std::shared_ptr<WorkQueue> queue_;
   Reflector<T> reflector_;
   std::atomic<bool> synced_{false};
   absl::Time next_resync_ = absl::InfiniteFuture();  // worker only
@@ -171,10 +170,6 @@ class Informer : private ReflectorSink<T> {
   // relist (uids it lists, revisions above it) and bounded in size.
   std::deque<std::pair<uint64_t, std::string>> deleted_uids_;
   absl::flat_hash_map<std::string, uint64_t> deleted_uid_set_;  // uid → its revision above
-
-  Mutex thread_mu_;
-  std::thread thread_ ABSL_GUARDED_BY(thread_mu_);
-  bool started_ ABSL_GUARDED_BY(thread_mu_) = false;
 
   mutable Mutex sync_mu_;
   mutable CondVar sync_cv_;

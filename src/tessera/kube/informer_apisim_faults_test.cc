@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -103,6 +104,14 @@ State StoreState(const PodInformer& informer) {
     s[p->Key()] = {p->meta.uid, p->meta.resource_version};
   }
   return s;
+}
+
+// The store changes before the handlers of the same delivery run: waits until the worker has
+// finished every delivery queued so far.
+bool Delivered(PodInformer& informer) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  informer.Wake([done] { done->store(true); });
+  return Eventually([&] { return done->load(); }, kWait);
 }
 
 // What the handlers saw.
@@ -321,6 +330,7 @@ TEST(InformerApisimFaultsTest, ConvergesAcrossARestartFromTheStateFile) {
       kWait))
       << ::testing::PrintToString(StoreState(informer))
       << " != " << ::testing::PrintToString(server);
+  ASSERT_TRUE(Delivered(informer));
   RecordProperty("convergence_ms",
                  std::to_string(absl::ToInt64Milliseconds(absl::Now() - restarted)));
   EXPECT_EQ(KeysOf(server), (std::set<std::string>{"default/p2", "default/p3", "default/p4",
@@ -381,7 +391,22 @@ TEST_P(StormTest, BacksOffDuringTheStormAndConvergesAfter) {
   conn.DeletePod("p1");
   conn.CreatePod("s0");
   conn.LabelPod("p2", "storm");
-  absl::SleepFor(absl::Seconds(4));
+  // The storm lasts until the backoff has reached its cap and one more attempt has failed
+  // after a capped wait (about 2.5 s; see below): what the bounds below check, with no fixed wait.
+  int64_t errors_at_cap = -1;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const ReflectorCounters c = informer.counters().reflector;
+        if (c.last_backoff < absl::Seconds(1)) {
+          return false;
+        }
+        if (errors_at_cap < 0) {
+          errors_at_cap = c.list_errors + c.watch_errors;
+        }
+        return c.list_errors + c.watch_errors > errors_at_cap;
+      },
+      kWait))
+      << "the backoff did not reach its cap: " << informer.counters().reflector.last_backoff;
   const nlohmann::json stats_storm = conn.Stats();
   const absl::Duration storm = absl::Now() - storm_start;
   const InformerCounters during = informer.counters();
@@ -412,6 +437,7 @@ TEST_P(StormTest, BacksOffDuringTheStormAndConvergesAfter) {
       kWait))
       << ::testing::PrintToString(StoreState(informer))
       << " != " << ::testing::PrintToString(server);
+  ASSERT_TRUE(Delivered(informer));
   const absl::Duration converged = absl::Now() - storm_end;
   RecordProperty("attempts_during_storm", std::to_string(attempts));
   RecordProperty("convergence_ms", std::to_string(absl::ToInt64Milliseconds(converged)));
@@ -483,6 +509,7 @@ TEST(InformerApisimFaultsTest, HttpsWithCaAndTokenAndRefusals) {
           return StoreState(informer) == server;
         },
         kWait));
+    ASSERT_TRUE(Delivered(informer));
     EXPECT_EQ(server.size(), 5u);
     EXPECT_EQ(rec.Deletes("default/p0"), 1);
     informer.Stop();

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -152,6 +153,14 @@ class InformerTest : public ::testing::Test {
   void Advance(absl::Duration d) {
     clock_.Advance(d);
     informer_->Wake();
+  }
+
+  // Waits until the worker has looked at the clock as it is now, after everything queued
+  // before: what was due by now has been done, so what has not happened is not due.
+  void Settle() {
+    auto looked = std::make_shared<std::atomic<bool>>(false);
+    informer_->Wake([looked] { looked->store(true); });
+    ASSERT_TRUE(Eventually([&] { return looked->load(); }));
   }
 
   FakeClock clock_;
@@ -340,7 +349,7 @@ TEST_F(InformerTest, RelistAfter410DeliversTombstonesExactlyOnce) {
   // A second 410 within immediate_relist_interval (10 s) waits for the backoff.
   EXPECT_TRUE(Eventually(
       [&] { return informer_->counters().reflector.last_backoff == absl::Milliseconds(800); }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  Settle();
   EXPECT_EQ(fake_.pending().size(), 0u);
   Advance(absl::Seconds(2));
   ReplyList("resourceVersion=31", ListJson({PodJson("a", "ua2", "30")}, "40"));
@@ -559,7 +568,7 @@ TEST_F(InformerTest, ACutStreamRewatchesAtOnceAndAFailingWatchBacksOff) {
   ASSERT_TRUE(fake_.StreamClose(w2, absl::UnavailableError("connection refused")));
   EXPECT_TRUE(Eventually([&] { return informer_->counters().reflector.watch_errors == 2; }));
   EXPECT_EQ(informer_->counters().reflector.last_backoff, absl::Milliseconds(800));
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  Settle();
   EXPECT_EQ(fake_.requests().size(), 3u);  // list, watch, watch: nothing before the backoff
   Advance(absl::Milliseconds(800));
   StreamId w3 = OpenWatch(3);
@@ -593,10 +602,10 @@ TEST_F(InformerTest, ListErrorsBackOffExponentiallyAndResetAfterHealth) {
   ReplyList("resourceVersion=0", "internal", 500);
   EXPECT_TRUE(Eventually(
       [&] { return informer_->counters().reflector.last_backoff == absl::Milliseconds(800); }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  Settle();
   EXPECT_TRUE(fake_.pending().empty());
   Advance(absl::Milliseconds(799));
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  Settle();
   EXPECT_TRUE(fake_.pending().empty());
   Advance(absl::Milliseconds(1));
   ReplyList("resourceVersion=0", StatusJson(503, "ServiceUnavailable", "later"), 503);
@@ -629,7 +638,7 @@ TEST_F(InformerTest, ResyncRedeliversCachedObjectsAsUpdates) {
   ASSERT_TRUE(rec_.WaitFor(2));
   rec_.Take();
   Advance(absl::Minutes(9));
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  Settle();
   EXPECT_EQ(rec_.size(), 0u);
   Advance(absl::Minutes(1));
   ASSERT_TRUE(rec_.WaitFor(2));
@@ -647,6 +656,24 @@ TEST_F(InformerTest, StopJoinsAndDropsLateCallbacks) {
   EXPECT_FALSE(fake_.StreamData(w, Event("ADDED", PodJson("a", "ua", "11"))));
   informer_.reset();
   EXPECT_EQ(rec_.size(), 0u);
+}
+
+// Wake(then) runs `then` on the worker after what was queued before it; after Stop it is
+// destroyed unrun.
+TEST_F(InformerTest, WakeThenRunsAfterEarlierDeliveriesAndNeverAfterStop) {
+  Make();
+  ReplyList("limit=2", ListJson({PodJson("a", "ua", "5")}, "10"));
+  StreamId w = OpenWatch(1);
+  ASSERT_TRUE(fake_.StreamData(w, Event("ADDED", PodJson("b", "ub", "11"))));
+  std::atomic<size_t> seen{0};
+  informer_->Wake([&] { seen.store(rec_.size()); });
+  ASSERT_TRUE(Eventually([&] { return seen.load() > 0; }));
+  EXPECT_EQ(seen.load(), 2u);  // the list's add and the event's
+  informer_->Stop();
+  auto token = std::make_shared<int>(0);
+  informer_->Wake([token, &seen] { seen.store(0); });
+  EXPECT_EQ(token.use_count(), 1);
+  EXPECT_EQ(seen.load(), 2u);
 }
 
 // The store is read by other threads while the worker applies events (TSan checks this test).

@@ -996,6 +996,8 @@ class CurlTransport::Loop {
   int performing_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<CURL*> idle_easy_ ABSL_GUARDED_BY(mu_);  // Perform's pool
   std::atomic<bool> stop_{false};                      // stopping_, for Perform's callback
+  // The I/O thread's mailbox, drained by its poll loop: no WorkQueue, whose workers wait on a
+  // condition variable, not in curl_multi_poll (docs/architecture.md "Conventions").
   std::deque<std::unique_ptr<Transfer>> incoming_ ABSL_GUARDED_BY(mu_);
   std::vector<StreamId> cancels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<StreamId, std::shared_ptr<std::atomic<bool>>> live_ ABSL_GUARDED_BY(mu_);

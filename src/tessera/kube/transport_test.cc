@@ -1,5 +1,6 @@
 #include "tessera/kube/transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -7,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,12 +16,14 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -131,11 +135,17 @@ class Channel {
           continue;
         }
       }
-      if (!sink.is_writable() || !sink.write(chunk.data(), chunk.size())) {
-        return false;
-      }
-      return true;
+      const bool written = sink.is_writable() && sink.write(chunk.data(), chunk.size());
+      MutexLock lock(&mu_);
+      ++taken_;
+      cv_.SignalAll();
+      return written;
     }
+  }
+  // Chunks the server has handed to its connection (or failed to).
+  size_t taken() {
+    MutexLock lock(&mu_);
+    return taken_;
   }
 
  private:
@@ -144,6 +154,7 @@ class Channel {
   std::deque<std::string> chunks_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  size_t taken_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Declared after a test's server and channel, so it is destroyed first: it stops the channel and
@@ -429,9 +440,14 @@ TEST(CurlTransport, CancelEndsAStreamFromAnotherThread) {
   TestServer server;
   Channel channel;
   StopInOrder stop_in_order(&channel, &server);
+  std::atomic<bool> released{false};
   server.http().Get("/watch", [&](const httplib::Request&, httplib::Response& res) {
     res.set_chunked_content_provider(
-        "application/json", [&](size_t, httplib::DataSink& sink) { return channel.Provide(sink); });
+        "application/json", [&](size_t, httplib::DataSink& sink) { return channel.Provide(sink); },
+        [&](bool) { released.store(true); });
+  });
+  server.http().Get("/x", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{}", "application/json");
   });
   server.Start();
   auto transport = MakeTransport(ConfigFor(server.url()));
@@ -446,7 +462,10 @@ TEST(CurlTransport, CancelEndsAStreamFromAnotherThread) {
   // Later bytes are not delivered, and cancelling again is harmless.
   channel.Push("second\n");
   transport->Cancel(id);
-  absl::SleepFor(absl::Milliseconds(100));
+  // The server has written the bytes (or seen the stream gone), and the I/O thread has since
+  // completed a request: bytes it could deliver would have been.
+  ASSERT_TRUE(Eventually([&] { return released.load() || channel.taken() >= 2; }));
+  ASSERT_TRUE(Do(*transport, Get("/x")).ok());
   EXPECT_EQ(watch.data(), "first\n");
 }
 
@@ -664,7 +683,9 @@ TEST(CurlTransport, ConnectTimeoutEndsAConnectTheServerNeverCompletes) {
     (void)connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
     fillers.push_back(c);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The queue is full once the first connect completed (the socket turns writable).
+  pollfd first{.fd = fillers[0], .events = POLLOUT, .revents = 0};
+  ASSERT_EQ(poll(&first, 1, 10000), 1) << "the first connect did not complete";
   RestConfig config = ConfigFor("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
   config.connect_timeout = absl::Milliseconds(300);
   config.request_timeout = absl::Seconds(10);
@@ -871,6 +892,8 @@ TEST(CurlTransport, PerformKeepsTheConnectionBound) {
     outcome = transport.Perform(Get("/x"));
     returned.store(true);
   });
+  // A real wait: nothing marks a transfer parked in curl's queue for a connection, so this is
+  // the time in which a Perform that bypassed the bound would have come back.
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_FALSE(returned.load()) << "Perform bypassed max_host_connections";
   channel.Close();  // the stream ends and frees the connection
@@ -901,7 +924,8 @@ TEST(CurlTransport, DestructionCancelsAPerformInFlight) {
   channel.Push("partial");  // the exchange is under way: a body has begun
   // The Perform is inside its exchange, not about to start.
   ASSERT_TRUE(Eventually([&] { return arrived.load(); }));
-  absl::SleepFor(absl::Milliseconds(100));
+  // "partial" is on its way to the Perform.
+  ASSERT_TRUE(Eventually([&] { return channel.taken() >= 1; }));
   EXPECT_FALSE(returned.load());
   const absl::Time destroying = absl::Now();
   transport.reset();  // ends the Perform (within its progress callback's second) and waits for it
@@ -1088,18 +1112,32 @@ int PickFreePort() {
   return port;
 }
 
-bool CanConnect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) {
-    return false;
+// Whether process `pid` holds a socket listening on 127.0.0.1:`port` (from /proc: the
+// listener's inode in /proc/net/tcp among the process's descriptors).
+bool ListensOn(pid_t pid, int port) {
+  std::ifstream tcp("/proc/net/tcp");
+  const std::string local = fmt::format("0100007F:{:04X}", port);
+  std::string line;
+  std::vector<std::string> inodes;
+  std::getline(tcp, line);  // the header
+  while (std::getline(tcp, line)) {
+    std::istringstream fields(line);
+    std::string slot, local_address, remote_address, state, queues, timer, retransmits, uid,
+        timeout, inode;
+    fields >> slot >> local_address >> remote_address >> state >> queues >> timer >> retransmits >>
+        uid >> timeout >> inode;
+    if (local_address == local && state == "0A") {  // TCP_LISTEN
+      inodes.push_back("socket:[" + inode + "]");
+    }
   }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (std::find(inodes.begin(), inodes.end(), target) != inodes.end()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // nghttpd (Debian package nghttp2-server): an HTTP/2-only server over TLS (ALPN h2) serving the
@@ -1147,18 +1185,9 @@ class Nghttpd {
           pid_ = -1;
           return true;
         }
-        if (!CanConnect(port)) {
-          return false;
-        }
-        // Something listens there; make sure it is nghttpd and not another process that took
-        // the port first (nghttpd would then exit at once, having failed to bind).
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        if (waitpid(pid_, &status, WNOHANG) == pid_) {
-          pid_ = -1;
-          return true;
-        }
-        listening = true;
-        return true;
+        // nghttpd's own listening socket, not another process's that took the port first.
+        listening = ListensOn(pid_, port);
+        return listening;
       });
       if (listening) {
         port_ = port;
