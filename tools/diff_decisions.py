@@ -24,6 +24,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen"))
+from registrations import delimited_register, json_register  # noqa: E402
+
 TYPES = [("NVIDIA-Tesla T4", 15360), ("NVIDIA-NVIDIA A100-SXM4-40GB", 40960),
          ("NVIDIA-Tesla V100-SXM2-32GB", 32768), ("NVIDIA-NVIDIA H100 80GB HBM3", 81920)]
 NAMESPACES = ["ml", "research", "prod"]
@@ -35,23 +38,7 @@ def uuid(n, i):
 
 
 def register(devs, as_json):
-    if not as_json:  # HAMi v2.5's delimited registration, 9 fields per device
-        return "".join("%s,%d,%d,%d,%s,%d,%s,%d,hami-core:" % (
-            d["id"], d["count"], d["devmem"], 100, d["type"], d["numa"],
-            "true" if d["health"] else "false", d["index"]) for d in devs)
-    out = []
-    for d in devs:  # HAMi v2.8+'s JSON registration: Go's field order, omitempty
-        o = {"id": d["id"]}
-        if d["index"]:
-            o["index"] = d["index"]
-        o.update(count=d["count"], devmem=d["devmem"], devcore=100, type=d["type"])
-        if d["numa"]:
-            o["numa"] = d["numa"]
-        o["mode"] = "hami-core"
-        if d["health"]:
-            o["health"] = True
-        out.append(o)
-    return json.dumps(out, separators=(",", ":"))
+    return json_register(devs) if as_json else delimited_register(devs)
 
 
 def cluster(rng, seed):
@@ -60,7 +47,7 @@ def cluster(rng, seed):
         typ, mem = rng.choice(TYPES)
         count = rng.choice([1, 2, 4, 8])
         devs = [dict(id=uuid(seed * 100 + n, i), index=i, count=rng.choice([4, 10]), devmem=mem,
-                     type=typ, numa=i * 2 // count if count > 1 else 0,
+                     devcore=100, type=typ, numa=i * 2 // count if count > 1 else 0,
                      health=rng.random() > 0.05) for i in range(count)]
         name = "node-%d" % n
         ann = {"hami.io/node-nvidia-register": register(devs, rng.random() < 0.6)}

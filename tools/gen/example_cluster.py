@@ -3,36 +3,14 @@
 
 Run from the repository root: /usr/bin/python3 tools/gen/example_cluster.py
 """
-import json
-
 import yaml
+
+from registrations import delimited_register, json_register
 
 
 def uuid(n, i):
     return "GPU-%08x-%04x-%04x-%04x-%012x" % (0x5e55e000 + n, 0x1000 + i, 0x2000 + i,
                                               0x3000 + n, 0xabc000000000 + n * 16 + i)
-
-
-def json_register(devs):
-    out = []
-    for d in devs:  # HAMi v2.8+ JSON registration: Go struct order, omitempty
-        o = {"id": d["id"]}
-        if d["index"]:
-            o["index"] = d["index"]
-        o.update(count=d["count"], devmem=d["devmem"], devcore=d["devcore"], type=d["type"])
-        if d["numa"]:
-            o["numa"] = d["numa"]
-        o["mode"] = "hami-core"
-        if d["health"]:
-            o["health"] = True
-        out.append(o)
-    return json.dumps(out, separators=(",", ":"))
-
-
-def delimited_register(devs):  # HAMi v2.5 delimited registration, 9 fields
-    return "".join("%s,%d,%d,%d,%s,%d,%s,%d,hami-core:" % (
-        d["id"], d["count"], d["devmem"], d["devcore"], d["type"], d["numa"],
-        "true" if d["health"] else "false", d["index"]) for d in devs)
 
 
 def devices(n, count, typ, mem, per_numa=None):
