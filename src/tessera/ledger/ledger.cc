@@ -279,6 +279,7 @@ void Ledger::FreePod(uint32_t id) {
   p.res.reset();
   record_mig_.erase(id);
   rewritten_.erase(id);
+  moves_.erase(id);
   free_pods_.push_back(id);
 }
 
@@ -559,9 +560,10 @@ absl::Status Ledger::ApplyLocked(const PodAllocation& observed, bool account) {
     return s;
   }
   uint32_t id = FindPod(observed.uid);
-  PodAllocation kept;
-  const PodAllocation& pod =
-      id != kNone && pods_[id].pinned ? HoldPin(id, observed, &kept) : observed;
+  PodAllocation moved, kept;
+  const PodAllocation& seen =
+      id != kNone && !moves_.empty() ? FollowMove(id, observed, &moved) : observed;
+  const PodAllocation& pod = id != kNone && pods_[id].pinned ? HoldPin(id, seen, &kept) : seen;
   const bool stored = !pod.terminal && !pod.deleted && !pod.node.empty();
   const bool ends_reservation = pod.terminal || pod.deleted || !pod.bound_node.empty();
   if (id != kNone && stored && (!ends_reservation || pods_[id].res == nullptr) &&
@@ -794,8 +796,16 @@ absl::StatusOr<int> Ledger::ReplaceContainer(std::string_view uid, int32_t conta
     ++moved;
   }
   Account(id);
-  // A refit is Tessera's own decision: the pin moves with it.
-  DropRewriteIfSame(id);
+  // A refit is Tessera's own decision: the pin moves with it. A pinned pod whose rewrite the
+  // move has just matched had its patch delivered already: nothing older is to come.
+  bool delivered = false;
+  if (rewritten_.contains(id)) {
+    DropRewriteIfSame(id);
+    delivered = !rewritten_.contains(id);
+  }
+  if (moved > 0 && !delivered) {
+    moves_[id] = Move{c, from, to};
+  }
   return moved;
 }
 

@@ -343,7 +343,10 @@ class Ledger {
   // added back, so a concurrent Remove/Apply of the pod is ordered wholly before or after it (a
   // pod removed first stays removed; other pods' usage is never touched). The NUMA refit's
   // accounting (extender/refit.h). Returns how many of the two were moved (0: neither holds
-  // `from` any more, e.g. the informer already applied the change). Errors: NotFound when
+  // `from` any more, e.g. the informer already applied the change). After a move, until an
+  // Apply states `to` for that container (or another allocation, or ends the pod), an Apply that
+  // still states `from` is an event older than the refit's patch: it is applied with `to` in its
+  // place. Errors: NotFound when
   // nothing is known about `uid`; InvalidArgument for an empty `from` or `to`, a negative
   // container or a UUID longer than 65,535 bytes (nothing changes). O(entries of the pod).
   absl::StatusOr<int> ReplaceContainer(std::string_view uid, int32_t container,
@@ -558,6 +561,10 @@ class Ledger {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The allocation record `id` holds.
   Decision DecisionOf(uint32_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `observed`, or (into *moved) `observed` with a pending refit move of pod `id` applied when it
+  // still states the move's `from`; the move ends when `observed` states anything else.
+  const PodAllocation& FollowMove(uint32_t id, const PodAllocation& observed, PodAllocation* moved)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Apply's view of `observed` for pinned record `id` (ledger_pin.cc): `observed` itself when it
   // ends the pod or states the pin, else the pin kept (in *kept) with the rewrite recorded.
   const PodAllocation& HoldPin(uint32_t id, const PodAllocation& observed, PodAllocation* kept)
@@ -603,6 +610,12 @@ class Ledger {
   const LedgerOptions options_ = {};
   // By pod id: what the annotations of a pinned pod state while it differs from its pin.
   absl::flat_hash_map<uint32_t, Decision> rewritten_ ABSL_GUARDED_BY(mu_);
+  // By pod id: refit moves (ReplaceContainer) whose patch the informer has not delivered yet.
+  struct Move {
+    uint16_t container = 0;
+    device::ContainerDevices from, to;
+  };
+  absl::flat_hash_map<uint32_t, Move> moves_ ABSL_GUARDED_BY(mu_);
 };
 
 LedgerDiff Diff(const Ledger& a, const Ledger& b);

@@ -1,6 +1,7 @@
 // Pinned decisions (LedgerOptions::pin_decisions): how a bound pod's allocation is held against
 // later rewrites of its annotations, reported (Problems::rewritten) and carried into a
-// recomputed ledger (Pinned, Recompute). See ledger.h and docs/self-healing.md "Pinned
+// recomputed ledger (Pinned, Recompute); and how a refit's move is held against the informer's
+// events older than its patch (FollowMove). See ledger.h and docs/self-healing.md "Pinned
 // decisions".
 #include <algorithm>
 #include <string>
@@ -236,6 +237,43 @@ void Ledger::DropRewriteIfSame(uint32_t id) {
       rewritten_.erase(seen);
     }
   }
+}
+
+const PodAllocation& Ledger::FollowMove(uint32_t id, const PodAllocation& observed,
+                                        PodAllocation* moved) {
+  auto it = moves_.find(id);
+  if (it == moves_.end()) {
+    return observed;
+  }
+  const Move& m = it->second;
+  if (!observed.terminal && !observed.deleted && observed.node.empty()) {
+    return observed;  // older than the filter's annotations: nothing to compare yet
+  }
+  // Whether the observed container states `want` (its entries with a UUID, in order).
+  auto states = [&](const device::ContainerDevices& want) {
+    if (observed.unreadable || m.container >= observed.devices.size()) {
+      return false;
+    }
+    size_t k = 0;
+    for (const device::ContainerDevice& d : observed.devices[m.container]) {
+      if (d.uuid.empty()) {
+        continue;
+      }
+      if (k == want.size() || d.uuid != want[k].uuid || d.usedmem != want[k].usedmem ||
+          d.usedcores != want[k].usedcores) {
+        return false;
+      }
+      ++k;
+    }
+    return k == want.size();
+  };
+  if (!observed.terminal && !observed.deleted && !states(m.to) && states(m.from)) {
+    *moved = observed;
+    moved->devices[m.container] = m.to;
+    return *moved;
+  }
+  moves_.erase(it);  // its own event, someone else's write, or the pod's end
+  return observed;
 }
 
 void Ledger::FindRewritten(Problems* out) const {

@@ -183,6 +183,82 @@ TEST_F(LedgerPinTest, ARefitMovesThePin) {
   EXPECT_EQ(Usage(ledger_, "n1", 1).usedmem, 0);
 }
 
+// The refit can run before the informer has delivered the bind (kubelet calls the device plugin
+// as soon as the pod is bound): the older events that follow still state the old devices and
+// must neither move the usage back nor pin the old decision (the CI failure of stop 44:
+// ServeTest.RefitMovesABoundPodsContainerAndTheMetricsFollow under load).
+TEST_F(LedgerPinTest, ARefitAheadOfTheInformerHoldsAgainstTheOlderEvents) {
+  PodAllocation filtered = Bound("a", "n1", 4000);
+  filtered.bound_node.clear();  // the filter's annotations, not yet bound
+  ASSERT_TRUE(ledger_.Apply(filtered).ok());
+  ASSERT_EQ(*ledger_.ReplaceContainer("a", 0, {ContainerDevice{"GPU-a", "NVIDIA", 4000, 0}},
+                                      {ContainerDevice{"GPU-b", "NVIDIA", 4000, 0}}),
+            1);
+  // The bind's event, older than the refit's patch.
+  ASSERT_TRUE(ledger_.Apply(Bound("a", "n1", 4000)).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0).usedmem, 0);
+  EXPECT_EQ(Usage(ledger_, "n1", 1).usedmem, 4000);
+  EXPECT_THAT(ledger_.FindProblems().rewritten, IsEmpty());
+  // The refit's own event.
+  ASSERT_TRUE(ledger_.Apply(Bound("a", "n1", 4000, "GPU-b")).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0).usedmem, 0);
+  EXPECT_EQ(Usage(ledger_, "n1", 1).usedmem, 4000);
+  EXPECT_THAT(ledger_.FindProblems().rewritten, IsEmpty());
+  // From then on the pin is GPU-b: a later rewrite back is held and reported.
+  ASSERT_TRUE(ledger_.Apply(Bound("a", "n1", 4000)).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 1).usedmem, 4000);
+  EXPECT_THAT(ledger_.FindProblems().rewritten, SizeIs(1));
+}
+
+// Only a reservation when the refit runs (the informer has not even seen the filter's patch).
+TEST_F(LedgerPinTest, ARefitOfAReservationHoldsAgainstTheOlderEvents) {
+  const PodAllocation bound = Bound("a", "n1", 4000);
+  ASSERT_TRUE(
+      ledger_.Reserve("a", bound.ns, bound.name, "n1", bound.devices, absl::InfiniteFuture()).ok());
+  ASSERT_EQ(*ledger_.ReplaceContainer("a", 0, {ContainerDevice{"GPU-a", "NVIDIA", 4000, 0}},
+                                      {ContainerDevice{"GPU-b", "NVIDIA", 4000, 0}}),
+            1);
+  PodAllocation created = bound;  // the pod as created: no annotations yet
+  created.node.clear();
+  created.bound_node.clear();
+  created.devices.clear();
+  PodAllocation filtered = bound;
+  filtered.bound_node.clear();
+  for (const PodAllocation& older : {created, filtered, bound}) {
+    ASSERT_TRUE(ledger_.Apply(older).ok());
+    EXPECT_EQ(Usage(ledger_, "n1", 0).usedmem, 0);
+    EXPECT_EQ(Usage(ledger_, "n1", 1).usedmem, 4000);
+    EXPECT_THAT(ledger_.FindProblems().rewritten, IsEmpty());
+  }
+  ASSERT_TRUE(ledger_.Apply(Bound("a", "n1", 4000, "GPU-b")).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 1).usedmem, 4000);
+  EXPECT_THAT(ledger_.FindProblems().rewritten, IsEmpty());
+  EXPECT_THAT(ledger_.Reservations(), IsEmpty());
+}
+
+// An event that states neither side of the move (someone else's write after the refit) ends
+// the wait: from there the ordinary rules apply (here: the pin holds what the ledger held).
+TEST_F(LedgerPinTest, AThirdAllocationEndsTheRefitsWait) {
+  ASSERT_TRUE(ledger_.Apply(Bound("a", "n1", 4000)).ok());
+  ASSERT_EQ(*ledger_.ReplaceContainer("a", 0, {ContainerDevice{"GPU-a", "NVIDIA", 4000, 0}},
+                                      {ContainerDevice{"GPU-b", "NVIDIA", 4000, 0}}),
+            1);
+  ASSERT_TRUE(ledger_.Apply(Bound("a", "n1", 1, "GPU-b")).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 1).usedmem, 4000);
+  EXPECT_THAT(ledger_.FindProblems().rewritten, SizeIs(1));
+  // The wait is over: the old devices are now a rewrite like any other.
+  ASSERT_TRUE(ledger_.Apply(Bound("a", "n1", 4000)).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0).usedmem, 0);
+  EXPECT_EQ(Usage(ledger_, "n1", 1).usedmem, 4000);
+  EXPECT_THAT(ledger_.FindProblems().rewritten, SizeIs(1));
+  // A finished pod ends everything.
+  PodAllocation done = Bound("a", "n1", 4000);
+  done.terminal = true;
+  ASSERT_TRUE(ledger_.Apply(done).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 1).usedmem, 0);
+  EXPECT_THAT(ledger_.FindProblems().rewritten, IsEmpty());
+}
+
 MigAllocation Slice(uint32_t start) {
   MigAllocation a;
   a.gpu_uuid = "GPU-m0";

@@ -837,6 +837,33 @@ TEST_F(LedgerTest, ReplaceContainerMovesTheReservationOfAnUnobservedBind) {
   EXPECT_EQ(ledger_.Reservations()[0].expires_at, kT0 + absl::Minutes(5));
 }
 
+// Without pins too: the informer's events older than the refit's patch do not move the usage
+// back (for as long as it takes the refit's own event to arrive), and a pod deleted meanwhile
+// frees everything.
+TEST_F(LedgerTest, ReplaceContainerHoldsAgainstOlderEventsUntilItsOwnArrives) {
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  ASSERT_EQ(*ledger_.ReplaceContainer("u1", 0, {Dev("GPU-a", 1000, 10)}, {Dev("GPU-b", 1000, 10)}),
+            1);
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{1, 1000, 10}));
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-b", 1000, 10)}})).ok());
+  // Its own event arrived: an unpinned ledger follows the annotations again.
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{1, 1000, 10}));
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{}));
+
+  ASSERT_TRUE(ledger_.Apply(Bound("u2", "n1", {{Dev("GPU-a", 500, 5)}})).ok());
+  ASSERT_EQ(*ledger_.ReplaceContainer("u2", 0, {Dev("GPU-a", 500, 5)}, {Dev("GPU-b", 500, 5)}), 1);
+  PodAllocation gone = Bound("u2", "n1", {{Dev("GPU-a", 500, 5)}});
+  gone.deleted = true;
+  ASSERT_TRUE(ledger_.Apply(gone).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 1), (DeviceUsage{}));
+  // A new pod with the same uid starts with nothing held for it.
+  ASSERT_TRUE(ledger_.Apply(Bound("u2", "n1", {{Dev("GPU-a", 500, 5)}})).ok());
+  EXPECT_EQ(Usage(ledger_, "n1", 0), (DeviceUsage{2, 1500, 15}));
+}
+
 TEST_F(LedgerTest, ReplaceContainerChangesNothingWhenTheDevicesDiffer) {
   ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
   // Another amount, another UUID, another container: the record no longer holds `from`.
