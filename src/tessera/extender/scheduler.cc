@@ -128,7 +128,7 @@ Scheduler::Scheduler(Options options, Deps deps)
           options_.node_lock_timeout),
       events_({.component = options_.scheduler_name, .queue_limit = options_.event_queue_limit},
               client_, clock_),
-      verdicts_({}, client_, &events_),
+      verdicts_({.clock = clock_}, client_, &events_),
       patches_(
           {.threads = options_.write_behind ? std::max(options_.patch_threads, 1) : 0,
            .wait = options_.patch_wait,
@@ -161,7 +161,13 @@ void Scheduler::OfferVerdict(const kube::Pod& pod, const device::PodRequest& req
                                                    .ledger = ledger_,
                                                    .lock_of = std::move(lock_of),
                                                    .withheld = options_.withheld});
-  verdicts_.Offer(pod.meta, checked_version, verdict.reason, EncodeVerdict(verdict));
+  std::vector<std::string_view> names;
+  names.reserve(candidates.size());
+  for (const schedule::Candidate& c : candidates) {
+    names.push_back(c.name);
+  }
+  verdicts_.Offer(pod.meta, checked_version, verdict.reason, EncodeVerdict(verdict),
+                  VerdictWriter::CandidatesKey(names));
 }
 
 FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {

@@ -103,6 +103,42 @@ TEST_F(SchedulerTest, AVerdictIsWrittenOnlyWhenItChanges) {
   EXPECT_THAT(s.verdicts().CountByReason(), ElementsAre(Pair("CardInsufficientMemory", 1)));
 }
 
+// Every verdict written requeues the pod in kube-scheduler (an update of a pending pod,
+// docs/requeue.md), so a verdict that changed with nothing but kube-scheduler's choice of
+// candidates would be rewritten at every retry, for ever. kube-scheduler lists the candidates in
+// another order each time (a rotating start), sends a different subset in a large cluster, and
+// filters a pod with a nominated node on that node alone first.
+TEST_F(SchedulerTest, AVerdictIsNotRewrittenForTheOrderOrSubsetOfTheCandidates) {
+  for (const char* node : {"n1", "n2", "n3"}) {
+    AddNode(node, {{std::string("GPU-") + node}});
+  }
+  env_.CreatePod("p1", Limits(9000));
+  Scheduler& s = Make();
+  for (const std::vector<std::string>& nodes :
+       std::vector<std::vector<std::string>>{{"n1", "n2", "n3"},
+                                             {"n3", "n1", "n2"},
+                                             {"n2", "n3", "n1"},
+                                             {"n2"},  // the nominated node alone
+                                             {"n1", "n2"},
+                                             {"n3", "n1", "n2"}}) {
+    FilterOutcome outcome;
+    s.Filter(Args("p1", nodes), &outcome);
+    ASSERT_EQ(outcome.code, FilterCode::kNoFit);
+  }
+  s.verdicts().Flush();
+  EXPECT_EQ(s.verdicts().counts().written, 1u);
+  // The nearest miss does not depend on the order: the first node by name among equals.
+  absl::StatusOr<Verdict> v = DecodeVerdict(VerdictOn(env_, "p1"));
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_TRUE(v->nearest.has_value());
+  EXPECT_EQ(v->nearest->node, "n1");
+  // Another subset still tells the user something new once the last write is old enough.
+  clock_.Advance(VerdictWriter::Options().refresh);
+  s.Filter(Args("p1", {"n2"}));
+  s.verdicts().Flush();
+  EXPECT_EQ(s.verdicts().counts().written, 2u);
+}
+
 // The filter that finds the pod a node removes its verdict in the decision's own patch, and the
 // pod is no longer counted as pending.
 TEST_F(SchedulerTest, TheVerdictIsClearedWhenThePodIsScheduled) {

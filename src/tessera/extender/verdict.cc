@@ -100,7 +100,8 @@ void FillHolders(const ledger::NodeView& view, size_t index, const ledger::Ledge
 
 // The closest device over the candidates that failed on their devices, for the first
 // container that asks for devices: fewest resources short, then least memory short, then least
-// cores short, then candidate order.
+// cores short, then node name, then device index (never the candidates' order, which
+// kube-scheduler changes from one retry to the next: a verdict must not change with it).
 std::optional<NearestMiss> FindNearest(const VerdictInput& in) {
   const device::ContainerRequest* request = nullptr;
   for (const auto& c : in.request->containers) {
@@ -115,6 +116,7 @@ std::optional<NearestMiss> FindNearest(const VerdictInput& in) {
   // The key is computed for every device; the strings only for a new best.
   std::optional<NearestMiss> best;
   std::tuple<int, int64_t, int64_t> best_key;
+  std::string_view best_node;
   size_t best_index = 0;
   for (const schedule::Candidate& c : in.candidates) {
     if (!c.snapshot || c.snapshot->devices == nullptr || !c.snapshot->blocked_by.empty()) {
@@ -140,7 +142,7 @@ std::optional<NearestMiss> FindNearest(const VerdictInput& in) {
       const int shorts =
           (mem_short > 0 ? 1 : 0) + (core_short > 0 ? 1 : 0) + (free_slots <= 0 ? 1 : 0);
       const auto key = std::make_tuple(shorts, mem_short, core_short);
-      if (best && !(key < best_key)) {
+      if (best && (best_key < key || (key == best_key && best_node <= c.name))) {
         continue;
       }
       best = NearestMiss{.node = Cut(c.name),
@@ -153,6 +155,7 @@ std::optional<NearestMiss> FindNearest(const VerdictInput& in) {
                          .held_by = {},
                          .more_holders = 0};
       best_key = key;
+      best_node = c.name;
       best_index = i;
     }
   }

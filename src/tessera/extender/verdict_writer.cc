@@ -1,6 +1,8 @@
 #include "tessera/extender/verdict_writer.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "tessera/base/logging.h"
 #include "tessera/device/annotations.h"
@@ -17,14 +19,32 @@ VerdictWriter::VerdictWriter(Options options, kube::ApiClient* client, EventReco
 
 VerdictWriter::~VerdictWriter() { queue_.Stop(); }  // drops what is queued
 
+uint64_t VerdictWriter::CandidatesKey(const std::vector<std::string_view>& names) {
+  uint64_t key = names.size();
+  for (std::string_view name : names) {
+    key += std::hash<std::string_view>{}(name)*0x9e3779b97f4a7c15ULL;  // order-free: a sum
+  }
+  return key;
+}
+
+bool VerdictWriter::ShouldWrite(const Entry& last, uint64_t hash, std::string_view reason,
+                                uint64_t candidates, absl::Time now) const {
+  if (last.hash == hash) {
+    return false;
+  }
+  return last.candidates == candidates || last.reason != reason ||
+         now - last.written >= options_.refresh;
+}
+
 bool VerdictWriter::Offer(const kube::ObjectMeta& pod, std::string_view resource_version,
-                          std::string_view reason, std::string json) {
+                          std::string_view reason, std::string json, uint64_t candidates) {
   const uint64_t hash = std::hash<std::string_view>{}(json);
+  const absl::Time now = options_.clock->Now();
   {
     MutexLock l(&mu_);
     ++counts_.offered;
     auto it = pods_.find(pod.uid);
-    if (it != pods_.end() && it->second.hash == hash) {
+    if (it != pods_.end() && !ShouldWrite(it->second, hash, reason, candidates, now)) {
       ++counts_.unchanged;
       return false;
     }
@@ -36,7 +56,12 @@ bool VerdictWriter::Offer(const kube::ObjectMeta& pod, std::string_view resource
       }
       it = pods_.emplace(pod.uid, Entry{}).first;
     }
-    it->second = Entry{.ns = pod.ns, .name = pod.name, .reason = std::string(reason), .hash = hash};
+    it->second = Entry{.ns = pod.ns,
+                       .name = pod.name,
+                       .reason = std::string(reason),
+                       .hash = hash,
+                       .candidates = candidates,
+                       .written = now};
     auto [job, added] = jobs_.try_emplace(pod.uid);
     job->second = Job{.ns = pod.ns,
                       .name = pod.name,
@@ -83,6 +108,16 @@ std::map<std::string, int64_t> VerdictWriter::CountByReason() const {
   MutexLock l(&mu_);
   for (const auto& [uid, e] : pods_) {
     ++out[e.reason];
+  }
+  return out;
+}
+
+std::vector<std::string> VerdictWriter::Uids() const {
+  std::vector<std::string> out;
+  MutexLock l(&mu_);
+  out.reserve(pods_.size());
+  for (const auto& [uid, e] : pods_) {
+    out.push_back(uid);
   }
   return out;
 }

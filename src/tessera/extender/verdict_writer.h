@@ -3,8 +3,10 @@
 // VerdictWriter puts a pending pod's verdict (verdict.h) on the pod — the annotation
 // device::kVerdictAnnotation, patched from a background thread, and a FilteringFailed event with
 // the same text — only when it differs from the last one written for that pod, so a pod that
-// kube-scheduler retries every second costs no API write while nothing changes. It also keeps
-// each pending pod's main reason for tessera_pending_pods{reason}.
+// kube-scheduler retries every second costs no API write while nothing changes. Every write
+// requeues the pod in kube-scheduler, so a verdict that differs only in the candidates it was
+// decided over waits (Options::refresh): otherwise it could be rewritten at every retry. It also
+// keeps each pending pod's main reason for tessera_pending_pods{reason}.
 //
 //   VerdictWriter writer({}, client, &events);
 //   writer.Offer(pod.meta, checked_version, verdict.reason, EncodeVerdict(verdict));
@@ -34,9 +36,12 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
 
+#include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
 #include "tessera/base/work_queue.h"
 #include "tessera/extender/event_recorder.h"
@@ -49,6 +54,11 @@ class VerdictWriter {
  public:
   struct Options {
     size_t max_pods = 10000;
+    // A verdict that differs from the last one written for the pod, offered with other
+    // candidates and the same main reason, is written only once the last write is this old
+    // (kube-scheduler's own retry of an unschedulable pod: every write requeues the pod).
+    absl::Duration refresh = absl::Minutes(5);
+    Clock* clock = Clock::Real();
   };
   // Totals since construction.
   struct Counts {
@@ -63,11 +73,14 @@ class VerdictWriter {
   VerdictWriter(const VerdictWriter&) = delete;
   VerdictWriter& operator=(const VerdictWriter&) = delete;
 
-  // The pod's verdict `json` with its main `reason`: queued (patch and event) unless it equals
-  // the last one written. `resource_version` (may be empty) is the patch's precondition.
-  // Returns whether it was queued.
+  // The pod's verdict `json` with its main `reason`, decided over the candidates `candidates`
+  // identifies (CandidatesKey): queued (patch and event) unless ShouldWrite says otherwise.
+  // `resource_version` (may be empty) is the patch's precondition. Returns whether it was
+  // queued.
   bool Offer(const kube::ObjectMeta& pod, std::string_view resource_version,
-             std::string_view reason, std::string json);
+             std::string_view reason, std::string json, uint64_t candidates = 0);
+  // The same value for the same node names in any order.
+  static uint64_t CandidatesKey(const std::vector<std::string_view>& names);
   // Forgets the pod and cancels its queued write. Returns whether a verdict was known (written
   // or queued): its annotation may be on the pod.
   bool Forget(std::string_view uid);
@@ -78,6 +91,8 @@ class VerdictWriter {
   void Clear();
   // Remembered pods per main reason.
   std::map<std::string, int64_t> CountByReason() const;
+  // The uids of the remembered pods: those refused and still pending (the retry's candidates).
+  std::vector<std::string> Uids() const;
   size_t size() const;
   Counts counts() const;
   // Blocks until the queue is empty and no write is in flight (tests).
@@ -87,7 +102,15 @@ class VerdictWriter {
   struct Entry {
     std::string ns, name, reason;
     uint64_t hash = 0;
+    uint64_t candidates = 0;
+    absl::Time written = absl::InfinitePast();
   };
+  // The rule: a verdict other than the last one written (`hash`) is written when it was
+  // decided over the same candidates (the state behind it changed), has another main reason,
+  // or the last write is Options::refresh old; one that differs only because kube-scheduler
+  // sent other candidates (a subset, its nominated node alone) waits.
+  bool ShouldWrite(const Entry& last, uint64_t hash, std::string_view reason, uint64_t candidates,
+                   absl::Time now) const;
   struct Job {
     std::string ns, name, uid, resource_version, json;
     uint64_t hash = 0;
