@@ -156,7 +156,7 @@ start_tessera() {
     --scheduler-name hami-scheduler \
     --device-config-file "$DIR/device-config.yaml" \
     --leader-elect-resource-name hami-scheduler \
-    --leader-elect-resource-namespace tessera-system
+    --leader-elect-resource-namespace tessera-system ${SERVE_ARGS[@]+"${SERVE_ARGS[@]}"}
   wait_for "$1 /healthz" 30 "$1" \
     curl -fsS --max-time 2 --cacert "$DIR/ca.crt" "https://127.0.0.1:$2/healthz"
 }
@@ -290,8 +290,11 @@ find_tessera() {
 cmd_up() {
   local compaction="" bindir="" tessera="" cluster="" i
   REPLICAS=1
+  SERVE_ARGS=()
   while [[ $# -gt 0 ]]; do
     case "$1" in
+      --serve-arg) SERVE_ARGS+=("${2:?}"); shift 2 ;;
+      --serve-arg=*) SERVE_ARGS+=("${1#*=}"); shift ;;
       --etcd-compaction-interval) compaction="${2:?}"; shift 2 ;;
       --etcd-compaction-interval=*) compaction="${1#*=}"; shift ;;
       --tessera) tessera="${2:?}"; shift 2 ;;
@@ -536,7 +539,7 @@ usage() {
 Usage:
   tools/controlplane.sh build
   tools/controlplane.sh up [--tessera PATH] [--bin-dir DIR] [--etcd-compaction-interval D]
-                          [--replicas N] [--cluster FILE] DIR
+                          [--replicas N] [--cluster FILE] [--serve-arg ARG]... DIR
   tools/controlplane.sh down DIR
   tools/controlplane.sh restart [--kill] DIR NAME
 
@@ -565,6 +568,8 @@ Usage:
                              others follow. The webhook goes through webhook-service
                              (tools/controlplane_service.py), which relays each connection
                              to the next Tessera that accepts it, as the Service would.
+            --serve-arg ARG  one more argument for every tessera serve (repeat it; e.g.
+                             --serve-arg=--reservation-ttl=5s)
             --cluster FILE   a cluster file (kubectl get nodes,pods -A -o yaml; nodes with
                              HAMi's register annotation): its nodes and pods are created and
                              their device plugins and kubelets emulated by `tessera emulate`

@@ -356,6 +356,18 @@ void AddServeCommand(CLI::App& app, Runner* run) {
   sub->add_option("--kube-burst", flags->options.kube_burst, "Burst of the client-side limit")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  sub->add_option("--requeue-qps", flags->options.requeue.qps,
+                  "Refused GPU pods are put back into kube-scheduler's queue (an update of their "
+                  "tessera.io/requeue annotation) as soon as capacity they fit in frees where "
+                  "kube-scheduler cannot see it (a reservation expired, a repair, a device "
+                  "healthy again, a quota raised): at most this many writes per second "
+                  "(0 = off; docs/requeue.md)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--requeue-burst", flags->options.requeue.burst,
+                  "Burst of the requeue's write limit")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_option("--patch-threads", flags->options.patch_threads,
                   "Threads writing the filter's annotation patches behind its reply")
       ->capture_default_str()

@@ -317,6 +317,16 @@ metrics_match_truth() {
 }
 # ==== end of the shapes and truth helpers ====================================================
 
+gpumem_quota() { # gpumem_quota NS MiB: ResourceQuota NS/gpu with limits.nvidia.com/gpumem MiB (applied)
+  k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpu, namespace: $1}
+spec:
+  hard:
+    limits.nvidia.com/gpumem: "$2"
+YAML
+}
 jp() { k -n e2e get pod "$1" -o jsonpath="$2"; }   # jp POD JSONPATH
 bound_node() { kubectl --request-timeout=5s -n e2e get pod "$1" -o jsonpath='{.spec.nodeName}'; }
 is_bound() { [[ -n "$(bound_node "$1")" ]]; }

@@ -163,14 +163,7 @@ make_registered_node gpu-c 1 "GPU-gpu-c-0,10,8192,100,NVIDIA-Tesla T4,0,true:" \
   "Requesting_$(date -u -d '-120 sec' '+%Y-%m-%d %H:%M:%S')"
 make_gpu_node gpu-d "$(gpu_json GPU-gpu-d-0 "NVIDIA-Tesla T4" 8192 | sed 's/"health":true/"health":false/')"
 make_node gpu-e 1   # free, in the quota's way only
-k apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: ResourceQuota
-metadata: {name: gpu, namespace: team}
-spec:
-  hard:
-    limits.nvidia.com/gpumem: "2000"
-YAML
+gpumem_quota team 2000
 wait_until 30 "Tessera's /debug/ledger lists every node's GPU" \
   ledger_has GPU-gpu-c-0 GPU-gpu-d-0 GPU-gpu-e-0
 pinned_pod stale 1000 gpu-c

@@ -40,11 +40,7 @@ std::vector<schedule::Candidate> Candidates(const std::vector<std::string>& name
 }
 
 kube::ResourceQuota GpumemQuota(const std::string& limit) {
-  kube::ResourceQuota q;
-  q.meta.ns = "ml";
-  q.meta.name = "gpu";
-  q.hard.Set("limits.nvidia.com/gpumem", kube::ShortString(limit));
-  return q;
+  return ::tessera::testing::GpuMemQuota("ml", "gpu", limit);
 }
 
 // Two registered nodes of one 16384 MiB card each (n1: GPU-1, n2: GPU-2); ml/holder uses 12000

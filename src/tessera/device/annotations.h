@@ -51,6 +51,10 @@ inline constexpr std::string_view kBindPhaseFailed = "failed";
 // The verdict on a pod /filter left without a node: a JSON document of at most 1 KiB
 // (extender/verdict.h, docs/explain.md "tessera why"). Removed by the filter that finds a node.
 inline constexpr std::string_view kVerdictAnnotation = "tessera.io/verdict";
+// When Tessera last put a pod it had refused back into kube-scheduler's queue because capacity
+// it fits in freed (RFC 3339, UTC, microseconds; extender/requeue.h, docs/requeue.md). Only the
+// change matters: any update of a pending pod requeues it.
+inline constexpr std::string_view kRequeueAnnotation = "tessera.io/requeue";
 
 // ---- Pod annotations set by users (read by the scheduler) ----------------------------------
 

@@ -133,14 +133,6 @@ class SchedulerTest : public SchedulerFixture {
   }
 };
 
-// A ResourceQuota `name` in `ns` limiting the namespace's GPU memory to `mem` MiB.
-inline kube::ResourceQuota GpuMemQuota(const std::string& ns, const std::string& name,
-                                       const std::string& mem) {
-  kube::ResourceQuota q;
-  q.meta.ns = ns;
-  q.meta.name = name;
-  q.hard.Set("limits.nvidia.com/gpumem", kube::ShortString(mem));
-  return q;
-}
+using ::tessera::testing::GpuMemQuota;
 
 }  // namespace tessera::extender

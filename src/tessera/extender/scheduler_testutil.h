@@ -19,6 +19,7 @@
 #include "tessera/base/clock.h"
 #include "tessera/extender/scheduler.h"
 #include "tessera/testing/apisim_env.h"
+#include "tessera/testing/objects.h"
 
 namespace tessera::extender {
 

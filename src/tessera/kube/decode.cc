@@ -686,6 +686,13 @@ class Decoder::Impl {
                         if (skey == "initContainers") {
                           return Containers(svalue, &pod->init_containers) || Push(skey);
                         }
+                        if (skey == "priority") {
+                          std::optional<int32_t> priority;
+                          if (!Integer(svalue, &priority)) {
+                            return Push(skey);
+                          }
+                          pod->priority = priority.value_or(0);
+                        }
                         return true;
                       }) ||
                Push(key);

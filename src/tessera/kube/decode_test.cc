@@ -75,25 +75,27 @@ TEST(DecodePodTest, RecordedShapeFixture) {
 TEST(DecodePodTest, FieldOrderDoesNotMatter) {
   absl::StatusOr<Pod> pod =
       DecodePod(R"({"status":{"phase":"Failed"},"spec":{"containers":[{"resources":{"limits":)"
-                R"({"nvidia.com/gpu":"2"}},"name":"c"}],"nodeName":"n1"},)"
+                R"({"nvidia.com/gpu":"2"}},"name":"c"}],"priority":-7,"nodeName":"n1"},)"
                 R"("metadata":{"resourceVersion":"9","name":"p","namespace":"d"},"kind":"Pod"})");
   ASSERT_TRUE(pod.ok()) << pod.status();
   EXPECT_EQ(pod->Key(), "d/p");
   EXPECT_EQ(pod->node_name, "n1");
   EXPECT_EQ(pod->containers.at(0).limits.Get("nvidia.com/gpu"), "2");
   EXPECT_EQ(pod->phase, PodPhase::kFailed);
+  EXPECT_EQ(pod->priority, -7);
 }
 
 TEST(DecodePodTest, NullsAreAbsentAndMinimalPodDecodes) {
   absl::StatusOr<Pod> pod = DecodePod(
       R"({"metadata":{"name":"p","labels":null,"creationTimestamp":null,"annotations":{"a":null}},)"
-      R"("spec":{"nodeName":null,"containers":[{"name":"c","resources":{"limits":null}}]},)"
+      R"("spec":{"nodeName":null,"priority":null,"containers":[{"name":"c","resources":{"limits":null}}]},)"
       R"("status":{"phase":null}})");
   ASSERT_TRUE(pod.ok()) << pod.status();
   EXPECT_TRUE(pod->meta.labels.empty());
   EXPECT_TRUE(pod->meta.annotations.empty());
   EXPECT_EQ(pod->node_name, "");
   EXPECT_EQ(pod->phase, PodPhase::kPending);
+  EXPECT_EQ(pod->priority, 0);
   EXPECT_TRUE(DecodePod("{}").ok());
 }
 
@@ -194,6 +196,10 @@ TEST(DecodePodTest, WrongTypesNameTheFieldPath) {
       {R"({"spec":{"initContainers":[{"resources":{"requests":{"cpu":true}}}]}})",
        "Pod: spec.initContainers[0].resources.requests.cpu: expected string or number",
        "spec.initContainers[0].resources.requests.cpu: expected string or number"},
+      {R"({"spec":{"priority":"high"}})", "Pod: spec.priority: expected integer",
+       "spec.priority: expected integer"},
+      {R"({"spec":{"priority":2147483648}})", "Pod: spec.priority: integer out of range",
+       "spec.priority: integer out of range"},
       {R"({"kind":"Node","metadata":{"name":"x"}})", "Pod: kind: kind Node, expected Pod",
        "kind: kind Node, expected Pod"},
       {R"([1,2])", "Pod: expected object", "expected object"},

@@ -268,6 +268,7 @@ struct Pod {
   std::vector<Container> init_containers;
   std::vector<Container> containers;
   PodPhase phase = PodPhase::kPending;
+  int32_t priority = 0;  // spec.priority (absent: 0)
 
   // "namespace/name".
   std::string Key() const { return meta.ns + "/" + meta.name; }

@@ -914,25 +914,43 @@ std::vector<std::optional<device::NodeSnapshot>> Ledger::Snapshot(
   }
   for (size_t i = 0; i < n; ++i) {
     const NodeSlot* slot = slots[i];
-    if (slot == nullptr || slot->devices == nullptr) {
-      continue;
-    }
-    out[i].emplace(device::NodeSnapshot{slot->devices,
-                                        device::UsageList(slot->usage.begin(), slot->usage.end())});
-    if (!slot->blockers.empty()) {
-      out[i]->blocked_by = BlockedByLocked(*slot);
-    }
-    if (!slot->mig.empty()) {
-      std::vector<device::MigCardUsage>& mig = out[i]->mig;
-      mig.resize(slot->mig.size());
-      for (size_t d = 0; d < slot->mig.size(); ++d) {
-        for (const MigHeld& h : slot->mig[d].held) {
-          mig[d].occupied.push_back(h.placement);
-        }
-        mig[d].unusable = !slot->mig[d].bad.empty();
-      }
+    if (slot != nullptr && slot->devices != nullptr) {
+      out[i].emplace(SnapshotLocked(*slot));
     }
   }
+  return out;
+}
+
+device::NodeSnapshot Ledger::SnapshotLocked(const NodeSlot& slot) const {
+  device::NodeSnapshot out{slot.devices, device::UsageList(slot.usage.begin(), slot.usage.end())};
+  if (!slot.blockers.empty()) {
+    out.blocked_by = BlockedByLocked(slot);
+  }
+  if (!slot.mig.empty()) {
+    out.mig.resize(slot.mig.size());
+    for (size_t d = 0; d < slot.mig.size(); ++d) {
+      for (const MigHeld& h : slot.mig[d].held) {
+        out.mig[d].occupied.push_back(h.placement);
+      }
+      out.mig[d].unusable = !slot.mig[d].bad.empty();
+    }
+  }
+  return out;
+}
+
+CapacitySnapshot Ledger::Capacity() const {
+  CapacitySnapshot out;
+  MutexLock lock(&mu_);
+  for (const NodeSlot& slot : nodes_) {
+    if (slot.devices != nullptr) {
+      out.nodes.emplace_back(slot.name, SnapshotLocked(slot));
+    }
+  }
+  std::sort(out.nodes.begin(), out.nodes.end(),
+            [](const auto& x, const auto& y) { return x.first < y.first; });
+  out.namespaces.assign(namespaces_.begin(), namespaces_.end());
+  std::sort(out.namespaces.begin(), out.namespaces.end(),
+            [](const auto& x, const auto& y) { return x.first < y.first; });
   return out;
 }
 

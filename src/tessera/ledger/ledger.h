@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -116,6 +117,13 @@ struct FullSnapshot {
   size_t records = 0;           // stored observed records
   size_t reservations = 0;
   // Every namespace whose pods hold a device, sorted by namespace.
+  std::vector<std::pair<std::string, NamespaceUsage>> namespaces;
+};
+
+// Every registered node's snapshot (as Ledger::Snapshot gives it) and every namespace's usage,
+// at one instant, each sorted by name: what the pending-pod retry compares between its rounds.
+struct CapacitySnapshot {
+  std::vector<std::pair<std::string, device::NodeSnapshot>> nodes;
   std::vector<std::pair<std::string, NamespaceUsage>> namespaces;
 };
 
@@ -368,6 +376,9 @@ class Ledger {
       const std::vector<std::string_view>& node_names) const;
   // Every registered node with per-device usage and holders. O(nodes + records).
   FullSnapshot Full() const;
+  // Every registered node's snapshot and every namespace's usage. O(nodes' devices +
+  // namespaces), no holder lists.
+  CapacitySnapshot Capacity() const;
   // One registered node with per-device usage and holders, or nullopt if it is not registered.
   // O(its devices + the holders on it).
   std::optional<NodeView> View(std::string_view node) const;
@@ -580,6 +591,8 @@ class Ledger {
   device::PodDevices ExportDevices(const Entries& entries) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Reservation ExportReservation(const Pod& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   NodeView ViewLocked(const NodeSlot& slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  device::NodeSnapshot SnapshotLocked(const NodeSlot& slot) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // "ns/name" of the blocker of `slot` with the smallest uid; empty when none.
   std::string BlockedByLocked(const NodeSlot& slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -529,6 +529,8 @@ TEST(Registry, HistogramsAndCountersObserveCorrectly) {
   registry.RecordFilter(FilterOutcome::kPassthrough, "", -absl::Seconds(1));  // counts as 0
   registry.RecordBind(BindOutcome::kRejected, absl::Milliseconds(40));
   registry.RecordReservationsExpired(2);
+  registry.RecordRequeues(4);
+  registry.RecordRequeues(0);
   registry.RecordAuditCorrections("stale", 3);
   registry.SetLedgerProblems("unreadable", 5);
   registry.SetLedgerProblems("unreadable", 2);  // a gauge: the last audit's count
@@ -565,6 +567,7 @@ TEST(Registry, HistogramsAndCountersObserveCorrectly) {
            "tessera_bind_total{outcome=\"error\"} 0\n",
            "tessera_reservations_in_flight 7\n",
            "tessera_reservations_expired_total 2\n",
+           "tessera_pending_pods_requeued_total 4\n",
            "tessera_ledger_audit_corrections_total{cause=\"stale\"} 3\n",
            "tessera_ledger_problems{kind=\"unreadable\"} 2\n",
            "tessera_ledger_problems{kind=\"foreign_allocation\"} 0\n",

@@ -141,6 +141,12 @@ struct Registry::Impl {
                          .Help("GPU pods the last filter left without a node, by the main reason "
                                "of their verdict (the leader's count; docs/metrics.md).")
                          .Register(*registry)),
+        pods_requeued(prometheus::BuildCounter()
+                          .Name("tessera_pending_pods_requeued_total")
+                          .Help("Refused pods put back into kube-scheduler's queue because "
+                                "capacity they fit in freed (docs/requeue.md).")
+                          .Register(*registry)
+                          .Add({})),
         resync_corrections(prometheus::BuildCounter()
                                .Name("tessera_resync_corrections_total")
                                .Help("Store entries a resync found wrong and repaired, by kind.")
@@ -177,6 +183,7 @@ struct Registry::Impl {
   prometheus::Family<prometheus::Gauge>& ledger_problems;
   prometheus::Counter& allocation_rewrites;
   prometheus::Family<prometheus::Gauge>& pending_pods;
+  prometheus::Counter& pods_requeued;
   prometheus::Family<prometheus::Counter>& resync_corrections;
   prometheus::Gauge& leader;
   prometheus::Family<prometheus::Gauge>& build_info;
@@ -259,6 +266,12 @@ void Registry::RecordAllocationRewrites(int64_t n) {
 void Registry::RecordReservationsExpired(int64_t n) {
   if (n > 0) {
     impl_->reservations_expired.Increment(static_cast<double>(n));
+  }
+}
+
+void Registry::RecordRequeues(int64_t n) {
+  if (n > 0) {
+    impl_->pods_requeued.Increment(static_cast<double>(n));
   }
 }
 

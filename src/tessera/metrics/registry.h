@@ -102,6 +102,8 @@ class Registry {
   void RecordResyncCorrections(std::string_view kind, int64_t n);
   // GPU pods whose last filter left them without a node, by the verdict's main reason (a gauge).
   void SetPendingPods(std::string_view reason, int64_t n);
+  // `n` refused pods put back into kube-scheduler's queue (extender/requeue.h).
+  void RecordRequeues(int64_t n);
   void SetLeader(bool leader);
 
   // The whole /metrics body: RenderDeviceFamilies(snapshot, legacy), then Tessera's families

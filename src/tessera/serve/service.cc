@@ -36,6 +36,7 @@
 #include "tessera/serve/leadership.h"
 #include "tessera/serve/listeners.h"
 #include "tessera/serve/repairs.h"
+#include "tessera/serve/requeueing.h"
 #include "tessera/serve/scheduling.h"
 
 #ifndef TESSERA_VERSION
@@ -186,6 +187,7 @@ class Service::Impl : public extender::Backend {
   std::unique_ptr<accounting::Auditor> auditor_;
   std::unique_ptr<accounting::Resyncer> resyncer_;
   std::unique_ptr<Housekeeping> housekeeping_;
+  std::unique_ptr<Requeueing> requeueing_;
   std::unique_ptr<Listeners> listeners_;
 
   // One /debug/why replay at a time (each copies the ledger); others are answered 429.
@@ -285,6 +287,20 @@ absl::Status Service::Impl::Init() {
                                      Housekeeping::Options{.period = options_.housekeeping_period,
                                                            .audit_period = options_.audit_period,
                                                            .started = started_});
+  extender::Requeuer::Options requeue = options_.requeue;
+  requeue.node_policy = options_.node_policy;
+  requeue.gpu_policy = options_.gpu_policy;
+  requeueing_ = std::make_unique<Requeueing>(
+      requeue, options_.requeue_period,
+      Requeueing::Parts{.vendor = vendor_.get(),
+                        .ledger = &ledger_,
+                        .quotas = quotas_.get(),
+                        .client = connection_.client.get(),
+                        .clock = clock(),
+                        .verdicts = &scheduling_->scheduler().verdicts(),
+                        .informers = informers_.get(),
+                        .leadership = leadership_.get(),
+                        .metrics = metrics_.get()});
   listeners_ = std::make_unique<Listeners>(
       options_,
       Listeners::Parts{.backend = this,
@@ -300,6 +316,7 @@ absl::Status Service::Impl::Init() {
   leadership_->Begin();  // the role before the first delivery
   informers_->Start();
   housekeeping_->Start();
+  requeueing_->Start();
   resyncer_->Start();
   listeners_->LogListening();
   return absl::OkStatus();
@@ -311,6 +328,9 @@ void Service::Impl::Stop() {
   }
   if (listeners_ != nullptr) {
     listeners_->Stop();
+  }
+  if (requeueing_ != nullptr) {
+    requeueing_->Stop();
   }
   if (housekeeping_ != nullptr) {
     housekeeping_->Stop();

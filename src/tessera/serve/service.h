@@ -29,6 +29,7 @@
 #include "tessera/base/mutex.h"
 #include "tessera/device/model.h"
 #include "tessera/extender/http_server.h"
+#include "tessera/extender/requeue.h"
 #include "tessera/extender/webhook.h"
 #include "tessera/kube/config.h"
 #include "tessera/serve/debug_auth.h"
@@ -106,6 +107,11 @@ struct ServeOptions {
   double resync_pace = accounting::ResyncOptions{}.pace;
   // How often the housekeeping loop runs.
   absl::Duration housekeeping_period = absl::Seconds(1);
+  // The requeue of refused pods when capacity they fit in frees (docs/requeue.md;
+  // --requeue-qps, --requeue-burst; node_policy and gpu_policy are set from the fields above),
+  // a round every requeue_period.
+  extender::Requeuer::Options requeue;
+  absl::Duration requeue_period = absl::Milliseconds(200);
   // Informer watch timeouts (randomised between this and twice it, as client-go does).
   absl::Duration min_watch_timeout = absl::Minutes(5);
   // Server worker threads kept while idle (each open connection holds one; the pool grows).

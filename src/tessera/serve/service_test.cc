@@ -203,10 +203,31 @@ class ServeTest : public ::tessera::testing::ServeFixture {
   }
 
   // The node a pod was filtered to ("" when none), with the reply.
+  // ResourceQuota default/gpu limiting limits.nvidia.com/gpumem to `mib`.
+  void AddGpuMemQuota(int mib) {
+    const nlohmann::json quota = {
+        {"apiVersion", "v1"},
+        {"kind", "ResourceQuota"},
+        {"metadata", {{"name", "gpu"}, {"namespace", "default"}}},
+        {"spec", {{"hard", {{"limits.nvidia.com/gpumem", std::to_string(mib)}}}}}};
+    ASSERT_TRUE(store().Create(Res("resourcequotas"), "default", quota.dump()).ok());
+  }
+
+  // The pod's annotation `key` as the API server stores it ("" when absent).
+  std::string StoredAnnotation(const std::string& name, const std::string& key) {
+    absl::StatusOr<std::string> raw = store().Get(Res("pods"), "default", name);
+    const nlohmann::json pod = nlohmann::json::parse(raw.ok() ? *raw : "{}");
+    return pod.value("/metadata/annotations"_json_pointer, nlohmann::json::object()).value(key, "");
+  }
+
+  // Filters pod `name` (created from `containers` and `annotations`, or with !create the one
+  // stored) over `nodes`; the chosen node, or "" when none.
   std::string FilterTo(const std::string& name, const std::vector<ContainerSpec>& containers,
                        const std::vector<std::string>& nodes,
-                       const nlohmann::json& annotations = nlohmann::json::object()) {
-    const std::string json = AddPod(PodJson(name, containers, annotations));
+                       const nlohmann::json& annotations = nlohmann::json::object(),
+                       bool create = true) {
+    const std::string json = create ? AddPod(PodJson(name, containers, annotations))
+                                    : store().Get(Res("pods"), "default", name).value_or("{}");
     nlohmann::json reply = Filter(json, nodes);
     EXPECT_EQ(reply.value("Error", "x"), "") << reply.dump();
     if (!reply.contains("NodeNames") || !reply["NodeNames"].is_array() ||
@@ -971,12 +992,7 @@ TEST_F(ServeTest, APendingPodsVerdictReachesTheUserThroughTheApi) {
 // and --if-deleted frees the deleted pod's share of the quota too.
 TEST_F(ServeTest, TheWhyReplayChecksTheNamespaceQuota) {
   AddNode(NodeJson("a", JsonRegister("a", 1, 16000)));
-  ASSERT_TRUE(store()
-                  .Create(Res("resourcequotas"), "default",
-                          R"({"apiVersion":"v1","kind":"ResourceQuota",
-                              "metadata":{"name":"gpu","namespace":"default"},
-                              "spec":{"hard":{"limits.nvidia.com/gpumem":"5000"}}})")
-                  .ok());
+  AddGpuMemQuota(5000);
   StartService();
   ASSERT_EQ(FilterTo("small", {{.gpus = 1, .mem = 3000}}, {"a"}), "a");  // 3000 of the 5000
   const std::string big = AddPod(PodJson("big", {{.gpus = 1, .mem = 4000}}));
@@ -996,6 +1012,51 @@ TEST_F(ServeTest, TheWhyReplayChecksTheNamespaceQuota) {
       << refused.dump();
   EXPECT_EQ(why("namespace=default&name=big&if-deleted=small")["fits"], "a");
   EXPECT_EQ(why("namespace=default&name=big&gpumem=2000")["fits"], "a");
+}
+
+// Issue #35: a refused pod goes back into kube-scheduler's queue (its tessera.io/requeue
+// annotation changes: an update of a pending pod requeues it, docs/requeue.md) as soon as the
+// capacity it fits in frees where kube-scheduler cannot see it. Here: a reservation that expired
+// (a filter never followed by a bind).
+TEST_F(ServeTest, ARefusedPodIsRequeuedWhenTheReservationHoldingItsCardExpires) {
+  AddNode(NodeJson("a", JsonRegister("a", 1, 16000)));
+  StartService([](ServeOptions& o) { o.reservation_ttl = absl::Seconds(2); });
+  // `ghost` takes the card and is never bound; `waiting` is refused for it.
+  ASSERT_EQ(FilterTo("ghost", {{.gpus = 1, .mem = 16000}}, {"a"}), "a");
+  const std::string waiting = AddPod(PodJson("waiting", {{.gpus = 1, .mem = 12000}}));
+  ASSERT_TRUE(Filter(waiting, {"a"})["NodeNames"].empty());
+  ASSERT_TRUE(
+      Eventually([&] { return !StoredAnnotation("waiting", "tessera.io/verdict").empty(); }));
+  EXPECT_EQ(StoredAnnotation("waiting", "tessera.io/requeue"), "");
+  // The reservation expires: `waiting` (not `ghost`, never refused) is requeued, once.
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(
+      Eventually([&] { return !StoredAnnotation("waiting", "tessera.io/requeue").empty(); }));
+  std::printf("requeued %s after the filter (reservation TTL 2s)\n",
+              absl::FormatDuration(absl::Now() - start).c_str());
+  EXPECT_EQ(StoredAnnotation("ghost", "tessera.io/requeue"), "");
+  EXPECT_THAT(StoredAnnotation("waiting", "tessera.io/requeue"),
+              MatchesRegex(R"(20[0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9:]+\.[0-9]+Z)"));
+  EXPECT_TRUE(Eventually([&] { return Metric("tessera_pending_pods_requeued_total", {}) == 1; }));
+  // kube-scheduler retries it: it fits now.
+  EXPECT_EQ(FilterTo("waiting", {}, {"a"}, {}, /*create=*/false), "a");
+}
+
+// The same for a namespace quota that goes (kube-scheduler does not watch ResourceQuotas).
+TEST_F(ServeTest, APodItsQuotaRefusedIsRequeuedWhenTheQuotaGoes) {
+  AddNode(NodeJson("a", JsonRegister("a", 1, 16000)));
+  AddGpuMemQuota(5000);
+  StartService();
+  const std::string over = AddPod(PodJson("over", {{.gpus = 1, .mem = 6000}}));
+  ASSERT_TRUE(Filter(over, {"a"})["NodeNames"].empty());
+  ASSERT_TRUE(Eventually([&] { return !StoredAnnotation("over", "tessera.io/verdict").empty(); }));
+  EXPECT_EQ(StoredAnnotation("over", "tessera.io/requeue"), "");
+  ASSERT_TRUE(store().Delete(Res("resourcequotas"), "default", "gpu", "").ok());
+  const absl::Time deleted = absl::Now();
+  ASSERT_TRUE(Eventually([&] { return !StoredAnnotation("over", "tessera.io/requeue").empty(); }));
+  std::printf("quota deleted -> requeued in %s\n",
+              absl::FormatDuration(absl::Now() - deleted).c_str());
+  EXPECT_EQ(FilterTo("over", {}, {"a"}, {}, /*create=*/false), "a");
 }
 
 TEST_F(ServeTest, BadOptionsFailAtStartWithAMessage) {

@@ -100,4 +100,13 @@ kube::Pod AllocatedPod(std::string name, const std::string& node, std::string al
   return pod;
 }
 
+kube::ResourceQuota GpuMemQuota(const std::string& ns, const std::string& name,
+                                const std::string& mem) {
+  kube::ResourceQuota q;
+  q.meta.ns = ns;
+  q.meta.name = name;
+  q.hard.Set("limits.nvidia.com/gpumem", kube::ShortString(mem));
+  return q;
+}
+
 }  // namespace tessera::testing

@@ -18,6 +18,7 @@
 
 #include "tessera/device/model.h"
 #include "tessera/kube/objects.h"
+#include "tessera/kube/resource_quota.h"
 
 namespace tessera::testing {
 
@@ -52,5 +53,10 @@ kube::Container GpuContainer(std::string name, const std::string& count, const s
 // hami.io/vgpu-devices-allocated value; empty: no HAMi annotations), one container "main" of
 // 1 GPU, 1000 MiB, 10 cores.
 kube::Pod AllocatedPod(std::string name, const std::string& node, std::string allocated);
+
+// A ResourceQuota `name` in `ns` limiting the namespace's GPU memory
+// (limits.nvidia.com/gpumem) to `mem` MiB.
+kube::ResourceQuota GpuMemQuota(const std::string& ns, const std::string& name,
+                                const std::string& mem);
 
 }  // namespace tessera::testing

@@ -1,0 +1,333 @@
+#include "tessera/extender/requeue.h"
+
+#include <algorithm>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_join.h"
+#include "fmt/format.h"
+
+#include "tessera/base/logging.h"
+#include "tessera/device/annotations.h"
+#include "tessera/schedule/score.h"
+
+namespace tessera::extender {
+namespace {
+
+using NamedNode = std::pair<std::string, device::NodeSnapshot>;
+
+bool SameRegistration(const device::NodeDevices& a, const device::NodeDevices& b) {
+  return &a == &b || (a.devices == b.devices && a.cordoned == b.cordoned);
+}
+
+// Whether `after` offers something `before` did not: a changed registration, a node no longer
+// blocked, less usage on a device, a MIG placement released or a card usable again.
+bool NodeGained(const device::NodeSnapshot& before, const device::NodeSnapshot& after) {
+  if (!SameRegistration(*before.devices, *after.devices) ||
+      (!before.blocked_by.empty() && after.blocked_by.empty())) {
+    return true;
+  }
+  for (size_t i = 0; i < after.usage.size() && i < before.usage.size(); ++i) {
+    const device::DeviceUsage& b = before.usage[i];
+    const device::DeviceUsage& a = after.usage[i];
+    if (a.used < b.used || a.usedmem < b.usedmem || a.usedcores < b.usedcores) {
+      return true;
+    }
+  }
+  const device::MigCardUsage none;
+  for (size_t i = 0; i < before.mig.size(); ++i) {
+    const device::MigCardUsage& b = before.mig[i];
+    const device::MigCardUsage& a = i < after.mig.size() ? after.mig[i] : none;
+    if (b.unusable && !a.unusable) {
+      return true;
+    }
+    for (const device::MigPlacement& p : b.occupied) {
+      if (std::find(a.occupied.begin(), a.occupied.end(), p) == a.occupied.end()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// A limit rose or went.
+bool LimitLoosened(const std::optional<schedule::QuotaLimit>& before,
+                   const std::optional<schedule::QuotaLimit>& after) {
+  return before.has_value() && (!after.has_value() || after->limit > before->limit);
+}
+
+template <typename T, typename Key>
+const T* FindSorted(const std::vector<T>& v, const Key& key, auto key_of) {
+  auto it = std::lower_bound(v.begin(), v.end(), key,
+                             [&](const T& x, const Key& k) { return key_of(x) < k; });
+  return it != v.end() && key_of(*it) == key ? &*it : nullptr;
+}
+
+// The part of each device a pod's picked devices take, counted on `node` (app containers
+// only: init containers share with them, so this never counts more than the ledger will).
+void Count(const device::PodDevices& devices, size_t init_count, device::NodeSnapshot* node,
+           ledger::NamespaceUsage* ns) {
+  for (size_t c = init_count; c < devices.size(); ++c) {
+    for (const device::ContainerDevice& d : devices[c]) {
+      std::string_view uuid = d.uuid;
+      if (size_t open = uuid.rfind('['); !uuid.empty() && uuid.back() == ']' && open != 0) {
+        uuid = uuid.substr(0, open);  // a MIG instance: its card
+      }
+      const int i = node->devices->Find(uuid);
+      if (i < 0 || static_cast<size_t>(i) >= node->usage.size()) {
+        continue;
+      }
+      device::DeviceUsage& u = node->usage[static_cast<size_t>(i)];
+      u.used += 1;
+      u.usedmem += d.usedmem;
+      u.usedcores += d.usedcores;
+      ns->usedmem += d.usedmem;
+      ns->usedcores += d.usedcores;
+    }
+  }
+}
+
+}  // namespace
+
+void Gains::Merge(const Gains& other) {
+  auto merge = [](std::vector<std::string>* into, const std::vector<std::string>& from) {
+    std::vector<std::string> out;
+    out.reserve(into->size() + from.size());
+    std::set_union(into->begin(), into->end(), from.begin(), from.end(), std::back_inserter(out));
+    *into = std::move(out);
+  };
+  merge(&nodes, other.nodes);
+  merge(&namespaces, other.namespaces);
+}
+
+Gains CapacityGains(const CapacityView& before, const CapacityView& after) {
+  Gains out;
+  for (const NamedNode& a : after.ledger.nodes) {
+    const NamedNode* b =
+        FindSorted(before.ledger.nodes, a.first, [](const NamedNode& n) { return n.first; });
+    if (b == nullptr || NodeGained(b->second, a.second)) {
+      out.nodes.push_back(a.first);
+    }
+  }
+  using NamedUsage = std::pair<std::string, ledger::NamespaceUsage>;
+  for (const NamedUsage& b : before.ledger.namespaces) {
+    const NamedUsage* a =
+        FindSorted(after.ledger.namespaces, b.first, [](const NamedUsage& n) { return n.first; });
+    const ledger::NamespaceUsage now = a != nullptr ? a->second : ledger::NamespaceUsage{};
+    if (now.usedmem < b.second.usedmem || now.usedcores < b.second.usedcores) {
+      out.namespaces.push_back(b.first);
+    }
+  }
+  for (const schedule::NamespaceQuota& b : before.limits) {
+    const schedule::NamespaceQuota* a =
+        FindSorted(after.limits, b.ns,
+                   [](const schedule::NamespaceQuota& q) -> const std::string& { return q.ns; });
+    if (a == nullptr || LimitLoosened(b.memory, a->memory) || LimitLoosened(b.cores, a->cores) ||
+        a->memory_factor != b.memory_factor) {
+      out.namespaces.push_back(b.ns);
+    }
+  }
+  std::sort(out.namespaces.begin(), out.namespaces.end());
+  out.namespaces.erase(std::unique(out.namespaces.begin(), out.namespaces.end()),
+                       out.namespaces.end());
+  return out;
+}
+
+std::vector<Requeue> PickRequeues(const device::Vendor& vendor, const cycle::Config& config,
+                                  const Gains& gains,
+                                  std::vector<std::shared_ptr<const kube::Pod>> pods,
+                                  const std::vector<Requeue>& held, size_t limit,
+                                  CapacityView* view, bool* tried_all) {
+  *tried_all = true;
+  std::vector<Requeue> out;
+  // Every node (for pods of a gained namespace) and the gained ones, both sorted by name; a
+  // pick is counted in both.
+  std::vector<schedule::Candidate> all, gained;
+  all.reserve(view->ledger.nodes.size());
+  for (NamedNode& n : view->ledger.nodes) {
+    all.push_back(schedule::Candidate{n.first, std::move(n.second)});
+  }
+  view->ledger.nodes.clear();
+  for (const std::string& name : gains.nodes) {
+    if (const schedule::Candidate* c = FindSorted(
+            all, name, [](const schedule::Candidate& x) -> const std::string& { return x.name; })) {
+      gained.push_back(*c);
+    }
+  }
+  absl::flat_hash_map<std::string, ledger::NamespaceUsage> usage(view->ledger.namespaces.begin(),
+                                                                 view->ledger.namespaces.end());
+  const absl::flat_hash_set<std::string> gained_ns(gains.namespaces.begin(),
+                                                   gains.namespaces.end());
+  auto count = [&](const kube::Pod& pod, const std::string& node, const device::PodDevices& d,
+                   size_t init_count) {
+    ledger::NamespaceUsage& ns = usage[pod.meta.ns];
+    for (std::vector<schedule::Candidate>* v : {&all, &gained}) {
+      auto it = std::lower_bound(
+          v->begin(), v->end(), node,
+          [](const schedule::Candidate& x, const std::string& k) { return x.name < k; });
+      if (it != v->end() && it->name == node && it->snapshot.has_value()) {
+        ledger::NamespaceUsage scratch;
+        Count(d, init_count, &*it->snapshot, v == &all ? &ns : &scratch);
+      }
+    }
+  };
+  for (const Requeue& h : held) {
+    cycle::Decoded decoded = cycle::Decode(vendor, *h.pod, cycle::DecodeMode::kFilter);
+    count(*h.pod, h.node, h.devices, decoded.request.init_count);
+  }
+
+  std::sort(pods.begin(), pods.end(), [](const auto& x, const auto& y) {
+    return std::tuple(-int64_t{x->priority}, x->meta.ns, x->meta.name) <
+           std::tuple(-int64_t{y->priority}, y->meta.ns, y->meta.name);
+  });
+  for (size_t i = 0; i < pods.size(); ++i) {
+    if (out.size() == limit) {
+      *tried_all = false;
+      break;
+    }
+    const kube::Pod& pod = *pods[i];
+    const std::vector<schedule::Candidate>& candidates =
+        gained_ns.contains(pod.meta.ns) ? all : gained;
+    if (candidates.empty()) {
+      continue;
+    }
+    cycle::Decoded decoded = cycle::Decode(vendor, pod, cycle::DecodeMode::kFilter);
+    if (decoded.code != cycle::DecodeCode::kRequest) {
+      continue;
+    }
+    schedule::NamespaceQuota quota;
+    if (config.quotas != nullptr) {
+      quota = config.quotas->Limits(pod.meta.ns);
+      if (auto it = usage.find(pod.meta.ns); it != usage.end()) {
+        quota.usedmem = it->second.usedmem;
+        quota.usedcores = it->second.usedcores;
+      }
+    }
+    const cycle::Input in{
+        .pod = &pod, .request = &decoded.request, .constraints = &decoded.constraints};
+    schedule::Decision decision = cycle::Place(config, in, candidates, quota);
+    if (!decision.winner) {
+      continue;
+    }
+    Requeue r{pods[i], candidates[*decision.winner].name, std::move(decision.devices)};
+    count(pod, r.node, r.devices, decoded.request.init_count);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Requeuer::Requeuer(Options options, Parts parts)
+    : options_(std::move(options)),
+      parts_(std::move(parts)),
+      limiter_(options_.qps, options_.burst, parts_.clock) {}
+
+void Requeuer::Observe() {
+  last_ = CapacityView{parts_.ledger->Capacity(), parts_.quotas != nullptr
+                                                      ? parts_.quotas->AllLimits()
+                                                      : std::vector<schedule::NamespaceQuota>()};
+  have_view_ = true;
+  carried_ = {};
+  held_.clear();
+}
+
+Requeuer::Counts Requeuer::counts() const {
+  MutexLock l(&mu_);
+  return counts_;
+}
+
+void Requeuer::Round() {
+  if (options_.qps <= 0) {
+    return;
+  }
+  if (!have_view_) {
+    Observe();
+    return;
+  }
+  CapacityView now{parts_.ledger->Capacity(), parts_.quotas != nullptr
+                                                  ? parts_.quotas->AllLimits()
+                                                  : std::vector<schedule::NamespaceQuota>()};
+  Gains gains = CapacityGains(last_, now);
+  gains.Merge(carried_);
+  carried_ = {};
+  last_ = now;
+  const absl::Time t = parts_.clock->Now();
+  std::vector<Requeue> held;
+  for (auto it = held_.begin(); it != held_.end();) {
+    auto next = std::next(it);
+    if (t - it->second.second >= options_.hold || parts_.pod(it->first) == nullptr) {
+      held_.erase(it);
+    } else {
+      held.push_back(it->second.first);
+    }
+    it = next;
+  }
+  if (gains.Empty()) {
+    return;
+  }
+  std::vector<std::shared_ptr<const kube::Pod>> pods;
+  for (const std::string& uid : parts_.verdicts->Uids()) {
+    if (held_.contains(uid)) {
+      continue;
+    }
+    if (std::shared_ptr<const kube::Pod> pod = parts_.pod(uid); pod != nullptr) {
+      pods.push_back(std::move(pod));
+    }
+  }
+  const cycle::Config config{options_.node_policy, options_.gpu_policy, parts_.quotas};
+  bool tried_all = true;
+  const std::vector<Requeue> picks =
+      PickRequeues(*parts_.vendor, config, gains, std::move(pods), held,
+                   static_cast<size_t>(std::max(options_.burst, 1)), &now, &tried_all);
+  size_t written = 0;
+  for (const Requeue& r : picks) {
+    if (!limiter_.TryAcquire()) {
+      tried_all = false;
+      break;
+    }
+    written += Write(r, t) ? 1 : 0;
+  }
+  if (!tried_all) {
+    carried_ = gains;
+  }
+  {
+    MutexLock l(&mu_);
+    ++counts_.rounds_with_gains;
+  }
+  TESSERA_VLOGS(1, "requeue round", "gained_nodes", absl::StrJoin(gains.nodes, ","),
+                "gained_namespaces", absl::StrJoin(gains.namespaces, ","), "refused",
+                parts_.verdicts->size(), "picked", picks.size(), "requeued", written, "carried",
+                !tried_all);
+}
+
+bool Requeuer::Write(const Requeue& r, absl::Time now) {
+  const kube::Pod& pod = *r.pod;
+  kube::MetadataPatch patch;
+  patch.uid = pod.meta.uid;
+  patch.annotations.emplace_back(
+      std::string(device::kRequeueAnnotation),
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", now, absl::UTCTimeZone()));
+  absl::StatusOr<kube::Pod> patched =
+      parts_.client->PatchPodMetadata(pod.meta.ns, pod.meta.name, patch);
+  MutexLock l(&mu_);
+  if (!patched.ok()) {
+    ++counts_.failed;
+    if (absl::IsNotFound(patched.status()) || absl::IsAborted(patched.status())) {
+      TESSERA_VLOG(2, "requeue of pod {}: {}", pod.Key(), std::string(patched.status().message()));
+    } else {
+      TESSERA_LOG(kWarning, "requeue of pod {} failed: {}", pod.Key(),
+                  std::string(patched.status().message()));
+    }
+    return false;
+  }
+  ++counts_.requeued;
+  held_[pod.meta.uid] = {r, now};
+  TESSERA_VLOGS(2, "requeued", "pod", pod.Key(), "fits_on", r.node);
+  return true;
+}
+
+}  // namespace tessera::extender
