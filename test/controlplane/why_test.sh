@@ -136,20 +136,11 @@ phase_done "no fit, reservation, lock"
 # --- the device freed: trainer deleted, waits is bound and its verdict cleared ---------------------
 # kube-scheduler retries a pod an extender refused on any cluster event (else after 5 minutes), so
 # the deletion itself requeues waits. Its retry can reach Tessera before Tessera's own watch has
-# delivered the deletion: then it is refused once more and waits for the next cluster event
-# (docs/e2e.md "The why test"). Here that next event is a label on gpu-a, written only when the
-# race was lost and only once Tessera's ledger no longer holds trainer.
+# delivered the deletion: then it is refused once more, and Tessera's requeue puts it back when
+# its ledger lets trainer go (docs/requeue.md; docs/e2e.md "The why test").
 k -n e2e delete pod trainer --grace-period=0 --force >/dev/null 2>&1
 ledger_lacks_trainer() { ! ledger_has '"name": "trainer"'; }
 check "Tessera's ledger lets trainer go" wait_until 30 "trainer gone from /debug/ledger" ledger_lacks_trainer
-bound_within() { # bound_within SECONDS POD: without failing the test
-  local end=$((SECONDS + $1))
-  until is_bound "$2"; do ((SECONDS < end)) || return 1; sleep 0.2; done
-}
-if ! bound_within 10 waits; then
-  echo "e2e: waits's retry on trainer's deletion was refused before Tessera saw the deletion; labelling gpu-a"
-  k label node gpu-a e2e.tessera.io/freed=true >/dev/null
-fi
 check "waits is bound once e2e/trainer is gone" wait_until 60 "waits bound" is_bound waits
 check "to gpu-a" test "$(jp waits '{.spec.nodeName}')" = gpu-a
 check "and its verdict is cleared" test -z "$(verdict_of e2e/waits)"
