@@ -1,7 +1,7 @@
 // Benchmark of the requeue's round (extender/requeue.h, docs/requeue.md) on a 1,000-node x
 // 8-GPU cluster whose every card is full, with 5,000 refused pods (one 8000 MiB GPU each,
-// priorities 0-9): a round without a gain (the leader's cost every 200 ms: the ledger's capacity
-// view and the comparison) and a round after a burst of frees on `frees` cards of as many nodes
+// priorities 0-9): a round without a gain (the leader's cost every 200 ms: the ledger's changes
+// since the last round, none) and a round after a burst of frees on `frees` cards of as many nodes
 // (view, comparison and picks; each freed 16384 MiB card takes two pods).
 //
 //   cmake --preset release && cmake --build build/release --target requeue_bench -j2
@@ -66,31 +66,36 @@ std::vector<std::shared_ptr<const kube::Pod>> RefusedPods() {
 
 void BM_RoundWithoutGain(benchmark::State& state) {
   const std::unique_ptr<ledger::Ledger> ledger = FullCluster();
-  const CapacityView before{ledger->Capacity(), {}};
+  CapacityView view;
+  Advance(*ledger, {}, &view);
   for (auto _ : state) {
-    const CapacityView now{ledger->Capacity(), {}};
-    benchmark::DoNotOptimize(CapacityGains(before, now));
+    benchmark::DoNotOptimize(Advance(*ledger, {}, &view));
   }
 }
 BENCHMARK(BM_RoundWithoutGain)->Unit(benchmark::kMicrosecond);
 
+// A round when `frees` cards of as many nodes freed since the last one (the view is taken back
+// to the full cluster outside the timing).
 void BM_RoundAfterFrees(benchmark::State& state) {
   const int frees = static_cast<int>(state.range(0));
   const std::unique_ptr<ledger::Ledger> ledger = FullCluster();
   const std::unique_ptr<device::Vendor> vendor =
       device::NewNvidiaVendor(device::DefaultNvidiaConfig());
   const std::vector<std::shared_ptr<const kube::Pod>> pods = RefusedPods();
-  const CapacityView before{ledger->Capacity(), {}};
+  CapacityView full;
+  Advance(*ledger, {}, &full);
   for (int i = 0; i < frees; ++i) {
     (void)ledger->Remove("hold-" + std::to_string(i * (kNodes / frees)) + "-0");
   }
   size_t picked = 0;
   for (auto _ : state) {
-    CapacityView now{ledger->Capacity(), {}};
-    const Gains gains = CapacityGains(before, now);
+    state.PauseTiming();
+    CapacityView view = full;
+    state.ResumeTiming();
+    const Gains gains = Advance(*ledger, {}, &view);
     bool tried_all = false;
     picked =
-        PickRequeues(*vendor, cycle::Config{}, gains, pods, {}, 100000, &now, &tried_all).size();
+        PickRequeues(*vendor, cycle::Config{}, gains, pods, {}, 100000, view, &tried_all).size();
   }
   state.counters["picked"] = static_cast<double>(picked);
 }

@@ -92,6 +92,68 @@ void Count(const device::PodDevices& devices, size_t init_count, device::NodeSna
   }
 }
 
+// Advance's step: `changes` (since view->version; with `full`, since 0) applied to `view`.
+Gains ApplyChanges(ledger::CapacityChanges changes, std::vector<schedule::NamespaceQuota> limits,
+                   bool full, CapacityView* view) {
+  Gains out;
+  std::sort(changes.nodes.begin(), changes.nodes.end(),
+            [](const auto& x, const auto& y) { return x.first < y.first; });
+  // The changed nodes (sorted) merged into the view's (sorted); with `full` the view's nodes
+  // that are not listed go.
+  std::vector<NamedNode> merged;
+  merged.reserve(view->nodes.size() + changes.nodes.size());
+  auto old = view->nodes.begin();
+  auto keep_until = [&](const std::string* name) {
+    for (; old != view->nodes.end() && (name == nullptr || old->first < *name); ++old) {
+      if (!full) {
+        merged.push_back(std::move(*old));
+      }
+    }
+  };
+  for (auto& [name, snapshot] : changes.nodes) {
+    keep_until(&name);
+    const bool known = old != view->nodes.end() && old->first == name;
+    if (snapshot.has_value()) {
+      if (!known || NodeGained(old->second, *snapshot)) {
+        out.nodes.push_back(name);
+      }
+      merged.emplace_back(std::move(name), *std::move(snapshot));
+    }
+    if (known) {
+      ++old;
+    }
+  }
+  keep_until(nullptr);
+  view->nodes = std::move(merged);
+  view->version = changes.version;
+  view->registered = changes.registered;
+
+  using NamedUsage = std::pair<std::string, ledger::NamespaceUsage>;
+  for (const NamedUsage& b : view->namespaces) {
+    const NamedUsage* a =
+        FindSorted(changes.namespaces, b.first, [](const NamedUsage& n) { return n.first; });
+    const ledger::NamespaceUsage now = a != nullptr ? a->second : ledger::NamespaceUsage{};
+    if (now.usedmem < b.second.usedmem || now.usedcores < b.second.usedcores) {
+      out.namespaces.push_back(b.first);
+    }
+  }
+  std::sort(limits.begin(), limits.end(), [](const auto& x, const auto& y) { return x.ns < y.ns; });
+  for (const schedule::NamespaceQuota& b : view->limits) {
+    const schedule::NamespaceQuota* a = FindSorted(
+        limits, b.ns, [](const schedule::NamespaceQuota& q) -> const std::string& { return q.ns; });
+    if (a == nullptr || LimitLoosened(b.memory, a->memory) || LimitLoosened(b.cores, a->cores) ||
+        a->memory_factor != b.memory_factor) {
+      out.namespaces.push_back(b.ns);
+    }
+  }
+  view->namespaces = std::move(changes.namespaces);
+  view->limits = std::move(limits);
+  std::sort(out.namespaces.begin(), out.namespaces.end());
+  out.namespaces.erase(std::unique(out.namespaces.begin(), out.namespaces.end()),
+                       out.namespaces.end());
+  return out;
+}
+
 }  // namespace
 
 void Gains::Merge(const Gains& other) {
@@ -105,74 +167,54 @@ void Gains::Merge(const Gains& other) {
   merge(&namespaces, other.namespaces);
 }
 
-Gains CapacityGains(const CapacityView& before, const CapacityView& after) {
-  Gains out;
-  for (const NamedNode& a : after.ledger.nodes) {
-    const NamedNode* b =
-        FindSorted(before.ledger.nodes, a.first, [](const NamedNode& n) { return n.first; });
-    if (b == nullptr || NodeGained(b->second, a.second)) {
-      out.nodes.push_back(a.first);
-    }
+Gains Advance(const ledger::Ledger& ledger, std::vector<schedule::NamespaceQuota> limits,
+              CapacityView* view) {
+  const bool fresh = view->version == 0 && view->nodes.empty();
+  Gains gains = ApplyChanges(ledger.CapacitySince(view->version), limits, fresh, view);
+  if (view->nodes.size() != view->registered) {  // a node was forgotten: read them all
+    gains.Merge(ApplyChanges(ledger.CapacitySince(0), std::move(limits), /*full=*/true, view));
   }
-  using NamedUsage = std::pair<std::string, ledger::NamespaceUsage>;
-  for (const NamedUsage& b : before.ledger.namespaces) {
-    const NamedUsage* a =
-        FindSorted(after.ledger.namespaces, b.first, [](const NamedUsage& n) { return n.first; });
-    const ledger::NamespaceUsage now = a != nullptr ? a->second : ledger::NamespaceUsage{};
-    if (now.usedmem < b.second.usedmem || now.usedcores < b.second.usedcores) {
-      out.namespaces.push_back(b.first);
-    }
-  }
-  for (const schedule::NamespaceQuota& b : before.limits) {
-    const schedule::NamespaceQuota* a =
-        FindSorted(after.limits, b.ns,
-                   [](const schedule::NamespaceQuota& q) -> const std::string& { return q.ns; });
-    if (a == nullptr || LimitLoosened(b.memory, a->memory) || LimitLoosened(b.cores, a->cores) ||
-        a->memory_factor != b.memory_factor) {
-      out.namespaces.push_back(b.ns);
-    }
-  }
-  std::sort(out.namespaces.begin(), out.namespaces.end());
-  out.namespaces.erase(std::unique(out.namespaces.begin(), out.namespaces.end()),
-                       out.namespaces.end());
-  return out;
+  return gains;
 }
 
 std::vector<Requeue> PickRequeues(const device::Vendor& vendor, const cycle::Config& config,
                                   const Gains& gains,
                                   std::vector<std::shared_ptr<const kube::Pod>> pods,
                                   const std::vector<Requeue>& held, size_t limit,
-                                  CapacityView* view, bool* tried_all) {
+                                  const CapacityView& view, bool* tried_all) {
   *tried_all = true;
   std::vector<Requeue> out;
-  // Every node (for pods of a gained namespace) and the gained ones, both sorted by name; a
-  // pick is counted in both.
+  // The gained nodes and, when a namespace gained (its pods may go anywhere), every node, both
+  // sorted by name; a pick is counted in both.
   std::vector<schedule::Candidate> all, gained;
-  all.reserve(view->ledger.nodes.size());
-  for (NamedNode& n : view->ledger.nodes) {
-    all.push_back(schedule::Candidate{n.first, std::move(n.second)});
-  }
-  view->ledger.nodes.clear();
-  for (const std::string& name : gains.nodes) {
-    if (const schedule::Candidate* c = FindSorted(
-            all, name, [](const schedule::Candidate& x) -> const std::string& { return x.name; })) {
-      gained.push_back(*c);
+  if (!gains.namespaces.empty()) {
+    all.reserve(view.nodes.size());
+    for (const NamedNode& n : view.nodes) {
+      all.push_back(schedule::Candidate{n.first, n.second});
     }
   }
-  absl::flat_hash_map<std::string, ledger::NamespaceUsage> usage(view->ledger.namespaces.begin(),
-                                                                 view->ledger.namespaces.end());
+  for (const std::string& name : gains.nodes) {
+    if (const NamedNode* n =
+            FindSorted(view.nodes, name, [](const NamedNode& x) { return x.first; })) {
+      gained.push_back(schedule::Candidate{n->first, n->second});
+    }
+  }
+  absl::flat_hash_map<std::string, ledger::NamespaceUsage> usage(view.namespaces.begin(),
+                                                                 view.namespaces.end());
   const absl::flat_hash_set<std::string> gained_ns(gains.namespaces.begin(),
                                                    gains.namespaces.end());
   auto count = [&](const kube::Pod& pod, const std::string& node, const device::PodDevices& d,
                    size_t init_count) {
     ledger::NamespaceUsage& ns = usage[pod.meta.ns];
+    bool counted = false;  // the namespace's usage once
     for (std::vector<schedule::Candidate>* v : {&all, &gained}) {
       auto it = std::lower_bound(
           v->begin(), v->end(), node,
           [](const schedule::Candidate& x, const std::string& k) { return x.name < k; });
       if (it != v->end() && it->name == node && it->snapshot.has_value()) {
         ledger::NamespaceUsage scratch;
-        Count(d, init_count, &*it->snapshot, v == &all ? &ns : &scratch);
+        Count(d, init_count, &*it->snapshot, counted ? &scratch : &ns);
+        counted = true;
       }
     }
   };
@@ -226,10 +268,15 @@ Requeuer::Requeuer(Options options, Parts parts)
       parts_(std::move(parts)),
       limiter_(options_.qps, options_.burst, parts_.clock) {}
 
+Gains Requeuer::Refresh() {
+  return Advance(*parts_.ledger,
+                 parts_.quotas != nullptr ? parts_.quotas->AllLimits()
+                                          : std::vector<schedule::NamespaceQuota>(),
+                 &view_);
+}
+
 void Requeuer::Observe() {
-  last_ = CapacityView{parts_.ledger->Capacity(), parts_.quotas != nullptr
-                                                      ? parts_.quotas->AllLimits()
-                                                      : std::vector<schedule::NamespaceQuota>()};
+  Refresh();
   have_view_ = true;
   carried_ = {};
   held_.clear();
@@ -248,13 +295,9 @@ void Requeuer::Round() {
     Observe();
     return;
   }
-  CapacityView now{parts_.ledger->Capacity(), parts_.quotas != nullptr
-                                                  ? parts_.quotas->AllLimits()
-                                                  : std::vector<schedule::NamespaceQuota>()};
-  Gains gains = CapacityGains(last_, now);
+  Gains gains = Refresh();
   gains.Merge(carried_);
   carried_ = {};
-  last_ = now;
   const absl::Time t = parts_.clock->Now();
   std::vector<Requeue> held;
   for (auto it = held_.begin(); it != held_.end();) {
@@ -282,7 +325,7 @@ void Requeuer::Round() {
   bool tried_all = true;
   const std::vector<Requeue> picks =
       PickRequeues(*parts_.vendor, config, gains, std::move(pods), held,
-                   static_cast<size_t>(std::max(options_.burst, 1)), &now, &tried_all);
+                   static_cast<size_t>(std::max(options_.burst, 1)), view_, &tried_all);
   size_t written = 0;
   for (const Requeue& r : picks) {
     if (!limiter_.TryAcquire()) {

@@ -3,11 +3,11 @@
 // Requeuer: puts a pending pod Tessera refused back into kube-scheduler's queue as soon as
 // capacity it would fit in frees where kube-scheduler cannot see it — a reservation expired, a
 // repair, a registration, health or cordon change, a namespace quota raised (docs/requeue.md).
-// Each round compares the ledger's capacity and the namespace limits with the last round's
-// (CapacityGains), tries the refused pods against what gained, highest priority first, with
-// the decision cycle and no reservation (PickRequeues: each pick's devices are counted before
-// the next pod is tried), and patches each pick's tessera.io/requeue annotation: an update of
-// the pod, which moves it out of kube-scheduler's unschedulable pods.
+// Each round brings its view of the ledger's capacity and the namespace limits up to date
+// (Advance: only the nodes changed since are read) and tries the refused pods against what gained,
+// highest priority first, with the decision cycle and no reservation (PickRequeues: each pick's
+// devices are counted before the next pod is tried), and patches each pick's tessera.io/requeue
+// annotation: an update of the pod, which moves it out of kube-scheduler's unschedulable pods.
 //
 //   Requeuer requeuer(options, {.vendor = &v, .ledger = &l, .quotas = &q, .verdicts = &w,
 //                               .pod = by_uid, .client = client, .clock = clock});
@@ -44,9 +44,13 @@
 
 namespace tessera::extender {
 
-// What a round compares: the ledger's capacity and the namespaces' limits (sorted by name).
+// The requeue's picture of capacity, kept between rounds: every registered node's snapshot and
+// every namespace's usage and limits (each sorted by name), current to a ledger version.
 struct CapacityView {
-  ledger::CapacitySnapshot ledger;
+  uint64_t version = 0;
+  size_t registered = 0;  // the ledger's count at `version`
+  std::vector<std::pair<std::string, device::NodeSnapshot>> nodes;
+  std::vector<std::pair<std::string, ledger::NamespaceUsage>> namespaces;
   std::vector<schedule::NamespaceQuota> limits;
 };
 
@@ -59,7 +63,11 @@ struct Gains {
   void Merge(const Gains& other);
 };
 
-Gains CapacityGains(const CapacityView& before, const CapacityView& after);
+// Brings `view` up to `ledger` (only the nodes changed since view->version are read; all of
+// them for a new view or when a node was forgotten) and to `limits` (QuotaBook::AllLimits), and
+// returns where capacity rose since (a new view: every node).
+Gains Advance(const ledger::Ledger& ledger, std::vector<schedule::NamespaceQuota> limits,
+              CapacityView* view);
 
 // A pod PickRequeues chose, and where it would go.
 struct Requeue {
@@ -71,14 +79,14 @@ struct Requeue {
 // The pods among `pods` that fit now: on a gained node, or on any node when their namespace
 // gained. Pods are tried by priority (highest first), then namespace/name; a pod whose request
 // does not decode is skipped; each pick's devices are added to `view` (and to its namespace's
-// usage) before the next pod is tried. `held` are pods requeued earlier whose picks still
-// count: added first, never picked again. Stops after `limit` picks; `tried_all` says whether
-// every pod had its turn.
+// usage) before the next pod is tried (a copy: `view` stays as it is). `held` are pods
+// requeued earlier whose picks still count: added first, never picked again. Stops after
+// `limit` picks; `tried_all` says whether every pod had its turn.
 std::vector<Requeue> PickRequeues(const device::Vendor& vendor, const cycle::Config& config,
                                   const Gains& gains,
                                   std::vector<std::shared_ptr<const kube::Pod>> pods,
                                   const std::vector<Requeue>& held, size_t limit,
-                                  CapacityView* view, bool* tried_all);
+                                  const CapacityView& view, bool* tried_all);
 
 class Requeuer {
  public:
@@ -116,12 +124,14 @@ class Requeuer {
 
  private:
   bool Write(const Requeue& r, absl::Time now);
+  // Advances view_ to the ledger and the limits now.
+  Gains Refresh();
 
   const Options options_;
   const Parts parts_;
   kube::RateLimiter limiter_;
   bool have_view_ = false;
-  CapacityView last_;
+  CapacityView view_;
   Gains carried_;  // gains not yet offered to every pod
   absl::flat_hash_map<std::string, std::pair<Requeue, absl::Time>> held_;  // uid → pick, when
   mutable Mutex mu_;

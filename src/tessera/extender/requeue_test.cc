@@ -73,76 +73,88 @@ class RequeueRulesTest : public ::testing::Test {
     ASSERT_TRUE(ledger_.SetNode(::tessera::testing::GpuNodeDevices("n2", {"GPU-2"})).ok());
     ASSERT_TRUE(ledger_.Apply(Holder("a", "n1", "GPU-1", 16000)).ok());
     ASSERT_TRUE(ledger_.Apply(Holder("b", "n2", "GPU-2", 16000)).ok());
+    EXPECT_THAT(Step().nodes, ElementsAre("n1", "n2"));  // a new view: every node is new
   }
-  CapacityView View() { return CapacityView{ledger_.Capacity(), quotas_.AllLimits()}; }
+  // Brings view_ up to the ledger and the quotas; where capacity rose.
+  Gains Step() { return Advance(ledger_, quotas_.AllLimits(), &view_); }
   std::vector<Requeue> Pick(const Gains& gains,
                             const std::vector<std::shared_ptr<const kube::Pod>>& pods,
                             const std::vector<Requeue>& held = {}, size_t limit = 100) {
-    CapacityView view = View();
+    Step();
     return PickRequeues(*vendor_, cycle::Config{.quotas = &quotas_}, gains, pods, held, limit,
-                        &view, &tried_all_);
+                        view_, &tried_all_);
   }
 
   ledger::Ledger ledger_;
   accounting::QuotaBook quotas_{{}};
+  CapacityView view_;
   std::unique_ptr<device::Vendor> vendor_ = Nvidia();
   bool tried_all_ = false;
 };
 
 TEST_F(RequeueRulesTest, AFreedDeviceIsAGainAndATakenOneIsNot) {
-  const CapacityView full = View();
-  EXPECT_TRUE(CapacityGains(full, View()).Empty());
+  EXPECT_TRUE(Step().Empty());
   ASSERT_TRUE(ledger_.Remove("uid-a"));
-  const CapacityView freed = View();
-  Gains gains = CapacityGains(full, freed);
+  Gains gains = Step();
   EXPECT_THAT(gains.nodes, ElementsAre("n1"));
   EXPECT_THAT(gains.namespaces, ElementsAre("ml"));  // its usage fell
   // Taken again, by whoever: no gain.
   ASSERT_TRUE(ledger_.Apply(Holder("c", "n1", "GPU-1", 8000, "other")).ok());
-  const CapacityView taken = View();
-  EXPECT_TRUE(CapacityGains(freed, taken).Empty());
+  EXPECT_TRUE(Step().Empty());
   // Less memory on the same card is a gain, with as many pods on it.
   ASSERT_TRUE(ledger_.Apply(Holder("c", "n1", "GPU-1", 4000, "other")).ok());
-  gains = CapacityGains(taken, View());
+  gains = Step();
   EXPECT_THAT(gains.nodes, ElementsAre("n1"));
   EXPECT_THAT(gains.namespaces, ElementsAre("other"));
+  // Freed and taken again between two rounds: nothing rose.
+  ASSERT_TRUE(ledger_.Remove("uid-b"));
+  ASSERT_TRUE(ledger_.Apply(Holder("d", "n2", "GPU-2", 16000)).ok());
+  EXPECT_TRUE(Step().Empty());
 }
 
 TEST_F(RequeueRulesTest, RegistrationHealthCordonAndNewNodesAreGains) {
-  const CapacityView before = View();
   // Same registration again (a resync of the node): nothing.
   ASSERT_TRUE(ledger_.SetNode(::tessera::testing::GpuNodeDevices("n1", {"GPU-1"})).ok());
-  EXPECT_TRUE(CapacityGains(before, View()).Empty());
+  EXPECT_TRUE(Step().Empty());
   // n2 grows a card, n3 registers.
   ASSERT_TRUE(ledger_.SetNode(::tessera::testing::GpuNodeDevices("n2", {"GPU-2", "GPU-2b"})).ok());
   ASSERT_TRUE(ledger_.SetNode(::tessera::testing::GpuNodeDevices("n3", {"GPU-3"})).ok());
-  EXPECT_THAT(CapacityGains(before, View()).nodes, ElementsAre("n2", "n3"));
+  EXPECT_THAT(Step().nodes, ElementsAre("n2", "n3"));
   // A card healthy again; a cordon lifted.
   auto sick =
       std::make_shared<device::NodeDevices>(*::tessera::testing::GpuNodeDevices("n1", {"GPU-1"}));
   sick->devices[0].health = false;
   ASSERT_TRUE(ledger_.SetNode(sick).ok());
-  const CapacityView unhealthy = View();
+  Step();
   ASSERT_TRUE(ledger_.SetNode(::tessera::testing::GpuNodeDevices("n1", {"GPU-1"})).ok());
-  EXPECT_THAT(CapacityGains(unhealthy, View()).nodes, ElementsAre("n1"));
+  EXPECT_THAT(Step().nodes, ElementsAre("n1"));
   auto cordoned =
       std::make_shared<device::NodeDevices>(*::tessera::testing::GpuNodeDevices("n1", {"GPU-1"}));
   cordoned->cordoned = {"GPU-1"};
   ASSERT_TRUE(ledger_.SetNode(cordoned).ok());
-  const CapacityView with_cordon = View();
+  Step();
   ASSERT_TRUE(ledger_.SetNode(::tessera::testing::GpuNodeDevices("n1", {"GPU-1"})).ok());
-  EXPECT_THAT(CapacityGains(with_cordon, View()).nodes, ElementsAre("n1"));
+  EXPECT_THAT(Step().nodes, ElementsAre("n1"));
+  // A node removed is no node's gain, and leaves the view (whether the ledger keeps its slot or
+  // not). Its pods no longer count in their namespace's usage: ml gained quota room.
+  ASSERT_TRUE(ledger_.RemoveNode("n3"));
+  ASSERT_TRUE(ledger_.RemoveNode("n2"));  // b still holds GPU-2: the slot stays
+  const Gains gains = Step();
+  EXPECT_THAT(gains.nodes, IsEmpty());
+  EXPECT_THAT(gains.namespaces, ElementsAre("ml"));
+  ASSERT_EQ(view_.nodes.size(), 1U);
+  EXPECT_EQ(view_.nodes[0].first, "n1");
 }
 
 TEST_F(RequeueRulesTest, AQuotaRaisedOrRemovedIsAGainOfItsNamespace) {
   quotas_.Upsert(GpumemQuota("8000"));
-  const CapacityView tight = View();
+  Step();
   quotas_.Upsert(GpumemQuota("4000"));
-  EXPECT_TRUE(CapacityGains(tight, View()).Empty());  // lowered
+  EXPECT_TRUE(Step().Empty());  // lowered
   quotas_.Upsert(GpumemQuota("9000"));
-  EXPECT_THAT(CapacityGains(tight, View()).namespaces, ElementsAre("ml"));
+  EXPECT_THAT(Step().namespaces, ElementsAre("ml"));
   quotas_.Remove("ml", "gpu");
-  EXPECT_THAT(CapacityGains(tight, View()).namespaces, ElementsAre("ml"));
+  EXPECT_THAT(Step().namespaces, ElementsAre("ml"));
 }
 
 TEST_F(RequeueRulesTest, OneFreedCardWakesTheHighestPriorityPodThatFits) {

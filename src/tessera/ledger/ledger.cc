@@ -354,6 +354,7 @@ void Ledger::Account(uint32_t id) {
     p.held = Source::kRecord;
     if (p.unreadable) {
       nodes_[p.node].blockers.push_back(id);  // holds no device, blocks the node (rule 6)
+      nodes_[p.node].changed = ++capacity_version_;
       return;
     }
     src = &p.entries;
@@ -365,6 +366,7 @@ void Ledger::Account(uint32_t id) {
   }
   const bool reserved = p.held == Source::kReservation;
   NodeSlot& slot = nodes_[node];
+  slot.changed = ++capacity_version_;
   const size_t n = slot.device_uuids.size();
   for (Entry& e : *src) {
     e.dev = -1;
@@ -395,6 +397,7 @@ void Ledger::Unaccount(uint32_t id) {
   }
   const bool reserved = p.held == Source::kReservation;
   if (!reserved && p.unreadable) {
+    nodes_[p.node].changed = ++capacity_version_;
     std::vector<uint32_t>& b = nodes_[p.node].blockers;
     auto it = std::find(b.begin(), b.end(), id);
     if (it != b.end()) {
@@ -406,6 +409,7 @@ void Ledger::Unaccount(uint32_t id) {
   }
   Entries& src = reserved ? p.res->entries : p.entries;
   NodeSlot& slot = nodes_[reserved ? p.res->node : p.node];
+  slot.changed = ++capacity_version_;
   AddUsage(src, reserved ? p.res->init_count : p.init_count, &slot, p.ns(), -1);
   if (!slot.mig.empty()) {
     UnaccountMig(id, &slot);
@@ -507,6 +511,7 @@ absl::Status Ledger::SetNodeLocked(std::shared_ptr<const device::NodeDevices> no
                                   [](const device::DeviceInfo& d) { return d.mode == "mig"; });
   slot.mig.clear();
   slot.devices = std::move(node);
+  slot.changed = ++capacity_version_;
   if (account) {
     for (uint32_t m : members) {
       Account(m);
@@ -536,6 +541,7 @@ bool Ledger::RemoveNode(std::string_view name) {
   slot.mig.clear();
   slot.has_mig_card = false;
   slot.devices.reset();
+  slot.changed = ++capacity_version_;
   for (uint32_t m : members) {
     Account(m);
   }
@@ -938,17 +944,21 @@ device::NodeSnapshot Ledger::SnapshotLocked(const NodeSlot& slot) const {
   return out;
 }
 
-CapacitySnapshot Ledger::Capacity() const {
-  CapacitySnapshot out;
-  MutexLock lock(&mu_);
-  for (const NodeSlot& slot : nodes_) {
-    if (slot.devices != nullptr) {
-      out.nodes.emplace_back(slot.name, SnapshotLocked(slot));
+CapacityChanges Ledger::CapacitySince(uint64_t version) const {
+  CapacityChanges out;
+  {
+    MutexLock lock(&mu_);
+    out.version = capacity_version_;
+    for (const NodeSlot& slot : nodes_) {
+      out.registered += slot.devices != nullptr ? 1 : 0;
+      if (slot.changed <= version || slot.name.empty()) {
+        continue;
+      }
+      out.nodes.emplace_back(
+          slot.name, slot.devices != nullptr ? std::optional(SnapshotLocked(slot)) : std::nullopt);
     }
+    out.namespaces.assign(namespaces_.begin(), namespaces_.end());
   }
-  std::sort(out.nodes.begin(), out.nodes.end(),
-            [](const auto& x, const auto& y) { return x.first < y.first; });
-  out.namespaces.assign(namespaces_.begin(), namespaces_.end());
   std::sort(out.namespaces.begin(), out.namespaces.end(),
             [](const auto& x, const auto& y) { return x.first < y.first; });
   return out;
@@ -1152,6 +1162,7 @@ void Ledger::RebuildUsageLocked() {
     }
     slot.blockers.clear();
     slot.mig.clear();
+    slot.changed = ++capacity_version_;
   }
   for (uint32_t id = 0; id < pods_.size(); ++id) {
     if (pods_[id].text != nullptr) {

@@ -120,11 +120,16 @@ struct FullSnapshot {
   std::vector<std::pair<std::string, NamespaceUsage>> namespaces;
 };
 
-// Every registered node's snapshot (as Ledger::Snapshot gives it) and every namespace's usage,
-// at one instant, each sorted by name: what the pending-pod retry compares between its rounds.
-struct CapacitySnapshot {
-  std::vector<std::pair<std::string, device::NodeSnapshot>> nodes;
-  std::vector<std::pair<std::string, NamespaceUsage>> namespaces;
+// What changed in the ledger's capacity since a version (Ledger::CapacitySince), at one instant:
+// what the requeue of refused pods compares between its rounds (extender/requeue.h).
+struct CapacityChanges {
+  uint64_t version = 0;  // the ledger's now: the next call's argument
+  // The nodes whose usage, registration, blockers or MIG state changed since, as
+  // Ledger::Snapshot gives them (nullopt: no longer registered), in no particular order. A node
+  // forgotten altogether is not listed: `registered` says how many are registered now.
+  std::vector<std::pair<std::string, std::optional<device::NodeSnapshot>>> nodes;
+  size_t registered = 0;
+  std::vector<std::pair<std::string, NamespaceUsage>> namespaces;  // all of them, sorted
 };
 
 // A pod bound to a node other than its hami.io/vgpu-node.
@@ -376,9 +381,10 @@ class Ledger {
       const std::vector<std::string_view>& node_names) const;
   // Every registered node with per-device usage and holders. O(nodes + records).
   FullSnapshot Full() const;
-  // Every registered node's snapshot and every namespace's usage. O(nodes' devices +
-  // namespaces), no holder lists.
-  CapacitySnapshot Capacity() const;
+  // The capacity changes since `version` (0: every registered node). Under the lock: a scan of
+  // the node slots, and the changed nodes' devices; O(nodes + changed nodes' devices +
+  // namespaces).
+  CapacityChanges CapacitySince(uint64_t version) const;
   // One registered node with per-device usage and holders, or nullopt if it is not registered.
   // O(its devices + the holders on it).
   std::optional<NodeView> View(std::string_view node) const;
@@ -488,6 +494,7 @@ class Ledger {
     // Per device, once the node registers a "mig" card or a pod reserves MIG here; else empty.
     std::vector<MigBook> mig;
     bool has_mig_card = false;
+    uint64_t changed = 0;  // capacity_version_ at the last change (CapacitySince)
   };
 
   // Per-device scratch for collapsing one pod's entries (Account/Unaccount).
@@ -621,6 +628,8 @@ class Ledger {
   absl::flat_hash_map<uint32_t, std::vector<device::MigAllocation>> record_mig_
       ABSL_GUARDED_BY(mu_);
   const LedgerOptions options_ = {};
+  // Bumped by every change of a node's usage, registration, blockers or MIG state.
+  uint64_t capacity_version_ ABSL_GUARDED_BY(mu_) = 0;
   // By pod id: what the annotations of a pinned pod state while it differs from its pin.
   absl::flat_hash_map<uint32_t, Decision> rewritten_ ABSL_GUARDED_BY(mu_);
   // By pod id: refit moves (ReplaceContainer) whose patch the informer has not delivered yet.

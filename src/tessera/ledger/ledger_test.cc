@@ -794,6 +794,57 @@ TEST_F(LedgerTest, NamespaceUsageFollowsNodeRegistrationAndDiff) {
 }
 
 }  // namespace
+// ---- CapacitySince (the requeue's reads) ----------------------------------------------------
+
+namespace {
+
+std::vector<std::string> ChangedNodes(const CapacityChanges& c) {
+  std::vector<std::string> out;
+  for (const auto& [name, snapshot] : c.nodes) {
+    out.push_back(name + (snapshot.has_value() ? "" : " (unregistered)"));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_F(LedgerTest, CapacitySinceListsOnlyTheNodesThatChanged) {
+  const CapacityChanges all = ledger_.CapacitySince(0);
+  EXPECT_THAT(ChangedNodes(all), ElementsAre("n1", "n2"));
+  EXPECT_EQ(all.registered, 2U);
+  EXPECT_THAT(ChangedNodes(ledger_.CapacitySince(all.version)), IsEmpty());
+  // A pod bound on n1: n1 only, with its usage; its namespace among all namespaces.
+  ASSERT_TRUE(ledger_.Apply(Bound("u1", "n1", {{Dev("GPU-a", 1000, 10)}})).ok());
+  const CapacityChanges one = ledger_.CapacitySince(all.version);
+  ASSERT_THAT(ChangedNodes(one), ElementsAre("n1"));
+  EXPECT_EQ(one.nodes[0].second->usage[0], (DeviceUsage{1, 1000, 10}));
+  ASSERT_EQ(one.namespaces.size(), 1U);
+  EXPECT_EQ(one.namespaces[0].first, "default");
+  // A reservation and its release, a registration change, a blocker: each a change of its node.
+  ASSERT_TRUE(ledger_
+                  .Reserve("u2", "default", "pod-u2", "n2", {{Dev("GPU-c", 500, 5)}},
+                           kT0 + absl::Minutes(5))
+                  .ok());
+  const CapacityChanges two = ledger_.CapacitySince(one.version);
+  EXPECT_THAT(ChangedNodes(two), ElementsAre("n2"));
+  ASSERT_TRUE(ledger_.Release("u2"));
+  EXPECT_THAT(ChangedNodes(ledger_.CapacitySince(two.version)), ElementsAre("n2"));
+  const uint64_t before = ledger_.CapacitySince(0).version;
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n1", {"GPU-a", "GPU-b"})).ok());  // the same again
+  EXPECT_THAT(ChangedNodes(ledger_.CapacitySince(before)), IsEmpty());
+  ASSERT_TRUE(ledger_.SetNode(MakeNode("n1", {"GPU-a", "GPU-b", "GPU-x"})).ok());
+  EXPECT_THAT(ChangedNodes(ledger_.CapacitySince(before)), ElementsAre("n1"));
+  // A node removed while a pod still names it: listed unregistered; one without: not listed,
+  // and `registered` tells.
+  const uint64_t now = ledger_.CapacitySince(0).version;
+  ASSERT_TRUE(ledger_.RemoveNode("n1"));
+  ASSERT_TRUE(ledger_.RemoveNode("n2"));
+  const CapacityChanges gone = ledger_.CapacitySince(now);
+  EXPECT_THAT(ChangedNodes(gone), ElementsAre("n1 (unregistered)"));
+  EXPECT_EQ(gone.registered, 0U);
+}
+
 // ---- ReplaceContainer (the NUMA refit's accounting) ---------------------------------------
 
 TEST_F(LedgerTest, ReplaceContainerMovesOnlyThatContainersUsage) {
