@@ -357,6 +357,13 @@ class Server::Impl {
     }));
   }
 
+  size_t StalledRequests() {
+    MutexLock l(&mu_);
+    return static_cast<size_t>(std::count_if(active_.begin(), active_.end(), [](const auto& e) {
+      return e.second->state.request_since.load(std::memory_order_relaxed) > 0 && !e.second->shed;
+    }));
+  }
+
  private:
   // An open connection being served.
   struct Active {
@@ -722,6 +729,10 @@ int Server::port() const { return impl_->port(); }
 
 size_t internal::ServerPeer::IdleConnections(Server& server) {
   return server.impl_->IdleConnections();
+}
+
+size_t internal::ServerPeer::StalledRequests(Server& server) {
+  return server.impl_->StalledRequests();
 }
 
 }  // namespace tessera::http

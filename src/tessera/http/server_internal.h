@@ -67,6 +67,9 @@ struct ServerPeer {
   // How many of `server`'s open connections wait for a request with nothing buffered (idle, so
   // the first a new connection sheds at the cap), not counting those already shed.
   static size_t IdleConnections(Server& server);
+  // How many are reading a request that has begun and not arrived whole, not counting those
+  // already shed.
+  static size_t StalledRequests(Server& server);
 };
 
 // Header-value text, shared by the connection loop (connection.cc) and the request and reply

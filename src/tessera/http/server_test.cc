@@ -1667,31 +1667,43 @@ TEST(Server, ShedsConnectionsStalledInARequestAtTheCap) {
   options.stalled_request_after = absl::ZeroDuration();
   Server server(Echo, options);
   ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  // Four requests stall one after the other: two bodies, a head, a body. Each is waited for
+  // until its worker has read its first bytes, so that the order they stalled in is known.
   std::vector<int> fds;
-  for (int i = 0; i < 4 + 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     const int fd = Connect(server.port());
     ASSERT_GE(fd, 0);
     fds.push_back(fd);
-    ASSERT_TRUE(SendAll(fd, i % 3 == 2
-                                ? "GET /slow HTTP/1.1\r\nX: "
-                                : "POST /filter HTTP/1.1\r\nContent-Length: 1048576\r\n\r\nx"));
+    ASSERT_TRUE(SendAll(fd, i == 2 ? "GET /slow HTTP/1.1\r\nX: "
+                                   : "POST /filter HTTP/1.1\r\nContent-Length: 1048576\r\n\r\nx"));
+    ASSERT_TRUE(Eventually([&] {
+      return internal::ServerPeer::StalledRequests(server) == static_cast<size_t>(i) + 1;
+    }));
   }
-  // Each connection beyond the cap sheds the request stalled longest. The first connection's
-  // request stalls first, once a worker has read its head: under load that can come after some
-  // of the others', so new connections keep coming until it is shed too.
-  std::string reply;
-  EXPECT_TRUE(tessera::testing::Eventually(
-      [&] {
-        const int fd = Connect(server.port());
-        std::string buffered;
-        reply =
-            fd >= 0 && SendAll(fd, "GET /healthz HTTP/1.1\r\n\r\n") ? ReadReply(fd, &buffered) : "";
-        close(fd);
-        return reply == Ok("/healthz:") && PeerClosed(fds[0]);
-      },
-      absl::Seconds(10), absl::Milliseconds(50)))
-      << reply;
-  EXPECT_EQ(ReadAll(fds[0]), "") << "the oldest stalled request is shed";
+  // Each new connection is served, and the request stalled longest is closed for it, without
+  // a reply; the others stay open.
+  for (int round = 0; round < 4; ++round) {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    std::string buffered;
+    ASSERT_TRUE(SendAll(fd, "GET /healthz HTTP/1.1\r\n\r\n"));
+    EXPECT_EQ(ReadReply(fd, &buffered), Ok("/healthz:")) << "round " << round;
+    EXPECT_EQ(ReadAll(fds[round]), "")
+        << "round " << round << ": the oldest stalled request is shed";
+    for (int later = round + 1; later < 4; ++later) {
+      EXPECT_FALSE(PeerClosed(fds[later])) << "round " << round << ", connection " << later;
+    }
+    // A new stalled request, the newest, brings the server back to the cap: the answered
+    // connection, once idle, is the one shed for it.
+    ASSERT_TRUE(Eventually([&] { return internal::ServerPeer::IdleConnections(server) == 1u; }));
+    const int refill = Connect(server.port());
+    ASSERT_GE(refill, 0);
+    fds.push_back(refill);
+    ASSERT_TRUE(SendAll(refill, "POST /filter HTTP/1.1\r\nContent-Length: 10\r\n\r\nx"));
+    ASSERT_TRUE(Eventually([&] { return internal::ServerPeer::StalledRequests(server) == 4u; }));
+    EXPECT_EQ(ReadAll(fd), "") << "round " << round << ": the idle connection is shed";
+  }
   for (int fd : fds) {
     close(fd);
   }
