@@ -1004,6 +1004,12 @@ TEST_F(ServeTest, TheWhyReplayChecksTheNamespaceQuota) {
     EXPECT_TRUE(res && res->status == 200) << query;
     return nlohmann::json::parse(res ? res->body : "{}");
   };
+  // The replay reads the pod from the informer, which may not have delivered it yet (404: it
+  // failed so in CI).
+  ASSERT_TRUE(Eventually([&] {
+    auto res = metrics.Get("/debug/why?namespace=default&name=big");
+    return res && res->status == 200;
+  }));
   const nlohmann::json refused = why("namespace=default&name=big");
   ASSERT_FALSE(refused.contains("fits")) << refused.dump();
   EXPECT_EQ(refused["verdict"]["reason"], "ResourceQuotaNotFit") << refused.dump();
