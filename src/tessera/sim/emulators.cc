@@ -674,19 +674,91 @@ absl::Status ExtenderClient::Bind(std::string_view ns, std::string_view name, st
   return absl::OkStatus();
 }
 
-absl::Duration SchedulingQueue::Failed(const std::string& key) {
-  int& n = attempts_[key];
-  ++n;
-  absl::Duration d = initial_;
-  for (int i = 1; i < n && d < max_; ++i) {
+void SchedulingQueue::Ready(const std::string& key) { ready_.insert(key); }
+
+absl::Time SchedulingQueue::Move(const std::string& key, Pod& pod, absl::Time now, bool idle) {
+  const absl::Time at = idle ? now : std::max(now, BackoffEnd(pod));
+  if (at <= now) {
+    ready_.insert(key);
+  }
+  return at;
+}
+
+uint64_t SchedulingQueue::Attempt(const std::string& key, absl::Time now) {
+  ready_.erase(key);
+  Pod& pod = pods_[key];
+  ++pod.attempts;
+  pod.last_attempt = now;
+  pod.waiting = false;
+  return events_;
+}
+
+absl::Duration SchedulingQueue::BackoffOf(int attempts) const {
+  absl::Duration d = options_.initial;
+  for (int i = 1; i < attempts && d < options_.max; ++i) {
     d *= 2;
   }
-  return std::min(d, max_);
+  return std::min(d, options_.max);
+}
+
+std::optional<absl::Time> SchedulingQueue::Refused(const std::string& key, uint64_t token,
+                                                   absl::Time now) {
+  Pod& pod = pods_[key];
+  if (events_ != token) {
+    return Move(key, pod, now, ready_.empty());
+  }
+  pod.waiting = true;
+  pod.waiting_since = now;
+  return std::nullopt;
+}
+
+absl::Duration SchedulingQueue::Backoff(const std::string& key) const {
+  auto it = pods_.find(key);
+  return BackoffOf(it == pods_.end() ? 1 : it->second.attempts);
+}
+
+SchedulingQueue::Due SchedulingQueue::ClusterEvent(absl::Time now) {
+  ++events_;
+  const bool idle = ready_.empty();
+  Due due;
+  for (auto& [key, pod] : pods_) {
+    if (pod.waiting) {
+      pod.waiting = false;
+      due.emplace_back(key, Move(key, pod, now, idle));
+    }
+  }
+  return due;
+}
+
+std::optional<absl::Time> SchedulingQueue::PodUpdated(const std::string& key, absl::Time now) {
+  auto it = pods_.find(key);
+  if (it == pods_.end() || !it->second.waiting) {
+    return std::nullopt;
+  }
+  it->second.waiting = false;
+  return Move(key, it->second, now, ready_.empty());
+}
+
+SchedulingQueue::Due SchedulingQueue::Flush(absl::Time now) {
+  const bool idle = ready_.empty();
+  Due due;
+  for (auto& [key, pod] : pods_) {
+    if (pod.waiting && now - pod.waiting_since >= options_.unschedulable_timeout) {
+      pod.waiting = false;
+      due.emplace_back(key, Move(key, pod, now, idle));
+    }
+  }
+  return due;
 }
 
 int SchedulingQueue::attempts(const std::string& key) const {
-  auto it = attempts_.find(key);
-  return it == attempts_.end() ? 0 : it->second;
+  auto it = pods_.find(key);
+  return it == pods_.end() ? 0 : it->second.attempts;
+}
+
+size_t SchedulingQueue::waiting() const {
+  return static_cast<size_t>(
+      std::count_if(pods_.begin(), pods_.end(), [](const auto& e) { return e.second.waiting; }));
 }
 
 }  // namespace tessera::sim

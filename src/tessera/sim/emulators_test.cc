@@ -87,15 +87,90 @@ TEST(WorkloadTest, ShapesAskForWhatTheirNameSays) {
 
 TEST(SchedulingQueueTest, BacksOffLikeKubeScheduler) {
   SchedulingQueue q;
-  EXPECT_EQ(q.Failed("a"), absl::Seconds(1));
-  EXPECT_EQ(q.Failed("a"), absl::Seconds(2));
-  EXPECT_EQ(q.Failed("a"), absl::Seconds(4));
-  EXPECT_EQ(q.Failed("a"), absl::Seconds(8));
-  EXPECT_EQ(q.Failed("a"), absl::Seconds(10));
-  EXPECT_EQ(q.Failed("b"), absl::Seconds(1));
+  const absl::Time t = absl::FromUnixSeconds(1000);
+  for (absl::Duration want : {absl::Seconds(1), absl::Seconds(2), absl::Seconds(4),
+                              absl::Seconds(8), absl::Seconds(10), absl::Seconds(10)}) {
+    q.Attempt("a", t);
+    EXPECT_EQ(q.Backoff("a"), want);
+  }
+  q.Attempt("b", t);
+  EXPECT_EQ(q.Backoff("b"), absl::Seconds(1));
   q.Forget("a");
   EXPECT_EQ(q.attempts("a"), 0);
-  EXPECT_EQ(q.Failed("a"), absl::Seconds(1));
+  q.Attempt("a", t);
+  EXPECT_EQ(q.Backoff("a"), absl::Seconds(1));
+}
+
+// A refused pod is not retried by a timer: it waits until an event, and then runs at the end of
+// its backoff, counted from its attempt, while other pods are ready.
+TEST(SchedulingQueueTest, ARefusedPodWaitsForAnEvent) {
+  SchedulingQueue q;
+  const absl::Time t = absl::FromUnixSeconds(1000);
+  uint64_t token = q.Attempt("a", t);
+  q.Attempt("a", t);  // a second attempt: backoff 2 s
+  token = q.Attempt("a", t);
+  EXPECT_EQ(q.Refused("a", token, t + absl::Milliseconds(5)), std::nullopt);
+  EXPECT_EQ(q.waiting(), 1u);
+  EXPECT_EQ(q.PodUpdated("b", t), std::nullopt) << "not a waiting pod";
+  q.Ready("busy");  // the active queue is not empty
+  SchedulingQueue::Due due = q.ClusterEvent(t + absl::Seconds(1));
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].first, "a");
+  EXPECT_EQ(due[0].second, t + absl::Seconds(4)) << "the third attempt backs off 4 s";
+  EXPECT_EQ(q.waiting(), 0u);
+  EXPECT_TRUE(q.ClusterEvent(t + absl::Seconds(2)).empty()) << "moved once";
+  // Long after the backoff, an update of the pod itself runs it at once.
+  token = q.Attempt("a", t + absl::Seconds(60));
+  EXPECT_EQ(q.Refused("a", token, t + absl::Seconds(60)), std::nullopt);
+  EXPECT_EQ(q.PodUpdated("a", t + absl::Seconds(100)), t + absl::Seconds(100));
+}
+
+// SchedulerPopFromBackoffQ: with no pod ready, the moved pods run at once, backoff or not.
+TEST(SchedulingQueueTest, WithNothingReadyAMovedPodRunsAtOnce) {
+  SchedulingQueue q;
+  const absl::Time t = absl::FromUnixSeconds(1000);
+  for (const char* pod : {"a", "b"}) {
+    for (int i = 0; i < 5; ++i) {
+      q.Attempt(pod, t);  // backoff 10 s
+    }
+    EXPECT_EQ(q.Refused(pod, q.Attempt(pod, t), t), std::nullopt);
+  }
+  const SchedulingQueue::Due due = q.ClusterEvent(t + absl::Seconds(1));
+  EXPECT_EQ(due, (SchedulingQueue::Due{{"a", t + absl::Seconds(1)}, {"b", t + absl::Seconds(1)}}));
+  // Both are ready now: an update of a third waiting pod waits for its backoff.
+  EXPECT_EQ(q.Refused("c", q.Attempt("c", t), t), std::nullopt);
+  EXPECT_EQ(q.PodUpdated("c", t + absl::Milliseconds(200)), t + absl::Seconds(1));
+  // Once they have been tried, nothing is ready again.
+  EXPECT_EQ(q.Refused("a", q.Attempt("a", t + absl::Seconds(2)), t + absl::Seconds(2)),
+            std::nullopt);
+  q.Forget("b");  // bound
+  EXPECT_EQ(q.Refused("d", q.Attempt("d", t), t), std::nullopt);
+  EXPECT_EQ(q.PodUpdated("d", t + absl::Seconds(3)), t + absl::Seconds(3));
+}
+
+// An event during the attempt may have freed what the pod needs: it goes to the backoff at once.
+TEST(SchedulingQueueTest, AnEventDuringTheAttemptSendsThePodToTheBackoff) {
+  SchedulingQueue q;
+  const absl::Time t = absl::FromUnixSeconds(1000);
+  q.Ready("busy");
+  const uint64_t token = q.Attempt("a", t);
+  EXPECT_TRUE(q.ClusterEvent(t).empty());
+  EXPECT_EQ(q.Refused("a", token, t + absl::Milliseconds(10)), t + absl::Seconds(1));
+  EXPECT_EQ(q.waiting(), 0u);
+}
+
+TEST(SchedulingQueueTest, TheFlushRetriesPodsThatWaitedFiveMinutes) {
+  SchedulingQueue q;
+  const absl::Time t = absl::FromUnixSeconds(1000);
+  EXPECT_EQ(q.Refused("a", q.Attempt("a", t), t), std::nullopt);
+  EXPECT_EQ(q.Refused("b", q.Attempt("b", t + absl::Minutes(1)), t + absl::Minutes(1)),
+            std::nullopt);
+  EXPECT_TRUE(q.Flush(t + absl::Minutes(4)).empty());
+  q.Ready("busy");
+  const SchedulingQueue::Due due = q.Flush(t + absl::Minutes(5));
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0], std::make_pair(std::string("a"), t + absl::Minutes(5)));
+  EXPECT_EQ(q.waiting(), 1u);
 }
 
 TEST(ExtenderClientTest, SpeaksTheExtenderProtocol) {

@@ -40,6 +40,7 @@ void Observer::Report(RunResult* out) {
   out->divergences = oracle_.divergences();
   out->violations = oracle_.violations();
   out->transient_divergences = oracle_.transient();
+  out->transient_fault_spans = oracle_.transient_fault_spans();
   out->observations = oracle_.observations();
   out->compared = oracle_.compared();
 }

@@ -442,6 +442,9 @@ void Oracle::Observe(absl::Time now, const Truth& truth, const Exported* exporte
 void Oracle::Close(Pending& p, absl::Time now) {
   if (p.recorded < 0) {
     ++transient_;
+    if (p.cause != "in-flight") {
+      transient_fault_spans_.emplace_back(p.start, now);
+    }
     return;
   }
   Divergence& d = divergences_[static_cast<size_t>(p.recorded)];

@@ -154,6 +154,10 @@ class Oracle {
   const std::vector<Divergence>& divergences() const { return divergences_; }
   const std::vector<Violation>& violations() const { return violations_; }
   int64_t transient() const { return transient_; }
+  // When each transient difference a fault caused (not in flight) began and was seen healed.
+  const std::vector<std::pair<absl::Time, absl::Time>>& transient_fault_spans() const {
+    return transient_fault_spans_;
+  }
   int64_t observations() const { return observations_; }
   int64_t compared() const { return compared_; }
   // Devices, and pod shares, differing in the last observation.
@@ -180,6 +184,7 @@ class Oracle {
   // (reported once).
   std::map<std::string, bool> overcommitted_;
   int64_t transient_ = 0;
+  std::vector<std::pair<absl::Time, absl::Time>> transient_fault_spans_;
   int64_t observations_ = 0;
   int64_t compared_ = 0;
 };

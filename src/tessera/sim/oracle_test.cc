@@ -223,6 +223,13 @@ TEST(OracleTest, OneSampleDifferencesAreTransientAndRecordedOnlyFromTwo) {
   o.Observe(t0 + absl::Seconds(1), OneDevice(2000), &same, "");
   EXPECT_EQ(o.transient(), 1);
   EXPECT_TRUE(o.divergences().empty());
+  EXPECT_TRUE(o.transient_fault_spans().empty()) << "in flight, no fault's";
+  o.Observe(t0 + absl::Milliseconds(1500), OneDevice(2500), &same, "drop_events");
+  o.Observe(t0 + absl::Milliseconds(1700), OneDevice(2000), &same, "drop_events");
+  EXPECT_EQ(o.transient(), 2);
+  EXPECT_EQ(o.transient_fault_spans(),
+            (std::vector<std::pair<absl::Time, absl::Time>>{
+                {t0 + absl::Milliseconds(1500), t0 + absl::Milliseconds(1700)}}));
 
   o.Observe(t0 + absl::Seconds(2), OneDevice(3000), &same, "sever_watches");
   o.Observe(t0 + absl::Seconds(3), OneDevice(3000), &same, "");

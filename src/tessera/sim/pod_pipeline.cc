@@ -1,6 +1,7 @@
 #include "tessera/sim/pod_pipeline.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -58,21 +59,31 @@ void PodPipeline::CreateTask(const std::string& name) {
   p.tries = 0;
   if (p.stage == Stage::kCreating) {
     p.stage = Stage::kPending;
+    p.created_at = Now();
     ++options_.book->result.created;
     if (!options_.real) {  // else the real kube-scheduler's
+      options_.book->queue.Ready(name);
       options_.tasks->Post(Now(), [this, name] { ScheduleTask(name); });
     }
+  }
+}
+
+void PodPipeline::Retry(const SchedulingQueue::Due& due) {
+  for (const auto& [name, at] : due) {
+    options_.tasks->Post(at, [this, name = name] { ScheduleTask(name); });
   }
 }
 
 void PodPipeline::ScheduleTask(const std::string& name) {
   std::string pod_json, uid;
   bool full_nodes;
+  uint64_t token = 0;
   std::vector<std::string> node_json;
   {
     MutexLock l(&options_.book->mutex);
     auto it = options_.book->pods.find(name);
     if (it == options_.book->pods.end() || it->second.stage != Stage::kPending) {
+      options_.book->queue.Forget(name);
       return;
     }
     pod_json = it->second.json;
@@ -85,6 +96,7 @@ void PodPipeline::ScheduleTask(const std::string& name) {
         }
       }
     }
+    token = options_.book->queue.Attempt(name, Now());
   }
   const std::vector<std::string> names = options_.book->AliveNodes();
   if (full_nodes) {
@@ -118,9 +130,16 @@ void PodPipeline::ScheduleTask(const std::string& name) {
         }
         if (!p.ever_unschedulable) {
           p.ever_unschedulable = true;
+          p.refused_at = Now();
           ++options_.book->result.unschedulable;
         }
-        retry = options_.book->queue.Failed(name);
+        // kube-scheduler keeps it among the unschedulable pods until an event moves it
+        // (SchedulerEvents), unless one came during this attempt.
+        const std::optional<absl::Time> at = options_.book->queue.Refused(name, token, Now());
+        if (at.has_value() && p.stage == Stage::kPending) {
+          options_.tasks->Post(*at, [this, name] { ScheduleTask(name); });
+        }
+        return;
       }
     }
     if (retry > absl::ZeroDuration()) {
@@ -138,13 +157,14 @@ void PodPipeline::ScheduleTask(const std::string& name) {
     ++options_.book->result.bind_errors;
     if (p.stage == Stage::kPending) {
       const absl::Duration d =
-          options_.book->queue.Failed(name) / 4;  // lock contention clears fast
+          options_.book->queue.Backoff(name) / 4;  // lock contention clears fast
       options_.tasks->Post(Now() + d, [this, name] { ScheduleTask(name); });
     }
     return;
   }
   options_.book->queue.Forget(name);
   ++options_.book->result.scheduled;
+  options_.book->pods[name].bound_at = Now();
   if (const SimNode* n = options_.book->NodeByName(f->node); n != nullptr && n->mig) {
     ++options_.book->result.mig_pods;
   }

@@ -59,6 +59,7 @@ void RealKubelet::OnPodSeen(const kube::Pod& pod) {
   if (it->second.stage == Stage::kPending) {
     it->second.stage = Stage::kBound;
     it->second.node = pod.node_name;
+    it->second.bound_at = options_.clock->Now();
     ++options_.book->result.scheduled;
     options_.on_bound(name);
   }
@@ -125,6 +126,7 @@ void RealKubelet::Poll() {
     }
     it->second.stage = Stage::kBound;
     it->second.node = binding.second;
+    it->second.bound_at = options_.clock->Now();
     ++options_.book->result.scheduled;
     options_.on_bound(name);
   }
@@ -132,6 +134,7 @@ void RealKubelet::Poll() {
     auto it = options_.book->pods.find(name);
     if (it != options_.book->pods.end() && !it->second.ever_unschedulable) {
       it->second.ever_unschedulable = true;
+      it->second.refused_at = options_.clock->Now();
       ++options_.book->result.unschedulable;
     }
   }

@@ -1,7 +1,9 @@
 // SummaryTable, SummaryJson and ReportHtml of simulation.h.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -57,6 +59,57 @@ int64_t OutlivedWindow(const RunResult& r) {
 int64_t OverCommits(const RunResult& r) {
   return std::count_if(r.violations.begin(), r.violations.end(),
                        [](const Violation& v) { return v.overcommit; });
+}
+
+RepairWaits ComputeRepairWaits(const std::vector<Divergence>& divergences,
+                               const std::vector<std::pair<absl::Time, absl::Time>>& transient,
+                               const std::vector<PodTimes>& pods, absl::Duration sampling) {
+  // The periods when a fault's divergence was open (from the observation before it was seen),
+  // merged; a divergence while a pod is in flight is no fault's.
+  std::vector<std::pair<absl::Time, absl::Time>> periods;
+  for (const Divergence& d : divergences) {
+    if (!d.cause.empty() && d.cause != "in-flight") {
+      periods.emplace_back(d.start - sampling, d.end);
+    }
+  }
+  for (const auto& [start, end] : transient) {
+    periods.emplace_back(start - sampling, end);
+  }
+  std::sort(periods.begin(), periods.end());
+  std::vector<std::pair<absl::Time, absl::Time>> merged;
+  for (const auto& p : periods) {
+    if (!merged.empty() && p.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, p.second);
+    } else {
+      merged.push_back(p);
+    }
+  }
+  RepairWaits out;
+  for (const PodTimes& pod : pods) {
+    if (pod.refused == absl::InfiniteFuture()) {
+      continue;
+    }
+    for (const auto& [from, to] : merged) {
+      if (pod.refused > to || pod.created > to || pod.bound <= from) {
+        continue;  // not refused and pending while this one was open
+      }
+      if (pod.gone_unbound) {
+        break;
+      }
+      ++out.refused_while_wrong;
+      const absl::Time repair = to == absl::InfiniteFuture() ? to : to - sampling;
+      if (pod.bound == absl::InfiniteFuture()) {
+        ++out.still_pending;
+      } else if (pod.bound <= repair) {
+        ++out.bound_before_repair;
+      } else {
+        out.seconds.push_back(absl::ToDoubleSeconds(pod.bound - repair));
+      }
+      break;
+    }
+  }
+  std::sort(out.seconds.begin(), out.seconds.end());
+  return out;
 }
 
 bool Succeeded(const RunResult& primary, const RunResult* comparison) {
@@ -155,11 +208,53 @@ Rows Figures(const RunResult& r, bool compact) {
   } else {
     row("longest divergence", "none");
   }
+  if (const RepairWaits& w = r.repair_waits; w.refused_while_wrong > 0) {
+    std::string after = "none";
+    if (!w.seconds.empty()) {
+      after =
+          fmt::format("{}, median {:.1f} s, max {:.1f} s{}", w.seconds.size(),
+                      (w.seconds[(w.seconds.size() - 1) / 2] + w.seconds[w.seconds.size() / 2]) / 2,
+                      w.seconds.back(), compact ? "" : " (at most)");
+    }
+    row("refused while wrong", std::to_string(w.refused_while_wrong));
+    row("  bound after the repair", after);
+    row("  bound before it / pending",
+        fmt::format("{} / {}", w.bound_before_repair, w.still_pending));
+  }
   row("outlived the window", fmt::format("{} (window {})", OutlivedWindow(r), Secs(r.window)));
   row("invariant violations",
       fmt::format("{}{}", r.violations.size(),
                   OverCommits(r) > 0 ? fmt::format(" ({} over-commit)", OverCommits(r)) : ""));
   return rows;
+}
+
+// Two runs' rows side by side, matched by name in the left run's order; a row only one run has
+// (a figure shown only when it occurred) gets "-" in the other.
+struct SideRow {
+  std::string name, left, right;
+};
+std::vector<SideRow> SideBySide(const Rows& left, const Rows& right) {
+  std::vector<SideRow> out;
+  size_t next = 0;
+  for (const auto& row : left) {
+    const std::string& name = row.first;
+    const std::string& value = row.second;
+    auto it = std::find_if(right.begin() + static_cast<std::ptrdiff_t>(next), right.end(),
+                           [&](const auto& other) { return other.first == name; });
+    if (it == right.end()) {
+      out.push_back({name, value, "-"});
+      continue;
+    }
+    for (; right.begin() + static_cast<std::ptrdiff_t>(next) != it; ++next) {
+      out.push_back({right[next].first, "-", right[next].second});
+    }
+    out.push_back({name, value, it->second});
+    ++next;
+  }
+  for (; next < right.size(); ++next) {
+    out.push_back({right[next].first, "-", right[next].second});
+  }
+  return out;
 }
 
 std::string ArgsText(const RunResult& r) {
@@ -239,13 +334,13 @@ std::string SummaryTable(const RunResult& r, const RunResult* c) {
                {{"run", "comparison: " + c->label}, {"scheduler args", ArgsText(*c)}});
   left.emplace_back("verdict", VerdictText(r, false));
   right.emplace_back("verdict", VerdictText(*c, true));
+  const std::vector<SideRow> rows = SideBySide(left, right);
   size_t width = 0;
-  for (const auto& [k, v] : left) {
-    width = std::max(width, v.size());
+  for (const SideRow& row : rows) {
+    width = std::max(width, row.left.size());
   }
-  for (size_t i = 0; i < left.size() && i < right.size(); ++i) {
-    out +=
-        fmt::format("  {:<30} {:<{}}  {}\n", left[i].first, left[i].second, width, right[i].second);
+  for (const SideRow& row : rows) {
+    out += fmt::format("  {:<30} {:<{}}  {}\n", row.name, row.left, width, row.right);
   }
   for (const RunResult* run : {&r, c}) {
     const absl::Time run_end = run->start + run->elapsed;
@@ -305,6 +400,11 @@ nlohmann::json RunJson(const RunResult& r) {
             {"observations", r.observations},
             {"compared", r.compared},
             {"transient_divergences", r.transient_divergences},
+            {"repair_waits",
+             {{"refused_while_wrong", r.repair_waits.refused_while_wrong},
+              {"bound_before_repair", r.repair_waits.bound_before_repair},
+              {"still_pending", r.repair_waits.still_pending},
+              {"bound_after_repair_s", r.repair_waits.seconds}}},
             {"outlived_window", OutlivedWindow(r)},
             {"overcommits", OverCommits(r)},
             {"passed", r.violations.empty()}};
@@ -582,10 +682,15 @@ std::string ReportHtml(const RunResult& r, const RunResult* c) {
   if (c != nullptr) {
     right.emplace_back("verdict", VerdictText(*c, true));
   }
-  for (size_t i = 0; i < left.size(); ++i) {
-    html += fmt::format("<tr><th>{}</th><td>{}</td>{}</tr>\n", Escape(left[i].first),
-                        Escape(left[i].second),
-                        i < right.size() ? "<td>" + Escape(right[i].second) + "</td>" : "");
+  if (c == nullptr) {
+    for (const auto& [name, value] : left) {
+      html += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", Escape(name), Escape(value));
+    }
+  } else {
+    for (const SideRow& row : SideBySide(left, right)) {
+      html += fmt::format("<tr><th>{}</th><td>{}</td><td>{}</td></tr>\n", Escape(row.name),
+                          Escape(row.left), Escape(row.right));
+    }
   }
   html += "</table>\n";
   // The charts one above the other, then the details.

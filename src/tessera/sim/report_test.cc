@@ -1,4 +1,5 @@
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -131,6 +132,79 @@ TEST(ReportTest, AComparisonIsReportedBesideThePrimaryRun) {
     ++charts;
   }
   EXPECT_EQ(charts, 2u);
+}
+
+// The pods refused while a fault's divergence was open, and how long after its repair each was
+// bound (issue #35). The divergence of SeedBugRun: seen at 13 s, healed by 16 s (repair taken
+// at 15 s, one sampling interval before the observation).
+TEST(ReportTest, RepairWaitsCountThePodsRefusedWhileTheLedgerWasWrong) {
+  const RunResult r = SeedBugRun("", "", false);
+  const auto at = [](double s) { return kStart + absl::Seconds(s); };
+  const absl::Time never = absl::InfiniteFuture();
+  std::vector<PodTimes> pods = {
+      {at(1), at(2), at(15.5)},         // refused before the fault, bound 0.5 s after the repair
+      {at(12.5), at(12.6), at(18)},     // refused just before the divergence was seen
+      {at(13.5), at(14), at(14.5)},     // bound while it still diverged
+      {at(14), at(14.2), never},        // never bound
+      {at(14), at(14.2), never, true},  // deleted while pending: not counted
+      {at(1), never, at(1.5)},          // never refused
+      {at(1), at(2), at(3)},            // bound before the divergence
+      {at(20), at(21), at(30)},         // refused after the repair
+  };
+  const RepairWaits w = ComputeRepairWaits(r.divergences, {}, pods, absl::Seconds(1));
+  EXPECT_EQ(w.refused_while_wrong, 4);
+  EXPECT_EQ(w.bound_before_repair, 1);
+  EXPECT_EQ(w.still_pending, 1);
+  EXPECT_EQ(w.seconds, (std::vector<double>{0.5, 3.0}));
+
+  // A transient difference counts as a divergence does.
+  const RepairWaits t = ComputeRepairWaits({}, {{at(13), at(16)}}, pods, absl::Seconds(1));
+  EXPECT_EQ(t.seconds, w.seconds);
+  EXPECT_EQ(t.refused_while_wrong, w.refused_while_wrong);
+  // A divergence in flight is no fault's: nothing counts.
+  std::vector<Divergence> in_flight = r.divergences;
+  in_flight[0].cause = "in-flight";
+  EXPECT_EQ(ComputeRepairWaits(in_flight, {}, pods, absl::Seconds(1)).refused_while_wrong, 0);
+  // Never healed: every refused pod that was pending is still pending or bound before it.
+  std::vector<Divergence> stale = r.divergences;
+  stale[0].end = never;
+  const RepairWaits s = ComputeRepairWaits(stale, {}, pods, absl::Seconds(1));
+  EXPECT_EQ(s.refused_while_wrong, 5);
+  EXPECT_EQ(s.still_pending, 1);
+  EXPECT_EQ(s.bound_before_repair, 4);
+  EXPECT_TRUE(s.seconds.empty());
+
+  RunResult shown = r;
+  shown.repair_waits = w;
+  const std::string table = SummaryTable(shown);
+  EXPECT_THAT(table, HasSubstr("  refused while wrong            4\n"));
+  EXPECT_THAT(table,
+              HasSubstr("    bound after the repair       2, median 1.8 s, max 3.0 s (at most)\n"));
+  EXPECT_THAT(table, HasSubstr("    bound before it / pending    1 / 1\n"));
+  const nlohmann::json j = nlohmann::json::parse(SummaryJson(shown));
+  EXPECT_EQ(j["repair_waits"]["refused_while_wrong"], 4);
+  EXPECT_EQ(j["repair_waits"]["bound_after_repair_s"], nlohmann::json::array({0.5, 3.0}));
+  EXPECT_THAT(SummaryTable(r), Not(HasSubstr("refused while wrong")));
+}
+
+// A figure only one run shows (here the comparison's pods refused while the ledger was wrong)
+// keeps the rows of both runs matched by name.
+TEST(ReportTest, RowsOnlyOneRunHasKeepTheTableAligned) {
+  const RunResult p = SeedBugRun("self-healing on", "--resync-period=15s", false);
+  RunResult c = SeedBugRun("self-healing off", "--resync-period=0 --audit-period=0", true);
+  c.repair_waits.refused_while_wrong = 3;
+  c.repair_waits.still_pending = 3;
+  const std::string table = SummaryTable(p, &c);
+  const auto line = [&](std::string_view name) {
+    const size_t at = table.find("\n  " + std::string(name));
+    return at == std::string::npos ? "" : table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+  };
+  EXPECT_THAT(line("refused while wrong"), ::testing::MatchesRegex(".*wrong +- +3"));
+  EXPECT_THAT(line("  bound before it / pending"), ::testing::MatchesRegex(".* - +0 / 3"));
+  EXPECT_THAT(line("outlived the window"),
+              ::testing::MatchesRegex(".*0 \\(window 45.0 s\\) +2 \\(window 45.0 s\\)"));
+  EXPECT_THAT(ReportHtml(p, &c),
+              HasSubstr("<tr><th>refused while wrong</th><td>-</td><td>3</td></tr>"));
 }
 
 TEST(ReportTest, AnOverCommitInTheComparisonFailsTheRun) {

@@ -37,6 +37,9 @@ struct SimPod {
   bool full_nodes = false;
   bool ever_unschedulable = false;
   int tries = 0;
+  absl::Time created_at = absl::InfiniteFuture();  // created in the API server
+  absl::Time refused_at = absl::InfiniteFuture();  // first found unschedulable
+  absl::Time bound_at = absl::InfiniteFuture();    // bound to its node
 };
 
 struct SimNode {

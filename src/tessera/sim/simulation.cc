@@ -41,6 +41,7 @@
 #include "tessera/sim/quota_oracle.h"
 #include "tessera/sim/real_kubelet.h"
 #include "tessera/sim/run_book.h"
+#include "tessera/sim/scheduler_events.h"
 #include "tessera/sim/synthetic.h"
 #include "tessera/sim/task_queue.h"
 
@@ -112,7 +113,10 @@ class Simulation {
   std::unique_ptr<Observer> observer_;
   std::unique_ptr<PodPipeline> pipeline_;
   std::unique_ptr<FaultInjector> faults_;
-  std::unique_ptr<RealKubelet> real_kubelet_;  // kReal
+  std::unique_ptr<RealKubelet> real_kubelet_;                 // kReal
+  std::unique_ptr<kube::CurlTransport> scheduler_transport_;  // apisim: the emulated scheduler's
+  std::unique_ptr<kube::ApiClient> scheduler_client_;
+  std::unique_ptr<SchedulerEvents> scheduler_events_;
   absl::Time start_;
 };
 
@@ -142,6 +146,12 @@ absl::Status Simulation::MakeTransports() {
       observer_transport_,
       kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real())));
   observer_client_ = std::make_unique<kube::ApiClient>(observer_transport_.get(), options());
+  if (!real_) {
+    TESSERA_ASSIGN_OR_RETURN(
+        scheduler_transport_,
+        kube::CurlTransport::Create(config, kube::MakeTokenSource(config, Clock::Real())));
+    scheduler_client_ = std::make_unique<kube::ApiClient>(scheduler_transport_.get(), options());
+  }
   kube::RestConfig ext;
   ext.server = fmt::format("http://127.0.0.1:{}", http_port_);
   ext.qps = 0;
@@ -439,6 +449,15 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
                                                                  .clock = clock_});
   faults_ = MakeFaultInjector();
   observer_->Start();
+  if (!real_) {
+    scheduler_events_ = std::make_unique<SchedulerEvents>(SchedulerEvents::Options{
+        .scenario = &scenario_,
+        .book = &book_,
+        .client = scheduler_client_.get(),
+        .clock = clock_,
+        .retry = [this](const SchedulingQueue::Due& due) { pipeline_->Retry(due); }});
+    scheduler_events_->Start();
+  }
   if (real_) {
     RealKubelet::Options ko;
     ko.scenario = &scenario_;
@@ -469,6 +488,7 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
   size_t next_fault = 0;
   double deletes_due = 0;
   absl::Time last_progress = absl::InfinitePast();
+  absl::Time next_flush = Now() + absl::Seconds(30);
   const absl::Duration progress_every =
       options_.progress_bar ? absl::Milliseconds(250) : absl::Seconds(5);
   while (true) {
@@ -507,6 +527,10 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
       }
       Tick(now, elapsed);
     }
+    if (scheduler_events_ != nullptr && now >= next_flush) {
+      next_flush = now + absl::Seconds(30);
+      scheduler_events_->Flush();
+    }
     if (now - last_progress >= progress_every) {
       last_progress = now;
       Progress(elapsed, false);
@@ -514,6 +538,9 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
     absl::SleepFor(absl::Milliseconds(50));
   }
   observer_->Stop();
+  if (scheduler_events_ != nullptr) {
+    scheduler_events_->Stop();
+  }
   if (real_kubelet_ != nullptr) {
     real_kubelet_->Stop();
   }
@@ -569,9 +596,17 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
                 absl::FormatDuration(Now() - t1));
   }
   RunResult out;
+  std::vector<PodTimes> times;
   {
     MutexLock l(&book_.mutex);
     out = book_.result;
+    for (const auto& [name, p] : book_.pods) {
+      times.push_back({.created = p.created_at,
+                       .refused = p.refused_at,
+                       .bound = p.bound_at,
+                       .gone_unbound = p.bound_at == absl::InfiniteFuture() &&
+                                       (p.stage == Stage::kGone || p.stage == Stage::kDeleting)});
+    }
     std::vector<double> ms = book_.filter_ms;
     std::sort(ms.begin(), ms.end());
     auto pct = [&](double q) {
@@ -586,6 +621,8 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
     out.filter_p99 = pct(0.99);
   }
   observer_->Report(&out);
+  out.repair_waits =
+      ComputeRepairWaits(out.divergences, out.transient_fault_spans, times, absl::Seconds(1));
   out.elapsed = Now() - start_;
   return out;
 }

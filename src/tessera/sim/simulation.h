@@ -88,6 +88,31 @@ struct Sample {
   int64_t live_pods = 0;
 };
 
+// When a pod of the run was created, first refused, bound (InfiniteFuture: never), and whether
+// it went away unbound (deleted while pending).
+struct PodTimes {
+  absl::Time created = absl::InfiniteFuture(), refused = absl::InfiniteFuture();
+  absl::Time bound = absl::InfiniteFuture();
+  bool gone_unbound = false;
+};
+
+// Issue #35's measure: the pods refused and still pending while a fault's divergence was open
+// (the scheduler's ledger wrong), and when each was bound. The repair is taken as one sampling
+// interval before the observation that found the divergence healed, so each time is at most
+// the true time from the repair to the binding.
+struct RepairWaits {
+  int64_t refused_while_wrong = 0;
+  int64_t bound_before_repair = 0;  // bound while it still diverged (other capacity)
+  int64_t still_pending = 0;        // pending at the end: the repair never came, the pod did not
+                                    // fit after it, or it was not retried
+  std::vector<double> seconds;      // the others: from the repair to the binding, ascending
+};
+// `divergences` with a fault's cause and the `transient` spans (healed by the next sample) are
+// the times the ledger was wrong.
+RepairWaits ComputeRepairWaits(const std::vector<Divergence>& divergences,
+                               const std::vector<std::pair<absl::Time, absl::Time>>& transient,
+                               const std::vector<PodTimes>& pods, absl::Duration sampling);
+
 struct RunResult {
   std::string scenario;
   std::string control_plane = "apisim";     // "apisim" or "real"
@@ -114,8 +139,10 @@ struct RunResult {
   std::vector<FaultRecord> faults;
   std::vector<Divergence> divergences;
   int64_t transient_divergences = 0;
+  std::vector<std::pair<absl::Time, absl::Time>> transient_fault_spans;  // Oracle's
   std::vector<Violation> violations;
   std::vector<Sample> samples;
+  RepairWaits repair_waits;
   int64_t observations = 0, compared = 0;
   absl::Time start;
   std::string work_dir;
