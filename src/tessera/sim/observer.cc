@@ -1,7 +1,9 @@
 #include "tessera/sim/observer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -126,6 +128,9 @@ void Observer::Observe() {
   sample.at = now - start;
   sample.truth_mib = truth.total_usedmem;
   sample.live_pods = static_cast<int64_t>(pods.size());
+  if (resp.ok()) {
+    sample.requeued = ParseRequeuedTotal(resp->body);
+  }
   if (exported.has_value()) {
     sample.exported_mib = 0;
     for (const auto& [uuid, d] : exported->devices) {

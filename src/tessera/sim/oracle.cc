@@ -477,4 +477,20 @@ std::string Subject(const Divergence& d) {
   return d.pod.empty() ? d.device : fmt::format("pod {} on {}", d.pod, d.device);
 }
 
+int64_t ParseRequeuedTotal(std::string_view text) {
+  constexpr std::string_view kName = "tessera_pending_pods_requeued_total ";
+  size_t at = text.starts_with(kName) ? 0 : text.find("\n" + std::string(kName));
+  if (at == std::string_view::npos) {
+    return -1;
+  }
+  std::string_view value = text.substr(at + (text[at] == '\n' ? 1 : 0) + kName.size());
+  value = value.substr(0, value.find('\n'));
+  double v = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || end != value.data() + value.size() || !(v >= 0) || v > 1e15) {
+    return -1;
+  }
+  return static_cast<int64_t>(v);
+}
+
 }  // namespace tessera::sim

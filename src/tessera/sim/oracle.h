@@ -106,6 +106,9 @@ struct Exported {
 // vGPUCorePercentage by podnamespace, podname, deviceuuid). InvalidArgument when a sample of those
 // families lacks one of its key labels or has an unparsable value.
 absl::StatusOr<Exported> ParseMetrics(std::string_view text);
+// tessera_pending_pods_requeued_total (Tessera's requeue writes) from a /metrics page; -1 when
+// the page has no such sample or its value is not a count.
+int64_t ParseRequeuedTotal(std::string_view text);
 
 struct Divergence {
   std::string device;

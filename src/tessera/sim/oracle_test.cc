@@ -415,5 +415,16 @@ TEST(OracleTest, OverCommitIsAViolationOncePerEpisode) {
   EXPECT_EQ(o.violations().size(), 2u);
 }
 
+TEST(ParseRequeuedTotalTest, ReadsTheCounterOrSaysItIsAbsent) {
+  EXPECT_EQ(ParseRequeuedTotal("# HELP x\ntessera_pending_pods_requeued_total 42\nother 1\n"), 42);
+  EXPECT_EQ(ParseRequeuedTotal("tessera_pending_pods_requeued_total 7"), 7);
+  EXPECT_EQ(ParseRequeuedTotal("tessera_pending_pods_requeued_total_other 7\n"), -1);
+  EXPECT_EQ(ParseRequeuedTotal("hami_gpu_memory 1\n"), -1);
+  EXPECT_EQ(ParseRequeuedTotal("tessera_pending_pods_requeued_total x\n"), -1);
+  EXPECT_EQ(ParseRequeuedTotal("tessera_pending_pods_requeued_total -3\n"), -1);
+  EXPECT_EQ(ParseRequeuedTotal("tessera_pending_pods_requeued_total NaN\n"), -1);
+  EXPECT_EQ(ParseRequeuedTotal(""), -1);
+}
+
 }  // namespace
 }  // namespace tessera::sim

@@ -341,12 +341,12 @@ void PodPipeline::TerminateTask(const std::string& name) {
 }
 
 void PodPipeline::DeleteRandomLive(int n, bool force) {
-  for (std::string& name : PickLive(n)) {
+  for (std::string& name : PickLive(n, /*bound_only=*/force)) {
     options_.tasks->Post(Now(), [this, name, force] { DeleteTask(name, force); });
   }
 }
 
-std::vector<std::string> PodPipeline::PickLive(int n) {
+std::vector<std::string> PodPipeline::PickLive(int n, bool bound_only) {
   std::vector<std::string> picked;
   {
     MutexLock l(&options_.book->mutex);
@@ -356,7 +356,8 @@ std::vector<std::string> PodPipeline::PickLive(int n) {
       }
       const std::string& name = options_.book->pod_names[Rand() % options_.book->pod_names.size()];
       const Stage st = options_.book->pods[name].stage;
-      if ((st == Stage::kRunning || st == Stage::kBound || st == Stage::kPending) &&
+      if ((st == Stage::kRunning || st == Stage::kBound ||
+           (st == Stage::kPending && !bound_only)) &&
           std::find(picked.begin(), picked.end(), name) == picked.end()) {
         picked.push_back(name);
       }

@@ -55,9 +55,11 @@ class PodPipeline {
   void OnBound(const std::string& name);
   // kReal: the pod is being deleted; its kubelet finishes it.
   void OnTerminating(const std::string& name);
-  // `n` random live pods deleted (with grace 0 when forced).
+  // `n` random live pods deleted; forced: `n` bound pods, with grace 0 (the seed bug's deletions
+  // of running pods).
   void DeleteRandomLive(int n, bool force = false);
-  std::vector<std::string> PickLive(int n);
+  // `n` random pods pending, bound or running (only bound or running with `bound_only`).
+  std::vector<std::string> PickLive(int n, bool bound_only = false);
   void DeleteTask(const std::string& name, bool force);
   // The next number of the run's seeded generator.
   uint64_t Rand();

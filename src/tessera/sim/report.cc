@@ -64,40 +64,52 @@ int64_t OverCommits(const RunResult& r) {
 RepairWaits ComputeRepairWaits(const std::vector<Divergence>& divergences,
                                const std::vector<std::pair<absl::Time, absl::Time>>& transient,
                                const std::vector<PodTimes>& pods, absl::Duration sampling) {
-  // The periods when a fault's divergence was open (from the observation before it was seen),
-  // merged; a divergence while a pod is in flight is no fault's.
-  std::vector<std::pair<absl::Time, absl::Time>> periods;
+  // The spans of a fault's divergences (from the observation before each was seen); one in
+  // flight is no fault's.
+  std::vector<std::pair<absl::Time, absl::Time>> spans;
   for (const Divergence& d : divergences) {
     if (!d.cause.empty() && d.cause != "in-flight") {
-      periods.emplace_back(d.start - sampling, d.end);
+      spans.emplace_back(d.start - sampling, d.end);
     }
   }
   for (const auto& [start, end] : transient) {
-    periods.emplace_back(start - sampling, end);
+    spans.emplace_back(start - sampling, end);
   }
-  std::sort(periods.begin(), periods.end());
-  std::vector<std::pair<absl::Time, absl::Time>> merged;
-  for (const auto& p : periods) {
-    if (!merged.empty() && p.first <= merged.back().second) {
-      merged.back().second = std::max(merged.back().second, p.second);
-    } else {
-      merged.push_back(p);
+  std::sort(spans.begin(), spans.end());
+  // A period begins with the first span; what the fault broke is what was seen within two
+  // samples of it, and the period ends when all of that healed (the repair). Spans that begin
+  // later within the period are differences the oracle credits to the same fault (the window)
+  // while pods are in flight after the repair: they neither extend it nor begin another.
+  struct Period {
+    absl::Time start, first_heal, end;  // first_heal: the first of the fault's spans healed
+  };
+  std::vector<Period> periods;
+  for (const auto& [start, end] : spans) {
+    if (!periods.empty() && start <= periods.back().end) {
+      if (start <= periods.back().start + 2 * sampling) {
+        periods.back().first_heal = std::min(periods.back().first_heal, end);
+        periods.back().end = std::max(periods.back().end, end);
+      }
+      continue;
     }
+    periods.push_back({start, end, end});
   }
   RepairWaits out;
   for (const PodTimes& pod : pods) {
     if (pod.refused == absl::InfiniteFuture()) {
       continue;
     }
-    for (const auto& [from, to] : merged) {
-      if (pod.refused > to || pod.created > to || pod.bound <= from) {
+    for (const Period& p : periods) {
+      if (pod.refused > p.end || pod.created > p.end || pod.bound <= p.start) {
         continue;  // not refused and pending while this one was open
       }
       if (pod.gone_unbound) {
         break;
       }
       ++out.refused_while_wrong;
-      const absl::Time repair = to == absl::InfiniteFuture() ? to : to - sampling;
+      // The repair began after the observation before the first heal was seen.
+      const absl::Time repair =
+          p.first_heal == absl::InfiniteFuture() ? p.first_heal : p.first_heal - sampling;
       if (pod.bound == absl::InfiniteFuture()) {
         ++out.still_pending;
       } else if (pod.bound <= repair) {
@@ -109,6 +121,24 @@ RepairWaits ComputeRepairWaits(const std::vector<Divergence>& divergences,
     }
   }
   std::sort(out.seconds.begin(), out.seconds.end());
+  return out;
+}
+
+RequeueWrites ComputeRequeueWrites(const std::vector<Sample>& samples) {
+  RequeueWrites out;
+  const Sample* last = nullptr;
+  for (const Sample& s : samples) {
+    if (s.requeued < 0) {
+      continue;
+    }
+    out.total = std::max(out.total, s.requeued);
+    if (last != nullptr && s.at > last->at && s.requeued > last->requeued) {
+      out.peak_per_second =
+          std::max(out.peak_per_second, static_cast<double>(s.requeued - last->requeued) /
+                                            absl::ToDoubleSeconds(s.at - last->at));
+    }
+    last = &s;
+  }
   return out;
 }
 
@@ -220,6 +250,10 @@ Rows Figures(const RunResult& r, bool compact) {
     row("  bound after the repair", after);
     row("  bound before it / pending",
         fmt::format("{} / {}", w.bound_before_repair, w.still_pending));
+  }
+  if (const RequeueWrites q = ComputeRequeueWrites(r.samples); q.total > 0) {
+    row("requeue writes (Tessera)",
+        fmt::format("{}, at most {:.0f}/s", q.total, q.peak_per_second));
   }
   row("outlived the window", fmt::format("{} (window {})", OutlivedWindow(r), Secs(r.window)));
   row("invariant violations",
@@ -400,6 +434,9 @@ nlohmann::json RunJson(const RunResult& r) {
             {"observations", r.observations},
             {"compared", r.compared},
             {"transient_divergences", r.transient_divergences},
+            {"requeue_writes",
+             {{"total", ComputeRequeueWrites(r.samples).total},
+              {"peak_per_second", ComputeRequeueWrites(r.samples).peak_per_second}}},
             {"repair_waits",
              {{"refused_while_wrong", r.repair_waits.refused_while_wrong},
               {"bound_before_repair", r.repair_waits.bound_before_repair},

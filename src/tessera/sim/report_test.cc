@@ -161,6 +161,25 @@ TEST(ReportTest, RepairWaitsCountThePodsRefusedWhileTheLedgerWasWrong) {
   const RepairWaits t = ComputeRepairWaits({}, {{at(13), at(16)}}, pods, absl::Seconds(1));
   EXPECT_EQ(t.seconds, w.seconds);
   EXPECT_EQ(t.refused_while_wrong, w.refused_while_wrong);
+  // A difference the oracle credits to the fault that begins after it (a pod in flight once the
+  // ledger is repaired) does not move the repair.
+  std::vector<Divergence> later = r.divergences;
+  later.push_back(r.divergences[0]);
+  later.back().start = at(15.5);
+  later.back().end = at(20);
+  const RepairWaits l = ComputeRepairWaits(later, {}, pods, absl::Seconds(1));
+  EXPECT_EQ(l.seconds, w.seconds);
+  EXPECT_EQ(l.bound_before_repair, w.bound_before_repair);
+  // Two devices the fault broke, healed at 16 s and 18 s: the repair began at 15 s (the first
+  // heal), and a pod bound at 17.5 s, while the second still diverged, waited 2.5 s for it.
+  std::vector<Divergence> two = r.divergences;
+  two.push_back(r.divergences[0]);
+  two.back().start = at(13.5);
+  two.back().end = at(18);
+  std::vector<PodTimes> more = pods;
+  more.push_back({at(1), at(2), at(17.5)});
+  const RepairWaits b = ComputeRepairWaits(two, {}, more, absl::Seconds(1));
+  EXPECT_EQ(b.seconds, (std::vector<double>{0.5, 2.5, 3.0}));
   // A divergence in flight is no fault's: nothing counts.
   std::vector<Divergence> in_flight = r.divergences;
   in_flight[0].cause = "in-flight";
@@ -205,6 +224,21 @@ TEST(ReportTest, RowsOnlyOneRunHasKeepTheTableAligned) {
               ::testing::MatchesRegex(".*0 \\(window 45.0 s\\) +2 \\(window 45.0 s\\)"));
   EXPECT_THAT(ReportHtml(p, &c),
               HasSubstr("<tr><th>refused while wrong</th><td>-</td><td>3</td></tr>"));
+}
+
+// Tessera's requeue writes, from its counter in the samples: the total and the fastest second.
+TEST(ReportTest, RequeueWritesComeFromTheSampledCounter) {
+  RunResult r = SeedBugRun("", "", false);
+  r.samples = {{absl::Seconds(1)}, {absl::Seconds(2)}, {absl::Seconds(3)}, {absl::Seconds(5)}};
+  r.samples[1].requeued = 0;
+  r.samples[2].requeued = 40;
+  r.samples[3].requeued = 100;  // 60 in 2 s: 30/s
+  const RequeueWrites w = ComputeRequeueWrites(r.samples);
+  EXPECT_EQ(w.total, 100);
+  EXPECT_DOUBLE_EQ(w.peak_per_second, 40);
+  EXPECT_THAT(SummaryTable(r), HasSubstr("  requeue writes (Tessera)       100, at most 40/s\n"));
+  EXPECT_EQ(nlohmann::json::parse(SummaryJson(r))["requeue_writes"]["total"], 100);
+  EXPECT_THAT(SummaryTable(SeedBugRun("", "", false)), Not(HasSubstr("requeue writes")));
 }
 
 TEST(ReportTest, AnOverCommitInTheComparisonFailsTheRun) {

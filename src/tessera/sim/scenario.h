@@ -54,8 +54,9 @@ struct FaultSpec {
   int count = 1;                                // node_delete
   int delete_burst = 0;                         // pods deleted right after the fault begins
   bool compact = true;                          // watch_outage: compact when it ends
-  bool force =
-      false;  // drop_events: delete_burst with gracePeriodSeconds=0 (one DELETED, no update)
+  // drop_events: delete_burst of bound pods only, with gracePeriodSeconds=0 (one DELETED, no
+  // update)
+  bool force = false;
 };
 
 // A second run of the same scenario (same seed: the same pod shapes and fault schedule) with

@@ -86,6 +86,7 @@ struct Sample {
   int64_t diverging = 0;         // devices differing in this sample
   int64_t diverging_shares = 0;  // pod shares (pod × device) differing in this sample
   int64_t live_pods = 0;
+  int64_t requeued = -1;  // Tessera's tessera_pending_pods_requeued_total; -1: not exported
 };
 
 // When a pod of the run was created, first refused, bound (InfiniteFuture: never), and whether
@@ -98,8 +99,8 @@ struct PodTimes {
 
 // Issue #35's measure: the pods refused and still pending while a fault's divergence was open
 // (the scheduler's ledger wrong), and when each was bound. The repair is taken as one sampling
-// interval before the observation that found the divergence healed, so each time is at most
-// the true time from the repair to the binding.
+// interval before the first observation that found part of what the fault broke healed, so each
+// time is at least the true time from the start of the repair to the binding.
 struct RepairWaits {
   int64_t refused_while_wrong = 0;
   int64_t bound_before_repair = 0;  // bound while it still diverged (other capacity)
@@ -109,6 +110,14 @@ struct RepairWaits {
 };
 // `divergences` with a fault's cause and the `transient` spans (healed by the next sample) are
 // the times the ledger was wrong.
+// Tessera's requeue writes over the run, from the samples: the last count and the most in one
+// sampling interval, per second (0, 0 when the scheduler does not export the counter).
+struct RequeueWrites {
+  int64_t total = 0;
+  double peak_per_second = 0;
+};
+RequeueWrites ComputeRequeueWrites(const std::vector<Sample>& samples);
+
 RepairWaits ComputeRepairWaits(const std::vector<Divergence>& divergences,
                                const std::vector<std::pair<absl::Time, absl::Time>>& transient,
                                const std::vector<PodTimes>& pods, absl::Duration sampling);
