@@ -674,23 +674,9 @@ absl::Status ExtenderClient::Bind(std::string_view ns, std::string_view name, st
   return absl::OkStatus();
 }
 
-void SchedulingQueue::Ready(const std::string& key) { ready_.insert(key); }
-
-absl::Time SchedulingQueue::Move(const std::string& key, Pod& pod, absl::Time now, bool idle) {
-  const absl::Time at = idle ? now : std::max(now, BackoffEnd(pod));
-  if (at <= now) {
-    ready_.insert(key);
-  }
-  return at;
-}
-
-uint64_t SchedulingQueue::Attempt(const std::string& key, absl::Time now) {
-  ready_.erase(key);
-  Pod& pod = pods_[key];
-  ++pod.attempts;
-  pod.last_attempt = now;
-  pod.waiting = false;
-  return events_;
+void SchedulingQueue::Ready(const std::string& key) {
+  pods_[key].state = State::kReady;
+  ready_.insert(key);
 }
 
 absl::Duration SchedulingQueue::BackoffOf(int attempts) const {
@@ -701,15 +687,38 @@ absl::Duration SchedulingQueue::BackoffOf(int attempts) const {
   return std::min(d, options_.max);
 }
 
-std::optional<absl::Time> SchedulingQueue::Refused(const std::string& key, uint64_t token,
-                                                   absl::Time now) {
+uint64_t SchedulingQueue::Attempt(const std::string& key, absl::Time now) {
+  ready_.erase(key);
+  Pod& pod = pods_[key];
+  ++pod.attempts;
+  pod.last_attempt = now;
+  pod.state = State::kTrying;
+  return events_;
+}
+
+SchedulingQueue::Now SchedulingQueue::Take(absl::Time now) {
+  const bool idle = ready_.empty();
+  Now out;
+  for (auto& [key, pod] : pods_) {
+    if (pod.state == State::kBackoff && (idle || BackoffEnd(pod) <= now)) {
+      pod.state = State::kReady;
+      ready_.insert(key);
+      out.push_back(key);
+    }
+  }
+  return out;
+}
+
+SchedulingQueue::Now SchedulingQueue::Refused(const std::string& key, uint64_t token,
+                                              absl::Time now) {
   Pod& pod = pods_[key];
   if (events_ != token) {
-    return Move(key, pod, now, ready_.empty());
+    pod.state = State::kBackoff;
+    return Take(now);
   }
-  pod.waiting = true;
+  pod.state = State::kWaiting;
   pod.waiting_since = now;
-  return std::nullopt;
+  return {};
 }
 
 absl::Duration SchedulingQueue::Backoff(const std::string& key) const {
@@ -717,38 +726,32 @@ absl::Duration SchedulingQueue::Backoff(const std::string& key) const {
   return BackoffOf(it == pods_.end() ? 1 : it->second.attempts);
 }
 
-SchedulingQueue::Due SchedulingQueue::ClusterEvent(absl::Time now) {
+SchedulingQueue::Now SchedulingQueue::ClusterEvent(absl::Time now) {
   ++events_;
-  const bool idle = ready_.empty();
-  Due due;
   for (auto& [key, pod] : pods_) {
-    if (pod.waiting) {
-      pod.waiting = false;
-      due.emplace_back(key, Move(key, pod, now, idle));
+    if (pod.state == State::kWaiting) {
+      pod.state = State::kBackoff;
     }
   }
-  return due;
+  return Take(now);
 }
 
-std::optional<absl::Time> SchedulingQueue::PodUpdated(const std::string& key, absl::Time now) {
+SchedulingQueue::Now SchedulingQueue::PodUpdated(const std::string& key, absl::Time now) {
   auto it = pods_.find(key);
-  if (it == pods_.end() || !it->second.waiting) {
-    return std::nullopt;
+  if (it == pods_.end() || it->second.state != State::kWaiting) {
+    return {};
   }
-  it->second.waiting = false;
-  return Move(key, it->second, now, ready_.empty());
+  it->second.state = State::kBackoff;
+  return Take(now);
 }
 
-SchedulingQueue::Due SchedulingQueue::Flush(absl::Time now) {
-  const bool idle = ready_.empty();
-  Due due;
+SchedulingQueue::Now SchedulingQueue::Flush(absl::Time now) {
   for (auto& [key, pod] : pods_) {
-    if (pod.waiting && now - pod.waiting_since >= options_.unschedulable_timeout) {
-      pod.waiting = false;
-      due.emplace_back(key, Move(key, pod, now, idle));
+    if (pod.state == State::kWaiting && now - pod.waiting_since >= options_.unschedulable_timeout) {
+      pod.state = State::kBackoff;
     }
   }
-  return due;
+  return Take(now);
 }
 
 int SchedulingQueue::attempts(const std::string& key) const {
@@ -757,8 +760,8 @@ int SchedulingQueue::attempts(const std::string& key) const {
 }
 
 size_t SchedulingQueue::waiting() const {
-  return static_cast<size_t>(
-      std::count_if(pods_.begin(), pods_.end(), [](const auto& e) { return e.second.waiting; }));
+  return static_cast<size_t>(std::count_if(
+      pods_.begin(), pods_.end(), [](const auto& e) { return e.second.state == State::kWaiting; }));
 }
 
 }  // namespace tessera::sim

@@ -246,11 +246,12 @@ class ExtenderClient {
 // kube-scheduler's queue for the pods that did not schedule (v1.37.2, docs/requeue.md): a pod
 // the extender refused waits among the unschedulable pods until an event moves it — any
 // assigned-pod or node change (the extender's registration queues on every event), or an update
-// of the pod itself — or the flush retries it after `unschedulable_timeout`; an event that came
-// during its attempt sends it straight to the backoff. A moved pod runs when its backoff (1 s
-// doubling to 10 s per attempt, from the attempt) has passed, or at once when no other pod is
-// ready (SchedulerPopFromBackoffQ, on by default: the backoff queue is popped when the active
-// queue is empty; judged when the pod moves). Times are the caller's.
+// of the pod itself — or the flush after `unschedulable_timeout`; an event that came during its
+// attempt moves it at once. A moved pod backs off (1 s doubling to 10 s per attempt, from the
+// attempt) unless that has passed; a backing-off pod is taken when its backoff ends, or as soon
+// as no pod is ready (SchedulerPopFromBackoffQ, on by default: the backoff queue is popped when
+// the active queue is empty). Every call returns the pods to try now; Pump must be called often
+// (the emulation: every 50 ms). Times are the caller's.
 class SchedulingQueue {
  public:
   struct Options {
@@ -258,7 +259,7 @@ class SchedulingQueue {
     absl::Duration max = absl::Seconds(10);                   // podMaxBackoffSeconds
     absl::Duration unschedulable_timeout = absl::Minutes(5);  // podMaxInUnschedulablePodsDuration
   };
-  using Due = std::vector<std::pair<std::string, absl::Time>>;  // pod, when to try it
+  using Now = std::vector<std::string>;  // the pods to try now
 
   SchedulingQueue() : SchedulingQueue(Options{}) {}
   explicit SchedulingQueue(Options options) : options_(options) {}
@@ -267,18 +268,20 @@ class SchedulingQueue {
   void Ready(const std::string& key);
   // An attempt of `key` begins at `now`: the token to pass to Refused.
   uint64_t Attempt(const std::string& key, absl::Time now);
-  // The attempt begun with `token` refused the pod: when to try it again when an event came
-  // during the attempt (the end of its backoff), else nullopt: it waits for an event.
-  std::optional<absl::Time> Refused(const std::string& key, uint64_t token, absl::Time now);
+  // The attempt begun with `token` refused the pod: it waits for an event, unless one came
+  // during the attempt.
+  Now Refused(const std::string& key, uint64_t token, absl::Time now);
   // The backoff of `key` after its attempts so far: the delay before the next attempt after a
   // failure that is not a refusal (an error), which waits for no event.
   absl::Duration Backoff(const std::string& key) const;
-  // An event that moves every waiting pod: each is due at the end of its backoff.
-  Due ClusterEvent(absl::Time now);
-  // The pending pod `key` itself was updated: it is due at the end of its backoff if it waits.
-  std::optional<absl::Time> PodUpdated(const std::string& key, absl::Time now);
-  // The pods that waited `unschedulable_timeout` (kube-scheduler checks every 30 s).
-  Due Flush(absl::Time now);
+  // An event that moves every waiting pod.
+  Now ClusterEvent(absl::Time now);
+  // The pending pod `key` itself was updated: it moves if it waits.
+  Now PodUpdated(const std::string& key, absl::Time now);
+  // Moves the pods that waited `unschedulable_timeout` (kube-scheduler checks every 30 s).
+  Now Flush(absl::Time now);
+  // The backing-off pods due now.
+  Now Pump(absl::Time now) { return Take(now); }
   // The pod scheduled or went away.
   void Forget(const std::string& key) {
     pods_.erase(key);
@@ -288,17 +291,17 @@ class SchedulingQueue {
   size_t waiting() const;
 
  private:
+  enum class State { kTrying, kWaiting, kBackoff, kReady };
   struct Pod {
     int attempts = 0;
     absl::Time last_attempt;
-    bool waiting = false;
+    State state = State::kTrying;
     absl::Time waiting_since;
   };
   absl::Duration BackoffOf(int attempts) const;
   absl::Time BackoffEnd(const Pod& pod) const { return pod.last_attempt + BackoffOf(pod.attempts); }
-  // When a moved pod runs: at the end of its backoff, or now when no pod was ready (`idle`); it is
-  // ready then.
-  absl::Time Move(const std::string& key, Pod& pod, absl::Time now, bool idle);
+  // The backing-off pods that may run: those whose backoff ended, or all when none is ready.
+  Now Take(absl::Time now);
 
   Options options_;
   uint64_t events_ = 0;  // events seen: an attempt's token is the count at its start

@@ -101,75 +101,72 @@ TEST(SchedulingQueueTest, BacksOffLikeKubeScheduler) {
   EXPECT_EQ(q.Backoff("a"), absl::Seconds(1));
 }
 
-// A refused pod is not retried by a timer: it waits until an event, and then runs at the end of
-// its backoff, counted from its attempt, while other pods are ready.
-TEST(SchedulingQueueTest, ARefusedPodWaitsForAnEvent) {
+using Names = SchedulingQueue::Now;
+
+// A refused pod is not retried by a timer: it waits until an event, and then runs when its
+// backoff, counted from its attempt, has passed, while other pods are ready.
+TEST(SchedulingQueueTest, ARefusedPodWaitsForAnEventThenItsBackoff) {
   SchedulingQueue q;
   const absl::Time t = absl::FromUnixSeconds(1000);
-  uint64_t token = q.Attempt("a", t);
-  q.Attempt("a", t);  // a second attempt: backoff 2 s
-  token = q.Attempt("a", t);
-  EXPECT_EQ(q.Refused("a", token, t + absl::Milliseconds(5)), std::nullopt);
+  q.Attempt("a", t);
+  q.Attempt("a", t);
+  uint64_t token = q.Attempt("a", t);  // the third attempt: backoff 4 s
+  EXPECT_EQ(q.Refused("a", token, t + absl::Milliseconds(5)), Names{});
   EXPECT_EQ(q.waiting(), 1u);
-  EXPECT_EQ(q.PodUpdated("b", t), std::nullopt) << "not a waiting pod";
+  EXPECT_EQ(q.Pump(t + absl::Minutes(1)), Names{}) << "waiting is not backing off";
+  EXPECT_EQ(q.PodUpdated("b", t), Names{}) << "not a waiting pod";
   q.Ready("busy");  // the active queue is not empty
-  SchedulingQueue::Due due = q.ClusterEvent(t + absl::Seconds(1));
-  ASSERT_EQ(due.size(), 1u);
-  EXPECT_EQ(due[0].first, "a");
-  EXPECT_EQ(due[0].second, t + absl::Seconds(4)) << "the third attempt backs off 4 s";
+  EXPECT_EQ(q.ClusterEvent(t + absl::Seconds(1)), Names{});
   EXPECT_EQ(q.waiting(), 0u);
-  EXPECT_TRUE(q.ClusterEvent(t + absl::Seconds(2)).empty()) << "moved once";
-  // Long after the backoff, an update of the pod itself runs it at once.
+  EXPECT_EQ(q.Pump(t + absl::Seconds(3)), Names{});
+  EXPECT_EQ(q.Pump(t + absl::Seconds(4)), Names{"a"}) << "its backoff ended";
+  EXPECT_EQ(q.Pump(t + absl::Seconds(5)), Names{}) << "taken once";
+  // Long after the backoff, an update of the pod itself makes it ready at once.
   token = q.Attempt("a", t + absl::Seconds(60));
-  EXPECT_EQ(q.Refused("a", token, t + absl::Seconds(60)), std::nullopt);
-  EXPECT_EQ(q.PodUpdated("a", t + absl::Seconds(100)), t + absl::Seconds(100));
+  EXPECT_EQ(q.Refused("a", token, t + absl::Seconds(60)), Names{});
+  EXPECT_EQ(q.PodUpdated("a", t + absl::Seconds(100)), Names{"a"});
 }
 
-// SchedulerPopFromBackoffQ: with no pod ready, the moved pods run at once, backoff or not.
-TEST(SchedulingQueueTest, WithNothingReadyAMovedPodRunsAtOnce) {
+// SchedulerPopFromBackoffQ: as soon as no pod is ready, the backing-off pods are taken.
+TEST(SchedulingQueueTest, WithNothingReadyTheBackingOffPodsRunAtOnce) {
   SchedulingQueue q;
   const absl::Time t = absl::FromUnixSeconds(1000);
   for (const char* pod : {"a", "b"}) {
     for (int i = 0; i < 5; ++i) {
       q.Attempt(pod, t);  // backoff 10 s
     }
-    EXPECT_EQ(q.Refused(pod, q.Attempt(pod, t), t), std::nullopt);
+    EXPECT_EQ(q.Refused(pod, q.Attempt(pod, t), t), Names{});
   }
-  const SchedulingQueue::Due due = q.ClusterEvent(t + absl::Seconds(1));
-  EXPECT_EQ(due, (SchedulingQueue::Due{{"a", t + absl::Seconds(1)}, {"b", t + absl::Seconds(1)}}));
-  // Both are ready now: an update of a third waiting pod waits for its backoff.
-  EXPECT_EQ(q.Refused("c", q.Attempt("c", t), t), std::nullopt);
-  EXPECT_EQ(q.PodUpdated("c", t + absl::Milliseconds(200)), t + absl::Seconds(1));
-  // Once they have been tried, nothing is ready again.
-  EXPECT_EQ(q.Refused("a", q.Attempt("a", t + absl::Seconds(2)), t + absl::Seconds(2)),
-            std::nullopt);
+  EXPECT_EQ(q.ClusterEvent(t + absl::Seconds(1)), (Names{"a", "b"}));
+  // Both are ready: the update of a third waiting pod waits for its backoff, or for both to be
+  // tried.
+  EXPECT_EQ(q.Refused("c", q.Attempt("c", t + absl::Seconds(1)), t + absl::Seconds(1)), Names{});
+  EXPECT_EQ(q.PodUpdated("c", t + absl::Milliseconds(1200)), Names{});
+  q.Attempt("a", t + absl::Milliseconds(1300));
+  EXPECT_EQ(q.Pump(t + absl::Milliseconds(1300)), Names{}) << "b is still ready";
   q.Forget("b");  // bound
-  EXPECT_EQ(q.Refused("d", q.Attempt("d", t), t), std::nullopt);
-  EXPECT_EQ(q.PodUpdated("d", t + absl::Seconds(3)), t + absl::Seconds(3));
+  EXPECT_EQ(q.Pump(t + absl::Milliseconds(1400)), Names{"c"});
 }
 
-// An event during the attempt may have freed what the pod needs: it goes to the backoff at once.
+// An event during the attempt may have freed what the pod needs: it backs off at once.
 TEST(SchedulingQueueTest, AnEventDuringTheAttemptSendsThePodToTheBackoff) {
   SchedulingQueue q;
   const absl::Time t = absl::FromUnixSeconds(1000);
   q.Ready("busy");
   const uint64_t token = q.Attempt("a", t);
-  EXPECT_TRUE(q.ClusterEvent(t).empty());
-  EXPECT_EQ(q.Refused("a", token, t + absl::Milliseconds(10)), t + absl::Seconds(1));
+  EXPECT_EQ(q.ClusterEvent(t), Names{});
+  EXPECT_EQ(q.Refused("a", token, t + absl::Milliseconds(10)), Names{});
   EXPECT_EQ(q.waiting(), 0u);
+  EXPECT_EQ(q.Pump(t + absl::Seconds(1)), Names{"a"});
 }
 
 TEST(SchedulingQueueTest, TheFlushRetriesPodsThatWaitedFiveMinutes) {
   SchedulingQueue q;
   const absl::Time t = absl::FromUnixSeconds(1000);
-  EXPECT_EQ(q.Refused("a", q.Attempt("a", t), t), std::nullopt);
-  EXPECT_EQ(q.Refused("b", q.Attempt("b", t + absl::Minutes(1)), t + absl::Minutes(1)),
-            std::nullopt);
-  EXPECT_TRUE(q.Flush(t + absl::Minutes(4)).empty());
-  q.Ready("busy");
-  const SchedulingQueue::Due due = q.Flush(t + absl::Minutes(5));
-  ASSERT_EQ(due.size(), 1u);
-  EXPECT_EQ(due[0], std::make_pair(std::string("a"), t + absl::Minutes(5)));
+  EXPECT_EQ(q.Refused("a", q.Attempt("a", t), t), Names{});
+  EXPECT_EQ(q.Refused("b", q.Attempt("b", t + absl::Minutes(1)), t + absl::Minutes(1)), Names{});
+  EXPECT_EQ(q.Flush(t + absl::Minutes(4)), Names{});
+  EXPECT_EQ(q.Flush(t + absl::Minutes(5)), Names{"a"});
   EXPECT_EQ(q.waiting(), 1u);
 }
 

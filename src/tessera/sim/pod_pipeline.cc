@@ -68,9 +68,9 @@ void PodPipeline::CreateTask(const std::string& name) {
   }
 }
 
-void PodPipeline::Retry(const SchedulingQueue::Due& due) {
-  for (const auto& [name, at] : due) {
-    options_.tasks->Post(at, [this, name = name] { ScheduleTask(name); });
+void PodPipeline::Retry(const SchedulingQueue::Now& names) {
+  for (const std::string& name : names) {
+    options_.tasks->Post(Now(), [this, name] { ScheduleTask(name); });
   }
 }
 
@@ -135,10 +135,7 @@ void PodPipeline::ScheduleTask(const std::string& name) {
         }
         // kube-scheduler keeps it among the unschedulable pods until an event moves it
         // (SchedulerEvents), unless one came during this attempt.
-        const std::optional<absl::Time> at = options_.book->queue.Refused(name, token, Now());
-        if (at.has_value() && p.stage == Stage::kPending) {
-          options_.tasks->Post(*at, [this, name] { ScheduleTask(name); });
-        }
+        Retry(options_.book->queue.Refused(name, token, Now()));
         return;
       }
     }

@@ -49,8 +49,8 @@ class PodPipeline {
 
   // Creates the pod `name` (already in the run book) and takes it through its life.
   void CreateTask(const std::string& name);
-  // apisim: the pods kube-scheduler's queue moved (an event, the flush), each tried at its time.
-  void Retry(const SchedulingQueue::Due& due);
+  // apisim: the pods kube-scheduler's queue says to try now.
+  void Retry(const SchedulingQueue::Now& names);
   // kReal: the pod was bound; the node's plugin and kubelet take it.
   void OnBound(const std::string& name);
   // kReal: the pod is being deleted; its kubelet finishes it.

@@ -87,32 +87,31 @@ bool SchedulerEvents::WaitForSync(absl::Duration timeout) const {
 }
 
 void SchedulerEvents::ClusterEvent() {
-  SchedulingQueue::Due due;
-  {
-    MutexLock l(&options_.book->mutex);
-    due = options_.book->queue.ClusterEvent(options_.clock->Now());
-  }
-  options_.retry(due);
+  Move([this](SchedulingQueue& q, absl::Time now) { return q.ClusterEvent(now); });
 }
 
 void SchedulerEvents::PodUpdated(const std::string& name) {
-  std::optional<absl::Time> at;
-  {
-    MutexLock l(&options_.book->mutex);
-    at = options_.book->queue.PodUpdated(name, options_.clock->Now());
-  }
-  if (at.has_value()) {
-    options_.retry({{name, *at}});
-  }
+  Move([&](SchedulingQueue& q, absl::Time now) { return q.PodUpdated(name, now); });
 }
 
 void SchedulerEvents::Flush() {
-  SchedulingQueue::Due due;
+  Move([](SchedulingQueue& q, absl::Time now) { return q.Flush(now); });
+}
+
+void SchedulerEvents::Pump() {
+  Move([](SchedulingQueue& q, absl::Time now) { return q.Pump(now); });
+}
+
+void SchedulerEvents::Move(
+    const std::function<SchedulingQueue::Now(SchedulingQueue&, absl::Time)>& step) {
+  SchedulingQueue::Now now;
   {
     MutexLock l(&options_.book->mutex);
-    due = options_.book->queue.Flush(options_.clock->Now());
+    now = step(options_.book->queue, options_.clock->Now());
   }
-  options_.retry(due);
+  if (!now.empty()) {
+    options_.retry(now);
+  }
 }
 
 }  // namespace tessera::sim

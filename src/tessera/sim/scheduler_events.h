@@ -41,7 +41,7 @@ class SchedulerEvents {
     RunBook* book = nullptr;
     kube::ApiClient* client = nullptr;  // a connection of its own
     Clock* clock = nullptr;
-    std::function<void(const SchedulingQueue::Due&)> retry;  // schedules the moved pods
+    std::function<void(const SchedulingQueue::Now&)> retry;  // tries the pods now
   };
   explicit SchedulerEvents(Options options) : options_(std::move(options)) {}
   ~SchedulerEvents() { Stop(); }
@@ -55,10 +55,14 @@ class SchedulerEvents {
   bool WaitForSync(absl::Duration timeout) const;
   // kube-scheduler's periodic flush of the pods that waited 5 minutes; call every 30 s.
   void Flush();
+  // The backing-off pods due now (SchedulingQueue::Pump); call every 50 ms.
+  void Pump();
 
  private:
   void ClusterEvent();
   void PodUpdated(const std::string& name);
+  // Runs `step` on the queue under the run book's mutex and tries the pods it returns.
+  void Move(const std::function<SchedulingQueue::Now(SchedulingQueue&, absl::Time)>& step);
 
   const Options options_;
   std::unique_ptr<kube::Informer<kube::Pod>> pods_;

@@ -64,11 +64,9 @@ class SchedulerEventsTest : public ::testing::Test {
                                  .book = &book_,
                                  .client = client_,
                                  .clock = Clock::Real(),
-                                 .retry = [this](const SchedulingQueue::Due& due) {
+                                 .retry = [this](const SchedulingQueue::Now& names) {
                                    MutexLock l(&mu_);
-                                   for (const auto& d : due) {
-                                     moved_.push_back(d.first);
-                                   }
+                                   moved_.insert(moved_.end(), names.begin(), names.end());
                                  }});
     events_->Start();
     ASSERT_TRUE(events_->WaitForSync(absl::Seconds(10)));
@@ -77,7 +75,7 @@ class SchedulerEventsTest : public ::testing::Test {
   void Wait(const std::string& name) {
     MutexLock l(&book_.mutex);
     const uint64_t token = book_.queue.Attempt(name, absl::Now() - absl::Minutes(1));
-    ASSERT_EQ(book_.queue.Refused(name, token, absl::Now()), std::nullopt);
+    ASSERT_TRUE(book_.queue.Refused(name, token, absl::Now()).empty());
   }
   std::vector<std::string> Moved() {
     MutexLock l(&mu_);

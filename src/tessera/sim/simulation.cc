@@ -455,7 +455,7 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
         .book = &book_,
         .client = scheduler_client_.get(),
         .clock = clock_,
-        .retry = [this](const SchedulingQueue::Due& due) { pipeline_->Retry(due); }});
+        .retry = [this](const SchedulingQueue::Now& names) { pipeline_->Retry(names); }});
     scheduler_events_->Start();
   }
   if (real_) {
@@ -527,9 +527,12 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
       }
       Tick(now, elapsed);
     }
-    if (scheduler_events_ != nullptr && now >= next_flush) {
-      next_flush = now + absl::Seconds(30);
-      scheduler_events_->Flush();
+    if (scheduler_events_ != nullptr) {
+      scheduler_events_->Pump();
+      if (now >= next_flush) {
+        next_flush = now + absl::Seconds(30);
+        scheduler_events_->Flush();
+      }
     }
     if (now - last_progress >= progress_every) {
       last_progress = now;
