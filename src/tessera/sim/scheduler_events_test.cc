@@ -87,13 +87,14 @@ class SchedulerEventsTest : public ::testing::Test {
     ASSERT_TRUE(client_->PatchPodMetadata("default", pod, patch).ok());
   }
 
+  // The informers' threads call `retry` until they stop: they go first (members end in reverse).
+  Mutex mu_;
+  std::vector<std::string> moved_ ABSL_GUARDED_BY(mu_);
   Scenario scenario_;
   RunBook book_;
   ::tessera::testing::ApisimEnv env_;
   kube::ApiClient* client_ = nullptr;
   std::unique_ptr<SchedulerEvents> events_;
-  Mutex mu_;
-  std::vector<std::string> moved_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST_F(SchedulerEventsTest, AnUpdateOfAWaitingPodMovesThatPod) {
