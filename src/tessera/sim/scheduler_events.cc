@@ -87,7 +87,7 @@ bool SchedulerEvents::WaitForSync(absl::Duration timeout) const {
 }
 
 void SchedulerEvents::ClusterEvent() {
-  Move([this](SchedulingQueue& q, absl::Time now) { return q.ClusterEvent(now); });
+  Move([](SchedulingQueue& q, absl::Time now) { return q.ClusterEvent(now); });
 }
 
 void SchedulerEvents::PodUpdated(const std::string& name) {
