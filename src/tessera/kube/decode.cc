@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
+#include "absl/time/time.h"
 #include "fmt/format.h"
 #include "simdjson.h"
 
@@ -408,6 +409,26 @@ class Decoder::Impl {
     return StringView(v, out, present);
   }
 
+  // A metav1.Time (RFC 3339, as Go's time.Parse reads it) as Unix seconds; null: 0.
+  bool StartTime(od::value& v, int64_t* out) {
+    std::string_view text;
+    bool present = false;
+    if (!StringView(v, &text, &present)) {
+      return false;
+    }
+    if (!present) {
+      *out = 0;
+      return true;
+    }
+    absl::Time t;
+    std::string err;
+    if (!absl::ParseTime(absl::RFC3339_full, std::string(text), &t, &err)) {
+      return Fail("expected an RFC 3339 time");
+    }
+    *out = absl::ToUnixSeconds(t);
+    return true;
+  }
+
   bool Bool(od::value& v, bool* out) {
     bool is_null = false;
     if (!Expect(v, od::json_type::boolean, "expected boolean", &is_null)) {
@@ -693,6 +714,14 @@ class Decoder::Impl {
                           }
                           pod->priority = priority.value_or(0);
                         }
+                        if (skey == "preemptionPolicy") {
+                          std::string_view policy;
+                          bool present = false;
+                          if (!StringView(svalue, &policy, &present)) {
+                            return Push(skey);
+                          }
+                          pod->preempt_never = present && policy == "Never";
+                        }
                         return true;
                       }) ||
                Push(key);
@@ -707,6 +736,9 @@ class Decoder::Impl {
                             return Push(skey);
                           }
                           pod->phase = ParsePodPhase(present ? phase : std::string_view());
+                        }
+                        if (skey == "startTime") {
+                          return StartTime(svalue, &pod->start_unix) || Push(skey);
                         }
                         return true;
                       }) ||

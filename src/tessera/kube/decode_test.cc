@@ -85,6 +85,24 @@ TEST(DecodePodTest, FieldOrderDoesNotMatter) {
   EXPECT_EQ(pod->priority, -7);
 }
 
+TEST(DecodePodTest, PreemptionPolicyAndStartTime) {
+  absl::StatusOr<Pod> pod =
+      DecodePod(R"({"metadata":{"name":"p"},"spec":{"preemptionPolicy":"Never"},)"
+                R"("status":{"startTime":"2026-12-07T12:00:01Z"}})");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_TRUE(pod->preempt_never);
+  EXPECT_EQ(pod->start_unix, 1796644801);
+  pod = DecodePod(R"({"spec":{"preemptionPolicy":"PreemptLowerPriority"},)"
+                  R"("status":{"startTime":"2026-12-07T13:00:01.5+01:00"}})");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_FALSE(pod->preempt_never);
+  EXPECT_EQ(pod->start_unix, 1796644801);
+  pod = DecodePod(R"({"spec":{"preemptionPolicy":null},"status":{"startTime":null}})");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_FALSE(pod->preempt_never);
+  EXPECT_EQ(pod->start_unix, 0);
+}
+
 TEST(DecodePodTest, NullsAreAbsentAndMinimalPodDecodes) {
   absl::StatusOr<Pod> pod = DecodePod(
       R"({"metadata":{"name":"p","labels":null,"creationTimestamp":null,"annotations":{"a":null}},)"
@@ -200,6 +218,11 @@ TEST(DecodePodTest, WrongTypesNameTheFieldPath) {
        "spec.priority: expected integer"},
       {R"({"spec":{"priority":2147483648}})", "Pod: spec.priority: integer out of range",
        "spec.priority: integer out of range"},
+      {R"({"status":{"startTime":"yesterday"}})",
+       "Pod: status.startTime: expected an RFC 3339 time",
+       "status.startTime: expected an RFC 3339 time"},
+      {R"({"spec":{"preemptionPolicy":1}})", "Pod: spec.preemptionPolicy: expected string",
+       "spec.preemptionPolicy: expected string"},
       {R"({"kind":"Node","metadata":{"name":"x"}})", "Pod: kind: kind Node, expected Pod",
        "kind: kind Node, expected Pod"},
       {R"([1,2])", "Pod: expected object", "expected object"},

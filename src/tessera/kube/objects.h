@@ -268,7 +268,9 @@ struct Pod {
   std::vector<Container> init_containers;
   std::vector<Container> containers;
   PodPhase phase = PodPhase::kPending;
-  int32_t priority = 0;  // spec.priority (absent: 0)
+  int32_t priority = 0;        // spec.priority (absent: 0)
+  bool preempt_never = false;  // spec.preemptionPolicy is "Never"
+  int64_t start_unix = 0;      // status.startTime in Unix seconds (absent: 0)
 
   // "namespace/name".
   std::string Key() const { return meta.ns + "/" + meta.name; }
