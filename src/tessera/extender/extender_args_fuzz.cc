@@ -1,5 +1,6 @@
-// Any bytes decode to FilterArgs / BindArgs or to an error with a message, never a crash; what
-// decodes re-encodes, and a filter reply built from it is well formed enough to decode its names.
+// Any bytes decode to FilterArgs / PreemptArgs / BindArgs or to an error with a message, never a
+// crash; what decodes re-encodes, and a filter reply built from it is well formed enough to decode
+// its names; a preempt reply decodes back to the same victims.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -29,6 +30,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string again = "{\"Pod\":" + args->raw_pod + "," + reply.substr(1);
     absl::StatusOr<tessera::extender::FilterArgs> back = tessera::extender::DecodeFilterArgs(again);
     if (!back.ok() || back->CandidateNames() != args->CandidateNames()) {
+      std::abort();
+    }
+  }
+  absl::StatusOr<tessera::extender::PreemptArgs> preempt =
+      tessera::extender::DecodePreemptArgs(json);
+  if (!preempt.ok() && preempt.status().message().empty()) {
+    std::abort();
+  }
+  if (preempt.ok()) {
+    // Every node name is a Kubernetes name and every victim has a uid.
+    for (const auto& [node, victims] : preempt->victims) {
+      if (!tessera::kube::IsDnsSubdomain(node) || victims.num_pdb_violations < 0) {
+        std::abort();
+      }
+      for (const std::string& uid : victims.pod_uids) {
+        if (uid.empty()) {
+          std::abort();
+        }
+      }
+    }
+    // The reply (with the request's pod) decodes back to the same victims, in the meta form.
+    tessera::extender::PreemptResult result{preempt->victims};
+    std::string reply = tessera::extender::EncodePreemptResult(result);
+    std::string again = "{\"Pod\":" + preempt->raw_pod + "," + reply.substr(1);
+    absl::StatusOr<tessera::extender::PreemptArgs> back =
+        tessera::extender::DecodePreemptArgs(again);
+    if (!back.ok() || !back->meta || back->victims != preempt->victims) {
       std::abort();
     }
   }

@@ -14,9 +14,15 @@
 // & or U+2028).
 #include "tessera/extender/wire.h"
 
+#include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
@@ -54,6 +60,13 @@ std::string_view TrimTrailingSpace(std::string_view s) {
     s.remove_suffix(1);
   }
   return s;
+}
+
+// A name from the request for an error message: quoted, non-printable bytes escaped, cut after
+// 64 bytes.
+std::string QuoteName(std::string_view name) {
+  return fmt::format("\"{}{}\"", absl::CEscape(std::string(name.substr(0, 64))),
+                     name.size() > 64 ? "..." : "");
 }
 
 // Requests larger than this release the thread's parser buffers after decoding.
@@ -206,6 +219,31 @@ class RequestDecoder {
   }
 
   // An object's exact text (without trailing whitespace); the value is consumed.
+  // The request's "Pod": its raw object, or null (no pod: *have false).
+  bool PodValue(od::value& v, std::string* raw, bool* have) {
+    bool is_null = false;
+    if (!IsNull(v, &is_null)) {
+      return false;
+    }
+    raw->clear();
+    *have = !is_null;
+    return is_null || RawObject("Pod", v, raw);
+  }
+
+  // The pod of a request whose "Pod" was read by PodValue: kMissingPodMessage when absent, the
+  // decoder's error naming "Pod" when it does not decode.
+  absl::StatusOr<kube::Pod> RequestPod(bool have, const std::string& raw) {
+    if (!have) {
+      return absl::InvalidArgumentError(kMissingPodMessage);
+    }
+    absl::StatusOr<kube::Pod> pod = kube::DecodePod(raw);
+    if (!pod.ok()) {
+      Fail("Pod", std::string(pod.status().message()));
+      return Error();
+    }
+    return pod;
+  }
+
   bool RawObject(std::string_view field, od::value& v, std::string* raw) {
     od::object object;
     if (!Object(field, v, &object)) {
@@ -320,6 +358,175 @@ class RequestDecoder {
     return true;
   }
 
+  // NodeNameToVictims (`full`: whole pods) or NodeNameToMetaVictims. null drops the map; an
+  // object adds its nodes to the map already decoded, because Go decodes into an existing map
+  // (a repeated key merges), while a node repeated within the map replaces its victims.
+  bool VictimMap(std::string_view field, od::value& v, bool full,
+                 std::optional<std::map<std::string, WireVictims>>* out) {
+    bool is_null = false;
+    if (!IsNull(v, &is_null)) {
+      return false;
+    }
+    if (is_null) {
+      out->reset();
+      return true;
+    }
+    od::object object;
+    if (!Object(field, v, &object)) {
+      return false;
+    }
+    if (!out->has_value()) {
+      out->emplace();
+    }
+    for (auto entry_result : object) {
+      od::field entry;
+      if (auto e = std::move(entry_result).get(entry); e) {
+        return JsonFail(field, e);
+      }
+      std::string_view key;
+      if (auto e = entry.unescaped_key().get(key); e) {
+        return JsonFail(field, e);
+      }
+      std::string node(key);
+      if (!kube::IsDnsSubdomain(node)) {
+        return Fail(field, fmt::format("node {} is not a valid node name (an RFC 1123 subdomain)",
+                                       QuoteName(node)));
+      }
+      WireVictims victims;
+      od::value value = entry.value();
+      if (!Victims(field, node, value, full, &victims)) {
+        return false;
+      }
+      (**out)[std::move(node)] = std::move(victims);
+    }
+    return true;
+  }
+
+  // One node's Victims / MetaVictims; null is a node without victims.
+  bool Victims(std::string_view field, const std::string& node, od::value& v, bool full,
+               WireVictims* out) {
+    bool is_null = false;
+    if (!IsNull(v, &is_null)) {
+      return false;
+    }
+    if (is_null) {
+      return true;
+    }
+    od::object object;
+    if (!Object(fmt::format("{}[\"{}\"]", field, node), v, &object)) {
+      return false;
+    }
+    static constexpr std::string_view kNames[] = {"Pods", "NumPDBViolations"};
+    return Fields(object, kNames, 2, [&](int index, od::value& value) {
+      if (index == 1) {
+        return NonNegativeInt64(
+            [&] { return fmt::format("{}[\"{}\"].NumPDBViolations", field, node); }, value,
+            &out->num_pdb_violations);
+      }
+      return VictimPods(field, node, value, full, &out->pod_uids);
+    });
+  }
+
+  // Victims.Pods ([]*v1.Pod, each to its metadata.uid) or MetaVictims.Pods ([]*MetaPod). null
+  // is no victims; a repeated key replaces the list. Every victim must have a uid.
+  bool VictimPods(std::string_view field, const std::string& node, od::value& v, bool full,
+                  std::vector<std::string>* out) {
+    bool is_null = false;
+    if (!IsNull(v, &is_null)) {
+      return false;
+    }
+    out->clear();
+    if (is_null) {
+      return true;
+    }
+    od::array array;
+    if (!Array(fmt::format("{}[\"{}\"].Pods", field, node), v, "expected array", &array)) {
+      return false;
+    }
+    size_t index = 0;
+    for (auto element_result : array) {
+      // The element's field name is formatted only on error.
+      auto where = [&] { return fmt::format("{}[\"{}\"].Pods[{}]", field, node, index); };
+      od::value element;
+      if (auto e = std::move(element_result).get(element); e) {
+        return JsonFail(where(), e);
+      }
+      if (!IsNull(element, &is_null)) {
+        return false;
+      }
+      if (is_null) {
+        return Fail(where(), "victim is null (no uid)");
+      }
+      std::string uid;
+      if (full) {
+        std::string raw;
+        if (!RawObject(where(), element, &raw)) {
+          return false;
+        }
+        absl::StatusOr<kube::Pod> pod = kube::DecodePod(raw);
+        if (!pod.ok()) {
+          return Fail(where(), std::string(pod.status().message()));
+        }
+        uid = std::move(pod->meta.uid);
+      } else {
+        od::object meta_pod;
+        if (!Object(where(), element, &meta_pod)) {
+          return false;
+        }
+        static constexpr std::string_view kNames[] = {"UID"};
+        if (!Fields(meta_pod, kNames, 1,
+                    [&](int, od::value& u) { return String(where() + ".UID", u, &uid); })) {
+          return false;
+        }
+      }
+      if (uid.empty()) {
+        return Fail(where(), full ? "victim pod has no metadata.uid" : "victim has no UID");
+      }
+      out->push_back(std::move(uid));
+      ++index;
+    }
+    return true;
+  }
+
+  // An int64 that must not be negative, read as Go reads a JSON number into an int64 (no
+  // fraction, no exponent, no overflow); null leaves *out unchanged, as in Go. `field` formats
+  // the field's name (called only on error).
+  template <typename FieldName>
+  bool NonNegativeInt64(FieldName&& field, od::value& v, int64_t* out) {
+    od::json_type t;
+    if (auto e = v.type().get(t); e) {
+      return JsonFail(field(), e);
+    }
+    if (t == od::json_type::null) {
+      bool n = false;
+      if (auto e = v.is_null().get(n); e || !n) {
+        return e ? JsonFail(field(), e) : Fail(field(), "invalid literal");
+      }
+      return true;
+    }
+    if (t != od::json_type::number) {
+      return Fail(field(), "expected integer");
+    }
+    // The literal, for the message; read before get_int64, which consumes the value.
+    const std::string_view text = TrimTrailingSpace(v.raw_json_token());
+    int64_t n = 0;
+    if (auto e = v.get_int64().get(n); e) {
+      if (e != simdjson::INCORRECT_TYPE && e != simdjson::NUMBER_OUT_OF_RANGE) {
+        return JsonFail(field(), e);
+      }
+      const bool fraction = text.find_first_of(".eE") != std::string_view::npos;
+      return Fail(
+          field(),
+          fmt::format("{} {}", fraction ? "expected integer, got" : "integer out of int64 range:",
+                      text.substr(0, 64)));
+    }
+    if (n < 0) {
+      return Fail(field(), fmt::format("must not be negative, got {}", n));
+    }
+    *out = n;
+    return true;
+  }
+
   absl::Status Error() const { return absl::InvalidArgumentError(error_); }
 
   bool Fail(std::string_view field, std::string_view problem) {
@@ -395,22 +602,8 @@ absl::StatusOr<FilterArgs> DecodeFilterArgs(std::string_view json) {
   RequestDecoder& d = *decoder;
   const bool ok = d.Fields(object, kNames, 3, [&](int index, od::value& v) {
     switch (index) {
-      case 0: {
-        bool is_null = false;
-        if (!d.IsNull(v, &is_null)) {
-          return false;
-        }
-        if (is_null) {
-          have_pod = false;
-          args.raw_pod.clear();
-          return true;
-        }
-        if (!d.RawObject("Pod", v, &args.raw_pod)) {
-          return false;
-        }
-        have_pod = true;
-        return true;
-      }
+      case 0:
+        return d.PodValue(v, &args.raw_pod, &have_pod);
       case 1:
         return d.Nodes(v, &args.nodes);
       default:
@@ -420,13 +613,9 @@ absl::StatusOr<FilterArgs> DecodeFilterArgs(std::string_view json) {
   if (!ok) {
     return d.Error();
   }
-  if (!have_pod) {
-    return absl::InvalidArgumentError(kMissingPodMessage);
-  }
-  absl::StatusOr<kube::Pod> pod = kube::DecodePod(args.raw_pod);
+  absl::StatusOr<kube::Pod> pod = d.RequestPod(have_pod, args.raw_pod);
   if (!pod.ok()) {
-    d.Fail("Pod", std::string(pod.status().message()));
-    return d.Error();
+    return pod.status();
   }
   args.pod = *std::move(pod);
   return args;
@@ -466,6 +655,50 @@ absl::StatusOr<BindArgs> DecodeBindArgs(std::string_view json) {
   }
   if (!kube::IsDnsSubdomain(args.node)) {
     return refuse("Node", args.node, "node name (an RFC 1123 subdomain)");
+  }
+  return args;
+}
+
+absl::StatusOr<PreemptArgs> DecodePreemptArgs(std::string_view json) {
+  auto decoder = std::make_unique<RequestDecoder>("extender preemption args");
+  od::object object;
+  if (!decoder->Open(json, &object)) {
+    return decoder->Error();
+  }
+  static constexpr std::string_view kNames[] = {"Pod", "NodeNameToVictims",
+                                                "NodeNameToMetaVictims"};
+  PreemptArgs args;
+  bool have_pod = false;
+  std::optional<std::map<std::string, WireVictims>> full;
+  std::optional<std::map<std::string, WireVictims>> meta;
+  RequestDecoder& d = *decoder;
+  const bool ok = d.Fields(object, kNames, 3, [&](int index, od::value& v) {
+    switch (index) {
+      case 0:
+        return d.PodValue(v, &args.raw_pod, &have_pod);
+      case 1:
+        return d.VictimMap(kNames[1], v, /*full=*/true, &full);
+      default:
+        return d.VictimMap(kNames[2], v, /*full=*/false, &meta);
+    }
+  });
+  if (!ok) {
+    return d.Error();
+  }
+  if (have_pod && full.has_value() && meta.has_value()) {
+    d.Fail("", "both NodeNameToVictims and NodeNameToMetaVictims are set; expected one of them");
+    return d.Error();
+  }
+  absl::StatusOr<kube::Pod> pod = d.RequestPod(have_pod, args.raw_pod);
+  if (!pod.ok()) {
+    return pod.status();
+  }
+  args.pod = *std::move(pod);
+  args.meta = meta.has_value();
+  if (meta.has_value()) {
+    args.victims = *std::move(meta);
+  } else if (full.has_value()) {
+    args.victims = *std::move(full);
   }
   return args;
 }
@@ -522,6 +755,41 @@ std::string EncodeFilterResult(const FilterResult& result) {
   out.append(",\"Error\":");
   json::AppendGoString(&out, result.error);
   out.push_back('}');
+  return out;
+}
+
+std::string EncodePreemptResult(const PreemptResult& result) {
+  std::string out;
+  size_t reserve = 32;
+  for (const auto& [node, victims] : result.victims) {
+    reserve += node.size() + 48;
+    for (const std::string& uid : victims.pod_uids) {
+      reserve += uid.size() + 12;
+    }
+  }
+  out.reserve(reserve);
+  out.append("{\"NodeNameToMetaVictims\":{");
+  bool first = true;
+  for (const auto& [node, victims] : result.victims) {  // bytewise order, as Go sorts map keys
+    if (!first) {
+      out.push_back(',');
+    }
+    first = false;
+    json::AppendGoString(&out, node);
+    out.append(":{\"Pods\":[");
+    for (size_t i = 0; i < victims.pod_uids.size(); ++i) {
+      if (i > 0) {
+        out.push_back(',');
+      }
+      out.append("{\"UID\":");
+      json::AppendGoString(&out, victims.pod_uids[i]);
+      out.push_back('}');
+    }
+    out.append("],\"NumPDBViolations\":");
+    out.append(std::to_string(victims.num_pdb_violations));
+    out.push_back('}');
+  }
+  out.append("}}");
   return out;
 }
 

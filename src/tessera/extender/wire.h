@@ -16,6 +16,8 @@
 // Thread safety: pure functions and plain structs.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -76,6 +78,31 @@ struct BindResult {
   std::string error;
 };
 
+// One node's victims (Victims / MetaVictims): the pods by uid, in the order given, and how many
+// PodDisruptionBudgets their eviction violates.
+struct WireVictims {
+  std::vector<std::string> pod_uids;
+  int64_t num_pdb_violations = 0;
+  friend bool operator==(const WireVictims&, const WireVictims&) = default;
+};
+
+// ExtenderPreemptionArgs: the request to /preempt. kube-scheduler sends NodeNameToMetaVictims
+// (uids only) to a nodeCacheCapable extender, else NodeNameToVictims (whole pods); either form
+// decodes to `victims` (a full pod to its metadata.uid). Since Kubernetes 1.38 a node may come
+// with no victims (the in-tree dry run found none, e.g. for resources it ignores).
+struct PreemptArgs {
+  kube::Pod pod;
+  std::string raw_pod;  // as received (for logs; never re-parsed)
+  std::map<std::string, WireVictims> victims;
+  bool meta = false;  // which form came (NodeNameToMetaVictims)
+};
+
+// ExtenderPreemptionResult: per node the victims the extender agrees to (a subset of the nodes
+// it was given; a node left out is not a candidate).
+struct PreemptResult {
+  std::map<std::string, WireVictims> victims;
+};
+
 // The message of DecodeFilterArgs' error when the request has no pod (absent or null). HAMi
 // answers that case with 200 and this text in "Error" rather than with a 400.
 inline constexpr char kMissingPodMessage[] = "extender args missing pod";
@@ -97,6 +124,17 @@ absl::StatusOr<FilterArgs> DecodeFilterArgs(std::string_view json);
 // empty (then no uid precondition applies).
 absl::StatusOr<BindArgs> DecodeBindArgs(std::string_view json);
 
+// The pod as DecodeFilterArgs (missing: kMissingPodMessage); NodeNameToVictims or
+// NodeNameToMetaVictims, absent or null meaning no nodes, both present (non-null) an
+// InvalidArgument; a node whose value or Pods is null (or Pods is []) has no victims; a victim
+// without a uid (null, a full pod without metadata.uid, a MetaPod without UID), a NumPDBViolations
+// that is negative or not an integer in int64 range (1.5, 1e2, "1"), or a node name that is not
+// an RFC 1123 subdomain is an InvalidArgument naming the node. Full victim pods are decoded by
+// kube::DecodePod. Keys match as in DecodeFilterArgs, except that a repeated NodeNameTo… key adds
+// its nodes to those already read, as Go decodes into the existing map (a node repeated within
+// one map is replaced whole).
+absl::StatusOr<PreemptArgs> DecodePreemptArgs(std::string_view json);
+
 // The replies, byte for byte as Go's json.Marshal writes them (keys in struct order, no
 // whitespace). Strings are escaped as encoding/json does by default: \" \\ \b \f \n \r \t,
 // other control bytes and <, >, & as \u00XX, U+2028/U+2029 as \u2028/\u2029, and each byte of
@@ -105,6 +143,9 @@ absl::StatusOr<BindArgs> DecodeBindArgs(std::string_view json);
 // {"Nodes":…,"NodeNames":…,"FailedNodes":{…},"FailedAndUnresolvableNodes":{…},"Error":"…"}
 // with "Nodes" as {"metadata":{},"items":[…]} when present; the items are copied verbatim.
 std::string EncodeFilterResult(const FilterResult& result);
+// {"NodeNameToMetaVictims":{"<node>":{"Pods":[{"UID":"…"}],"NumPDBViolations":n}}}, nodes
+// sorted; a node without victims has "Pods":[].
+std::string EncodePreemptResult(const PreemptResult& result);
 // {"Error":"…"}
 std::string EncodeBindResult(const BindResult& result);
 

@@ -1,7 +1,10 @@
 #include "tessera/extender/wire.h"
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -303,6 +306,271 @@ TEST(EncodeFilterResult, RoundTripThroughDecoderOfNames) {
       DecodeFilterArgs(std::string(R"({"Pod":)") + kPod + "," + reply.substr(1));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back->node_names, *result.node_names);
+}
+
+// ---- preempt ------------------------------------------------------------------------------------
+
+std::string PreemptBody(const std::string& rest) {
+  return std::string(R"({"Pod":)") + kPod + (rest.empty() ? "" : ",") + rest + "}";
+}
+
+WireVictims Victims(std::vector<std::string> uids, int64_t pdb) {
+  WireVictims v;
+  v.pod_uids = std::move(uids);
+  v.num_pdb_violations = pdb;
+  return v;
+}
+
+// The request kube-scheduler sends a nodeCacheCapable extender (docs/k8s-protocol.md §1.1).
+TEST(DecodePreemptArgs, MetaForm) {
+  absl::StatusOr<PreemptArgs> args = DecodePreemptArgs(PreemptBody(
+      R"("NodeNameToVictims":null,"NodeNameToMetaVictims":{"node1":{"Pods":[{"UID":"v1"},)"
+      R"({"UID":"v2"}],"NumPDBViolations":2},"node2":{"Pods":[{"UID":"v3"}],"NumPDBViolations":0}})"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_TRUE(args->meta);
+  EXPECT_EQ(args->pod.meta.uid, "u1");
+  EXPECT_EQ(args->raw_pod, kPod);
+  const std::map<std::string, WireVictims> want = {{"node1", Victims({"v1", "v2"}, 2)},
+                                                   {"node2", Victims({"v3"}, 0)}};
+  EXPECT_EQ(args->victims, want);
+}
+
+// Without nodeCacheCapable the victims come as whole pods; each is decoded as kube::DecodePod
+// decodes a pod and counts by its metadata.uid.
+TEST(DecodePreemptArgs, FullForm) {
+  absl::StatusOr<PreemptArgs> args = DecodePreemptArgs(PreemptBody(
+      R"("NodeNameToVictims":{"node1":{"Pods":[{"metadata":{"name":"a","namespace":"ns","uid":"ua"}},)"
+      R"({"metadata":{"name":"b","uid":"ub"},"spec":{"containers":[{"name":"c"}]}}],)"
+      R"("NumPDBViolations":1}},"NodeNameToMetaVictims":null)"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_FALSE(args->meta);
+  const std::map<std::string, WireVictims> want = {{"node1", Victims({"ua", "ub"}, 1)}};
+  EXPECT_EQ(args->victims, want);
+}
+
+TEST(DecodePreemptArgs, CaseInsensitiveKeys) {
+  for (const std::string& rest :
+       {std::string(
+            R"("nodenametometavictims":{"n1":{"pods":[{"uid":"x"}],"numpdbviolations":3}})"),
+        std::string(
+            R"("NODENAMETOMETAVICTIMS":{"n1":{"PODS":[{"Uid":"x"}],"NumPdbViolations":3}})")}) {
+    absl::StatusOr<PreemptArgs> args = DecodePreemptArgs(PreemptBody(rest));
+    ASSERT_TRUE(args.ok()) << rest << ": " << args.status();
+    EXPECT_TRUE(args->meta);
+    const std::map<std::string, WireVictims> want = {{"n1", Victims({"x"}, 3)}};
+    EXPECT_EQ(args->victims, want) << rest;
+  }
+  absl::StatusOr<PreemptArgs> args =
+      DecodePreemptArgs(std::string(R"({"pod":)") + kPod +
+                        R"(,"nodenametovictims":{"n1":{"pods":[{"metadata":{"uid":"y"}}]}}})");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_FALSE(args->meta);
+  EXPECT_EQ(args->victims.at("n1"), Victims({"y"}, 0));
+}
+
+// Within one object the last of several keys that reach a field wins; a repeated map key adds
+// its nodes to the map already decoded, because Go decodes into the existing map.
+TEST(DecodePreemptArgs, RepeatedKeys) {
+  absl::StatusOr<PreemptArgs> args = DecodePreemptArgs(PreemptBody(
+      R"("NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"a","uid":"b"}],"NumPDBViolations":4,)"
+      R"("pods":[{"UID":"c"},{"UID":"d"}],"numpdbviolations":5},"n1":{"Pods":[{"UID":"e"}]}})"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->victims, (std::map<std::string, WireVictims>{{"n1", Victims({"e"}, 0)}}));
+
+  args = DecodePreemptArgs(PreemptBody(
+      R"("NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"a","uid":"b"}],"NumPDBViolations":4,)"
+      R"("pods":[{"UID":"c"},{"UID":"d"}],"numpdbviolations":5,"NumPDBViolations":null}})"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->victims, (std::map<std::string, WireVictims>{{"n1", Victims({"c", "d"}, 5)}}));
+
+  args = DecodePreemptArgs(
+      PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"a","uid":"b"}]}},)"
+                  R"("nodenametometavictims":{"n2":{"Pods":[{"UID":"c"}]}})"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->victims, (std::map<std::string, WireVictims>{{"n1", Victims({"b"}, 0)},
+                                                               {"n2", Victims({"c"}, 0)}}));
+
+  // null drops what came before; the later object starts a new map.
+  args = DecodePreemptArgs(PreemptBody(R"("NodeNameToMetaVictims":{"n1":null},)"
+                                       R"("NodeNameToMetaVictims":null,)"
+                                       R"("NodeNameToMetaVictims":{"n2":null})"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->victims, (std::map<std::string, WireVictims>{{"n2", WireVictims{}}}));
+
+  // The pod: the last one wins too.
+  args = DecodePreemptArgs(
+      R"({"Pod":{"metadata":{"uid":"first"}},"pod":{"metadata":{"uid":"second"}}})");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->pod.meta.uid, "second");
+}
+
+// Since Kubernetes 1.38 a node can come with no victims; a null node value has none either.
+TEST(DecodePreemptArgs, NodesWithoutVictims) {
+  absl::StatusOr<PreemptArgs> args = DecodePreemptArgs(
+      PreemptBody(R"("NodeNameToMetaVictims":{"a":{"Pods":[],"NumPDBViolations":0},)"
+                  R"("b":{"Pods":null},"c":null,"d":{},"e":{"Pods":[{"UID":"x"}],"Pods":[]}})"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  ASSERT_EQ(args->victims.size(), 5u);
+  for (const auto& [node, victims] : args->victims) {
+    EXPECT_EQ(victims, WireVictims{}) << node;
+  }
+
+  args = DecodePreemptArgs(PreemptBody(R"("NodeNameToVictims":{"a":{"Pods":[]},"b":null})"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_FALSE(args->meta);
+  EXPECT_EQ(args->victims, (std::map<std::string, WireVictims>{{"a", {}}, {"b", {}}}));
+}
+
+TEST(DecodePreemptArgs, NoMaps) {
+  for (const std::string& rest :
+       {std::string(), std::string(R"("NodeNameToVictims":null,"NodeNameToMetaVictims":null)")}) {
+    absl::StatusOr<PreemptArgs> args = DecodePreemptArgs(PreemptBody(rest));
+    ASSERT_TRUE(args.ok()) << rest << ": " << args.status();
+    EXPECT_FALSE(args->meta);
+    EXPECT_TRUE(args->victims.empty());
+  }
+  absl::StatusOr<PreemptArgs> args =
+      DecodePreemptArgs(PreemptBody(R"("NodeNameToMetaVictims":{})"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_TRUE(args->meta);
+  EXPECT_TRUE(args->victims.empty());
+}
+
+TEST(DecodePreemptArgs, MissingPod) {
+  for (const char* body : {R"({"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"a"}]}}})",
+                           R"({"Pod":null,"NodeNameToMetaVictims":{}})", "{}",
+                           R"({"Pod":{"metadata":{"uid":"p"}},"POD":null})"}) {
+    absl::StatusOr<PreemptArgs> args = DecodePreemptArgs(body);
+    ASSERT_FALSE(args.ok()) << body;
+    EXPECT_EQ(args.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(args.status().message(), kMissingPodMessage) << body;
+  }
+}
+
+TEST(DecodePreemptArgs, Errors) {
+  const std::pair<std::string, std::string> cases[] = {
+      {PreemptBody(R"("NodeNameToVictims":{},"NodeNameToMetaVictims":{})"),
+       "both NodeNameToVictims and NodeNameToMetaVictims are set"},
+      {PreemptBody(R"("NodeNameToVictims":{"n1":null},"nodenametometavictims":{"n2":null})"),
+       "both NodeNameToVictims and NodeNameToMetaVictims are set"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"Node_1":{"Pods":[]}})"),
+       R"(NodeNameToMetaVictims: node "Node_1" is not a valid node name (an RFC 1123 subdomain))"},
+      {PreemptBody(R"("NodeNameToVictims":{"":null})"),
+       R"(NodeNameToVictims: node "" is not a valid node name)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"a/b\n":null})"),
+       R"(node "a/b\n" is not a valid node name)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":""}]}})"),
+       R"(NodeNameToMetaVictims["n1"].Pods[0]: victim has no UID)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"a"},{}]}})"),
+       R"(NodeNameToMetaVictims["n1"].Pods[1]: victim has no UID)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":null}]}})"),
+       R"(NodeNameToMetaVictims["n1"].Pods[0]: victim has no UID)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"Pods":[null]}})"),
+       R"(NodeNameToMetaVictims["n1"].Pods[0]: victim is null)"},
+      {PreemptBody(R"("NodeNameToVictims":{"n1":{"Pods":[{"metadata":{"name":"v"}}]}})"),
+       R"(NodeNameToVictims["n1"].Pods[0]: victim pod has no metadata.uid)"},
+      {PreemptBody(R"("NodeNameToVictims":{"n1":{"Pods":[{"metadata":{"name":7,"uid":"x"}}]}})"),
+       R"(NodeNameToVictims["n1"].Pods[0]: Pod: metadata.name: expected string)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"NumPDBViolations":-1}})"),
+       R"(NodeNameToMetaVictims["n1"].NumPDBViolations: must not be negative, got -1)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"NumPDBViolations":1.5}})"),
+       R"(NodeNameToMetaVictims["n1"].NumPDBViolations: expected integer, got 1.5)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"NumPDBViolations":1.0}})"),
+       "expected integer, got 1.0"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"NumPDBViolations":2e1 }})"),
+       "expected integer, got 2e1"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"NumPDBViolations":"1"}})"),
+       R"(NodeNameToMetaVictims["n1"].NumPDBViolations: expected integer)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"NumPDBViolations":9223372036854775808}})"),
+       "integer out of int64 range: 9223372036854775808"},
+      {PreemptBody(R"("NodeNameToVictims":{"n1":{"NumPDBViolations":18446744073709551615}})"),
+       R"(NodeNameToVictims["n1"].NumPDBViolations: integer out of int64 range)"},
+      // simdjson's validator rejects integers outside [INT64_MIN, UINT64_MAX] as malformed.
+      {PreemptBody(R"("NodeNameToVictims":{"n1":{"NumPDBViolations":-9223372036854775809}})"),
+       "invalid JSON"},
+      {PreemptBody(R"("NodeNameToVictims":{"n1":{"NumPDBViolations":18446744073709551616}})"),
+       "invalid JSON"},
+      {PreemptBody(R"("NodeNameToMetaVictims":[])"), "NodeNameToMetaVictims: expected object"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":[]})"),
+       R"(NodeNameToMetaVictims["n1"]: expected object)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"Pods":{}}})"),
+       R"(NodeNameToMetaVictims["n1"].Pods: expected array)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"Pods":["u"]}})"),
+       R"(NodeNameToMetaVictims["n1"].Pods[0]: expected object)"},
+      {PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":5}]}})"),
+       R"(NodeNameToMetaVictims["n1"].Pods[0].UID: expected string)"},
+      {R"({"Pod":"x"})", "Pod: expected object"},
+      {R"({"Pod":{"metadata":{"name":7}}})", "Pod: metadata.name: expected string"},
+  };
+  for (const auto& [body, want] : cases) {
+    absl::StatusOr<PreemptArgs> args = DecodePreemptArgs(body);
+    ASSERT_FALSE(args.ok()) << body;
+    EXPECT_EQ(args.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_THAT(std::string(args.status().message()), HasSubstr("extender preemption args: "))
+        << body;
+    EXPECT_THAT(std::string(args.status().message()), HasSubstr(want)) << body;
+  }
+  // Go reads -0 as 0; the largest int64 is accepted.
+  absl::StatusOr<PreemptArgs> args =
+      DecodePreemptArgs(PreemptBody(R"("NodeNameToMetaVictims":{"a":{"NumPDBViolations":-0},)"
+                                    R"("b":{"NumPDBViolations":9223372036854775807}})"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->victims.at("a").num_pdb_violations, 0);
+  EXPECT_EQ(args->victims.at("b").num_pdb_violations, INT64_MAX);
+}
+
+TEST(DecodePreemptArgs, NotAnObjectOrMalformed) {
+  for (const std::string& body :
+       {std::string(), std::string("[]"), std::string("null"), std::string("{"),
+        PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"a"},]}})"),
+        PreemptBody(R"("NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"a"}]})"),
+        PreemptBody(R"("NodeNameToVictims":{"n1":{"Pods":[{"metadata":{"uid":"a",}}]}})"),
+        PreemptBody(R"("Other":{"x":tru},"NodeNameToMetaVictims":{})")}) {
+    absl::StatusOr<PreemptArgs> args = DecodePreemptArgs(body);
+    ASSERT_FALSE(args.ok()) << body;
+    EXPECT_EQ(args.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_THAT(std::string(args.status().message()), HasSubstr("extender preemption args"))
+        << body;
+  }
+  // What follows the first value is ignored, as Go's json.Decoder ignores it.
+  absl::StatusOr<PreemptArgs> args =
+      DecodePreemptArgs(PreemptBody(R"("NodeNameToMetaVictims":{"n1":null})") + " ]] {\"x");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->victims.size(), 1u);
+}
+
+// json.Marshal of ExtenderPreemptionResult: struct order, map keys sorted bytewise.
+TEST(EncodePreemptResult, GoBytes) {
+  PreemptResult result;
+  result.victims["n2"] = WireVictims{};
+  result.victims["n1"] = Victims({"u1", "u2"}, 1);
+  EXPECT_EQ(EncodePreemptResult(result),
+            R"({"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"u1"},{"UID":"u2"}],)"
+            R"("NumPDBViolations":1},"n2":{"Pods":[],"NumPDBViolations":0}}})");
+  EXPECT_EQ(EncodePreemptResult(PreemptResult{}), R"({"NodeNameToMetaVictims":{}})");
+
+  PreemptResult escaped;
+  escaped.victims["b.node"] = Victims({"a<b\"c\x01"}, INT64_MAX);
+  escaped.victims["a-node"] = Victims({"x"}, 0);
+  escaped.victims["A"] = Victims({}, 7);
+  EXPECT_EQ(EncodePreemptResult(escaped),
+            R"({"NodeNameToMetaVictims":{"A":{"Pods":[],"NumPDBViolations":7},)"
+            R"("a-node":{"Pods":[{"UID":"x"}],"NumPDBViolations":0},)"
+            R"("b.node":{"Pods":[{"UID":"a\u003cb\"c\u0001"}],)"
+            R"("NumPDBViolations":9223372036854775807}}})");
+}
+
+TEST(EncodePreemptResult, RoundTrip) {
+  PreemptResult result;
+  result.victims["node-1"] = Victims({"a<b>", "c&d", "e\"f", "line\nbreak", "\xc3\xa9"}, 3);
+  result.victims["node-2"] = WireVictims{};
+  result.victims["node.3"] = Victims({"z"}, 0);
+  const std::string reply = EncodePreemptResult(result);
+  absl::StatusOr<PreemptArgs> back =
+      DecodePreemptArgs(std::string(R"({"Pod":)") + kPod + "," + reply.substr(1));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->meta);
+  EXPECT_EQ(back->victims, result.victims);
 }
 
 }  // namespace
