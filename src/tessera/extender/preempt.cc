@@ -1,0 +1,110 @@
+#include "tessera/extender/preempt.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+#include "tessera/cycle/preempt.h"
+
+namespace tessera::extender {
+
+Preemptor::Preemptor(Deps deps) : deps_(std::move(deps)) {}
+
+namespace {
+
+// The device holders bound to `node` that the informer knows as that very pod, still running and
+// not being deleted (a deleting pod is leaving anyway; kube-scheduler waits for it).
+cycle::PotentialVictims PotentialOn(const cycle::HoldersByNode::OnNode& on, std::string_view node,
+                                    const Preemptor::Deps& deps) {
+  cycle::PotentialVictims out;
+  if (!deps.lookup) {
+    return out;
+  }
+  for (const ledger::PodAllocation& r : on.records) {
+    if (r.bound_node != node) {
+      continue;
+    }
+    std::optional<kube::Pod> pod = deps.lookup(r.ns, r.name);
+    if (!pod || pod->meta.uid != r.uid || pod->node_name != node || pod->Terminal() ||
+        pod->Deleting()) {
+      continue;
+    }
+    out[r.uid] = {.uid = r.uid,
+                  .ns = r.ns,
+                  .name = r.name,
+                  .priority = pod->priority,
+                  .start_unix = pod->start_unix,
+                  .violates_pdb = deps.violates_pdb && deps.violates_pdb(*pod)};
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<PreemptResult> Preemptor::Preempt(const PreemptArgs& args,
+                                                 PreemptOutcome* outcome) const {
+  PreemptOutcome local;
+  PreemptOutcome& out = outcome != nullptr ? *outcome : local;
+  out = PreemptOutcome();
+
+  // The stored pod, when the informer has this very one: a body may be stale or forged.
+  kube::Pod pod = args.pod;
+  if (deps_.lookup) {
+    if (std::optional<kube::Pod> stored = deps_.lookup(args.pod.meta.ns, args.pod.meta.name);
+        stored && stored->meta.uid == args.pod.meta.uid) {
+      pod = *std::move(stored);
+    }
+  }
+  PreemptResult result;
+  if (pod.preempt_never) {
+    out.never = true;
+    return result;
+  }
+  cycle::Decoded decoded = cycle::Decode(*deps_.vendor, pod, cycle::DecodeMode::kFilter);
+  if (decoded.code == cycle::DecodeCode::kError) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pod ", pod.Key(), ": ", decoded.error.message()));
+  }
+  if (decoded.code == cycle::DecodeCode::kPassThrough) {
+    out.pass_through = true;
+    result.victims = args.victims;
+    return result;
+  }
+
+  const cycle::HoldersByNode holders = cycle::HoldersByNode::Of(*deps_.ledger);
+  const cycle::Input in{.pod = &pod,
+                        .request = &decoded.request,
+                        .constraints = &decoded.constraints,
+                        .ledger = deps_.ledger};
+  for (const auto& [node, offered] : args.victims) {
+    const cycle::HoldersByNode::OnNode* on = holders.Find(node);
+    if (on == nullptr || on->devices == nullptr) {
+      out.dropped.push_back(node);
+      continue;
+    }
+    const absl::flat_hash_set<std::string> evicted(offered.pod_uids.begin(),
+                                                   offered.pod_uids.end());
+    std::optional<cycle::NodeVictims> mine =
+        cycle::VictimsOn(deps_.config, in, holders, node, PotentialOn(*on, node, deps_), evicted);
+    if (!mine) {
+      out.dropped.push_back(node);
+      continue;
+    }
+    WireVictims& reply = result.victims[node];
+    reply = offered;
+    reply.num_pdb_violations += mine->pdb_violations;
+    std::vector<std::string> added;
+    for (const cycle::PotentialVictim& v : mine->victims) {
+      reply.pod_uids.push_back(v.uid);
+      added.push_back(v.ns + "/" + v.name);
+    }
+    out.added.emplace_back(node, std::move(added));
+  }
+  return result;
+}
+
+}  // namespace tessera::extender

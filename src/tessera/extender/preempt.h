@@ -1,0 +1,68 @@
+// File: tessera/extender/preempt.h
+//
+// Preemptor answers kube-scheduler's /preempt (the extender's preemptVerb): for each node
+// kube-scheduler offers, the victims that let the pod fit on concrete devices — kube-scheduler's
+// own victims (its in-tree resources need them) plus the fewest device holders of lower priority
+// (cycle/preempt.h's rule), or the node left out when no eviction would make room. Why and how:
+// docs/preemption.md.
+//
+//   Preemptor preemptor({.ledger = &ledger, .lookup = lookup, .vendor = vendor, .config = c});
+//   absl::StatusOr<PreemptResult> r = preemptor.Preempt(args, &outcome);
+//
+// Errors: InvalidArgument when the pod's device requests or constraint annotations do not decode
+// (the reply is a 400; kube-scheduler then preempts nothing for it). Nothing is written: the
+// answer is advisory, kube-scheduler evicts.
+// Thread safety: Preempt is const and may run concurrently; the ledger and lookup must be
+// thread-safe and outlive the Preemptor.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+#include "tessera/cycle/cycle.h"
+#include "tessera/device/vendor.h"
+#include "tessera/extender/wire.h"
+#include "tessera/kube/objects.h"
+#include "tessera/ledger/ledger.h"
+
+namespace tessera::extender {
+
+// What a Preempt call did (logs, tests).
+struct PreemptOutcome {
+  bool pass_through = false;  // the pod asks for no managed device: the offer is returned as is
+  bool never = false;         // preemptionPolicy: Never: no node is returned
+  // Per node kept: the victims Tessera added to kube-scheduler's ("ns/name").
+  std::vector<std::pair<std::string, std::vector<std::string>>> added;
+  std::vector<std::string> dropped;  // nodes where no eviction makes room, in name order
+};
+
+class Preemptor {
+ public:
+  struct Deps {
+    const ledger::Ledger* ledger = nullptr;
+    // A pod by namespace and name from the informer (its priority, start time, uid); null: only
+    // kube-scheduler's victims are known, Tessera adds none.
+    std::function<std::optional<kube::Pod>(std::string_view ns, std::string_view name)> lookup;
+    const device::Vendor* vendor = nullptr;  // required
+    cycle::Config config;
+    // Whether evicting `pod` would violate a PodDisruptionBudget; null: none does.
+    std::function<bool(const kube::Pod& pod)> violates_pdb;
+  };
+
+  explicit Preemptor(Deps deps);
+
+  absl::StatusOr<PreemptResult> Preempt(const PreemptArgs& args,
+                                        PreemptOutcome* outcome = nullptr) const;
+
+ private:
+  Deps deps_;
+};
+
+}  // namespace tessera::extender
