@@ -223,7 +223,7 @@ void SendJson(http::Response* res, std::string body) {
 // Metrics scrapes are compressed (when the scraper accepts gzip, as Prometheus does) from this
 // size on.
 constexpr size_t kGzipMetricsFrom = 1024;
-// A /filter, /bind or /refit body at least this large is decoded and answered by at most
+// A /filter, /bind, /refit or /preempt body at least this large is decoded and answered by at most
 // kLargeAtOnce threads at a time: each takes tens of MB while it runs (a 60,000-name /filter
 // about 50 MB), and kube-scheduler sends one filter at a time anyway.
 constexpr size_t kLargeBodyBytes = 256 << 10;
@@ -235,6 +235,10 @@ RefitResponse Backend::Refit(const RefitRequest& /*request*/) {
   RefitResponse response;
   response.failure_reason = "the NUMA refit is not served by this extender";
   return response;
+}
+
+absl::StatusOr<PreemptResult> Backend::Preempt(const PreemptArgs& /*args*/) {
+  return absl::UnimplementedError("the preempt verb is not served by this extender");
 }
 
 absl::StatusOr<ListenAddress> ParseListenAddress(std::string_view address) {
@@ -407,6 +411,10 @@ class HttpServer::Impl {
         Refit(req.body, res);
         return;
       }
+      if (p == "/preempt") {
+        Preempt(req.body, res);
+        return;
+      }
       if (p == "/webhook" && options_.webhook) {
         auto [status, reply] = options_.webhook(req.Get("Content-Type"), req.body);
         res->status = status;
@@ -433,7 +441,8 @@ class HttpServer::Impl {
   }
 
   void MethodOrNotFound(const std::string& p, http::Response* res) const {
-    if (p == "/filter" || p == "/bind" || p == "/refit" || (p == "/webhook" && options_.webhook)) {
+    if (p == "/filter" || p == "/bind" || p == "/refit" || p == "/preempt" ||
+        (p == "/webhook" && options_.webhook)) {
       res->headers.push_back({"Allow", "POST"});
     } else if (p == "/healthz" || p == "/readyz") {
       res->headers.push_back({"Allow", "GET, HEAD"});
@@ -516,6 +525,40 @@ class HttpServer::Impl {
       response = backend_->Refit(*request);
     }
     SendJson(res, EncodeRefitResponse(response));
+  }
+
+  // kube-scheduler reads only a 200's body; any other status fails its preemption for the pod.
+  void Preempt(const std::string& body, http::Response* res) {
+    if (body.empty()) {
+      SendText(res, 400, "Please send a request body");
+      return;
+    }
+    LargeSlot slot(this, body.size());  // a full-form request carries whole pods
+    absl::StatusOr<PreemptArgs> args = DecodePreemptArgs(body);
+    if (!args.ok()) {
+      SendText(res, 400, std::string(args.status().message()));
+      return;
+    }
+    absl::StatusOr<PreemptResult> result = backend_->Preempt(*args);
+    if (!result.ok()) {
+      int status = 500;
+      switch (result.status().code()) {
+        case absl::StatusCode::kInvalidArgument:
+          status = 400;
+          break;
+        case absl::StatusCode::kUnimplemented:
+          status = 404;
+          break;
+        case absl::StatusCode::kUnavailable:
+          status = 503;
+          break;
+        default:
+          break;
+      }
+      SendText(res, status, std::string(result.status().message()));
+      return;
+    }
+    SendJson(res, EncodePreemptResult(*result));
   }
 
   // ---- the metrics listener ---------------------------------------------------------------

@@ -66,6 +66,10 @@ class Backend {
   // The reply to one /refit request (the NUMA refit, refit.h). Never fails: a refusal is the
   // response's failure_reason. The default refuses every request.
   virtual RefitResponse Refit(const RefitRequest& request);
+  // The reply to one /preempt request (the preempt verb, preempt.h). Errors become the HTTP
+  // status: InvalidArgument 400, Unimplemented 404, Unavailable 503, any other 500; the message
+  // is the body. The default: Unimplemented (the verb is not served).
+  virtual absl::StatusOr<PreemptResult> Preempt(const PreemptArgs& args);
   // Whether the extender can answer filter requests now; when not, *why says what it waits for
   // (the body of the 503). When ready, *why may describe the replica (the body of the 200).
   virtual bool Ready(std::string* why) = 0;

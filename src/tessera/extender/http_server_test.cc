@@ -87,6 +87,29 @@ class FakeBackend : public Backend {
     r.failure_reason = r.succeeded ? "" : "pod " + request.pod_uid + " is not tracked";
     return r;
   }
+  // Echoes the offer with "u-extra" added on n1; the pod's name picks a failure: "busy"
+  // Unavailable, "bad" InvalidArgument, "odd" Internal, "unserved" the default (Unimplemented).
+  absl::StatusOr<PreemptResult> Preempt(const PreemptArgs& args) override {
+    const std::string& name = args.pod.meta.name;
+    if (name == "busy") {
+      return absl::UnavailableError("tessera is not ready: pods not synced");
+    }
+    if (name == "bad") {
+      return absl::InvalidArgumentError("pod ns/bad: nvidia.com/gpu: not a number");
+    }
+    if (name == "odd") {
+      return absl::InternalError("no");
+    }
+    if (name == "unserved") {
+      return Backend::Preempt(args);
+    }
+    PreemptResult result;
+    result.victims = args.victims;
+    if (auto it = result.victims.find("n1"); it != result.victims.end()) {
+      it->second.pod_uids.push_back("u-extra");
+    }
+    return result;
+  }
   RefitRequest last_refit() {
     MutexLock l(&mu_);
     return last_refit_;
@@ -320,6 +343,54 @@ TEST_F(HttpServerTest, RefitRouteAnswersInBand) {
   const std::string got = RawExchange(
       server_->port(), "POST /refit HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n{");
   EXPECT_THAT(got, StartsWith("HTTP/1.1 413"));
+}
+
+TEST_F(HttpServerTest, PreemptRoute) {
+  StartServer();
+  httplib::Client c = Client();
+  // The meta form, with a node kube-scheduler found no victim on (Kubernetes 1.38).
+  httplib::Result r =
+      c.Post("/preempt",
+             std::string(R"({"Pod":)") + kPod +
+                 R"(,"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"u-a"}],"NumPDBViolations":1},)"
+                 R"("n2":{"Pods":null,"NumPDBViolations":0}}})",
+             "application/json");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(r->body, R"({"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"u-a"},{"UID":"u-extra"}],)"
+                     R"("NumPDBViolations":1},"n2":{"Pods":[],"NumPDBViolations":0}}})");
+
+  const auto pod_named = [](const std::string& name) {
+    return R"({"Pod":{"metadata":{"name":")" + name +
+           R"(","namespace":"ns","uid":"u"}},"NodeNameToMetaVictims":{"n1":null}})";
+  };
+  struct Case {
+    std::string body;
+    int status;
+    std::string text;
+  };
+  for (const Case& k : std::vector<Case>{
+           {pod_named("busy"), 503, "tessera is not ready: pods not synced"},
+           {pod_named("bad"), 400, "pod ns/bad: nvidia.com/gpu: not a number"},
+           {pod_named("odd"), 500, "no"},
+           {pod_named("unserved"), 404, "the preempt verb is not served by this extender"},
+           {"", 400, "Please send a request body"},
+           {R"({"NodeNameToMetaVictims":{}})", 400, kMissingPodMessage},
+       }) {
+    SCOPED_TRACE(k.body);
+    r = c.Post("/preempt", k.body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, k.status);
+    EXPECT_THAT(r->body, HasSubstr(k.text));
+  }
+  r = c.Post("/preempt", "{not json", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  r = c.Get("/preempt");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST");
 }
 
 // Go's client always sends Accept-Encoding: gzip; the replies stay uncompressed, as HAMi's are.

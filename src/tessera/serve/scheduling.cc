@@ -1,12 +1,15 @@
 #include "tessera/serve/scheduling.h"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tessera/base/logging.h"
 #include "tessera/device/annotations.h"
@@ -123,6 +126,14 @@ Scheduling::Scheduling(const ServeOptions& options, Parts parts) : parts_(parts)
     }
     return *pod;
   };
+  preemptor_ = std::make_unique<extender::Preemptor>(
+      extender::Preemptor::Deps{.ledger = parts.ledger,
+                                .lookup = deps.lookup,
+                                .vendor = parts.vendor,
+                                .config = {.node_policy = options.node_policy,
+                                           .gpu_policy = options.gpu_policy,
+                                           .quotas = parts.quotas},
+                                .violates_pdb = nullptr});
   scheduler_ = std::make_unique<extender::Scheduler>(scheduler_options, std::move(deps));
 }
 
@@ -171,6 +182,34 @@ extender::RefitResponse Scheduling::Refit(const extender::RefitRequest& request)
   TESSERA_VLOGS(2, "refit", "pod", request.pod_namespace + "/" + request.pod_name, "outcome",
                 response.failure_reason);
   return response;
+}
+
+absl::StatusOr<extender::PreemptResult> Scheduling::Preempt(const extender::PreemptArgs& args) {
+  if (!parts_.informers->Synced()) {
+    return absl::UnavailableError("tessera is not ready: " + parts_.informers->SyncState());
+  }
+  extender::PreemptOutcome outcome;
+  absl::StatusOr<extender::PreemptResult> result = preemptor_->Preempt(args, &outcome);
+  const std::string pod = args.pod.Key();
+  if (!result.ok()) {
+    TESSERA_LOGS(kWarning, "preempt refused", "pod", pod, "err",
+                 std::string(result.status().message()));
+    return result;
+  }
+  if (outcome.pass_through || outcome.never) {
+    TESSERA_VLOGS(2, "preempt", "pod", pod, "outcome",
+                  outcome.never ? "preemptionPolicy Never" : "no managed device");
+    return result;
+  }
+  std::string added;
+  for (const auto& [node, victims] : outcome.added) {
+    fmt::format_to(std::back_inserter(added), "{}{}=[{}]", added.empty() ? "" : " ", node,
+                   fmt::join(victims, ","));
+  }
+  TESSERA_LOGS(kInfo, "preempt", "pod", pod, "offered", args.victims.size(), "kept",
+               result->victims.size(), "added", added, "dropped",
+               fmt::format("{}", fmt::join(outcome.dropped, ",")));
+  return result;
 }
 
 }  // namespace tessera::serve

@@ -3,11 +3,12 @@
 // Scheduling: the extender::Scheduler as serve wires it — node locks and pod lookups read from
 // the informers, lock pauses that end at Stop, verdicts written by the leader only — behind the
 // Backend's /filter, /bind and /refit, each counted in the metrics (tessera_filter_decisions_total
-// and tessera_bind_total with their outcome labels). Until the informers have synced, /filter
-// and /refit answer with an error; only the leader refits (docs/serve.md "NUMA refit").
+// and tessera_bind_total with their outcome labels), and the extender::Preemptor behind
+// /preempt. Until the informers have synced, /filter, /refit and /preempt answer with an error;
+// only the leader refits (docs/serve.md "NUMA refit").
 //
-// Errors: in the replies, as extender::Scheduler gives them. Thread safety: Filter, Bind, Refit
-// and scheduler() from any thread.
+// Errors: in the replies, as extender::Scheduler gives them; Preempt's as a Status
+// (Unavailable before the sync). Thread safety: every method from any thread.
 #pragma once
 
 #include <memory>
@@ -17,6 +18,7 @@
 #include "tessera/accounting/quota_book.h"
 #include "tessera/base/clock.h"
 #include "tessera/device/vendor.h"
+#include "tessera/extender/preempt.h"
 #include "tessera/extender/scheduler.h"
 #include "tessera/kube/client.h"
 #include "tessera/ledger/ledger.h"
@@ -52,12 +54,14 @@ class Scheduling {
   extender::FilterResult Filter(const extender::FilterArgs& args);
   extender::BindResult Bind(const extender::BindArgs& args);
   extender::RefitResponse Refit(const extender::RefitRequest& request);
+  absl::StatusOr<extender::PreemptResult> Preempt(const extender::PreemptArgs& args);
 
   extender::Scheduler& scheduler() { return *scheduler_; }
 
  private:
   const Parts parts_;
   std::unique_ptr<extender::Scheduler> scheduler_;
+  std::unique_ptr<extender::Preemptor> preemptor_;
 };
 
 }  // namespace tessera::serve

@@ -119,6 +119,9 @@ class Service::Impl : public extender::Backend {
   extender::RefitResponse Refit(const extender::RefitRequest& request) override {
     return scheduling_->Refit(request);
   }
+  absl::StatusOr<extender::PreemptResult> Preempt(const extender::PreemptArgs& args) override {
+    return scheduling_->Preempt(args);
+  }
   bool Ready(std::string* why) override;
   std::string DebugLedgerJson() override;
   std::string DebugAuditJson() override {

@@ -319,6 +319,57 @@ TEST_F(ServeTest, FilterWritesHamiAnnotationsAndBindBindsAndTheMetricsFollow) {
   }));
 }
 
+// The preempt verb end to end: one 8000 MiB card shared by two bound low-priority pods of 4000,
+// a pod of priority 1000 asking 4000 offered the node as Kubernetes 1.38 offers it (no victim of
+// kube-scheduler's own): exactly one of the two is named.
+TEST_F(ServeTest, PreemptNamesTheOneVictimTheDeviceShareNeeds) {
+  AddNode(NodeJson("a", JsonRegister("a", 1, 8000)));
+  // Two running pods holding 4000 MiB each, started an hour apart.
+  for (const auto& [name, started] : {std::pair{"low-old", "2026-12-07T10:00:00Z"},
+                                      std::pair{"low-young", "2026-12-07T11:00:00Z"}}) {
+    nlohmann::json low = nlohmann::json::parse(PodJson(name, {{.gpus = 1, .mem = 4000}}));
+    low["metadata"]["annotations"] = {{"hami.io/vgpu-node", "a"},
+                                      {"hami.io/vgpu-devices-allocated", "GPU-a-0,NVIDIA,4000,0:;"},
+                                      {"hami.io/bind-phase", "success"}};
+    low["spec"]["nodeName"] = "a";
+    low["status"] = {{"phase", "Running"}, {"startTime", started}};
+    AddPod(low.dump());
+  }
+  StartService();
+  ASSERT_TRUE(Eventually([&] {
+    return nlohmann::json::parse(service()->DebugLedgerJson())["records"] == 2;
+  })) << service()->DebugLedgerJson();
+
+  nlohmann::json high = nlohmann::json::parse(PodJson("high", {{.gpus = 1, .mem = 4000}}));
+  high["spec"]["priority"] = 1000;
+  const std::string high_json = AddPod(high.dump());
+  EXPECT_EQ(FilterTo("high", {}, {"a"}, nlohmann::json::object(), false), "");
+
+  auto preempt = [&](const std::string& victims) {
+    return client()->Post("/preempt",
+                          R"({"Pod":)" + high_json + R"(,"NodeNameToMetaVictims":)" + victims + "}",
+                          "application/json");
+  };
+  auto res = preempt(R"({"a":{"Pods":[],"NumPDBViolations":0}})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const nlohmann::json reply = nlohmann::json::parse(res->body);
+  ASSERT_EQ(reply["NodeNameToMetaVictims"].size(), 1u) << res->body;
+  const nlohmann::json& pods = reply["NodeNameToMetaVictims"]["a"]["Pods"];
+  ASSERT_EQ(pods.size(), 1u) << res->body;
+  EXPECT_EQ(pods[0]["UID"], GetPod("low-young").meta.uid) << "the least work lost";
+  EXPECT_EQ(reply["NodeNameToMetaVictims"]["a"]["NumPDBViolations"], 0);
+
+  // A node the ledger does not know is left out; a malformed body is a 400.
+  res = preempt(R"({"ghost":null})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, R"({"NodeNameToMetaVictims":{}})");
+  res = preempt(R"({"a":{"Pods":[{"UID":""}]}})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+}
+
 // The NUMA refit end to end over HTTP (HAMi refs/pull/2731 pkg/scheduler/routes/route.go:
 // NumaRefit and numa_refit_handler.go:RefitNumaAllocation): a filtered and bound pod whose
 // device plugin finds kubelet restricted to the other GPU asks /refit; both annotations, the
