@@ -789,7 +789,8 @@ TEST_F(ApisimTest, Discovery) {
   for (const Json& g : apis["groups"]) {
     groups.push_back(g["name"]);
   }
-  EXPECT_THAT(groups, ::testing::UnorderedElementsAre("coordination.k8s.io", "events.k8s.io"));
+  EXPECT_THAT(groups,
+              ::testing::UnorderedElementsAre("coordination.k8s.io", "events.k8s.io", "policy"));
   Json v1 = GetJson("/api/v1");
   std::vector<std::string> names;
   for (const Json& r : v1["resources"]) {

@@ -180,6 +180,14 @@ const std::vector<ResourceInfo>& Resources() {
       {"", "v1", "resourcequotas", "resourcequota", "ResourceQuota", true, true, {"quota"}},
       {"coordination.k8s.io", "v1", "leases", "lease", "Lease", true, false, {}},
       {"events.k8s.io", "v1", "events", "event", "Event", true, false, {"ev"}},
+      {"policy",
+       "v1",
+       "poddisruptionbudgets",
+       "poddisruptionbudget",
+       "PodDisruptionBudget",
+       true,
+       true,
+       {"pdb"}},
   };
   return *kResources;
 }

@@ -21,7 +21,8 @@ constexpr ApiCall kCalls[] = {
      "(ApiClient::GetPod)"},
     {"list", "", "pods", "", kCluster,
      "the pod informer's list and relists, the resync, and the leader's list of the scheduler "
-     "pods of its namespace for hami.io/scheduler-role (ApiClient::ListPods)"},
+     "pods of its namespace for hami.io/scheduler-role, and preemption's list of the pods a "
+     "disruption budget selects on a node (ApiClient::ListPods)"},
     {"watch", "", "pods", "", kCluster, "the pod informer (ApiClient::Watch<Pod>)"},
     {"patch", "", "pods", "", kCluster,
      "filter writes the allocation annotations, bind writes hami.io/bind-phase, the NUMA refit "
@@ -41,6 +42,9 @@ constexpr ApiCall kCalls[] = {
      "(ApiClient::ListAsync<ResourceQuota>)"},
     {"watch", "", "resourcequotas", "", kCluster,
      "the ResourceQuota informer (ApiClient::Watch<ResourceQuota>)"},
+    {"list", "policy", "poddisruptionbudgets", "", kCluster,
+     "preemption: the budgets of the victims' namespaces, so that an eviction that would take "
+     "one below its minimum is avoided and counted (ApiClient::ListPodDisruptionBudgets)"},
     {"create", "", "events", "", kCluster,
      "FilteringSucceed/FilteringFailed/BindingSucceed/BindingFailed/NumaRefitSucceed/"
      "NumaRefitFailed events on pods "

@@ -73,6 +73,12 @@ std::string ResourceQuotasPath(std::string_view ns) {
   }
   return fmt::format("/api/v1/namespaces/{}/resourcequotas", Escape(ns));
 }
+std::string PodDisruptionBudgetsPath(std::string_view ns) {
+  if (ns.empty()) {
+    return "/apis/policy/v1/poddisruptionbudgets";
+  }
+  return fmt::format("/apis/policy/v1/namespaces/{}/poddisruptionbudgets", Escape(ns));
+}
 std::string LeasesPath(std::string_view ns) {
   return fmt::format("/apis/coordination.k8s.io/v1/namespaces/{}/leases", Escape(ns));
 }
@@ -388,6 +394,16 @@ absl::StatusOr<ResourceQuotaList> ApiClient::ListResourceQuotas(const ListOption
   TESSERA_ASSIGN_OR_RETURN(Response r,
                            Call(Get(ResourceQuotasPath(options.ns) + ListQuery(options))));
   return DecodeList<ResourceQuota>(&r.body);
+}
+
+// RBAC: api_calls.cc "list poddisruptionbudgets". Preemption reads the budgets of the victims'
+// namespaces when it is asked (extender/preempt.h).
+absl::StatusOr<PodDisruptionBudgetList> ApiClient::ListPodDisruptionBudgets(
+    const ListOptions& options) {
+  TESSERA_ASSIGN_OR_RETURN(Response r,
+                           Call(Get(PodDisruptionBudgetsPath(options.ns) + ListQuery(options))));
+  thread_local Decoder decoder;
+  return decoder.DecodePodDisruptionBudgetList(r.body);
 }
 
 // RBAC: api_calls.cc "list pods", "list nodes", "list resourcequotas" (per T; Tessera lists no

@@ -178,6 +178,7 @@ class ApiClient {
   absl::StatusOr<PodList> ListPods(const ListOptions& options);
   absl::StatusOr<NodeList> ListNodes(const ListOptions& options);
   absl::StatusOr<ResourceQuotaList> ListResourceQuotas(const ListOptions& options);
+  absl::StatusOr<PodDisruptionBudgetList> ListPodDisruptionBudgets(const ListOptions& options);
 
   // --- async reads (for the reflector) -------------------------------------------------------
   // Sends one LIST page of T (Pod, Node or ResourceQuota) without retrying; `done` runs on the

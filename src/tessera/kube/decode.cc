@@ -24,6 +24,7 @@ std::string_view KindOf(const Pod*) { return "Pod"; }
 std::string_view KindOf(const Node*) { return "Node"; }
 std::string_view KindOf(const Lease*) { return "Lease"; }
 std::string_view KindOf(const ResourceQuota*) { return "ResourceQuota"; }
+std::string_view KindOf(const PodDisruptionBudget*) { return "PodDisruptionBudget"; }
 
 ConditionStatus ParseConditionStatus(std::string_view s) {
   if (s == "True") {
@@ -159,6 +160,7 @@ class Decoder::Impl {
   static const ObjectMeta& MetaOf(const Node& n) { return n.meta; }
   static const ObjectMeta& MetaOf(const Lease& l) { return l.meta; }
   static const ObjectMeta& MetaOf(const ResourceQuota& q) { return q.meta; }
+  static const ObjectMeta& MetaOf(const PodDisruptionBudget& b) { return b.meta; }
 
   // ---- error bookkeeping ----
 
@@ -870,6 +872,115 @@ class Decoder::Impl {
     });
   }
 
+  bool StringList(od::value& v, std::vector<std::string>* out) {
+    out->clear();
+    return Elements(v, [&](size_t index, od::value& element) {
+      std::string_view s;
+      bool present = false;
+      if (!StringView(element, &s, &present)) {
+        return PushIndex(index);
+      }
+      if (!present) {
+        Fail("expected string");
+        return PushIndex(index);
+      }
+      out->emplace_back(s);
+      return true;
+    });
+  }
+
+  // metav1.LabelSelector; null leaves *out nullopt.
+  bool Selector(od::value& v, std::optional<LabelSelector>* out) {
+    od::json_type t;
+    if (!TypeOf(v, &t)) {
+      return false;
+    }
+    if (t == od::json_type::null) {
+      out->reset();
+      return ConsumeNull(v);
+    }
+    LabelSelector& sel = out->emplace();
+    return Fields(v, [&](std::string_view key, od::value& value) {
+      if (key == "matchLabels") {
+        return StringMapValue(value, &sel.match_labels, false) || Push(key);
+      }
+      if (key == "matchExpressions") {
+        sel.match_expressions.clear();
+        return Elements(value,
+                        [&](size_t index, od::value& element) {
+                          LabelSelectorRequirement& r = sel.match_expressions.emplace_back();
+                          return Fields(element,
+                                        [&](std::string_view rkey, od::value& rvalue) {
+                                          if (rkey == "key") {
+                                            return String(rvalue, &r.key) || Push(rkey);
+                                          }
+                                          if (rkey == "operator") {
+                                            return String(rvalue, &r.op) || Push(rkey);
+                                          }
+                                          if (rkey == "values") {
+                                            return StringList(rvalue, &r.values) || Push(rkey);
+                                          }
+                                          return true;
+                                        }) ||
+                                 PushIndex(index);
+                        }) ||
+               Push(key);
+      }
+      return true;
+    });
+  }
+
+  // Labels and annotations are dropped; of status.disruptedPods only the names are kept.
+  bool DecodeValue(od::value& v, PodDisruptionBudget* pdb) {
+    return Fields(v, [&](std::string_view key, od::value& value) {
+      if (key == "metadata") {
+        return Meta(value, &pdb->meta, &NoKey, &NoKey) || Push(key);
+      }
+      if (key == "spec") {
+        return Fields(value,
+                      [&](std::string_view skey, od::value& svalue) {
+                        if (skey == "selector") {
+                          return Selector(svalue, &pdb->selector) || Push(skey);
+                        }
+                        return true;
+                      }) ||
+               Push(key);
+      }
+      if (key == "status") {
+        return Fields(value,
+                      [&](std::string_view skey, od::value& svalue) {
+                        if (skey == "disruptionsAllowed") {
+                          std::optional<int32_t> allowed;
+                          if (!Integer(svalue, &allowed)) {
+                            return Push(skey);
+                          }
+                          pdb->disruptions_allowed = allowed.value_or(0);
+                        }
+                        if (skey == "disruptedPods") {
+                          pdb->disrupted_pods.clear();
+                          const bool ok = Fields(svalue, [&](std::string_view name, od::value& t) {
+                            std::string_view ignored;
+                            bool present = false;
+                            if (!StringView(t, &ignored, &present)) {
+                              return PushKey(name);
+                            }
+                            pdb->disrupted_pods.emplace_back(name);
+                            return true;
+                          });
+                          std::sort(pdb->disrupted_pods.begin(), pdb->disrupted_pods.end());
+                          return ok || Push(skey);
+                        }
+                        return true;
+                      }) ||
+               Push(key);
+      }
+      if (key == "kind") {
+        return CheckKind(value, "PodDisruptionBudget") || Push(key);
+      }
+      return true;
+    });
+  }
+
   bool DecodeApiStatus(od::value& v, ApiStatus* s) {
     return Fields(v, [&](std::string_view key, od::value& value) {
       if (key == "status") {
@@ -1099,6 +1210,14 @@ absl::StatusOr<ResourceQuotaList> Decoder::DecodeResourceQuotaList(std::string_v
 absl::StatusOr<ResourceQuotaList> Decoder::DecodeResourceQuotaListInPlace(std::string* body) {
   return impl_->DecodeList<ResourceQuota, ResourceQuotaList>({}, body, "ResourceQuotaList");
 }
+absl::StatusOr<PodDisruptionBudget> Decoder::DecodePodDisruptionBudget(std::string_view json) {
+  return impl_->DecodeObject<PodDisruptionBudget>(json);
+}
+absl::StatusOr<PodDisruptionBudgetList> Decoder::DecodePodDisruptionBudgetList(
+    std::string_view json) {
+  return impl_->DecodeList<PodDisruptionBudget, PodDisruptionBudgetList>(json, nullptr,
+                                                                         "PodDisruptionBudgetList");
+}
 absl::StatusOr<PodList> Decoder::DecodePodListInPlace(std::string* body) {
   return impl_->DecodeList<Pod, PodList>({}, body, "PodList");
 }
@@ -1141,6 +1260,12 @@ absl::StatusOr<ResourceQuota> DecodeResourceQuota(std::string_view json) {
 }
 absl::StatusOr<ResourceQuotaList> DecodeResourceQuotaList(std::string_view json) {
   return ThreadDecoder().DecodeResourceQuotaList(json);
+}
+absl::StatusOr<PodDisruptionBudget> DecodePodDisruptionBudget(std::string_view json) {
+  return ThreadDecoder().DecodePodDisruptionBudget(json);
+}
+absl::StatusOr<PodDisruptionBudgetList> DecodePodDisruptionBudgetList(std::string_view json) {
+  return ThreadDecoder().DecodePodDisruptionBudgetList(json);
 }
 template <typename T>
 absl::StatusOr<WatchEvent<T>> DecodeWatchEvent(std::string_view json) {

@@ -26,6 +26,7 @@
 
 #include "tessera/kube/lease.h"
 #include "tessera/kube/objects.h"
+#include "tessera/kube/pod_disruption_budget.h"
 #include "tessera/kube/resource_quota.h"
 
 namespace tessera::kube {
@@ -63,6 +64,11 @@ struct NodeList {
 struct ResourceQuotaList {
   ListMeta meta;
   std::vector<ResourceQuota> items;
+};
+
+struct PodDisruptionBudgetList {
+  ListMeta meta;
+  std::vector<PodDisruptionBudget> items;
 };
 
 enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark, kError };
@@ -107,6 +113,8 @@ class Decoder {
   absl::StatusOr<Lease> DecodeLease(std::string_view json);
   absl::StatusOr<ResourceQuota> DecodeResourceQuota(std::string_view json);
   absl::StatusOr<ApiStatus> DecodeStatus(std::string_view json);
+  absl::StatusOr<PodDisruptionBudget> DecodePodDisruptionBudget(std::string_view json);
+  absl::StatusOr<PodDisruptionBudgetList> DecodePodDisruptionBudgetList(std::string_view json);
 
   // A list response (one page). `kind`, when present, must be "PodList"/"NodeList" or "List";
   // items need not carry a kind (the API server omits it), but one that does must match.
@@ -142,6 +150,8 @@ absl::StatusOr<PodList> DecodePodList(std::string_view json);
 absl::StatusOr<NodeList> DecodeNodeList(std::string_view json);
 absl::StatusOr<ResourceQuota> DecodeResourceQuota(std::string_view json);
 absl::StatusOr<ResourceQuotaList> DecodeResourceQuotaList(std::string_view json);
+absl::StatusOr<PodDisruptionBudget> DecodePodDisruptionBudget(std::string_view json);
+absl::StatusOr<PodDisruptionBudgetList> DecodePodDisruptionBudgetList(std::string_view json);
 template <typename T>
 absl::StatusOr<WatchEvent<T>> DecodeWatchEvent(std::string_view json);
 

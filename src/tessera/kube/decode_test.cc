@@ -580,3 +580,56 @@ TEST(DecoderTest, ThreadLocalFreeFunctions) {
 
 }  // namespace
 }  // namespace tessera::kube
+
+namespace tessera::kube {
+namespace {
+
+TEST(DecodePodDisruptionBudgetTest, SelectorAllowedAndDisruptedPods) {
+  absl::StatusOr<PodDisruptionBudget> pdb = DecodePodDisruptionBudget(
+      R"({"apiVersion":"policy/v1","kind":"PodDisruptionBudget",)"
+      R"("metadata":{"name":"web","namespace":"ml","labels":{"x":"y"}},)"
+      R"("spec":{"minAvailable":1,"selector":{"matchLabels":{"app":"web"},)"
+      R"("matchExpressions":[{"key":"tier","operator":"In","values":["a","b"]}]}},)"
+      R"("status":{"disruptionsAllowed":2,"disruptedPods":{"web-2":"t","web-1":"t"}}})");
+  ASSERT_TRUE(pdb.ok()) << pdb.status();
+  EXPECT_EQ(pdb->meta.ns, "ml");
+  EXPECT_EQ(pdb->meta.labels.size(), 0u);
+  ASSERT_TRUE(pdb->selector.has_value());
+  EXPECT_EQ(pdb->selector->match_labels.Get("app"), "web");
+  ASSERT_EQ(pdb->selector->match_expressions.size(), 1u);
+  EXPECT_EQ(pdb->selector->match_expressions[0],
+            (LabelSelectorRequirement{"tier", "In", {"a", "b"}}));
+  EXPECT_EQ(pdb->disruptions_allowed, 2);
+  EXPECT_EQ(pdb->disrupted_pods, (std::vector<std::string>{"web-1", "web-2"}));
+
+  pdb = DecodePodDisruptionBudget(R"({"spec":{"selector":null},"status":null})");
+  ASSERT_TRUE(pdb.ok()) << pdb.status();
+  EXPECT_FALSE(pdb->selector.has_value());
+  EXPECT_EQ(pdb->disruptions_allowed, 0);
+  pdb = DecodePodDisruptionBudget(R"({"spec":{"selector":{}}})");
+  ASSERT_TRUE(pdb.ok()) << pdb.status();
+  ASSERT_TRUE(pdb->selector.has_value());
+  EXPECT_TRUE(pdb->selector->Empty());
+}
+
+TEST(DecodePodDisruptionBudgetTest, ErrorsNameTheField) {
+  for (const auto& [json, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"status":{"disruptionsAllowed":"2"}})", "status.disruptionsAllowed"},
+           {R"({"spec":{"selector":{"matchExpressions":[{"values":[1]}]}}})",
+            "spec.selector.matchExpressions[0].values[0]"},
+           {R"({"spec":{"selector":[]}})", "spec.selector"},
+           {R"({"kind":"Pod"})", "kind"},
+       }) {
+    absl::StatusOr<PodDisruptionBudget> pdb = DecodePodDisruptionBudget(json);
+    ASSERT_FALSE(pdb.ok()) << json;
+    EXPECT_EQ(pdb.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(FieldError(pdb.status()), ::testing::StartsWith(field)) << json;
+  }
+  absl::StatusOr<PodDisruptionBudgetList> list = DecodePodDisruptionBudgetList(
+      R"({"kind":"PodDisruptionBudgetList","items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]})");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->items.size(), 2u);
+}
+
+}  // namespace
+}  // namespace tessera::kube
