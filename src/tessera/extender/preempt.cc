@@ -1,8 +1,11 @@
 #include "tessera/extender/preempt.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -16,29 +19,57 @@ Preemptor::Preemptor(Deps deps) : deps_(std::move(deps)) {}
 
 namespace {
 
-// The device holders bound to `node` that the informer knows as that very pod, still running and
-// not being deleted (a deleting pod is leaving anyway; kube-scheduler waits for it).
-cycle::PotentialVictims PotentialOn(const cycle::HoldersByNode::OnNode& on, std::string_view node,
-                                    const Preemptor::Deps& deps) {
+// The device holders bound to `node` that the informer knows as that very pod, still running, not
+// being deleted (a deleting pod is leaving anyway; kube-scheduler waits for it) and of lower
+// priority than `priority`; with the budgets they would violate, by kube-scheduler's count.
+absl::StatusOr<cycle::PotentialVictims> PotentialOn(const cycle::HoldersByNode::OnNode& on,
+                                                    std::string_view node, int32_t priority,
+                                                    const Preemptor::Deps& deps) {
   cycle::PotentialVictims out;
   if (!deps.lookup) {
     return out;
   }
+  std::vector<kube::Pod> pods;
   for (const ledger::PodAllocation& r : on.records) {
     if (r.bound_node != node) {
       continue;
     }
     std::optional<kube::Pod> pod = deps.lookup(r.ns, r.name);
     if (!pod || pod->meta.uid != r.uid || pod->node_name != node || pod->Terminal() ||
-        pod->Deleting()) {
+        pod->Deleting() || pod->priority >= priority) {
       continue;
     }
-    out[r.uid] = {.uid = r.uid,
-                  .ns = r.ns,
-                  .name = r.name,
-                  .priority = pod->priority,
-                  .start_unix = pod->start_unix,
-                  .violates_pdb = deps.violates_pdb && deps.violates_pdb(*pod)};
+    pods.push_back(*std::move(pod));
+  }
+  // kube-scheduler's importance: priority descending, then the earlier start.
+  std::sort(pods.begin(), pods.end(), [](const kube::Pod& a, const kube::Pod& b) {
+    return std::make_tuple(-static_cast<int64_t>(a.priority), a.start_unix, a.meta.uid) <
+           std::make_tuple(-static_cast<int64_t>(b.priority), b.start_unix, b.meta.uid);
+  });
+  std::vector<bool> violating(pods.size(), false);
+  if (deps.budget_violations && !pods.empty()) {
+    std::vector<const kube::Pod*> order;
+    order.reserve(pods.size());
+    for (const kube::Pod& p : pods) {
+      order.push_back(&p);
+    }
+    absl::StatusOr<std::vector<bool>> v = deps.budget_violations(node, order);
+    if (!v.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot read the PodDisruptionBudgets: ", v.status().message()));
+    }
+    if (v->size() == pods.size()) {
+      violating = *std::move(v);
+    }
+  }
+  for (size_t i = 0; i < pods.size(); ++i) {
+    const kube::Pod& p = pods[i];
+    out[p.meta.uid] = {.uid = p.meta.uid,
+                       .ns = p.meta.ns,
+                       .name = p.meta.name,
+                       .priority = p.priority,
+                       .start_unix = p.start_unix,
+                       .violates_pdb = violating[i]};
   }
   return out;
 }
@@ -88,8 +119,12 @@ absl::StatusOr<PreemptResult> Preemptor::Preempt(const PreemptArgs& args,
     }
     const absl::flat_hash_set<std::string> evicted(offered.pod_uids.begin(),
                                                    offered.pod_uids.end());
+    absl::StatusOr<cycle::PotentialVictims> potential = PotentialOn(*on, node, pod.priority, deps_);
+    if (!potential.ok()) {
+      return potential.status();
+    }
     std::optional<cycle::NodeVictims> mine =
-        cycle::VictimsOn(deps_.config, in, holders, node, PotentialOn(*on, node, deps_), evicted);
+        cycle::VictimsOn(deps_.config, in, holders, node, *potential, evicted);
     if (!mine) {
       out.dropped.push_back(node);
       continue;

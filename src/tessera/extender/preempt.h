@@ -10,8 +10,9 @@
 //   absl::StatusOr<PreemptResult> r = preemptor.Preempt(args, &outcome);
 //
 // Errors: InvalidArgument when the pod's device requests or constraint annotations do not decode
-// (the reply is a 400; kube-scheduler then preempts nothing for it). Nothing is written: the
-// answer is advisory, kube-scheduler evicts.
+// (the reply is a 400; kube-scheduler then preempts nothing for it); Unavailable when the
+// disruption budgets cannot be read (victims are never chosen blind to them). Nothing is
+// written: the answer is advisory, kube-scheduler evicts.
 // Thread safety: Preempt is const and may run concurrently; the ledger and lookup must be
 // thread-safe and outlive the Preemptor.
 #pragma once
@@ -52,8 +53,12 @@ class Preemptor {
     std::function<std::optional<kube::Pod>(std::string_view ns, std::string_view name)> lookup;
     const device::Vendor* vendor = nullptr;  // required
     cycle::Config config;
-    // Whether evicting `pod` would violate a PodDisruptionBudget; null: none does.
-    std::function<bool(const kube::Pod& pod)> violates_pdb;
+    // Which of `pods` (the lower-priority candidates on `node`, most important first) would
+    // violate a PodDisruptionBudget if evicted, parallel to `pods` (disruption_budgets.h); an
+    // error fails the call (Unavailable). Null: none would.
+    std::function<absl::StatusOr<std::vector<bool>>(std::string_view node,
+                                                    const std::vector<const kube::Pod*>& pods)>
+        budget_violations;
   };
 
   explicit Preemptor(Deps deps);

@@ -32,7 +32,8 @@ class PreemptorTest : public ::testing::Test {
     ASSERT_TRUE(ledger_.SetNode(::tessera::testing::GpuNodeDevices("n2", {"GPU-2"}, 8000)).ok());
   }
 
-  // Pod ml/<name> (uid u-<name>) running on `node` with `mem` MiB of its card.
+  // Pod ml/<name> (uid u-<name>) running on `node` with `mem` MiB of its card (n1: GPU-1, n2:
+  // GPU-2, any other: GPU-3).
   void Running(const std::string& name, const std::string& node, int32_t mem, int32_t priority,
                int64_t start) {
     kube::Pod pod;
@@ -50,7 +51,8 @@ class PreemptorTest : public ::testing::Test {
     a.name = name;
     a.node = node;
     a.bound_node = node;
-    a.devices = {{{node == "n1" ? "GPU-1" : "GPU-2", "NVIDIA", mem, 0}}};
+    const std::string uuid = node == "n1" ? "GPU-1" : node == "n2" ? "GPU-2" : "GPU-3";
+    a.devices = {{{uuid, "NVIDIA", mem, 0}}};
     ASSERT_TRUE(ledger_.Apply(a).ok());
   }
 
@@ -79,14 +81,26 @@ class PreemptorTest : public ::testing::Test {
          },
          .vendor = vendor_.get(),
          .config = {},
-         .violates_pdb =
-             [this](const kube::Pod& pod) { return guarded_.contains(pod.meta.name); }});
+         .budget_violations = [this](std::string_view node,
+                                     const std::vector<const kube::Pod*>& pods)
+             -> absl::StatusOr<std::vector<bool>> {
+           if (node == "broken") {
+             return absl::PermissionDeniedError("poddisruptionbudgets is forbidden");
+           }
+           std::vector<bool> out;
+           for (const kube::Pod* pod : pods) {
+             order_.push_back(pod->meta.name);
+             out.push_back(guarded_.contains(pod->meta.name));
+           }
+           return out;
+         }});
   }
 
   std::unique_ptr<device::Vendor> vendor_ = device::NewNvidiaVendor(device::DefaultNvidiaConfig());
   ledger::Ledger ledger_;
   std::map<std::string, kube::Pod> pods_;
   absl::flat_hash_set<std::string> guarded_;
+  std::vector<std::string> order_;  // the pods the budget hook saw, in its order
 };
 
 TEST_F(PreemptorTest, AddsTheOneVictimTheDeviceShareNeeds) {
@@ -116,6 +130,17 @@ TEST_F(PreemptorTest, KeepsKubeSchedulersVictimsAndAddsItsCount) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT(r->victims.at("n1").pod_uids, ElementsAre("u-cpu", "u-young"));
   EXPECT_EQ(r->victims.at("n1").num_pdb_violations, 2);
+  // The budget check saw the candidates most important first (equal priority: older first).
+  EXPECT_THAT(order_, ElementsAre("old", "young"));
+}
+
+TEST_F(PreemptorTest, UnreadableBudgetsFailTheCallRatherThanGuess) {
+  ASSERT_TRUE(ledger_.SetNode(::tessera::testing::GpuNodeDevices("broken", {"GPU-3"}, 8000)).ok());
+  Running("low", "broken", 8000, 0, 100);
+  absl::StatusOr<PreemptResult> r = Make().Preempt(Args(High("4000"), {{"broken", {}}}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("PodDisruptionBudgets"));
 }
 
 TEST_F(PreemptorTest, ANodeWhereNoEvictionMakesRoomIsLeftOut) {

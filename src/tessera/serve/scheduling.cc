@@ -13,6 +13,7 @@
 
 #include "tessera/base/logging.h"
 #include "tessera/device/annotations.h"
+#include "tessera/extender/disruption_budgets.h"
 #include "tessera/extender/verdict.h"
 
 namespace tessera::serve {
@@ -126,14 +127,17 @@ Scheduling::Scheduling(const ServeOptions& options, Parts parts) : parts_(parts)
     }
     return *pod;
   };
-  preemptor_ = std::make_unique<extender::Preemptor>(
-      extender::Preemptor::Deps{.ledger = parts.ledger,
-                                .lookup = deps.lookup,
-                                .vendor = parts.vendor,
-                                .config = {.node_policy = options.node_policy,
-                                           .gpu_policy = options.gpu_policy,
-                                           .quotas = parts.quotas},
-                                .violates_pdb = nullptr});
+  preemptor_ = std::make_unique<extender::Preemptor>(extender::Preemptor::Deps{
+      .ledger = parts.ledger,
+      .lookup = deps.lookup,
+      .vendor = parts.vendor,
+      .config = {.node_policy = options.node_policy,
+                 .gpu_policy = options.gpu_policy,
+                 .quotas = parts.quotas},
+      .budget_violations = [client = parts.client](std::string_view node,
+                                                   const std::vector<const kube::Pod*>& victims) {
+        return extender::BudgetViolations(client, node, victims);
+      }});
   scheduler_ = std::make_unique<extender::Scheduler>(scheduler_options, std::move(deps));
 }
 

@@ -331,6 +331,7 @@ TEST_F(ServeTest, PreemptNamesTheOneVictimTheDeviceShareNeeds) {
     low["metadata"]["annotations"] = {{"hami.io/vgpu-node", "a"},
                                       {"hami.io/vgpu-devices-allocated", "GPU-a-0,NVIDIA,4000,0:;"},
                                       {"hami.io/bind-phase", "success"}};
+    low["metadata"]["labels"] = {{"app", name}};
     low["spec"]["nodeName"] = "a";
     low["status"] = {{"phase", "Running"}, {"startTime", started}};
     AddPod(low.dump());
@@ -359,6 +360,25 @@ TEST_F(ServeTest, PreemptNamesTheOneVictimTheDeviceShareNeeds) {
   ASSERT_EQ(pods.size(), 1u) << res->body;
   EXPECT_EQ(pods[0]["UID"], GetPod("low-young").meta.uid) << "the least work lost";
   EXPECT_EQ(reply["NodeNameToMetaVictims"]["a"]["NumPDBViolations"], 0);
+
+  // A PodDisruptionBudget that allows no disruption of low-young: the older pod goes instead.
+  const nlohmann::json pdb = {
+      {"apiVersion", "policy/v1"},
+      {"kind", "PodDisruptionBudget"},
+      {"metadata", {{"name", "young"}, {"namespace", "default"}}},
+      {"spec", {{"minAvailable", 1}, {"selector", {{"matchLabels", {{"app", "low-young"}}}}}}},
+      {"status", {{"disruptionsAllowed", 0}}}};
+  ASSERT_TRUE(store()
+                  .Create(*apisim::FindResource("policy", "v1", "poddisruptionbudgets"), "default",
+                          pdb.dump())
+                  .ok());
+  res = preempt(R"({"a":{"Pods":[],"NumPDBViolations":0}})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const nlohmann::json guarded = nlohmann::json::parse(res->body)["NodeNameToMetaVictims"]["a"];
+  ASSERT_EQ(guarded["Pods"].size(), 1u) << res->body;
+  EXPECT_EQ(guarded["Pods"][0]["UID"], GetPod("low-old").meta.uid);
+  EXPECT_EQ(guarded["NumPDBViolations"], 0);
 
   // A node the ledger does not know is left out; a malformed body is a 400.
   res = preempt(R"({"ghost":null})");
