@@ -310,7 +310,8 @@ def check_deployment(docs, serve_help, release, where):
     check(ext["filterVerb"] == "filter" and ext["bindVerb"] == "bind", f"{where}: verbs")
     check(ext["nodeCacheCapable"] is True, f"{where}: nodeCacheCapable")
     check(ext["httpTimeout"] == "30s", f"{where}: httpTimeout")
-    check("prioritizeVerb" not in ext and "preemptVerb" not in ext, f"{where}: extra verbs")
+    check(ext.get("preemptVerb") == "preempt", f"{where}: preemptVerb (docs/preemption.md)")
+    check("prioritizeVerb" not in ext, f"{where}: extra verbs")
     managed = {m["name"]: m.get("ignoredByScheduler") for m in ext["managedResources"]}
     check(all(v is True for v in managed.values()), f"{where}: ignoredByScheduler")
 

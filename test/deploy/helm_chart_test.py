@@ -255,6 +255,14 @@ def main():
         check(pod_annotation(c.docs(*args), "checksum/scheduler-config") != before,
               f"checksum/scheduler-config unchanged by {args}")
 
+    # scheduler.preemption=false leaves the preempt verb out of kube-scheduler's configuration.
+    def extender_of(docs):
+        cm = [d for d in find(docs, "ConfigMap") if d["metadata"]["name"].endswith("scheduler-config")]
+        return yaml.safe_load(cm[0]["data"]["config.yaml"])["extenders"][0]
+    check(extender_of(default).get("preemptVerb") == "preempt", "default: preemptVerb preempt")
+    check("preemptVerb" not in extender_of(c.docs("--set", "scheduler.preemption=false")),
+          "scheduler.preemption=false: no preemptVerb")
+
     # The check of the scheduler-owned annotations: its switches, and its webhook left out.
     owned_args = ["--set", "scheduler.admissionWebhook.ownedAnnotations.failurePolicy=Ignore",
                   "--set", "scheduler.admissionWebhook.ownedAnnotations.excludedNamespaces={ops}",
