@@ -20,11 +20,14 @@ Preemptor::Preemptor(Deps deps) : deps_(std::move(deps)) {}
 namespace {
 
 // The device holders bound to `node` that the informer knows as that very pod, still running, not
-// being deleted (a deleting pod is leaving anyway; kube-scheduler waits for it) and of lower
-// priority than `priority`; with the budgets they would violate, by kube-scheduler's count.
+// being deleted and of lower priority than `priority`; with the budgets they would violate, by
+// kube-scheduler's count. The uids of those being deleted go to *leaving: they count as gone
+// (kube-scheduler waits for them rather than preempt again), so a second call while an earlier
+// victim terminates adds nobody.
 absl::StatusOr<cycle::PotentialVictims> PotentialOn(const cycle::HoldersByNode::OnNode& on,
                                                     std::string_view node, int32_t priority,
-                                                    const Preemptor::Deps& deps) {
+                                                    const Preemptor::Deps& deps,
+                                                    absl::flat_hash_set<std::string>* leaving) {
   cycle::PotentialVictims out;
   if (!deps.lookup) {
     return out;
@@ -35,8 +38,14 @@ absl::StatusOr<cycle::PotentialVictims> PotentialOn(const cycle::HoldersByNode::
       continue;
     }
     std::optional<kube::Pod> pod = deps.lookup(r.ns, r.name);
-    if (!pod || pod->meta.uid != r.uid || pod->node_name != node || pod->Terminal() ||
-        pod->Deleting() || pod->priority >= priority) {
+    if (!pod || pod->meta.uid != r.uid || pod->node_name != node || pod->Terminal()) {
+      continue;
+    }
+    if (pod->Deleting()) {
+      leaving->insert(r.uid);
+      continue;
+    }
+    if (pod->priority >= priority) {
       continue;
     }
     pods.push_back(*std::move(pod));
@@ -117,9 +126,11 @@ absl::StatusOr<PreemptResult> Preemptor::Preempt(const PreemptArgs& args,
       out.dropped.push_back(node);
       continue;
     }
-    const absl::flat_hash_set<std::string> evicted(offered.pod_uids.begin(),
-                                                   offered.pod_uids.end());
-    absl::StatusOr<cycle::PotentialVictims> potential = PotentialOn(*on, node, pod.priority, deps_);
+    // Gone already: kube-scheduler's victims, and pods being deleted (an earlier preemption's
+    // victims among them), which are leaving whatever is decided here.
+    absl::flat_hash_set<std::string> evicted(offered.pod_uids.begin(), offered.pod_uids.end());
+    absl::StatusOr<cycle::PotentialVictims> potential =
+        PotentialOn(*on, node, pod.priority, deps_, &evicted);
     if (!potential.ok()) {
       return potential.status();
     }

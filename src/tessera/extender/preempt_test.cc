@@ -143,6 +143,18 @@ TEST_F(PreemptorTest, UnreadableBudgetsFailTheCallRatherThanGuess) {
   EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("PodDisruptionBudgets"));
 }
 
+TEST_F(PreemptorTest, APodBeingDeletedCountsAsGoneSoNobodyElseIsAdded) {
+  // An earlier call's victim (young) is terminating: asked again, Tessera adds nobody, not the
+  // older pod, even though the younger one still holds its share until it is gone.
+  Running("old", "n1", 4000, 0, 100);
+  Running("young", "n1", 4000, 0, 200);
+  pods_["ml/young"].meta.deleting = true;
+  absl::StatusOr<PreemptResult> r = Make().Preempt(Args(High("4000"), {{"n1", {}}}, true));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->victims.count("n1"), 1u);
+  EXPECT_THAT(r->victims.at("n1").pod_uids, IsEmpty());
+}
+
 TEST_F(PreemptorTest, ANodeWhereNoEvictionMakesRoomIsLeftOut) {
   Running("same", "n1", 8000, 1000, 100);  // not lower than the preemptor
   Running("low", "n2", 8000, 0, 100);
