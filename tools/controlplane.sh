@@ -6,34 +6,62 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODULE="$ROOT/test/controlplane"
 CACHE_ROOT="${TESSERA_CONTROLPLANE_CACHE:-$HOME/.cache/tessera/controlplane}"
-# The Kubernetes release test/controlplane pins (stamped into the binaries' --version).
-K8S_VERSION="$(sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\).*|\1|p' "$MODULE/go.mod" | head -n 1)"
 
 die() { echo "controlplane.sh: error: $*" >&2; exit 1; }
 log() { echo "controlplane.sh: $*" >&2; }
 
+# The release to build: test/controlplane's go.mod and go.sum pin the default one; another one
+# (build --kubernetes NAME, or $TESSERA_K8S) is test/controlplane/k8s/NAME's go.mod and go.sum
+# over the same cmd/. A `toolchain` line there names the Go the release needs (GOTOOLCHAIN).
+MODFILES="$MODULE"
+select_release() {
+  MODFILES="$MODULE"
+  if [[ -n "$1" ]]; then
+    MODFILES="$MODULE/k8s/$1"
+    [[ -f "$MODFILES/go.mod" ]] || die "no release $1: $MODFILES/go.mod does not exist (releases: $(ls "$MODULE/k8s" 2>/dev/null | tr '\n' ' '))"
+  fi
+  # The Kubernetes release (stamped into the binaries' --version), pre-release suffix included.
+  K8S_VERSION="$(sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9][0-9a-z.-]*\).*|\1|p' "$MODFILES/go.mod" | head -n 1)"
+  TOOLCHAIN="$(sed -n 's/^toolchain //p' "$MODFILES/go.mod")"
+}
+select_release "${TESSERA_K8S:-}"
+
 # The cache key: a hash of everything that decides what the binaries are.
 cache_key() {
-  (cd "$MODULE" && cat go.mod go.sum $(find cmd -name '*.go' | LC_ALL=C sort) && echo "$K8S_VERSION") \
+  (cat "$MODFILES/go.mod" "$MODFILES/go.sum" && cd "$MODULE" &&
+   cat $(find cmd -name '*.go' | LC_ALL=C sort) && echo "$K8S_VERSION") \
     | sha256sum | cut -c1-16
 }
 
 cmd_build() {
-  [[ -n "$K8S_VERSION" ]] || die "no k8s.io/kubernetes requirement in $MODULE/go.mod"
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --kubernetes) select_release "${2:?--kubernetes needs a release name}"; shift 2 ;;
+      *) die "build: unknown argument $1" ;;
+    esac
+  done
+  [[ -n "$K8S_VERSION" ]] || die "no k8s.io/kubernetes requirement in $MODFILES/go.mod"
   local dir="$CACHE_ROOT/$(cache_key)"
   if [[ -x "$dir/etcd" && -x "$dir/kube-apiserver" && -x "$dir/kube-scheduler" ]]; then
     echo "$dir"; return 0
   fi
-  command -v go >/dev/null || die "go is not on PATH; install Go ($(sed -n 's/^go //p' "$MODULE/go.mod") or newer)"
+  command -v go >/dev/null || die "go is not on PATH; install Go ($(sed -n 's/^go //p' "$MODFILES/go.mod") or newer)"
   mkdir -p "$CACHE_ROOT"
   local tmp; tmp="$(mktemp -d "$CACHE_ROOT/.build.XXXXXX")"
-  log "building etcd, kube-apiserver, kube-scheduler ($K8S_VERSION) into $dir (first build takes minutes)"
+  # Another release builds in a copy of the module with its own go.mod and go.sum.
+  local src="$MODULE"
+  if [[ "$MODFILES" != "$MODULE" ]]; then
+    src="$tmp/src"; mkdir -p "$src"
+    cp "$MODFILES/go.mod" "$MODFILES/go.sum" "$src/"; cp -r "$MODULE/cmd" "$src/"
+  fi
+  log "building etcd, kube-apiserver, kube-scheduler ($K8S_VERSION${TOOLCHAIN:+, Go $TOOLCHAIN from the module proxy}) into $dir (first build takes minutes)"
   local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-  if ! (cd "$MODULE" && nice -n 10 go build -trimpath \
+  if ! (cd "$src" && ${TOOLCHAIN:+env GOTOOLCHAIN=$TOOLCHAIN} nice -n 10 go build -trimpath \
         -ldflags "-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
         -o "$tmp/" ./cmd/...); then
-    rm -rf "$tmp"; die "go build in $MODULE failed (see the output above)"
+    rm -rf "$tmp"; die "go build of $MODFILES failed (see the output above)"
   fi
+  rm -rf "$tmp/src"
   rm -rf "$dir"
   # A build running in parallel may have got there first; its binaries are the same.
   mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
@@ -537,7 +565,7 @@ start_emulators() {
 usage() {
   cat <<USAGE
 Usage:
-  tools/controlplane.sh build
+  tools/controlplane.sh build [--kubernetes NAME]
   tools/controlplane.sh up [--tessera PATH] [--bin-dir DIR] [--etcd-compaction-interval D]
                           [--replicas N] [--cluster FILE] [--serve-arg ARG]... DIR
   tools/controlplane.sh down DIR
@@ -547,6 +575,9 @@ Usage:
           test/controlplane once, into \$TESSERA_CONTROLPLANE_CACHE/<key>/ (default
           ~/.cache/tessera/controlplane), <key> being a hash of the module's go.mod, go.sum and
           main files; prints that directory. The same versions are never rebuilt.
+            --kubernetes NAME  another release: test/controlplane/k8s/NAME's go.mod and go.sum
+                             (or \$TESSERA_K8S; e.g. 1.38, kube-scheduler asking extenders to
+                             preempt on nodes without victims of its own)
   up      Start etcd, kube-apiserver (TLS, Node,RBAC, default admission plugins), tessera serve
           (HTTPS, as ServiceAccount tessera-system/tessera under deploy/base's RBAC, its webhook
           registered) and kube-scheduler (deploy/base's configuration, extender = that serve) on
@@ -586,7 +617,7 @@ USAGE
 }
 
 case "${1:-}" in
-  build) cmd_build ;;
+  build) shift; cmd_build "$@" ;;
   up) shift; cmd_up "$@" ;;
   down) shift; cmd_down "$@" ;;
   restart) shift; cmd_restart "$@" ;;

@@ -88,7 +88,8 @@ teardown() {
 }
 
 # --- build (outside the timed budget of the test proper; a cold cache takes minutes) ---------
-BIN="$(timeout 1500 "$CP" build)"
+# A test may set E2E_K8S before sourcing: another release (tools/controlplane.sh build --kubernetes).
+BIN="$(timeout 1500 "$CP" build ${E2E_K8S:+--kubernetes "$E2E_K8S"})"
 echo "e2e: control-plane binaries in $BIN"
 phase_done "build (cached)"
 
