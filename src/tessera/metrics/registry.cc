@@ -72,6 +72,20 @@ std::string_view OutcomeName(BindOutcome outcome) {
   return "error";
 }
 
+std::string_view OutcomeName(PreemptOutcome outcome) {
+  switch (outcome) {
+    case PreemptOutcome::kVictims:
+      return "victims";
+    case PreemptOutcome::kNoVictims:
+      return "no_victims";
+    case PreemptOutcome::kNoNode:
+      return "no_node";
+    case PreemptOutcome::kError:
+      return "error";
+  }
+  return "error";
+}
+
 struct Registry::Impl {
   explicit Impl(const Clock* c)
       : clock(c),
@@ -94,6 +108,15 @@ struct Registry::Impl {
                        .Name("tessera_bind_total")
                        .Help("Bind calls by outcome.")
                        .Register(*registry)),
+        preempt_total(prometheus::BuildCounter()
+                          .Name("tessera_preempt_total")
+                          .Help("Preempt verb calls by outcome.")
+                          .Register(*registry)),
+        preempt_victims(prometheus::BuildCounter()
+                            .Name("tessera_preempt_victims_total")
+                            .Help("Victims the preempt verb added to kube-scheduler's.")
+                            .Register(*registry)
+                            .Add({})),
         informer_synced(prometheus::BuildGauge()
                             .Name("tessera_informer_synced")
                             .Help("1 once the informer's initial list is in, else 0.")
@@ -165,6 +188,10 @@ struct Registry::Impl {
     for (BindOutcome o : {BindOutcome::kBound, BindOutcome::kRejected, BindOutcome::kError}) {
       bind_total.Add({{"outcome", std::string(OutcomeName(o))}});
     }
+    for (PreemptOutcome o : {PreemptOutcome::kVictims, PreemptOutcome::kNoVictims,
+                             PreemptOutcome::kNoNode, PreemptOutcome::kError}) {
+      preempt_total.Add({{"outcome", std::string(OutcomeName(o))}});
+    }
   }
 
   const Clock* const clock;
@@ -173,6 +200,8 @@ struct Registry::Impl {
   prometheus::Histogram& bind_duration;
   prometheus::Family<prometheus::Counter>& filter_decisions;
   prometheus::Family<prometheus::Counter>& bind_total;
+  prometheus::Family<prometheus::Counter>& preempt_total;
+  prometheus::Counter& preempt_victims;
   prometheus::Family<prometheus::Gauge>& informer_synced;
   prometheus::Family<prometheus::Gauge>& informer_age;
   prometheus::Family<prometheus::Counter>& informer_relists;
@@ -236,6 +265,13 @@ void Registry::RecordFilter(FilterOutcome outcome, std::string_view reason,
 void Registry::RecordBind(BindOutcome outcome, absl::Duration latency) {
   impl_->bind_duration.Observe(Seconds(latency));
   impl_->bind_total.Add({{"outcome", std::string(OutcomeName(outcome))}}).Increment();
+}
+
+void Registry::RecordPreempt(PreemptOutcome outcome, int64_t victims) {
+  impl_->preempt_total.Add({{"outcome", std::string(OutcomeName(outcome))}}).Increment();
+  if (victims > 0) {
+    impl_->preempt_victims.Increment(static_cast<double>(victims));
+  }
 }
 
 void Registry::SetInformerSynced(std::string_view resource, bool synced) {

@@ -53,9 +53,18 @@ enum class BindOutcome {
   kError,     // an API call failed
 };
 
+// One /preempt call (docs/preemption.md).
+enum class PreemptOutcome {
+  kVictims,    // Tessera named victims of its own on at least one node
+  kNoVictims,  // nodes kept, none needing a victim of Tessera's (kube-scheduler's, or room)
+  kNoNode,     // no node kept: no eviction makes room, or preemptionPolicy Never
+  kError,      // the request or the budgets could not be read
+};
+
 // The label value an outcome is exported as ("scheduled", "bound", …).
 std::string_view OutcomeName(FilterOutcome outcome);
 std::string_view OutcomeName(BindOutcome outcome);
+std::string_view OutcomeName(PreemptOutcome outcome);
 
 // The label values of the labelled families, exported at 0 from the start so that a counter's
 // rate is defined before its first event and an alert on `increase()` sees the first one.
@@ -85,6 +94,8 @@ class Registry {
   void RecordFilter(FilterOutcome outcome, std::string_view reason, absl::Duration latency);
   // One /bind call.
   void RecordBind(BindOutcome outcome, absl::Duration latency);
+  // One /preempt call, and how many victims Tessera added to kube-scheduler's.
+  void RecordPreempt(PreemptOutcome outcome, int64_t victims);
 
   // Informers, per resource ("pods", "nodes", "leases"…).
   void SetInformerSynced(std::string_view resource, bool synced);

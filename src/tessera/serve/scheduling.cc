@@ -190,25 +190,35 @@ extender::RefitResponse Scheduling::Refit(const extender::RefitRequest& request)
 
 absl::StatusOr<extender::PreemptResult> Scheduling::Preempt(const extender::PreemptArgs& args) {
   if (!parts_.informers->Synced()) {
+    parts_.metrics->RecordPreempt(metrics::PreemptOutcome::kError, 0);
     return absl::UnavailableError("tessera is not ready: " + parts_.informers->SyncState());
   }
   extender::PreemptOutcome outcome;
   absl::StatusOr<extender::PreemptResult> result = preemptor_->Preempt(args, &outcome);
   const std::string pod = args.pod.Key();
   if (!result.ok()) {
+    parts_.metrics->RecordPreempt(metrics::PreemptOutcome::kError, 0);
     TESSERA_LOGS(kWarning, "preempt refused", "pod", pod, "err",
                  std::string(result.status().message()));
     return result;
   }
+  int64_t victims = 0;
+  std::string added;
+  for (const auto& [node, names] : outcome.added) {
+    victims += static_cast<int64_t>(names.size());
+    if (!names.empty()) {
+      fmt::format_to(std::back_inserter(added), "{}{}=[{}]", added.empty() ? "" : " ", node,
+                     fmt::join(names, ","));
+    }
+  }
+  parts_.metrics->RecordPreempt(result->victims.empty() ? metrics::PreemptOutcome::kNoNode
+                                : victims > 0           ? metrics::PreemptOutcome::kVictims
+                                                        : metrics::PreemptOutcome::kNoVictims,
+                                victims);
   if (outcome.pass_through || outcome.never) {
     TESSERA_VLOGS(2, "preempt", "pod", pod, "outcome",
                   outcome.never ? "preemptionPolicy Never" : "no managed device");
     return result;
-  }
-  std::string added;
-  for (const auto& [node, victims] : outcome.added) {
-    fmt::format_to(std::back_inserter(added), "{}{}=[{}]", added.empty() ? "" : " ", node,
-                   fmt::join(victims, ","));
   }
   TESSERA_LOGS(kInfo, "preempt", "pod", pod, "offered", args.victims.size(), "kept",
                result->victims.size(), "added", added, "dropped",

@@ -388,6 +388,12 @@ TEST_F(ServeTest, PreemptNamesTheOneVictimTheDeviceShareNeeds) {
   res = preempt(R"({"a":{"Pods":[{"UID":""}]}})");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
+
+  // Two answers named a victim each, one kept no node; the 400 never reached the preemptor.
+  EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"victims\""}), 2);
+  EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"no_node\""}), 1);
+  EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"error\""}), 0);
+  EXPECT_EQ(Metric("tessera_preempt_victims_total", {}), 2);
 }
 
 // The NUMA refit end to end over HTTP (HAMi refs/pull/2731 pkg/scheduler/routes/route.go:
