@@ -223,6 +223,23 @@ absl::StatusOr<extender::PreemptResult> Scheduling::Preempt(const extender::Pree
   TESSERA_LOGS(kInfo, "preempt", "pod", pod, "offered", args.victims.size(), "kept",
                result->victims.size(), "added", added, "dropped",
                fmt::format("{}", fmt::join(outcome.dropped, ",")));
+  // The pod's owner sees the answer: which pods would go where (kube-scheduler picks the node
+  // and evicts; it posts Preempted on the victims), or that no eviction frees a share.
+  if (result->victims.empty()) {
+    if (!outcome.dropped.empty()) {
+      extender::EventNodeList nodes(
+          "no eviction of lower-priority pods frees a GPU share for this pod on ", ", ");
+      for (const std::string& node : outcome.dropped) {
+        nodes.Add(node);
+      }
+      scheduler_->events().Record(args.pod.meta, "PreemptionNotHelpful", std::move(nodes).Finish(),
+                                  extender::EventType::kWarning);
+    }
+  } else if (victims > 0) {
+    scheduler_->events().Record(args.pod.meta, "PreemptionVictimsProposed",
+                                "to free a GPU share, Tessera proposes evicting: " + added,
+                                extender::EventType::kNormal);
+  }
   return result;
 }
 

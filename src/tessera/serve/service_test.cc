@@ -389,6 +389,17 @@ TEST_F(ServeTest, PreemptNamesTheOneVictimTheDeviceShareNeeds) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
 
+  // The pod's owner sees both answers as events.
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<std::string> events = store().List(Res("events"), "default", {});
+    const std::string text = events.value_or("");
+    return text.find("PreemptionVictimsProposed") != std::string::npos &&
+           text.find("to free a GPU share, Tessera proposes evicting: a=[default/low-young]") !=
+               std::string::npos &&
+           text.find("PreemptionNotHelpful") != std::string::npos &&
+           text.find("frees a GPU share for this pod on (ghost)") != std::string::npos;
+  }));
+
   // Two answers named a victim each, one kept no node; the 400 never reached the preemptor.
   EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"victims\""}), 2);
   EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"no_node\""}), 1);
