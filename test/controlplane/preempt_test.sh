@@ -92,6 +92,8 @@ check "the older low pod is untouched" untouched low-old
 sample GPU-gpu-p-0
 check "gpu-p's card never held more than 8192 MiB (samples: ${SAMPLES[*]})" never_over 8192
 check "Tessera logged the preemption" grep -q '"preempt" pod="e2e/high".*added="gpu-p=\[e2e/low-young\]"' "$DIR/tessera.log"
+proposed() { k -n e2e get events --field-selector involvedObject.name=high -o jsonpath='{.items[*].message}' | grep -q 'Tessera proposes evicting: gpu-p=\[e2e/low-young\]'; }
+check "e2e/high's event names the victim" wait_until 10 "the PreemptionVictimsProposed event" proposed
 phase_done "one victim"
 
 # --- preemptionPolicy Never -------------------------------------------------------------------
