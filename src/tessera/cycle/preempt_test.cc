@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -177,6 +178,37 @@ TEST_F(PreemptTest, ThePodsKubeSchedulerEvictsCountAsGoneAndAreNotReturned) {
   ASSERT_TRUE(v.has_value());
   EXPECT_THAT(Uids(*v), IsEmpty());
   EXPECT_TRUE(v->decision.winner.has_value());
+}
+
+TEST_F(PreemptTest, OnAMigCardTheVictimIsTheInstanceThatFreesAPlacement) {
+  // One A100 in mig mode split into two 3g.20gb instances (placements {0,4} and {4,4}) held by
+  // two low pods: a 1g.5gb ask needs exactly one of them gone, the younger.
+  ASSERT_TRUE(ledger_.SetNode(::tessera::testing::MigNodeDevices("m1", {"GPU-m0"})).ok());
+  for (const auto& [name, start, placement] :
+       {std::tuple{"mig-old", 1000, device::MigPlacement{0, 4}},
+        std::tuple{"mig-young", 2000, device::MigPlacement{4, 4}}}) {
+    ledger::PodAllocation a;
+    a.uid = name;
+    a.ns = "ml";
+    a.name = name;
+    a.node = "m1";
+    a.bound_node = "m1";
+    a.devices = {{{"GPU-m0", "NVIDIA", 19968, 43}}};
+    device::MigAllocation m;
+    m.gpu_uuid = "GPU-m0";
+    m.profile = "3g.20gb";
+    m.placement = placement;
+    a.mig = {m};
+    ASSERT_TRUE(ledger_.Apply(a).ok());
+    potential_[name] = {.uid = name, .ns = "ml", .name = name, .priority = 0, .start_unix = start};
+  }
+  std::optional<NodeVictims> v = For("m1", {"4000"});
+  ASSERT_TRUE(v.has_value());
+  EXPECT_THAT(Uids(*v), ElementsAre("mig-young"));
+  ASSERT_EQ(v->decision.mig.size(), 1u);
+  ASSERT_TRUE(v->decision.mig[0][0].has_value());
+  EXPECT_EQ(v->decision.mig[0][0]->profile, "1g.5gb");
+  EXPECT_GE(v->decision.mig[0][0]->placement.start, 4u) << "inside the freed half";
 }
 
 TEST_F(PreemptTest, UnboundPodsAndReservationsAreNeverVictims) {
