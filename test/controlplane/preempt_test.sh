@@ -56,6 +56,20 @@ finish_deletion() {
   sleep 3
   k -n e2e delete pod "$1" --grace-period=0 --force >/dev/null 2>&1 || true
 }
+# two_low_pods NODE OLD YOUNG [YOUNG_LABEL]: NODE with one 8192 MiB card, and two pods of class
+# low holding 4000 MiB each there, running, OLD started an hour before YOUNG.
+two_low_pods() {
+  make_node "$1" 1
+  wait_until 30 "Tessera's /debug/ledger lists $1's GPU" ledger_has "GPU-$1-0"
+  local pod start
+  for pod in "$2" "$3"; do
+    [[ "$pod" == "$2" ]] && start=2026-01-01T10:00:00Z || start=2026-01-01T11:00:00Z
+    prio_pod "$pod" 4000 low "$1" "$([[ "$pod" == "$3" ]] && echo "${4:-$pod}" || echo "$pod")"
+    wait_until 60 "e2e/$pod bound" bound_to "$pod" "$1"
+    running "$pod" "$start"
+    allocated "$pod" "$1"
+  done
+}
 # allocated_mib GPU: the MiB Tessera's hami_gpu_memory_allocated_bytes shows on GPU.
 allocated_mib() {
   curl -fsS --max-time 2 "http://127.0.0.1:$TESSERA_METRICS_PORT/metrics" \
@@ -69,16 +83,7 @@ never_over() { # never_over MIB: every sample at most MIB
 }
 
 # --- one victim frees exactly the share ---------------------------------------------------------
-make_node gpu-p 1
-wait_until 30 "Tessera's /debug/ledger lists gpu-p's GPU" ledger_has GPU-gpu-p-0
-prio_pod low-old 4000 low gpu-p
-wait_until 60 "e2e/low-old bound" bound_to low-old gpu-p
-running low-old 2026-01-01T10:00:00Z
-allocated low-old gpu-p
-prio_pod low-young 4000 low gpu-p
-wait_until 60 "e2e/low-young bound" bound_to low-young gpu-p
-running low-young 2026-01-01T11:00:00Z
-allocated low-young gpu-p
+two_low_pods gpu-p low-old low-young
 sample GPU-gpu-p-0
 t0=$(date +%s.%N)
 prio_pod high 4000 high gpu-p
@@ -106,16 +111,7 @@ k -n e2e delete pod polite --grace-period=0 --force >/dev/null 2>&1
 phase_done "preemptionPolicy Never"
 
 # --- a PodDisruptionBudget spares the cheaper victim ----------------------------------------------
-make_node gpu-b 1
-wait_until 30 "Tessera's /debug/ledger lists gpu-b's GPU" ledger_has GPU-gpu-b-0
-prio_pod b-old 4000 low gpu-b
-wait_until 60 "e2e/b-old bound" bound_to b-old gpu-b
-running b-old 2026-01-01T10:00:00Z
-allocated b-old gpu-b
-prio_pod b-young 4000 low gpu-b guarded
-wait_until 60 "e2e/b-young bound" bound_to b-young gpu-b
-running b-young 2026-01-01T11:00:00Z
-allocated b-young gpu-b
+two_low_pods gpu-b b-old b-young guarded
 # No disruption controller runs here, so the budget's status.disruptionsAllowed stays 0.
 k -n e2e create poddisruptionbudget guarded --selector=app=guarded --min-available=1 >/dev/null
 prio_pod b-high 4000 high gpu-b
