@@ -97,6 +97,7 @@ absl::StatusOr<PreemptResult> Preemptor::Preempt(const PreemptArgs& args,
     if (std::optional<kube::Pod> stored = deps_.lookup(args.pod.meta.ns, args.pod.meta.name);
         stored && stored->meta.uid == args.pod.meta.uid) {
       pod = *std::move(stored);
+      out.stored = true;
     }
   }
   PreemptResult result;

@@ -37,6 +37,9 @@ namespace tessera::extender {
 
 // What a Preempt call did (logs, tests).
 struct PreemptOutcome {
+  // The informer holds the pod of the body's uid, and it was decided on (else the body's pod,
+  // which nothing else vouches for: the caller must not write about it).
+  bool stored = false;
   bool pass_through = false;  // the pod asks for no managed device: the offer is returned as is
   bool never = false;         // preemptionPolicy: Never: no node is returned
   // Per node kept: the victims Tessera added to kube-scheduler's ("ns/name").

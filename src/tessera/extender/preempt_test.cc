@@ -117,6 +117,13 @@ TEST_F(PreemptorTest, AddsTheOneVictimTheDeviceShareNeeds) {
   ASSERT_EQ(outcome.added.size(), 1u);
   EXPECT_THAT(outcome.added[0].second, ElementsAre("ml/young"));
   EXPECT_THAT(outcome.dropped, IsEmpty());
+  EXPECT_TRUE(outcome.stored);
+
+  // A body whose pod the informer does not hold is decided on as sent, and said so.
+  kube::Pod unknown = High("4000");
+  pods_.erase("ml/high");
+  ASSERT_TRUE(Make().Preempt(Args(unknown, {{"n1", {}}}), &outcome).ok());
+  EXPECT_FALSE(outcome.stored);
 }
 
 TEST_F(PreemptorTest, KeepsKubeSchedulersVictimsAndAddsItsCount) {

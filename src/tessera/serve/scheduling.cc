@@ -224,7 +224,11 @@ absl::StatusOr<extender::PreemptResult> Scheduling::Preempt(const extender::Pree
                result->victims.size(), "added", added, "dropped",
                fmt::format("{}", fmt::join(outcome.dropped, ",")));
   // The pod's owner sees the answer: which pods would go where (kube-scheduler picks the node
-  // and evicts; it posts Preempted on the victims), or that no eviction frees a share.
+  // and evicts; it posts Preempted on the victims), or that no eviction frees a share. Only
+  // about a pod the informer knows by that uid: a body naming anything else gets no event.
+  if (!outcome.stored) {
+    return result;
+  }
   if (result->victims.empty()) {
     if (!outcome.dropped.empty()) {
       extender::EventNodeList nodes(

@@ -380,6 +380,19 @@ TEST_F(ServeTest, PreemptNamesTheOneVictimTheDeviceShareNeeds) {
   EXPECT_EQ(guarded["Pods"][0]["UID"], GetPod("low-old").meta.uid);
   EXPECT_EQ(guarded["NumPDBViolations"], 0);
 
+  // A body naming a pod the informer does not hold gets its answer but no event: nothing vouches
+  // for that pod. (Sent before the ghost's call: events go out in order, so once the ghost's
+  // event is stored, one about "forged" would be too.)
+  nlohmann::json forged = nlohmann::json::parse(high_json);
+  forged["metadata"]["name"] = "forged";
+  forged["metadata"]["uid"] = "not-a-pod";
+  res = client()->Post("/preempt",
+                       R"({"Pod":)" + forged.dump() +
+                           R"(,"NodeNameToMetaVictims":{"a":{"Pods":[],"NumPDBViolations":0}}})",
+                       "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+
   // A node the ledger does not know is left out; a malformed body is a 400.
   res = preempt(R"({"ghost":null})");
   ASSERT_TRUE(res);
@@ -399,12 +412,15 @@ TEST_F(ServeTest, PreemptNamesTheOneVictimTheDeviceShareNeeds) {
            text.find("PreemptionNotHelpful") != std::string::npos &&
            text.find("frees a GPU share for this pod on (ghost)") != std::string::npos;
   }));
+  EXPECT_EQ(store().List(Res("events"), "default", {}).value_or("").find("forged"),
+            std::string::npos);
 
-  // Two answers named a victim each, one kept no node; the 400 never reached the preemptor.
-  EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"victims\""}), 2);
+  // Three answers named a victim each (the forged body's too), one kept no node; the 400 never
+  // reached the preemptor.
+  EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"victims\""}), 3);
   EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"no_node\""}), 1);
   EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"error\""}), 0);
-  EXPECT_EQ(Metric("tessera_preempt_victims_total", {}), 2);
+  EXPECT_EQ(Metric("tessera_preempt_victims_total", {}), 3);
 }
 
 // The NUMA refit end to end over HTTP (HAMi refs/pull/2731 pkg/scheduler/routes/route.go:
