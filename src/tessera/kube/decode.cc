@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
+#include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "fmt/format.h"
 #include "simdjson.h"
@@ -422,6 +423,12 @@ class Decoder::Impl {
       *out = 0;
       return true;
     }
+    // Every pod carries one, so the API server's own form ("2026-12-07T12:00:01Z", what
+    // metav1.Time writes) is read without allocating; any other RFC 3339 form goes to absl.
+    if (std::optional<int64_t> utc = UtcSeconds(text)) {
+      *out = *utc;
+      return true;
+    }
     absl::Time t;
     std::string err;
     if (!absl::ParseTime(absl::RFC3339_full, std::string(text), &t, &err)) {
@@ -429,6 +436,32 @@ class Decoder::Impl {
     }
     *out = absl::ToUnixSeconds(t);
     return true;
+  }
+
+  // "YYYY-MM-DDTHH:MM:SSZ" with fields in range, as Unix seconds; nullopt for anything else.
+  static std::optional<int64_t> UtcSeconds(std::string_view s) {
+    if (s.size() != 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
+        s[16] != ':' || s[19] != 'Z') {
+      return std::nullopt;
+    }
+    int v[6] = {};
+    const int at[6] = {0, 5, 8, 11, 14, 17};
+    const int width[6] = {4, 2, 2, 2, 2, 2};
+    for (int f = 0; f < 6; ++f) {
+      for (int i = at[f]; i < at[f] + width[f]; ++i) {
+        if (s[i] < '0' || s[i] > '9') {
+          return std::nullopt;
+        }
+        v[f] = v[f] * 10 + (s[i] - '0');
+      }
+    }
+    const absl::CivilSecond c(v[0], v[1], v[2], v[3], v[4], v[5]);
+    // CivilSecond normalises out-of-range fields (month 13); such text is not this form.
+    if (c.month() != v[1] || c.day() != v[2] || c.hour() != v[3] || c.minute() != v[4] ||
+        c.second() != v[5]) {
+      return std::nullopt;
+    }
+    return absl::ToUnixSeconds(absl::FromCivil(c, absl::UTCTimeZone()));
   }
 
   bool Bool(od::value& v, bool* out) {

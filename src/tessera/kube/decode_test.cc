@@ -97,6 +97,15 @@ TEST(DecodePodTest, PreemptionPolicyAndStartTime) {
   ASSERT_TRUE(pod.ok()) << pod.status();
   EXPECT_FALSE(pod->preempt_never);
   EXPECT_EQ(pod->start_unix, 1796644801);
+  // The API server's form and the same instant written otherwise agree; a month 13 is refused.
+  pod = DecodePod(R"({"status":{"startTime":"1970-01-01T00:00:00Z"}})");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(pod->start_unix, 0);
+  pod = DecodePod(R"({"status":{"startTime":"2024-02-29T23:59:59Z"}})");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(pod->start_unix, 1709251199);
+  EXPECT_FALSE(DecodePod(R"({"status":{"startTime":"2026-13-07T12:00:01Z"}})").ok());
+  EXPECT_FALSE(DecodePod(R"({"status":{"startTime":"2026-02-30T12:00:01Z"}})").ok());
   pod = DecodePod(R"({"spec":{"preemptionPolicy":null},"status":{"startTime":null}})");
   ASSERT_TRUE(pod.ok()) << pod.status();
   EXPECT_FALSE(pod->preempt_never);
