@@ -1,5 +1,6 @@
 #include "tessera/accounting/quota_book.h"
 
+#include <optional>
 #include <utility>
 
 namespace tessera::accounting {
@@ -15,7 +16,25 @@ schedule::NamespaceQuota QuotaBook::Empty(std::string_view ns) const {
   return q;
 }
 
+namespace {
+
+// `after` allows more than `before`: the limit went or rose.
+bool Loosened(const std::optional<schedule::QuotaLimit>& before,
+              const std::optional<schedule::QuotaLimit>& after) {
+  return before.has_value() && (!after.has_value() || after->limit > before->limit);
+}
+
+}  // namespace
+
+void QuotaBook::NoteLocked(const std::string& ns, const schedule::NamespaceQuota& before,
+                           const schedule::NamespaceQuota& after) {
+  if (Loosened(before.memory, after.memory) || Loosened(before.cores, after.cores)) {
+    loosened_at_[ns] = ++loosenings_;
+  }
+}
+
 void QuotaBook::RecomputeLocked(const std::string& ns, Namespace* n) {
+  const schedule::NamespaceQuota before = n->limits;
   std::vector<schedule::QuotaEntry> entries;
   for (const auto& [object, hard] : n->objects) {
     for (const auto& [key, value] : hard) {
@@ -25,6 +44,7 @@ void QuotaBook::RecomputeLocked(const std::string& ns, Namespace* n) {
   n->limits = Empty(ns);
   n->skipped.clear();
   schedule::CollectLimits(entries, &n->limits, &n->skipped);
+  NoteLocked(ns, before, n->limits);
 }
 
 void QuotaBook::UpsertLocked(const kube::ResourceQuota& quota) {
@@ -53,6 +73,7 @@ void QuotaBook::Remove(std::string_view ns, std::string_view name) {
   }
   it->second.objects.erase(std::string(name));
   if (it->second.objects.empty()) {
+    NoteLocked(it->first, it->second.limits, Empty(ns));
     namespaces_.erase(it);
     return;
   }
@@ -61,9 +82,14 @@ void QuotaBook::Remove(std::string_view ns, std::string_view name) {
 
 void QuotaBook::Replace(const std::vector<kube::ResourceQuota>& quotas) {
   MutexLock lock(&mu_);
+  std::map<std::string, Namespace, std::less<>> before = std::move(namespaces_);
   namespaces_.clear();
   for (const kube::ResourceQuota& q : quotas) {
     UpsertLocked(q);
+  }
+  for (const auto& [ns, n] : before) {
+    auto it = namespaces_.find(ns);
+    NoteLocked(ns, n.limits, it == namespaces_.end() ? Empty(ns) : it->second.limits);
   }
 }
 
@@ -91,6 +117,18 @@ std::vector<schedule::NamespaceQuota> QuotaBook::AllLimits() const {
       out.push_back(n.limits);
     }
   }
+  return out;
+}
+
+std::vector<std::string> QuotaBook::LoosenedSince(uint64_t* cursor) const {
+  MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [ns, at] : loosened_at_) {
+    if (at > *cursor) {
+      out.push_back(ns);
+    }
+  }
+  *cursor = loosenings_;
   return out;
 }
 

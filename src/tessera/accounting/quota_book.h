@@ -59,6 +59,10 @@ class QuotaBook {
   std::vector<schedule::NamespaceQuota> AllLimits() const;
   // The values skipped as not whole numbers, one line each (for logs and /debug).
   std::vector<std::string> Skipped() const;
+  // The namespaces (sorted) where a limit rose or went after `*cursor` (0: since construction),
+  // each change counted when it happened: a limit that came and went between two calls is
+  // listed. Advances `*cursor`. One record per namespace ever loosened is kept.
+  std::vector<std::string> LoosenedSince(uint64_t* cursor) const;
 
  private:
   struct Namespace {
@@ -68,12 +72,17 @@ class QuotaBook {
     std::vector<std::string> skipped;
   };
   void RecomputeLocked(const std::string& ns, Namespace* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a loosening of `ns` when `after` allows more than `before`.
+  void NoteLocked(const std::string& ns, const schedule::NamespaceQuota& before,
+                  const schedule::NamespaceQuota& after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpsertLocked(const kube::ResourceQuota& quota) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   schedule::NamespaceQuota Empty(std::string_view ns) const;
 
   const Options options_;
   mutable Mutex mu_;
   std::map<std::string, Namespace, std::less<>> namespaces_ ABSL_GUARDED_BY(mu_);
+  uint64_t loosenings_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t, std::less<>> loosened_at_ ABSL_GUARDED_BY(mu_);  // ns -> count
 };
 
 }  // namespace tessera::accounting

@@ -95,5 +95,27 @@ TEST(QuotaBookTest, SkippedValuesAreListed) {
               ElementsAre(::testing::StartsWith("ml/gpu: limits.nvidia.com/gpumem")));
 }
 
+// The requeue's input (extender/requeue.h): each loosening counted when it happens.
+TEST(QuotaBookTest, LoosenedSinceListsRaisedAndRemovedLimitsOnce) {
+  QuotaBook book({});
+  uint64_t cursor = 0;
+  book.Upsert(Rq("ml", "gpu", {{"limits.nvidia.com/gpumem", "8000"}}));
+  book.Upsert(Rq("cv", "gpu", {{"limits.nvidia.com/gpucores", "100"}}));
+  book.Upsert(Rq("ml", "gpu", {{"limits.nvidia.com/gpumem", "4000"}}));  // lowered
+  EXPECT_THAT(book.LoosenedSince(&cursor), IsEmpty());
+  book.Upsert(Rq("ml", "gpu", {{"limits.nvidia.com/gpumem", "6000"}}));
+  book.Remove("cv", "gpu");
+  EXPECT_THAT(book.LoosenedSince(&cursor), ElementsAre("cv", "ml"));
+  EXPECT_THAT(book.LoosenedSince(&cursor), IsEmpty());
+  // Came and went between two calls; and a LIST without it.
+  book.Upsert(Rq("cv", "gpu", {{"limits.nvidia.com/gpucores", "50"}}));
+  book.Remove("cv", "gpu");
+  EXPECT_THAT(book.LoosenedSince(&cursor), ElementsAre("cv"));
+  book.Replace({Rq("cv", "gpu", {{"limits.nvidia.com/gpucores", "50"}})});
+  EXPECT_THAT(book.LoosenedSince(&cursor), ElementsAre("ml"));
+  uint64_t fresh = 0;
+  EXPECT_THAT(book.LoosenedSince(&fresh), ElementsAre("cv", "ml"));
+}
+
 }  // namespace
 }  // namespace tessera::accounting

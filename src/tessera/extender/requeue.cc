@@ -269,10 +269,16 @@ Requeuer::Requeuer(Options options, Parts parts)
       limiter_(options_.qps, options_.burst, parts_.clock) {}
 
 Gains Requeuer::Refresh() {
-  return Advance(*parts_.ledger,
-                 parts_.quotas != nullptr ? parts_.quotas->AllLimits()
-                                          : std::vector<schedule::NamespaceQuota>(),
-                 &view_);
+  if (parts_.quotas == nullptr) {
+    return Advance(*parts_.ledger, {}, &view_);
+  }
+  // Loosenings as they happened, too: a limit that came and went since the last view (and
+  // refused a pod meanwhile) leaves the two views alike.
+  Gains loosened;
+  loosened.namespaces = parts_.quotas->LoosenedSince(&quota_cursor_);
+  Gains gains = Advance(*parts_.ledger, parts_.quotas->AllLimits(), &view_);
+  gains.Merge(loosened);
+  return gains;
 }
 
 void Requeuer::Observe() {

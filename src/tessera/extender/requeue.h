@@ -132,7 +132,8 @@ class Requeuer {
   kube::RateLimiter limiter_;
   bool have_view_ = false;
   CapacityView view_;
-  Gains carried_;  // gains not yet offered to every pod
+  Gains carried_;              // gains not yet offered to every pod
+  uint64_t quota_cursor_ = 0;  // QuotaBook::LoosenedSince's
   absl::flat_hash_map<std::string, std::pair<Requeue, absl::Time>> held_;  // uid → pick, when
   mutable Mutex mu_;
   Counts counts_ ABSL_GUARDED_BY(mu_);

@@ -263,7 +263,7 @@ class RequeuerTest : public ::testing::Test {
   Requeuer MakeRequeuer(Requeuer::Options options = {}) {
     return Requeuer(options, Requeuer::Parts{.vendor = vendor_.get(),
                                              .ledger = &ledger_,
-                                             .quotas = nullptr,
+                                             .quotas = &quotas_,
                                              .verdicts = verdicts_.get(),
                                              .pod =
                                                  [this](std::string_view uid) {
@@ -277,6 +277,7 @@ class RequeuerTest : public ::testing::Test {
   ::tessera::testing::ApisimEnv env_;
   FakeClock clock_;
   ledger::Ledger ledger_;
+  accounting::QuotaBook quotas_{{}};
   std::unique_ptr<device::Vendor> vendor_ = Nvidia();
   std::unique_ptr<EventRecorder> events_;
   std::unique_ptr<VerdictWriter> verdicts_;
@@ -298,6 +299,27 @@ TEST_F(RequeuerTest, AnExpiredReservationRequeuesTheRefusedPodOnce) {
   clock_.Advance(absl::Seconds(1));
   requeuer.Round();
   EXPECT_EQ(RequeueOf("waiting"), "2026-01-01T00:02:00.000000Z");
+  EXPECT_EQ(requeuer.counts().requeued, 1U);
+}
+
+// A limit that comes and goes between two rounds leaves both views without it; the pod it
+// refused in between is still requeued (the flaky serve test of stop 47: the first view was
+// taken before the quota informer had listed).
+TEST_F(RequeuerTest, AQuotaThatCameAndWentBetweenTwoRoundsStillRequeuesItsPod) {
+  ASSERT_TRUE(ledger_.Release("uid-a"));
+  Requeuer requeuer = MakeRequeuer();
+  requeuer.Round();  // the first view: no limit
+  quotas_.Upsert(GpumemQuota("5000"));
+  Refused("over", "6000");
+  quotas_.Remove("ml", "gpu");
+  requeuer.Round();
+  EXPECT_EQ(RequeueOf("over"), "2026-01-01T00:00:00.000000Z");
+  // A limit that only came (or fell) is no gain.
+  quotas_.Upsert(GpumemQuota("5000"));
+  clock_.Advance(absl::Minutes(1));
+  Refused("later", "6000");
+  requeuer.Round();
+  EXPECT_EQ(RequeueOf("later"), "");
   EXPECT_EQ(requeuer.counts().requeued, 1U);
 }
 
