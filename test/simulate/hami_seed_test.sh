@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # seed-bug against HAMi's own scheduler on the real control plane (docs/benchmarks.md, "seed-bug
-# against HAMi"): test/simulate/seed-bug-real-hami.yaml run twice through
+# against HAMi"): test/simulate/seed-bug-real-hami-full.yaml run twice through
 # `tessera simulate --control-plane=real`, first with HAMi's unmodified cmd/scheduler as
 # kube-scheduler's extender (--scheduler hami), then with tessera serve. The same fault each time:
 # the scheduler frozen, running pods force-deleted, the revision before them compacted, the
@@ -8,10 +8,12 @@
 #
 #   test/simulate/hami_seed_test.sh TESSERA_BINARY SOURCE_DIR [HAMI_VERSION [leak|heal]]
 #
-# v2.5.* (default v2.5.2, expecting `leak`): passes when HAMi keeps what it is known to keep —
-# the deleted pods' shares still in its metrics at the end of the run, on GPUs where the truth
-# has nothing (at least 3 of the pods deleted) — and Tessera, on the same scenario, meets both
-# invariants (simulate exits 0). A HAMi run that heals fails the test: the harness no longer
+# v2.5.* (default v2.5.2, expecting `leak`; seed-bug-real-hami-full.yaml, a full cluster):
+# passes when HAMi keeps what it is known to keep — the deleted pods' shares still in its metrics
+# at the end of the run, on GPUs where the truth has nothing (at least 3 of the pods deleted),
+# and none of the pods it refused meanwhile bound — and Tessera, on the same scenario, meets both
+# invariants (simulate exits 0) and binds refused pods within 5 s of its repair (the requeue,
+# issue #35); the two runs' "refused while wrong" rows are printed side by side. A HAMi run that heals fails the test: the harness no longer
 # reproduces the bug. Later versions read only JSON register annotations and run
 # seed-bug-real-hami-json.yaml; `heal` (v2.10.0's known behaviour: its delete handler unwraps
 # tombstones) wants HAMi's run to pass and skips the Tessera run. Neither run may over-commit a
@@ -56,7 +58,7 @@ rm -f "$build_log"
 echo "HAMi's scheduler: $hami"
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/simulate-hami.XXXXXX")"
-scenario="$source_dir/test/simulate/seed-bug-real-hami.yaml"
+scenario="$source_dir/test/simulate/seed-bug-real-hami-full.yaml"
 [[ "$version" == v2.5.* ]] || scenario="$source_dir/test/simulate/seed-bug-real-hami-json.yaml"
 run() { # run NAME SIMULATE_ARGS...: one simulate run; its exit code in $tmp/NAME.rc
   local name="$1" start=$SECONDS rc=0
@@ -144,6 +146,33 @@ if t is not None:
           f"(window {t['convergence_window_s']:.0f} s), {t['outlived_window']} outlived it")
     if rc != 0 or not t["passed"]:
         bad.append(f"tessera: simulate exited {rc} (passed {t['passed']}), want 0")
+
+# The seed's second half (v2.5's scenario fills its cluster): the pods refused while the
+# scheduler counted the deleted pods. HAMi never repairs, so none of them is bound; Tessera
+# repairs and requeues, so those that fit the freed GPUs are bound within seconds.
+if expect == "leak" and h is not None and t is not None:
+    hw, tw = h["repair_waits"], t["repair_waits"]
+    def after(w):
+        s = w["bound_after_repair_s"]
+        if not s:
+            return "none"
+        return f"{len(s)}, median {(s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2:.1f} s, max {s[-1]:.1f} s"
+    print(f"{'refused while the ledger was wrong':<36} {'HAMi ' + h['scheduler'].split()[0]:>8}  Tessera")
+    for label, key in (("  refused", "refused_while_wrong"), ("  bound before the repair", "bound_before_repair"),
+                       ("  still pending at the end", "still_pending")):
+        print(f"{label:<36} {hw[key]:>8}  {tw[key]}")
+    print(f"{'  bound after the repair':<36} {after(hw):>8}  {after(tw)}")
+    if hw["refused_while_wrong"] < 3 or tw["refused_while_wrong"] < 3:
+        bad.append(f"refused while wrong: HAMi {hw['refused_while_wrong']}, Tessera "
+                   f"{tw['refused_while_wrong']}, want at least 3 each (the cluster is full)")
+    if hw["bound_after_repair_s"]:
+        bad.append(f"hami: {len(hw['bound_after_repair_s'])} refused pods bound after a repair "
+                   "it is known never to make")
+    if not tw["bound_after_repair_s"]:
+        bad.append("tessera: no refused pod bound after the repair (the requeue)")
+    elif tw["bound_after_repair_s"][-1] > 5:
+        bad.append(f"tessera: the last refused pod bound {tw['bound_after_repair_s'][-1]:.1f} s "
+                   "after the repair, want at most 5 s")
 for b in bad:
     print("FAIL:", b, file=sys.stderr)
 sys.exit(1 if bad else 0)

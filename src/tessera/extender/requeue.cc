@@ -285,6 +285,7 @@ void Requeuer::Observe() {
   Refresh();
   have_view_ = true;
   carried_ = {};
+  last_gains_ = {};
   held_.clear();
 }
 
@@ -304,6 +305,20 @@ void Requeuer::Round() {
   Gains gains = Refresh();
   gains.Merge(carried_);
   carried_ = {};
+  // A filter decides on the ledger, then offers its refusal: one offered since the last round
+  // may have been decided before that round's gains, which it then never met. Such late
+  // refusals are tried against the last round's gains too (so are the others then: they found
+  // nothing there before, and the picks held since count).
+  uint64_t latest_offer = 0;
+  const std::vector<std::pair<std::string, uint64_t>> refused =
+      parts_.verdicts->UidsAndOffers(&latest_offer);
+  const bool late = std::any_of(refused.begin(), refused.end(),
+                                [this](const auto& r) { return r.second > offers_seen_; });
+  offers_seen_ = latest_offer;
+  Gains last = std::exchange(last_gains_, gains);
+  if (late) {
+    gains.Merge(last);
+  }
   const absl::Time t = parts_.clock->Now();
   std::vector<Requeue> held;
   for (auto it = held_.begin(); it != held_.end();) {
@@ -319,7 +334,7 @@ void Requeuer::Round() {
     return;
   }
   std::vector<std::shared_ptr<const kube::Pod>> pods;
-  for (const std::string& uid : parts_.verdicts->Uids()) {
+  for (const auto& [uid, offer] : refused) {
     if (held_.contains(uid)) {
       continue;
     }

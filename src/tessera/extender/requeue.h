@@ -14,10 +14,12 @@
 //   requeuer.Round();     // from one thread, every period while leading
 //   requeuer.Observe();   // or this while not
 //
-// Writes are rate-limited (Options::qps, burst); gains whose pods did not all get a turn are
-// kept for the next round. A pod requeued less than Options::hold ago keeps its pick counted
-// and is not written again. Errors: a failed write is logged and counted; the pod is tried
-// again at the next gain. Thread safety: Round from one thread at a time; counts() from any.
+// A refusal offered since the last round is also tried against that round's gains (the filter
+// decided it on the ledger before). Writes are rate-limited (Options::qps, burst); gains whose
+// pods did not all get a turn are kept for the next round. A pod requeued less than Options::hold
+// ago keeps its pick counted and is not written again. Errors: a failed write is logged and
+// counted; the pod is tried again at the next gain. Thread safety: Round from one thread at a time;
+// counts() from any.
 #pragma once
 
 #include <cstdint>
@@ -134,6 +136,8 @@ class Requeuer {
   CapacityView view_;
   Gains carried_;              // gains not yet offered to every pod
   uint64_t quota_cursor_ = 0;  // QuotaBook::LoosenedSince's
+  Gains last_gains_;           // the last round's, for refusals offered late
+  uint64_t offers_seen_ = 0;   // the verdict writer's latest offer at the last round
   absl::flat_hash_map<std::string, std::pair<Requeue, absl::Time>> held_;  // uid → pick, when
   mutable Mutex mu_;
   Counts counts_ ABSL_GUARDED_BY(mu_);

@@ -248,6 +248,15 @@ class RequeuerTest : public ::testing::Test {
                      R"({"reason":"CardInsufficientMemory"})");
     verdicts_->Flush();
   }
+  // Pod ml/<name>, created by Refused, refused again (the same verdict).
+  void RefusedAgain(const std::string& name) {
+    for (const auto& [uid, pod] : pods_) {
+      if (pod->meta.name == name) {
+        verdicts_->Offer(pod->meta, pod->meta.resource_version, "CardInsufficientMemory",
+                         R"({"reason":"CardInsufficientMemory"})");
+      }
+    }
+  }
   // The pod's tessera.io/requeue as the API server stores it ("" when absent).
   std::string RequeueOf(const std::string& name) {
     absl::StatusOr<std::string> pod =
@@ -320,6 +329,24 @@ TEST_F(RequeuerTest, AQuotaThatCameAndWentBetweenTwoRoundsStillRequeuesItsPod) {
   Refused("later", "6000");
   requeuer.Round();
   EXPECT_EQ(RequeueOf("later"), "");
+  EXPECT_EQ(requeuer.counts().requeued, 1U);
+}
+
+// A filter reads the ledger, then offers its refusal; a round in between takes the gain while
+// the pod is not yet refused. The next round still tries it against that gain.
+TEST_F(RequeuerTest, ARefusalOfferedAfterTheRoundThatSawTheGainIsStillRequeued) {
+  Requeuer requeuer = MakeRequeuer();
+  requeuer.Round();  // the first view: the card held
+  ASSERT_TRUE(ledger_.Release("uid-a"));
+  requeuer.Round();          // the gain, and nobody refused yet
+  Refused("late", "16000");  // decided before the release
+  requeuer.Round();
+  EXPECT_EQ(RequeueOf("late"), "2026-01-01T00:00:00.000000Z");
+  // Refused again later, with no gain since: not requeued again (held, then nothing gained).
+  clock_.Advance(absl::Seconds(11));
+  RefusedAgain("late");
+  requeuer.Round();
+  requeuer.Round();
   EXPECT_EQ(requeuer.counts().requeued, 1U);
 }
 

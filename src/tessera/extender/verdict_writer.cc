@@ -43,9 +43,11 @@ bool VerdictWriter::Offer(const kube::ObjectMeta& pod, std::string_view resource
   {
     MutexLock l(&mu_);
     ++counts_.offered;
+    const uint64_t offer = ++offers_;
     auto it = pods_.find(pod.uid);
     if (it != pods_.end() && !ShouldWrite(it->second, hash, reason, candidates, now)) {
       ++counts_.unchanged;
+      it->second.offer = offer;
       return false;
     }
     if (it == pods_.end()) {
@@ -61,7 +63,8 @@ bool VerdictWriter::Offer(const kube::ObjectMeta& pod, std::string_view resource
                        .reason = std::string(reason),
                        .hash = hash,
                        .candidates = candidates,
-                       .written = now};
+                       .written = now,
+                       .offer = offer};
     auto [job, added] = jobs_.try_emplace(pod.uid);
     job->second = Job{.ns = pod.ns,
                       .name = pod.name,
@@ -119,6 +122,17 @@ std::vector<std::string> VerdictWriter::Uids() const {
   for (const auto& [uid, e] : pods_) {
     out.push_back(uid);
   }
+  return out;
+}
+
+std::vector<std::pair<std::string, uint64_t>> VerdictWriter::UidsAndOffers(uint64_t* latest) const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  MutexLock l(&mu_);
+  out.reserve(pods_.size());
+  for (const auto& [uid, e] : pods_) {
+    out.emplace_back(uid, e.offer);
+  }
+  *latest = offers_;
   return out;
 }
 

@@ -36,6 +36,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -93,6 +94,9 @@ class VerdictWriter {
   std::map<std::string, int64_t> CountByReason() const;
   // The uids of the remembered pods: those refused and still pending (the retry's candidates).
   std::vector<std::string> Uids() const;
+  // The same, each with the number of its latest Offer (Offers count from 1 across all pods,
+  // whether written or not); `*latest` is set to the latest number given to any pod.
+  std::vector<std::pair<std::string, uint64_t>> UidsAndOffers(uint64_t* latest) const;
   size_t size() const;
   Counts counts() const;
   // Blocks until the queue is empty and no write is in flight (tests).
@@ -104,6 +108,7 @@ class VerdictWriter {
     uint64_t hash = 0;
     uint64_t candidates = 0;
     absl::Time written = absl::InfinitePast();
+    uint64_t offer = 0;  // the number of its latest Offer
   };
   // The rule: a verdict other than the last one written (`hash`) is written when it was
   // decided over the same candidates (the state behind it changed), has another main reason,
@@ -131,6 +136,7 @@ class VerdictWriter {
   // job (forgotten, evicted, or taken by an earlier WriteJob of the uid) does nothing.
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   Counts counts_ ABSL_GUARDED_BY(mu_);
+  uint64_t offers_ ABSL_GUARDED_BY(mu_) = 0;
   WorkQueue queue_;  // last: its writer stops before the members it uses go
 };
 

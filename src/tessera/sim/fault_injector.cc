@@ -297,7 +297,7 @@ void FaultInjector::RealWatchLoss(const FaultSpec& f, bool force) {
       }
     }
   }
-  const std::vector<std::string> victims = options_.pick_live(f.delete_burst);
+  const std::vector<std::string> victims = options_.pick_live(f.delete_burst, /*bound_only=*/force);
   RecordFault(kind, "");  // the detail follows below, once known
   for (const std::string& name : victims) {
     options_.delete_pod(name, force);

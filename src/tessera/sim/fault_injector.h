@@ -46,9 +46,10 @@ class FaultInjector {
     TaskQueue* later = nullptr;                 // the ends of faults with a duration
     Clock* clock = nullptr;
     // The workload's part: `n` live pods deleted (at once, or with grace 0 when forced); `n`
-    // live pods picked; one pod deleted now; a random number (the run's seeded generator).
+    // live pods picked (only bound ones with bound_only); one pod deleted now; a random number
+    // (the run's seeded generator).
     std::function<void(int n, bool force)> delete_random_live;
-    std::function<std::vector<std::string>(int n)> pick_live;
+    std::function<std::vector<std::string>(int n, bool bound_only)> pick_live;
     std::function<void(const std::string& name, bool force)> delete_pod;
     std::function<uint64_t()> random;
   };

@@ -396,7 +396,7 @@ std::unique_ptr<FaultInjector> Simulation::MakeFaultInjector() {
   fo.later = &fault_tasks_;
   fo.clock = clock_;
   fo.delete_random_live = [this](int n, bool force) { pipeline_->DeleteRandomLive(n, force); };
-  fo.pick_live = [this](int n) { return pipeline_->PickLive(n); };
+  fo.pick_live = [this](int n, bool bound_only) { return pipeline_->PickLive(n, bound_only); };
   fo.delete_pod = [this](const std::string& name, bool force) {
     pipeline_->DeleteTask(name, force);
   };
