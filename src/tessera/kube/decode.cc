@@ -576,7 +576,7 @@ class Decoder::Impl {
       if (keep != nullptr && !keep(key)) {
         // A dropped key: check the value's type only. Its text is neither read nor unescaped
         // (kubectl's last-applied-configuration is a long, escaped string).
-        od::json_type t;
+        od::json_type t{};
         if (!TypeOf(value, &t)) {
           return PushKey(key);
         }
