@@ -79,9 +79,9 @@ run hami --scheduler hami --hami-bin "$hami" --scheduler-args "--node-scheduler-
 echo "hami.log: $(grep -c 'unknown add object type' "$tmp/hami-work/controlplane/hami.log" 2>/dev/null || true)" \
   "deletions HAMi ignored as 'unknown add object type' (a tombstone of the relist, in v2.5)"
 failed=0
-python3 - "$tmp" "$expect" <<'PY' || failed=1
+python3 - "$tmp" "$expect" "$version" <<'PY' || failed=1
 import json, os, sys
-tmp, expect = sys.argv[1], sys.argv[2]
+tmp, expect, version = sys.argv[1], sys.argv[2], sys.argv[3]
 bad = []
 
 def load(name):
@@ -157,11 +157,11 @@ if expect == "leak" and h is not None and t is not None:
         if not s:
             return "none"
         return f"{len(s)}, median {(s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2:.1f} s, max {s[-1]:.1f} s"
-    print(f"{'refused while the ledger was wrong':<36} {'HAMi ' + h['scheduler'].split()[0]:>8}  Tessera")
+    print(f"{'refused while the ledger was wrong':<36} {'HAMi ' + version:>12}  Tessera")
     for label, key in (("  refused", "refused_while_wrong"), ("  bound before the repair", "bound_before_repair"),
                        ("  still pending at the end", "still_pending")):
-        print(f"{label:<36} {hw[key]:>8}  {tw[key]}")
-    print(f"{'  bound after the repair':<36} {after(hw):>8}  {after(tw)}")
+        print(f"{label:<36} {hw[key]:>12}  {tw[key]}")
+    print(f"{'  bound after the repair':<36} {after(hw):>12}  {after(tw)}")
     if hw["refused_while_wrong"] < 3 or tw["refused_while_wrong"] < 3:
         bad.append(f"refused while wrong: HAMi {hw['refused_while_wrong']}, Tessera "
                    f"{tw['refused_while_wrong']}, want at least 3 each (the cluster is full)")

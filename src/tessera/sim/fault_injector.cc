@@ -276,6 +276,21 @@ void FaultInjector::RealWatchLoss(const FaultSpec& f, bool force) {
     TESSERA_LOG(kError, "simulate: {}: cannot freeze {}: {}", kind, target, frozen.ToString());
     return;
   }
+  // A write while the scheduler is frozen: the revision the new API server's watch cache starts
+  // at is then past the last one the scheduler saw, even when the cluster was quiet (else its
+  // watches would resume from that cache and get the deletions as events, not a 410).
+  {
+    kube::Request r;
+    r.method = "POST";
+    r.path = fmt::format("/api/v1/namespaces/{}/configmaps", kNamespace);
+    r.content_type = "application/json";
+    r.body = R"({"metadata":{"generateName":"sim-fault-"},"data":{"fault":"watch loss"}})";
+    absl::Status wrote = kube::Do(*options_.api, r, QuickRetry()).status();
+    if (!wrote.ok()) {
+      TESSERA_LOG(kWarning, "simulate: {}: the write before the restart failed: {}", kind,
+                  wrote.ToString());
+    }
+  }
   // Every watch cut while serve cannot reconnect; the new API server's watch cache starts at
   // the current revision.
   absl::Status restarted = options_.control_plane->Restart("kube-apiserver", true);
