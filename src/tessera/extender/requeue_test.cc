@@ -146,6 +146,29 @@ TEST_F(RequeueRulesTest, RegistrationHealthCordonAndNewNodesAreGains) {
   EXPECT_EQ(view_.nodes[0].first, "n1");
 }
 
+// A MIG card with all seven 1g.5gb instances held; one released (its pod deleted while the
+// event was lost, then repaired): the node gained, and a pod that fits the instance is picked.
+TEST_F(RequeueRulesTest, AReleasedMigInstanceIsAGainOfItsNode) {
+  ASSERT_TRUE(ledger_.SetNode(::tessera::testing::MigNodeDevices("m1", {"GPU-m0"})).ok());
+  for (uint32_t i = 0; i < 7; ++i) {
+    ledger::PodAllocation held = Holder("r" + std::to_string(i), "m1", "GPU-m0", 4864);
+    held.devices[0][0].usedcores = 15;
+    device::MigAllocation a;
+    a.gpu_uuid = "GPU-m0";
+    a.profile = "1g.5gb";
+    a.placement = {i, 1};
+    held.mig = {a};
+    ASSERT_TRUE(ledger_.Apply(held).ok());
+  }
+  EXPECT_THAT(Step().nodes, ElementsAre("m1"));  // new to the view
+  const std::vector<std::shared_ptr<const kube::Pod>> pods = {GpuPod("small", "4000")};
+  EXPECT_THAT(Pick(Gains{.nodes = {"m1"}, .namespaces = {}}, pods), IsEmpty());  // full
+  ASSERT_TRUE(ledger_.Remove("uid-r3"));
+  const Gains gains = Step();
+  EXPECT_THAT(gains.nodes, ElementsAre("m1"));
+  EXPECT_THAT(Names(Pick(gains, pods)), ElementsAre("small@m1"));
+}
+
 TEST_F(RequeueRulesTest, AQuotaRaisedOrRemovedIsAGainOfItsNamespace) {
   quotas_.Upsert(GpumemQuota("8000"));
   Step();
