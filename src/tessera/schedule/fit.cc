@@ -370,12 +370,27 @@ void Fitter::Prepare(const device::PodRequest& request, const device::PodConstra
     key_source_[k] = 0;
     key_sign_[k] = 0.0;
   }
+  // Score, then NUMA or nothing; NUMA, then score (an unused key's sign is 0).
+  key_layout_ = KeyLayout::kAny;
+  if (order_.size >= 1 && order_.size <= 2 && key_source_[0] == 0 &&
+      (order_.size == 1 || key_source_[1] == 1)) {
+    key_layout_ = KeyLayout::kScoreNuma;
+  } else if (order_.size == 2 && key_source_[0] == 1 && key_source_[1] == 0) {
+    key_layout_ = KeyLayout::kNumaScore;
+  }
   primary_type_ = device::kNvidiaVendor;
   for (const auto& c : request.containers) {
     if (c.has_value() && c->nums > 0) {
       primary_type_ = c->type;
       break;
     }
+  }
+  // Per container, once per pod: whether its type is the primary one (the base entries'),
+  // instead of a string comparison per container and node.
+  primary_typed_.assign(request.containers.size(), 0);
+  for (size_t c = 0; c < request.containers.size(); ++c) {
+    const auto& req = request.containers[c];
+    primary_typed_[c] = req.has_value() && req->type == primary_type_ ? 1 : 0;
   }
   last_app_ = -1;
   for (size_t c = request.init_count; c < request.containers.size(); ++c) {
@@ -435,7 +450,21 @@ void Fitter::PrepareNeedle(std::string_view type) {
   needle_valid_ = true;
 }
 
-void Fitter::SetKeys(int32_t numa, int32_t used, double score, SortEntry* e) const {
+[[gnu::always_inline]] inline void Fitter::SetKeys(int32_t numa, int32_t used, double score,
+                                                SortEntry* e) const {
+  // The usual orders without the table lookups.
+  if (key_layout_ == KeyLayout::kScoreNuma) {
+    e->key[0] = key_sign_[0] * score;
+    e->key[1] = key_sign_[1] * static_cast<double>(numa);
+    e->key[2] = 0;
+    return;
+  }
+  if (key_layout_ == KeyLayout::kNumaScore) {
+    e->key[0] = key_sign_[0] * static_cast<double>(numa);
+    e->key[1] = key_sign_[1] * score;
+    e->key[2] = 0;
+    return;
+  }
   const std::array<double, 3> src{score, static_cast<double>(numa), static_cast<double>(used)};
   // Unused keys have sign 0 and stay 0.
   e->key[0] = key_sign_[0] * src[static_cast<size_t>(key_source_[0])];
@@ -752,10 +781,7 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
   // usage) or from the app entries kept in step with app_. Otherwise they are rebuilt.
   const std::vector<SortEntry>* entries;
   const std::vector<int32_t>* rank;
-  // type_key_ views the first requesting container's type: identity settles the usual case.
-  const bool same_type =
-      (request.type.data() == type_key_.data() && request.type.size() == type_key_.size()) ||
-      request.type == type_key_;
+  const bool same_type = primary_typed_[static_cast<size_t>(container)] != 0;
   const bool fast = !any_exact_ && same_type;
   if (!fast) {
     Build(snap, usage, request.type, &request, &entries_, /*base=*/false);
@@ -852,8 +878,7 @@ bool Fitter::Fit(const NodeSnapshot& node, bool want_usage_after) {
   if (node.devices == nullptr || node.usage.size() != node.devices->devices.size()) {
     return false;
   }
-  type_key_ = primary_type_;
-  Build(node, node.usage, type_key_, nullptr, &base_entries_, /*base=*/true);
+  Build(node, node.usage, primary_type_, nullptr, &base_entries_, /*base=*/true);
   quota_ = QuotaFor(*node.devices);
   SortRank(base_entries_, &base_rank_);
   base_tracks_app_ = true;

@@ -356,6 +356,10 @@ class Fitter {
   SortOrder order_;
   std::array<double, 3> key_sign_{};
   std::array<int, 3> key_source_{};  // per key: 0 = score, 1 = NUMA, 2 = Used
+  // The keys' sources when SetKeys need not read key_source_: (score[, NUMA]), (NUMA, score).
+  enum class KeyLayout : uint8_t { kAny, kScoreNuma, kNumaScore };
+  KeyLayout key_layout_ = KeyLayout::kAny;
+
   int last_app_ = -1;                // the last app container with a request
   bool topology_ = false;            // the quota bound counts every collected card
 
@@ -363,6 +367,7 @@ class Fitter {
   // of each container of the prepared pod.
   std::vector<std::unique_ptr<DeviceRules>> rules_;
   std::vector<DeviceKind> kinds_;
+  std::vector<uint8_t> primary_typed_;  // per container: its type is primary_type_
 
   // Scratch, reused across Fit calls.
   std::vector<device::DeviceUsage> app_;
@@ -389,7 +394,6 @@ class Fitter {
   int64_t quota_base_mem_ = 0;
   int64_t quota_base_cores_ = 0;
   std::optional<QuotaMiss> quota_miss_;
-  std::string_view type_key_;
   std::string_view needle_;   // the request type being matched
   std::string needle_lower_;  // needle_, lower-cased
   uint64_t needle_bits_ = 0;
