@@ -393,11 +393,14 @@ void Fitter::Prepare(const device::PodRequest& request, const device::PodConstra
     primary_typed_[c] = req.has_value() && req->type == primary_type_ ? 1 : 0;
   }
   last_app_ = -1;
+  int apps = 0;
   for (size_t c = request.init_count; c < request.containers.size(); ++c) {
     if (request.containers[c].has_value() && request.containers[c]->nums > 0) {
       last_app_ = static_cast<int>(c);
+      ++apps;
     }
   }
+  two_apps_ = apps >= 2;
   topology_ = HasTopology(policy);
   PrepareRules(request, constraints, policy);
   pod_quota_ = quota != nullptr && quota->Limited() ? quota : nullptr;
@@ -451,7 +454,7 @@ void Fitter::PrepareNeedle(std::string_view type) {
 }
 
 [[gnu::always_inline]] inline void Fitter::SetKeys(int32_t numa, int32_t used, double score,
-                                                SortEntry* e) const {
+                                                   SortEntry* e) const {
   // The usual orders without the table lookups.
   if (key_layout_ == KeyLayout::kScoreNuma) {
     e->key[0] = key_sign_[0] * score;
@@ -542,6 +545,9 @@ void Fitter::BuildImpl(const NodeSnapshot& node, absl::Span<const DeviceUsage> u
     ++m;
   }
   out->resize(m);
+  if (two_apps_) {  // FitContainer's updates of the base entries read them
+    inverses_ = InverseCache{last_count, last_core, last_mem, inv_count, inv_core, inv_mem};
+  }
   if constexpr (base) {
     node_score_ = totals.Score();
     node_max_devmem_ = max_devmem;
@@ -843,9 +849,23 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
     if (app && fast && container < last_app_) {
       // Keep the base entries in step with app_ (for the app containers still to come).
       const DeviceInfo& d = devs[static_cast<size_t>(t.device)];
-      const double score = order_.uses_score ? Score(Inverse(d.count), Inverse(d.devcore),
-                                                     Inverse(d.devmem), w, ScoreRequest{})
-                                             : 0;
+      double score = 0;
+      if (order_.uses_score) {
+        InverseCache& c = inverses_;  // usually the node's totals, from the build
+        if (d.count != c.count) {
+          c.count = d.count;
+          c.inv_count = Inverse(d.count);
+        }
+        if (d.devcore != c.core) {
+          c.core = d.devcore;
+          c.inv_core = Inverse(d.devcore);
+        }
+        if (d.devmem != c.mem) {
+          c.mem = d.devmem;
+          c.inv_mem = Inverse(d.devmem);
+        }
+        score = Score(c.inv_count, c.inv_core, c.inv_mem, w, ScoreRequest{});
+      }
       const int32_t e = entry_of_[static_cast<size_t>(t.device)];
       SetKeys(d.numa, w.used, score, &base_entries_[static_cast<size_t>(e)]);
       Reposition(base_entries_, &base_rank_, static_cast<size_t>(t.rank), e);

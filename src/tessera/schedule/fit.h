@@ -356,12 +356,20 @@ class Fitter {
   SortOrder order_;
   std::array<double, 3> key_sign_{};
   std::array<int, 3> key_source_{};  // per key: 0 = score, 1 = NUMA, 2 = Used
+  // The last totals whose inverses (1.0 / total, 0 for 0) were taken, with them: a node's cards
+  // are usually alike, so a division is rare.
+  struct InverseCache {
+    int32_t count = -1, core = -1, mem = -1;
+    double inv_count = 0, inv_core = 0, inv_mem = 0;
+  };
+  InverseCache inverses_;
   // The keys' sources when SetKeys need not read key_source_: (score[, NUMA]), (NUMA, score).
   enum class KeyLayout : uint8_t { kAny, kScoreNuma, kNumaScore };
   KeyLayout key_layout_ = KeyLayout::kAny;
 
-  int last_app_ = -1;                // the last app container with a request
-  bool topology_ = false;            // the quota bound counts every collected card
+  int last_app_ = -1;      // the last app container with a request
+  bool topology_ = false;  // the quota bound counts every collected card
+  bool two_apps_ = false;  // two or more app containers request devices
 
   // The rule set of each device kind the Fitter has met (indexed by DeviceKind), and the kind
   // of each container of the prepared pod.
