@@ -176,16 +176,25 @@ void ReasonParts::Assign(const std::array<int32_t, kReasonCount>& counts, int32_
   if (size_ < 2) {
     return;
   }
-  // Sort by rendered string (insertion sort: at most kReasonCount parts, only on failure).
-  std::array<std::array<char, kPartBuffer>, kReasonCount> text;
+  // Sorted as their rendered strings "<count>/<total> <name>" sort (insertion sort: at most
+  // kReasonCount parts, only on failure). The total is the same in every part and no digit is
+  // '/', so that is the order of "<count>/", then of the names: nothing else is rendered.
+  std::array<std::array<char, 12>, kReasonCount> head;  // "<count>/"
   std::array<size_t, kReasonCount> len;
   std::array<size_t, kReasonCount> order;
   for (size_t i = 0; i < size_; ++i) {
-    len[i] = RenderPart(parts_[i], text[i].data());
+    char* p = std::to_chars(head[i].data(), head[i].data() + 11, parts_[i].count).ptr;
+    *p++ = '/';
+    len[i] = static_cast<size_t>(p - head[i].data());
     order[i] = i;
   }
   auto less = [&](size_t a, size_t b) {
-    return std::string_view(text[a].data(), len[a]) < std::string_view(text[b].data(), len[b]);
+    const std::string_view ha(head[a].data(), len[a]);
+    const std::string_view hb(head[b].data(), len[b]);
+    if (ha != hb) {
+      return ha < hb;
+    }
+    return ReasonName(parts_[a].reason) < ReasonName(parts_[b].reason);
   };
   for (size_t i = 1; i < size_; ++i) {
     size_t v = order[i];

@@ -140,6 +140,25 @@ TEST(ReasonTest, PartsSortByRenderedStringNotByReason) {
   EXPECT_EQ(parts.Joined(), "10/12 CardInsufficientMemory, 2/12 CardNotHealth");
 }
 
+// Assign sorts without rendering the parts; the order must still be the rendered strings'.
+TEST(ReasonTest, PartsAreInTheOrderOfTheirRenderedStringsForAnyCounts) {
+  std::mt19937 rng(34);
+  std::uniform_int_distribution<int32_t> count(0, 120);
+  std::uniform_int_distribution<int> present(0, 2);
+  for (int round = 0; round < 2000; ++round) {
+    std::array<int32_t, kReasonCount> counts{};
+    for (int32_t& c : counts) {
+      c = present(rng) == 0 ? count(rng) : 0;
+    }
+    ReasonParts parts;
+    parts.Assign(counts, 1 + count(rng));
+    const std::vector<std::string> strings = parts.Strings();
+    EXPECT_TRUE(std::is_sorted(strings.begin(), strings.end())) << parts.Joined();
+    EXPECT_EQ(strings.size(), static_cast<size_t>(std::count_if(counts.begin(), counts.end(),
+                                                                [](int32_t c) { return c != 0; })));
+  }
+}
+
 TEST(FitTest, SingleGpuFitsAndReportsNvidiaType) {
   FitResult r = FitOne(Node({Gpu(0)}), Req(1, 1000, 30));
   ASSERT_TRUE(r.fit) << r.reason;
