@@ -115,16 +115,6 @@ std::map<std::string, int64_t> VerdictWriter::CountByReason() const {
   return out;
 }
 
-std::vector<std::string> VerdictWriter::Uids() const {
-  std::vector<std::string> out;
-  MutexLock l(&mu_);
-  out.reserve(pods_.size());
-  for (const auto& [uid, e] : pods_) {
-    out.push_back(uid);
-  }
-  return out;
-}
-
 std::vector<std::pair<std::string, uint64_t>> VerdictWriter::UidsAndOffers(uint64_t* latest) const {
   std::vector<std::pair<std::string, uint64_t>> out;
   MutexLock l(&mu_);

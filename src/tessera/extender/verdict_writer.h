@@ -92,10 +92,9 @@ class VerdictWriter {
   void Clear();
   // Remembered pods per main reason.
   std::map<std::string, int64_t> CountByReason() const;
-  // The uids of the remembered pods: those refused and still pending (the retry's candidates).
-  std::vector<std::string> Uids() const;
-  // The same, each with the number of its latest Offer (Offers count from 1 across all pods,
-  // whether written or not); `*latest` is set to the latest number given to any pod.
+  // The uids of the remembered pods (those refused and still pending: the retry's candidates),
+  // each with the number of its latest Offer (Offers count from 1 across all pods, whether
+  // written or not); `*latest` is set to the latest number given to any pod.
   std::vector<std::pair<std::string, uint64_t>> UidsAndOffers(uint64_t* latest) const;
   size_t size() const;
   Counts counts() const;
