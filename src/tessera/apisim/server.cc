@@ -93,7 +93,7 @@ bool AllowedSubresource(const ResourceInfo& r, const std::string& sub) {
   if (sub == "status") {
     return r.has_status;
   }
-  return sub == "binding" && r.group.empty() && r.name == "pods";
+  return (sub == "binding" || sub == "eviction") && r.group.empty() && r.name == "pods";
 }
 
 }  // namespace
@@ -398,6 +398,13 @@ class Server::Impl {
                                       {"singularName", ""},
                                       {"namespaced", true},
                                       {"kind", "Binding"},
+                                      {"verbs", Json::array({"create"})}});
+        v["resources"].push_back(Json{{"name", "pods/eviction"},
+                                      {"singularName", ""},
+                                      {"namespaced", true},
+                                      {"group", "policy"},
+                                      {"version", "v1"},
+                                      {"kind", "Eviction"},
                                       {"verbs", Json::array({"create"})}});
       }
     }
@@ -734,6 +741,10 @@ class Server::Impl {
         Reply(res, 201, store_.Bind(t.ns, t.name, req.body, w));
         return;
       }
+      if (t.subresource == "eviction") {
+        Reply(res, 201, store_.Evict(t.ns, t.name, req.body, w));
+        return;
+      }
       if (!t.name.empty() || !t.subresource.empty() || (r.namespaced && t.ns.empty())) {
         MethodNotAllowed(res);
         return;
@@ -741,7 +752,7 @@ class Server::Impl {
       Reply(res, 201, store_.Create(r, t.ns, req.body, w));
       return;
     }
-    if (t.name.empty() || t.subresource == "binding") {
+    if (t.name.empty() || t.subresource == "binding" || t.subresource == "eviction") {
       MethodNotAllowed(res);
       return;
     }

@@ -687,6 +687,51 @@ TEST_F(ApisimTest, Binding) {
                409, "Conflict");
 }
 
+// The eviction subresource: the pod's budget is consulted and spent, then the pod deleted.
+TEST_F(ApisimTest, EvictionSpendsThePodsBudgetAndRefusesWhenItIsSpent) {
+  Json a = CreatePod("a", "n1", R"({"app":"web"})");
+  CreatePod("b", "n1", R"({"app":"web"})");
+  CreatePod("c", "n1", R"({"app":"db"})");
+  auto r = Post("/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+                R"({"metadata":{"name":"web"},"spec":{"minAvailable":1,)"
+                R"("selector":{"matchLabels":{"app":"web"}}}})");
+  ASSERT_EQ(r->status, 201) << r->body;
+  Json pdb = Json::parse(r->body);
+  pdb["status"] = {{"disruptionsAllowed", 1}, {"currentHealthy", 2}, {"desiredHealthy", 1}};
+  r = cli_->Put("/apis/policy/v1/namespaces/default/poddisruptionbudgets/web/status", pdb.dump(),
+                "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  auto evict = [&](const std::string& name, const std::string& uid = "") {
+    std::string body =
+        R"({"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":")" + name + R"("})";
+    if (!uid.empty()) {
+      body += R"(,"deleteOptions":{"preconditions":{"uid":")" + uid + R"("}})";
+    }
+    return Post("/api/v1/namespaces/default/pods/" + name + "/eviction", body + "}");
+  };
+  ExpectStatus(evict("a", "not-a"), 409, "Conflict");
+  r = evict("a", a["metadata"]["uid"].get<std::string>());
+  ASSERT_EQ(r->status, 201) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["status"], "Success");
+  Json gone = GetJson("/api/v1/namespaces/default/pods/a");
+  EXPECT_TRUE(gone["metadata"].contains("deletionTimestamp")) << gone.dump();
+  Json spent = GetJson("/apis/policy/v1/namespaces/default/poddisruptionbudgets/web");
+  EXPECT_EQ(spent["status"]["disruptionsAllowed"], 0);
+  EXPECT_TRUE(spent["status"]["disruptedPods"].contains("a"));
+
+  auto refused = evict("b");
+  ExpectStatus(refused, 429, "TooManyRequests");
+  EXPECT_THAT(refused->body, HasSubstr("violate the pod's disruption budget"));
+  EXPECT_THAT(refused->body, HasSubstr("DisruptionBudget"));
+  EXPECT_FALSE(
+      GetJson("/api/v1/namespaces/default/pods/b")["metadata"].contains("deletionTimestamp"));
+  // A pod no budget selects goes; a missing one is 404; the body must name the pod.
+  ASSERT_EQ(evict("c")->status, 201);
+  ExpectStatus(evict("zz"), 404, "NotFound");
+  ExpectStatus(Post("/api/v1/namespaces/default/pods/b/eviction", R"({"metadata":{"name":"x"}})"),
+               400, "BadRequest");
+}
+
 // §10.13: graceful deletion played by the built-in kubelet; preconditions.
 // A pod whose grace ended while a finalizer held it goes the moment the finalizer is removed,
 // even when the reaper already passed its deadline (it used to forget the deadline, leaving the

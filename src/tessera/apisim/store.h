@@ -239,6 +239,12 @@ class Store {
   absl::StatusOr<std::string> Delete(const ResourceInfo& r, std::string_view ns,
                                      std::string_view name, std::string_view body,
                                      const WriteOptions& w = {});
+  // POST pods/{name}/eviction (a policy/v1 Eviction): 429 TooManyRequests when the pod's one
+  // PodDisruptionBudget allows no disruption (500 when several select it), else that budget's
+  // status.disruptionsAllowed is spent and the pod deleted with the Eviction's deleteOptions;
+  // the 201 Status. A finished pod, or one being deleted, is deleted without a budget check.
+  absl::StatusOr<std::string> Evict(std::string_view ns, std::string_view name,
+                                    std::string_view body, const WriteOptions& w = {});
   // POST pods/{name}/binding: the 201 Status.
   absl::StatusOr<std::string> Bind(std::string_view ns, std::string_view name,
                                    std::string_view body, const WriteOptions& w = {});

@@ -30,6 +30,9 @@ constexpr ApiCall kCalls[] = {
      "labels the scheduler pods hami.io/scheduler-role (ApiClient::PatchPodMetadata, "
      "JsonPatchPod)"},
     {"create", "", "pods", "binding", kCluster, "bind posts the Binding (ApiClient::BindPod)"},
+    {"create", "", "pods", "eviction", kCluster,
+     "--preemption=self evicts the victims that free a GPU share for a pending pod of higher "
+     "priority, through the API server's disruption budget check (ApiClient::EvictPod)"},
     {"get", "", "nodes", "", kCluster,
      "the node lock reads the node it locks (ApiClient::GetNode)"},
     {"list", "", "nodes", "", kCluster, "the node informer's list (ApiClient::ListNodes)"},

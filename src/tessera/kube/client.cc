@@ -328,9 +328,12 @@ ApiClient::ApiClient(Transport* transport) : ApiClient(transport, Options()) {}
 ApiClient::ApiClient(Transport* transport, Options options)
     : transport_(transport), options_(std::move(options)) {}
 
-absl::StatusOr<Response> ApiClient::Call(const Request& request) {
+absl::StatusOr<Response> ApiClient::Call(const Request& request, bool retry) {
   DoOptions opts;
   opts.retry = options_.retry;
+  if (!retry) {
+    opts.retry.max_attempts = 1;
+  }
   if (options_.sleep) {
     opts.sleep = [this](absl::Duration d) { options_.sleep(d); };
   }
@@ -495,6 +498,18 @@ std::string ApiClient::BindingBody(std::string_view ns, std::string_view name, s
   return Dump(body);
 }
 
+std::string ApiClient::EvictionBody(std::string_view ns, std::string_view name,
+                                    std::string_view uid) {
+  nlohmann::json body = {
+      {"apiVersion", "policy/v1"},
+      {"kind", "Eviction"},
+      {"metadata", {{"name", std::string(name)}, {"namespace", std::string(ns)}}}};
+  if (!uid.empty()) {
+    body["deleteOptions"] = {{"preconditions", {{"uid", std::string(uid)}}}};
+  }
+  return Dump(body);
+}
+
 std::string ApiClient::MetadataPatchBody(const MetadataPatch& patch) {
   nlohmann::json meta = nlohmann::json::object();
   if (!patch.labels.empty()) {
@@ -636,6 +651,14 @@ absl::Status ApiClient::BindPod(std::string_view ns, std::string_view name, std:
   return Call(WithBody("POST", PodPath(ns, name) + "/binding",
                        BindingBody(ns, name, uid, resource_version, node, annotations),
                        "application/json"))
+      .status();
+}
+
+// RBAC: api_calls.cc "create pods/eviction".
+absl::Status ApiClient::EvictPod(std::string_view ns, std::string_view name, std::string_view uid) {
+  return Call(WithBody("POST", PodPath(ns, name) + "/eviction", EvictionBody(ns, name, uid),
+                       "application/json"),
+              /*retry=*/false)
       .status();
 }
 

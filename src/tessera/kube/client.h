@@ -220,6 +220,13 @@ class ApiClient {
                        std::string_view node, const Annotations& annotations = {},
                        std::string_view resource_version = {});
 
+  // POST .../pods/{name}/eviction (a policy/v1 Eviction; `uid`, when non-empty, is the
+  // deletion's precondition). The API server deletes the pod gracefully unless that would take
+  // a PodDisruptionBudget below its minimum: then 429, kResourceExhausted, which is not retried
+  // here (the caller decides). 404 kNotFound when the pod is gone; 409 kAborted when `uid` is no
+  // longer the pod's.
+  absl::Status EvictPod(std::string_view ns, std::string_view name, std::string_view uid);
+
   // Leases (coordination.k8s.io/v1).
   absl::StatusOr<Lease> GetLease(std::string_view ns, std::string_view name);
   // POST; 409 (reason AlreadyExists) when it exists.
@@ -237,10 +244,12 @@ class ApiClient {
   static std::string MetadataPatchBody(const MetadataPatch& patch);
   static std::string JsonPatchBody(const std::vector<JsonPatchOp>& ops);
   static std::string LeaseBody(const Lease& lease);
+  static std::string EvictionBody(std::string_view ns, std::string_view name, std::string_view uid);
   static std::string EventBody(const CoreEvent& event);
 
  private:
-  absl::StatusOr<Response> Call(const Request& request);
+  // `retry`: false sends the request once, whatever it answers.
+  absl::StatusOr<Response> Call(const Request& request, bool retry = true);
 
   Transport* const transport_;
   Options options_;
