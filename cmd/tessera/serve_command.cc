@@ -42,6 +42,8 @@ struct ServeFlags {
   std::string audit_period = absl::FormatDuration(options.audit_period);
   std::string resync_period = absl::FormatDuration(options.resync_period);
   std::string debug_auth = "loopback";
+  std::string preemption = "extender";
+  std::string preemption_settle = absl::FormatDuration(options.self_preempt.settle);
   // Comma-separated; empty: nobody.
   std::string trusted_annotation_writers = absl::StrJoin(options.trusted_annotation_writers, ",");
   // Leadership. The CLI11 options are kept to tell "not given" from a given empty value. The
@@ -199,6 +201,13 @@ int RunServe(const ServeFlags& f) {
   }
   if (int rc = LeaderOptions(f, &o.leader); rc != kExitOk) {
     return rc;
+  }
+  o.preemption = f.preemption == "self"  ? serve::PreemptionMode::kSelf
+                 : f.preemption == "off" ? serve::PreemptionMode::kOff
+                                         : serve::PreemptionMode::kExtender;
+  if (!ParsePositiveDuration("--preemption-settle", f.preemption_settle, &o.self_preempt.settle,
+                             &error)) {
+    return Usage(error);
   }
   if (absl::StatusOr<serve::DebugAuthMode> mode = serve::ParseDebugAuthMode(f.debug_auth);
       mode.ok()) {
@@ -368,6 +377,20 @@ void AddServeCommand(CLI::App& app, Runner* run) {
                   "Burst of the requeue's write limit")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  sub->add_option("--preemption", flags->preemption,
+                  "How a pending GPU pod of higher priority gets the share it needs from pods of "
+                  "lower priority (docs/preemption.md): extender = answer kube-scheduler's "
+                  "/preempt with the fewest victims on concrete devices (Kubernetes 1.38 and "
+                  "later ask for it); self = also evict them through the Eviction API for a pod "
+                  "of priority above 0 Tessera keeps refusing (kube-scheduler before 1.38 never "
+                  "asks; needs RBAC create on pods/eviction); off = /preempt answers 404 and "
+                  "nobody is evicted")
+      ->check(CLI::IsMember({"extender", "self", "off"}))
+      ->capture_default_str();
+  sub->add_option("--preemption-settle", flags->preemption_settle,
+                  "With --preemption=self: how long a pod must stay refused before Tessera evicts "
+                  "for it (kube-scheduler may still be retrying it, or capacity freeing)")
+      ->capture_default_str();
   sub->add_option("--patch-threads", flags->options.patch_threads,
                   "Threads writing the filter's annotation patches behind its reply")
       ->capture_default_str()

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Device-aware preemption (issue #36, docs/preemption.md) on a real control plane at Kubernetes
-# 1.38 (tools/controlplane.sh build --kubernetes 1.38): kube-scheduler 1.38 asks the extender's
-# preempt verb about nodes where its own dry run found no victim (the GPU resources are
-# ignoredByScheduler), and Tessera names the victims.
+# Device-aware preemption (issue #36, docs/preemption.md) on a real control plane, two ways:
+#   - at Kubernetes 1.38 (tools/controlplane.sh build --kubernetes 1.38): kube-scheduler 1.38
+#     asks the extender's preempt verb about nodes where its own dry run found no victim (the GPU
+#     resources are ignoredByScheduler), and Tessera names the victims;
+#   - with PREEMPTION=self, at the pinned Kubernetes (1.37), whose kube-scheduler never asks:
+#     tessera serve --preemption=self evicts the victims itself through the Eviction API.
+# The same cases and checks either way:
 #   - one GPU of 8192 MiB, two low-priority pods of 4000 MiB (the older started first), a
 #     high-priority pod of 4000 MiB: exactly one victim (the younger), the preemptor bound on the
 #     freed share, the older pod untouched, the card never over-committed;
@@ -16,11 +19,18 @@
 # down (trap), and every wait has a deadline.
 set -euo pipefail
 
-E2E_K8S=1.38
+MODE="${PREEMPTION:-extender}"
+if [[ "$MODE" == self ]]; then
+  E2E_UP_ARGS=(--serve-arg=--preemption=self --serve-arg=--preemption-settle=2s)
+  WANT_K8S=v1.37.
+else
+  E2E_K8S=1.38
+  WANT_K8S=v1.38.
+fi
 # shellcheck source=test/controlplane/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-check "kube-scheduler is 1.38" contains "$("$BIN/kube-scheduler" --version 2>&1)" "v1.38."
+check "kube-scheduler is $WANT_K8S" contains "$("$BIN/kube-scheduler" --version 2>&1)" "$WANT_K8S"
 k create priorityclass low --value=10 >/dev/null
 k create priorityclass high --value=1000 >/dev/null
 k create priorityclass polite --value=1000 --preemption-policy=Never >/dev/null
@@ -96,9 +106,17 @@ check "exactly the younger low pod was the victim" gone low-young
 check "the older low pod is untouched" untouched low-old
 sample GPU-gpu-p-0
 check "gpu-p's card never held more than 8192 MiB (samples: ${SAMPLES[*]})" never_over 8192
-check "Tessera logged the preemption" grep -q '"preempt" pod="e2e/high".*added="gpu-p=\[e2e/low-young\]"' "$DIR/tessera.log"
-proposed() { k -n e2e get events --field-selector involvedObject.name=high -o jsonpath='{.items[*].message}' | grep -q 'Tessera proposes evicting: gpu-p=\[e2e/low-young\]'; }
-check "e2e/high's event names the victim" wait_until 10 "the PreemptionVictimsProposed event" proposed
+if [[ "$MODE" == self ]]; then
+  check "Tessera logged the eviction" grep -q '"self-preemption" pod="e2e/high".*node="gpu-p" evicted="e2e/low-young"' "$DIR/tessera.log"
+  told() { k -n e2e get events --field-selector involvedObject.name=high -o jsonpath='{.items[*].message}' | grep -q 'to free a GPU share on gpu-p, Tessera evicted: e2e/low-young'; }
+  check "e2e/high's event names the victim" wait_until 10 "the PreemptionVictimsEvicted event" told
+  victim_told() { k -n e2e get events --field-selector involvedObject.name=low-young,reason=Preempted -o jsonpath='{.items[*].message}' | grep -q 'free a GPU share on gpu-p for e2e/high'; }
+  check "e2e/low-young's event names the preemptor" wait_until 10 "the Preempted event" victim_told
+else
+  check "Tessera logged the preemption" grep -q '"preempt" pod="e2e/high".*added="gpu-p=\[e2e/low-young\]"' "$DIR/tessera.log"
+  proposed() { k -n e2e get events --field-selector involvedObject.name=high -o jsonpath='{.items[*].message}' | grep -q 'Tessera proposes evicting: gpu-p=\[e2e/low-young\]'; }
+  check "e2e/high's event names the victim" wait_until 10 "the PreemptionVictimsProposed event" proposed
+fi
 phase_done "one victim"
 
 # --- preemptionPolicy Never -------------------------------------------------------------------

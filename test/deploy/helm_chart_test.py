@@ -262,6 +262,14 @@ def main():
     check(extender_of(default).get("preemptVerb") == "preempt", "default: preemptVerb preempt")
     check("preemptVerb" not in extender_of(c.docs("--set", "scheduler.preemption=false")),
           "scheduler.preemption=false: no preemptVerb")
+    # ... and tells tessera so; scheduler.selfPreemption=true (before 1.38) makes it evict itself.
+    def preemption_args(docs):
+        return [a for a in container(docs, "tessera")["args"] if a.startswith("--preemption")]
+    check(preemption_args(default) == [], "default: tessera's own --preemption default (extender)")
+    check(preemption_args(c.docs("--set", "scheduler.preemption=false")) == ["--preemption=off"],
+          "scheduler.preemption=false: --preemption=off")
+    check(preemption_args(c.docs("--set", "scheduler.selfPreemption=true")) ==
+          ["--preemption=self"], "scheduler.selfPreemption=true: --preemption=self")
 
     # The check of the scheduler-owned annotations: its switches, and its webhook left out.
     owned_args = ["--set", "scheduler.admissionWebhook.ownedAnnotations.failurePolicy=Ignore",

@@ -15,6 +15,14 @@
 
 namespace tessera::extender {
 
+std::string VictimNames(const std::vector<cycle::PotentialVictim>& victims) {
+  std::string out;
+  for (const cycle::PotentialVictim& v : victims) {
+    absl::StrAppend(&out, out.empty() ? "" : ",", v.ns, "/", v.name);
+  }
+  return out;
+}
+
 Preemptor::Preemptor(Deps deps) : deps_(std::move(deps)) {}
 
 namespace {
@@ -144,12 +152,18 @@ absl::StatusOr<PreemptResult> Preemptor::Preempt(const PreemptArgs& args,
     WireVictims& reply = result.victims[node];
     reply = offered;
     reply.num_pdb_violations += mine->pdb_violations;
-    std::vector<std::string> added;
     for (const cycle::PotentialVictim& v : mine->victims) {
       reply.pod_uids.push_back(v.uid);
-      added.push_back(v.ns + "/" + v.name);
     }
-    out.added.emplace_back(node, std::move(added));
+    out.added.emplace_back(node, std::move(mine->victims));
+  }
+  if (out.stored && deps_.nominate && !result.victims.empty()) {
+    std::vector<std::string> nodes;
+    nodes.reserve(result.victims.size());
+    for (const auto& [node, victims] : result.victims) {
+      nodes.push_back(node);  // a std::map: in name order
+    }
+    deps_.nominate(pod, std::move(nodes));
   }
   return result;
 }

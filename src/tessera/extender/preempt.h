@@ -12,7 +12,8 @@
 // Errors: InvalidArgument when the pod's device requests or constraint annotations do not decode
 // (the reply is a 400; kube-scheduler then preempts nothing for it); Unavailable when the
 // disruption budgets cannot be read (victims are never chosen blind to them). Nothing is
-// written: the answer is advisory, kube-scheduler evicts.
+// written: the answer is advisory, kube-scheduler evicts; the nodes answered are handed to
+// Deps::nominate.
 // Thread safety: Preempt is const and may run concurrently; the ledger and lookup must be
 // thread-safe and outlive the Preemptor.
 #pragma once
@@ -28,6 +29,7 @@
 #include "absl/status/statusor.h"
 
 #include "tessera/cycle/cycle.h"
+#include "tessera/cycle/preempt.h"
 #include "tessera/device/vendor.h"
 #include "tessera/extender/wire.h"
 #include "tessera/kube/objects.h"
@@ -42,10 +44,13 @@ struct PreemptOutcome {
   bool stored = false;
   bool pass_through = false;  // the pod asks for no managed device: the offer is returned as is
   bool never = false;         // preemptionPolicy: Never: no node is returned
-  // Per node kept: the victims Tessera added to kube-scheduler's ("ns/name").
-  std::vector<std::pair<std::string, std::vector<std::string>>> added;
+  // Per node kept, in name order: the victims Tessera added to kube-scheduler's.
+  std::vector<std::pair<std::string, std::vector<cycle::PotentialVictim>>> added;
   std::vector<std::string> dropped;  // nodes where no eviction makes room, in name order
 };
+
+// "ns/name,ns/name" (events, logs).
+std::string VictimNames(const std::vector<cycle::PotentialVictim>& victims);
 
 class Preemptor {
  public:
@@ -62,6 +67,10 @@ class Preemptor {
     std::function<absl::StatusOr<std::vector<bool>>(std::string_view node,
                                                     const std::vector<const kube::Pod*>& pods)>
         budget_violations;
+    // Called with the pod (the informer's copy) and the nodes of an answer that keeps any, in
+    // name order: kube-scheduler evicts on one of them, and the share that frees is held for the
+    // pod (Scheduler::Nominate). Null: nothing is held.
+    std::function<void(const kube::Pod& pod, std::vector<std::string> nodes)> nominate;
   };
 
   explicit Preemptor(Deps deps);

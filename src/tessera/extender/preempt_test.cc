@@ -93,7 +93,8 @@ class PreemptorTest : public ::testing::Test {
              out.push_back(guarded_.contains(pod->meta.name));
            }
            return out;
-         }});
+         },
+         .nominate = nullptr});
   }
 
   std::unique_ptr<device::Vendor> vendor_ = device::NewNvidiaVendor(device::DefaultNvidiaConfig());
@@ -115,7 +116,7 @@ TEST_F(PreemptorTest, AddsTheOneVictimTheDeviceShareNeeds) {
   EXPECT_THAT(r->victims.at("n1").pod_uids, ElementsAre("u-young"));
   EXPECT_EQ(r->victims.at("n1").num_pdb_violations, 0);
   ASSERT_EQ(outcome.added.size(), 1u);
-  EXPECT_THAT(outcome.added[0].second, ElementsAre("ml/young"));
+  EXPECT_EQ(VictimNames(outcome.added[0].second), "ml/young");
   EXPECT_THAT(outcome.dropped, IsEmpty());
   EXPECT_TRUE(outcome.stored);
 

@@ -276,6 +276,10 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   uint64_t seq = 0;
   {
     MutexLock l(&decide_mu_);
+    // A share preemption freed goes to its preemptor before anyone else decides.
+    if (!nominations_.empty()) {
+      SettleNominationsLocked(now, decided->meta.uid);
+    }
     // The pod's earlier decision no longer holds: it must not compete with itself.
     ledger_->Release(decided->meta.uid);
     filter_seq_.erase(decided->meta.uid);
@@ -296,6 +300,7 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       }
       seq = ++next_seq_;
       filter_seq_[decided->meta.uid] = seq;
+      nominations_.erase(decided->meta.uid);
       busy_.Decided(decided->meta.uid, candidates[*decision.winner].name,
                     now + options_.reservation_ttl);
     } else {
@@ -332,6 +337,14 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       events_.Record(decided->meta, "FilteringFailed", diagnosis.quota, EventType::kWarning);
     }
     OfferVerdict(*decided, decoded.request, candidates, diagnosis, *checked_version);
+    if (options_.refused) {
+      std::vector<std::string> sent;
+      sent.reserve(candidates.size());
+      for (const schedule::Candidate& c : candidates) {
+        sent.push_back(c.name);
+      }
+      options_.refused(*decided, std::move(sent));
+    }
     out.failed_nodes = std::move(diagnosis.failed);
     out.quota = std::move(diagnosis.quota);
     out.code = FilterCode::kNoFit;

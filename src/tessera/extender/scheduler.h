@@ -179,6 +179,9 @@ class Scheduler {
     // For the verdict: whether a registered node withholds its devices
     // (VerdictInput::withheld); null: none does.
     std::function<bool(std::string_view node)> withheld;
+    // Called after a filter (not a simulated one) refused `pod` on every node it was sent, with
+    // those nodes' names (self-preemption, self_preempt.h). Null: nobody is told.
+    std::function<void(const kube::Pod& pod, std::vector<std::string> nodes)> refused;
   };
   struct Deps {
     ledger::Ledger* ledger = nullptr;
@@ -217,6 +220,20 @@ class Scheduler {
   // and must not call the scheduler.
   std::vector<ledger::Reservation> ReleaseAbsent(
       absl::Time list_started, const std::function<bool(std::string_view uid)>& present);
+
+  // Holds the share a preemption frees for `pod` (docs/preemption.md "The nominated
+  // reservation"): until reservation_ttl passes, every filter first checks whether `pod` now
+  // fits on one of `nodes` (its victims gone) and, when it does, reserves that fit for it — an
+  // ordinary reservation from then on — before deciding for anyone else. Replaces the pod's
+  // earlier nomination; ends when the pod's own filter reserves, or it is bound, deleted or
+  // expires.
+  void Nominate(const kube::Pod& pod, std::vector<std::string> nodes);
+  // Settles the nominations now (the requeue's round, before it requeues anyone) and returns
+  // the reservations made.
+  std::vector<ledger::Reservation> SettleNominations();
+  // How many nominations wait for their share; whether pod `uid` has one.
+  size_t Nominated() const;
+  bool IsNominated(std::string_view uid) const;
 
   // The event sender (Flush, counts): for tests and shutdown.
   EventRecorder& events() { return events_; }
@@ -265,6 +282,18 @@ class Scheduler {
                     const std::vector<schedule::Candidate>& candidates,
                     const cycle::Diagnosis& diagnosis, std::string_view checked_version);
 
+  // A preemptor waiting for its victims to leave (Nominate).
+  struct Nomination {
+    kube::Pod pod;
+    std::vector<std::string> nodes;
+    absl::Time expires_at;
+  };
+  // Reserves for each nomination whose pod fits on one of its nodes now, except the pod
+  // `deciding` (its own filter decides); drops those that ended.
+  std::vector<ledger::Reservation> SettleNominationsLocked(absl::Time now,
+                                                           std::string_view deciding)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(decide_mu_);
+
   const Options options_;
   ledger::Ledger* const ledger_;
   const accounting::QuotaBook* const quotas_;
@@ -275,7 +304,7 @@ class Scheduler {
   const cycle::Config cycle_config_{options_.node_policy, options_.gpu_policy, quotas_};
 
   // Serialises snapshot → decide → reserve (and the bind re-check) across all callers.
-  Mutex decide_mu_;
+  mutable Mutex decide_mu_;
   // uid → sequence number of the pod's latest reservation made by Filter (to undo only our own).
   absl::flat_hash_map<std::string, uint64_t> filter_seq_ ABSL_GUARDED_BY(decide_mu_);
   // Pods whose bind re-reserved their devices: the bind is in progress (InfiniteFuture) or its
@@ -286,6 +315,8 @@ class Scheduler {
   // refused at once, so that its failure can never release what the first one holds.
   absl::flat_hash_set<std::string> binds_in_flight_ ABSL_GUARDED_BY(decide_mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(decide_mu_) = 0;
+  // Preemptor uid → its nomination (Nominate).
+  absl::flat_hash_map<std::string, Nomination> nominations_ ABSL_GUARDED_BY(decide_mu_);
 
   // Binds in the lock step with a wait allowed (see max_lock_waiters).
   std::atomic<int> lock_waiters_{0};

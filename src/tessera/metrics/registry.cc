@@ -117,6 +117,10 @@ struct Registry::Impl {
                             .Help("Victims the preempt verb added to kube-scheduler's.")
                             .Register(*registry)
                             .Add({})),
+        self_evictions(prometheus::BuildCounter()
+                           .Name("tessera_preempt_evictions_total")
+                           .Help("Victims --preemption=self evicted, by outcome.")
+                           .Register(*registry)),
         informer_synced(prometheus::BuildGauge()
                             .Name("tessera_informer_synced")
                             .Help("1 once the informer's initial list is in, else 0.")
@@ -192,6 +196,9 @@ struct Registry::Impl {
                              PreemptOutcome::kNoNode, PreemptOutcome::kError}) {
       preempt_total.Add({{"outcome", std::string(OutcomeName(o))}});
     }
+    for (const char* o : {"evicted", "refused"}) {
+      self_evictions.Add({{"outcome", o}});
+    }
   }
 
   const Clock* const clock;
@@ -202,6 +209,7 @@ struct Registry::Impl {
   prometheus::Family<prometheus::Counter>& bind_total;
   prometheus::Family<prometheus::Counter>& preempt_total;
   prometheus::Counter& preempt_victims;
+  prometheus::Family<prometheus::Counter>& self_evictions;
   prometheus::Family<prometheus::Gauge>& informer_synced;
   prometheus::Family<prometheus::Gauge>& informer_age;
   prometheus::Family<prometheus::Counter>& informer_relists;
@@ -271,6 +279,15 @@ void Registry::RecordPreempt(PreemptOutcome outcome, int64_t victims) {
   impl_->preempt_total.Add({{"outcome", std::string(OutcomeName(outcome))}}).Increment();
   if (victims > 0) {
     impl_->preempt_victims.Increment(static_cast<double>(victims));
+  }
+}
+
+void Registry::RecordSelfEvictions(int64_t evicted, int64_t refused) {
+  if (evicted > 0) {
+    impl_->self_evictions.Add({{"outcome", "evicted"}}).Increment(static_cast<double>(evicted));
+  }
+  if (refused > 0) {
+    impl_->self_evictions.Add({{"outcome", "refused"}}).Increment(static_cast<double>(refused));
   }
 }
 

@@ -96,6 +96,9 @@ class Registry {
   void RecordBind(BindOutcome outcome, absl::Duration latency);
   // One /preempt call, and how many victims Tessera added to kube-scheduler's.
   void RecordPreempt(PreemptOutcome outcome, int64_t victims);
+  // Evictions --preemption=self made: `evicted` victims gone, `refused` that the API server
+  // refused (a disruption budget, a failure).
+  void RecordSelfEvictions(int64_t evicted, int64_t refused);
 
   // Informers, per resource ("pods", "nodes", "leases"…).
   void SetInformerSynced(std::string_view resource, bool synced);

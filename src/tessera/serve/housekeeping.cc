@@ -94,6 +94,9 @@ void Housekeeping::Round(std::vector<accounting::NodePatch> patches) {
   // Handshake writes: the only background writer, the leader's job.
   parts_.leadership->WriteHandshakes(patches, leader);
   parts_.repairs->Expired(parts_.scheduler->ExpireReservations(now));
+  if (leader) {
+    parts_.scheduler->SettleNominations();  // the filters settle them too; this shows them
+  }
   parts_.informers->ExportMetrics(parts_.metrics);
   UpdatePendingPods(leader);
   if (!logged_synced_ && parts_.informers->Synced()) {

@@ -74,7 +74,8 @@ bool Withheld(const accounting::NodeRegistry& registry, std::string_view node) {
          status->availability != accounting::Availability::kAvailable;
 }
 
-Scheduling::Scheduling(const ServeOptions& options, Parts parts) : parts_(parts) {
+Scheduling::Scheduling(const ServeOptions& options, Parts parts)
+    : parts_(parts), mode_(options.preemption) {
   extender::Scheduler::Options scheduler_options;
   scheduler_options.scheduler_name = options.scheduler_name;
   scheduler_options.node_policy = options.node_policy;
@@ -134,11 +135,30 @@ Scheduling::Scheduling(const ServeOptions& options, Parts parts) : parts_(parts)
       .config = {.node_policy = options.node_policy,
                  .gpu_policy = options.gpu_policy,
                  .quotas = parts.quotas},
-      .budget_violations = [client = parts.client](std::string_view node,
-                                                   const std::vector<const kube::Pod*>& victims) {
-        return extender::BudgetViolations(client, node, victims);
-      }});
+      .budget_violations =
+          [client = parts.client](std::string_view node,
+                                  const std::vector<const kube::Pod*>& victims) {
+            return extender::BudgetViolations(client, node, victims);
+          },
+      .nominate =
+          [this](const kube::Pod& pod, std::vector<std::string> names) {
+            scheduler_->Nominate(pod, std::move(names));
+          }});
+  if (mode_ == PreemptionMode::kSelf) {
+    scheduler_options.refused = [this](const kube::Pod& pod, std::vector<std::string> names) {
+      self_preemptor_->Refused(pod, std::move(names));
+    };
+  }
+  const extender::PodLookup lookup = deps.lookup;
   scheduler_ = std::make_unique<extender::Scheduler>(scheduler_options, std::move(deps));
+  if (mode_ == PreemptionMode::kSelf) {
+    self_preemptor_ = std::make_unique<extender::SelfPreemptor>(
+        options.self_preempt, extender::SelfPreemptor::Deps{.preemptor = preemptor_.get(),
+                                                            .scheduler = scheduler_.get(),
+                                                            .client = parts.client,
+                                                            .clock = parts.clock,
+                                                            .lookup = lookup});
+  }
 }
 
 extender::FilterResult Scheduling::Filter(const extender::FilterArgs& args) {
@@ -189,6 +209,9 @@ extender::RefitResponse Scheduling::Refit(const extender::RefitRequest& request)
 }
 
 absl::StatusOr<extender::PreemptResult> Scheduling::Preempt(const extender::PreemptArgs& args) {
+  if (mode_ == PreemptionMode::kOff) {
+    return absl::UnimplementedError("preemption is turned off (--preemption=off)");
+  }
   if (!parts_.informers->Synced()) {
     parts_.metrics->RecordPreempt(metrics::PreemptOutcome::kError, 0);
     return absl::UnavailableError("tessera is not ready: " + parts_.informers->SyncState());
@@ -204,11 +227,11 @@ absl::StatusOr<extender::PreemptResult> Scheduling::Preempt(const extender::Pree
   }
   int64_t victims = 0;
   std::string added;
-  for (const auto& [node, names] : outcome.added) {
-    victims += static_cast<int64_t>(names.size());
-    if (!names.empty()) {
-      fmt::format_to(std::back_inserter(added), "{}{}=[{}]", added.empty() ? "" : " ", node,
-                     fmt::join(names, ","));
+  for (const auto& [node, pods] : outcome.added) {
+    victims += static_cast<int64_t>(pods.size());
+    if (!pods.empty()) {
+      added +=
+          fmt::format("{}{}=[{}]", added.empty() ? "" : " ", node, extender::VictimNames(pods));
     }
   }
   parts_.metrics->RecordPreempt(result->victims.empty() ? metrics::PreemptOutcome::kNoNode

@@ -4,8 +4,9 @@
 // the informers, lock pauses that end at Stop, verdicts written by the leader only — behind the
 // Backend's /filter, /bind and /refit, each counted in the metrics (tessera_filter_decisions_total
 // and tessera_bind_total with their outcome labels), and the extender::Preemptor behind
-// /preempt. Until the informers have synced, /filter, /refit and /preempt answer with an error;
-// only the leader refits (docs/serve.md "NUMA refit").
+// /preempt (404 with --preemption=off; with self, also an extender::SelfPreemptor told of
+// every refusal). Until the informers have synced, /filter, /refit and /preempt answer with an
+// error; only the leader refits (docs/serve.md "NUMA refit").
 //
 // Errors: in the replies, as extender::Scheduler gives them; Preempt's as a Status
 // (Unavailable before the sync). Thread safety: every method from any thread.
@@ -57,11 +58,15 @@ class Scheduling {
   absl::StatusOr<extender::PreemptResult> Preempt(const extender::PreemptArgs& args);
 
   extender::Scheduler& scheduler() { return *scheduler_; }
+  // With --preemption=self, what evicts for refused pods (its rounds: Preempting); else null.
+  extender::SelfPreemptor* self_preemptor() { return self_preemptor_.get(); }
 
  private:
   const Parts parts_;
+  const PreemptionMode mode_;
   std::unique_ptr<extender::Scheduler> scheduler_;
   std::unique_ptr<extender::Preemptor> preemptor_;
+  std::unique_ptr<extender::SelfPreemptor> self_preemptor_;
 };
 
 }  // namespace tessera::serve

@@ -35,6 +35,7 @@
 #include "tessera/serve/informers.h"
 #include "tessera/serve/leadership.h"
 #include "tessera/serve/listeners.h"
+#include "tessera/serve/preempting.h"
 #include "tessera/serve/repairs.h"
 #include "tessera/serve/requeueing.h"
 #include "tessera/serve/scheduling.h"
@@ -191,6 +192,7 @@ class Service::Impl : public extender::Backend {
   std::unique_ptr<accounting::Resyncer> resyncer_;
   std::unique_ptr<Housekeeping> housekeeping_;
   std::unique_ptr<Requeueing> requeueing_;
+  std::unique_ptr<Preempting> preempting_;  // --preemption=self only
   std::unique_ptr<Listeners> listeners_;
 
   // One /debug/why replay at a time (each copies the ledger); others are answered 429.
@@ -304,6 +306,13 @@ absl::Status Service::Impl::Init() {
                         .informers = informers_.get(),
                         .leadership = leadership_.get(),
                         .metrics = metrics_.get()});
+  if (extender::SelfPreemptor* self = scheduling_->self_preemptor(); self != nullptr) {
+    preempting_ = std::make_unique<Preempting>(options_.self_preempt_period,
+                                               Preempting::Parts{.self = self,
+                                                                 .informers = informers_.get(),
+                                                                 .leadership = leadership_.get(),
+                                                                 .metrics = metrics_.get()});
+  }
   listeners_ = std::make_unique<Listeners>(
       options_,
       Listeners::Parts{.backend = this,
@@ -320,6 +329,9 @@ absl::Status Service::Impl::Init() {
   informers_->Start();
   housekeeping_->Start();
   requeueing_->Start();
+  if (preempting_ != nullptr) {
+    preempting_->Start();
+  }
   resyncer_->Start();
   listeners_->LogListening();
   return absl::OkStatus();
@@ -334,6 +346,9 @@ void Service::Impl::Stop() {
   }
   if (requeueing_ != nullptr) {
     requeueing_->Stop();
+  }
+  if (preempting_ != nullptr) {
+    preempting_->Stop();
   }
   if (housekeeping_ != nullptr) {
     housekeeping_->Stop();

@@ -30,6 +30,7 @@
 #include "tessera/device/model.h"
 #include "tessera/extender/http_server.h"
 #include "tessera/extender/requeue.h"
+#include "tessera/extender/self_preempt.h"
 #include "tessera/extender/webhook.h"
 #include "tessera/kube/config.h"
 #include "tessera/serve/debug_auth.h"
@@ -37,6 +38,13 @@
 #include "tessera/serve/role_labels.h"
 
 namespace tessera::serve {
+
+// How Tessera preempts for a pod of higher priority (docs/preemption.md; --preemption).
+enum class PreemptionMode : uint8_t {
+  kExtender,  // answers kube-scheduler's /preempt (Kubernetes 1.38 and later asks)
+  kSelf,      // that, and evicts for refused pods itself (before 1.38 nobody asks)
+  kOff,       // /preempt answers 404; nobody is evicted
+};
 
 struct ServeOptions {
   // Extender listener (--http_bind) and TLS (--cert_file, --key_file).
@@ -112,6 +120,11 @@ struct ServeOptions {
   // a round every requeue_period.
   extender::Requeuer::Options requeue;
   absl::Duration requeue_period = absl::Milliseconds(200);
+  // Preemption (--preemption); with kSelf, the settle time of a refusal (--preemption-settle)
+  // and a round of self-preemption every self_preempt_period.
+  PreemptionMode preemption = PreemptionMode::kExtender;
+  extender::SelfPreemptor::Options self_preempt;
+  absl::Duration self_preempt_period = absl::Seconds(1);
   // Informer watch timeouts (randomised between this and twice it, as client-go does).
   absl::Duration min_watch_timeout = absl::Minutes(5);
   // Server worker threads kept while idle (each open connection holds one; the pool grows).

@@ -202,6 +202,27 @@ class ServeTest : public ::tessera::testing::ServeFixture {
     return std::nan("");
   }
 
+  // Node "a" with one 8000 MiB card shared by two running pods of priority 10 holding 4000 MiB
+  // each, "low-old" and "low-young" (started an hour later; labelled app=<name>; a grace period
+  // of 1 s): the preemption tests' cluster.
+  void AddTwoLowPods() {
+    AddNode(NodeJson("a", JsonRegister("a", 1, 8000)));
+    for (const auto& [name, started] : {std::pair{"low-old", "2026-12-07T10:00:00Z"},
+                                        std::pair{"low-young", "2026-12-07T11:00:00Z"}}) {
+      nlohmann::json low = nlohmann::json::parse(PodJson(name, {{.gpus = 1, .mem = 4000}}));
+      low["metadata"]["annotations"] = {
+          {"hami.io/vgpu-node", "a"},
+          {"hami.io/vgpu-devices-allocated", "GPU-a-0,NVIDIA,4000,0:;"},
+          {"hami.io/bind-phase", "success"}};
+      low["metadata"]["labels"] = {{"app", name}};
+      low["spec"]["nodeName"] = "a";
+      low["spec"]["priority"] = 10;
+      low["spec"]["terminationGracePeriodSeconds"] = 1;
+      low["status"] = {{"phase", "Running"}, {"startTime", started}};
+      AddPod(low.dump());
+    }
+  }
+
   // The node a pod was filtered to ("" when none), with the reply.
   // ResourceQuota default/gpu limiting limits.nvidia.com/gpumem to `mib`.
   void AddGpuMemQuota(int mib) {
@@ -323,19 +344,7 @@ TEST_F(ServeTest, FilterWritesHamiAnnotationsAndBindBindsAndTheMetricsFollow) {
 // a pod of priority 1000 asking 4000 offered the node as Kubernetes 1.38 offers it (no victim of
 // kube-scheduler's own): exactly one of the two is named.
 TEST_F(ServeTest, PreemptNamesTheOneVictimTheDeviceShareNeeds) {
-  AddNode(NodeJson("a", JsonRegister("a", 1, 8000)));
-  // Two running pods holding 4000 MiB each, started an hour apart.
-  for (const auto& [name, started] : {std::pair{"low-old", "2026-12-07T10:00:00Z"},
-                                      std::pair{"low-young", "2026-12-07T11:00:00Z"}}) {
-    nlohmann::json low = nlohmann::json::parse(PodJson(name, {{.gpus = 1, .mem = 4000}}));
-    low["metadata"]["annotations"] = {{"hami.io/vgpu-node", "a"},
-                                      {"hami.io/vgpu-devices-allocated", "GPU-a-0,NVIDIA,4000,0:;"},
-                                      {"hami.io/bind-phase", "success"}};
-    low["metadata"]["labels"] = {{"app", name}};
-    low["spec"]["nodeName"] = "a";
-    low["status"] = {{"phase", "Running"}, {"startTime", started}};
-    AddPod(low.dump());
-  }
+  AddTwoLowPods();
   StartService();
   ASSERT_TRUE(Eventually([&] {
     return nlohmann::json::parse(service()->DebugLedgerJson())["records"] == 2;
@@ -421,6 +430,61 @@ TEST_F(ServeTest, PreemptNamesTheOneVictimTheDeviceShareNeeds) {
   EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"no_node\""}), 1);
   EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"error\""}), 0);
   EXPECT_EQ(Metric("tessera_preempt_victims_total", {}), 3);
+}
+
+// --preemption=self end to end (clusters before Kubernetes 1.38, whose kube-scheduler never
+// asks): the refusal settles, Tessera evicts the younger low pod through the Eviction API, and
+// once it is gone the share is held for the preemptor — a smaller pod is refused it, the
+// preemptor gets it. With --preemption=off the verb answers 404.
+TEST_F(ServeTest, SelfPreemptionEvictsOneVictimAndHoldsItsShareForThePreemptor) {
+  AddTwoLowPods();
+  StartService([](ServeOptions& o) {
+    o.preemption = PreemptionMode::kSelf;
+    o.self_preempt.settle = absl::Milliseconds(300);
+    o.self_preempt_period = absl::Milliseconds(50);
+  });
+  ASSERT_TRUE(Eventually([&] {
+    return nlohmann::json::parse(service()->DebugLedgerJson())["records"] == 2;
+  })) << service()->DebugLedgerJson();
+
+  nlohmann::json high = nlohmann::json::parse(PodJson("high", {{.gpus = 1, .mem = 4000}}));
+  high["spec"]["priority"] = 1000;
+  AddPod(high.dump());
+  EXPECT_EQ(FilterTo("high", {}, {"a"}, nlohmann::json::object(), false), "");
+  ASSERT_TRUE(Eventually([&] { return GetPod("low-young").Deleting(); }, absl::Seconds(10)))
+      << "the younger low pod was never evicted";
+  EXPECT_FALSE(GetPod("low-old").Deleting());
+  // The victim goes (the built-in kubelet ends it after its grace); its share is held at once.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const nlohmann::json ledger = nlohmann::json::parse(service()->DebugLedgerJson());
+        return ledger["records"] == 1 && ledger["reservations"].size() == 1;
+      },
+      absl::Seconds(10)))
+      << service()->DebugLedgerJson();
+  EXPECT_EQ(FilterTo("small", {{.gpus = 1, .mem = 2000}}, {"a"}), "")
+      << "a smaller pod took the preemptor's share";
+  EXPECT_EQ(FilterTo("high", {}, {"a"}, nlohmann::json::object(), false), "a");
+  EXPECT_EQ(Metric("tessera_preempt_evictions_total", {"outcome=\"evicted\""}), 1);
+  EXPECT_EQ(Metric("tessera_preempt_evictions_total", {"outcome=\"refused\""}), 0);
+  EXPECT_TRUE(Eventually([&] {
+    const std::string text = store().List(Res("events"), "default", {}).value_or("");
+    return text.find("Tessera evicted this pod to free a GPU share on a for default/high") !=
+               std::string::npos &&
+           text.find("PreemptionShareReserved") != std::string::npos;
+  }));
+}
+
+TEST_F(ServeTest, PreemptionOffAnswersThePreemptVerbWith404) {
+  AddNode(NodeJson("a", JsonRegister("a", 1, 8000)));
+  StartService([](ServeOptions& o) { o.preemption = PreemptionMode::kOff; });
+  const std::string pod = AddPod(PodJson("high", {{.gpus = 1, .mem = 4000}}));
+  auto res = client()->Post("/preempt",
+                            R"({"Pod":)" + pod + R"(,"NodeNameToMetaVictims":{"a":{"Pods":[]}}})",
+                            "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404) << res->body;
+  EXPECT_NE(res->body.find("--preemption=off"), std::string::npos) << res->body;
 }
 
 // The NUMA refit end to end over HTTP (HAMi refs/pull/2731 pkg/scheduler/routes/route.go:
