@@ -1,5 +1,6 @@
 // The nominated reservation (docs/preemption.md "The nominated reservation"): the share a
-// preemption frees is reserved for its preemptor before any other filter decides.
+// preemption frees is reserved for its preemptor before any other filter decides; and the notes
+// of preemptions that did not help, for the verdict.
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,15 @@ std::vector<ledger::Reservation> Scheduler::SettleNominations() {
 size_t Scheduler::Nominated() const {
   MutexLock l(&decide_mu_);
   return nominations_.size();
+}
+
+void Scheduler::NotePreemption(std::string_view uid, std::string note) {
+  MutexLock l(&notes_mu_);
+  if (note.empty()) {
+    preemption_notes_.erase(absl::string_view(uid.data(), uid.size()));
+  } else {
+    preemption_notes_.insert_or_assign(std::string(uid), std::move(note));
+  }
 }
 
 bool Scheduler::IsNominated(std::string_view uid) const {

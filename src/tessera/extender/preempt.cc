@@ -23,6 +23,17 @@ std::string VictimNames(const std::vector<cycle::PotentialVictim>& victims) {
   return out;
 }
 
+std::string PreemptionNote(const PreemptOutcome& outcome, const PreemptResult& result) {
+  if (outcome.never) {
+    return "preemptionPolicy Never: it may not evict pods of lower priority";
+  }
+  if (outcome.pass_through || !result.victims.empty() || outcome.dropped.empty()) {
+    return "";
+  }
+  return absl::StrCat("no eviction of lower-priority pods frees a GPU share on ",
+                      outcome.dropped.size(), outcome.dropped.size() == 1 ? " node" : " nodes");
+}
+
 Preemptor::Preemptor(Deps deps) : deps_(std::move(deps)) {}
 
 namespace {

@@ -52,6 +52,11 @@ struct PreemptOutcome {
 // "ns/name,ns/name" (events, logs).
 std::string VictimNames(const std::vector<cycle::PotentialVictim>& victims);
 
+// Why an answer does not help its pod, for the verdict (Verdict::preemption): "preemptionPolicy
+// Never: ..." or "no eviction of lower-priority pods frees a GPU share on N nodes"; empty when
+// it kept a node (or the pod asks for no device).
+std::string PreemptionNote(const PreemptOutcome& outcome, const PreemptResult& result);
+
 class Preemptor {
  public:
   struct Deps {

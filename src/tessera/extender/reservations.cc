@@ -67,6 +67,26 @@ std::vector<ledger::Reservation> Scheduler::ExpireReservations(absl::Time now) {
   }
   // Landed patches of pods that were never bound.
   patches_.DropLanded(now - options_.reservation_ttl);
+  // Preemption notes of pods no longer refused (bound, gone, or no longer remembered).
+  bool notes = false;
+  {
+    MutexLock l(&notes_mu_);
+    notes = !preemption_notes_.empty();
+  }
+  if (notes) {
+    uint64_t latest = 0;
+    absl::flat_hash_set<std::string> refused;
+    for (auto& [uid, offer] : verdicts_.UidsAndOffers(&latest)) {
+      refused.insert(std::move(uid));
+    }
+    MutexLock l(&notes_mu_);
+    for (auto it = preemption_notes_.begin(); it != preemption_notes_.end();) {
+      auto current = it++;
+      if (!refused.contains(current->first)) {
+        preemption_notes_.erase(current);
+      }
+    }
+  }
   for (const ledger::Reservation& r : expired) {
     TESSERA_VLOG(1, "reservation of {}/{} on {} expired", r.ns, r.name, r.node);
   }

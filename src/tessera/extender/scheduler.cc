@@ -156,11 +156,17 @@ void Scheduler::OfferVerdict(const kube::Pod& pod, const device::PodRequest& req
   if (options_.node_lock) {
     lock_of = [this](std::string_view node) { return options_.node_lock(node).lock; };
   }
-  const Verdict verdict = BuildVerdict(diagnosis, {.request = &request,
-                                                   .candidates = candidates,
-                                                   .ledger = ledger_,
-                                                   .lock_of = std::move(lock_of),
-                                                   .withheld = options_.withheld});
+  Verdict verdict = BuildVerdict(diagnosis, {.request = &request,
+                                             .candidates = candidates,
+                                             .ledger = ledger_,
+                                             .lock_of = std::move(lock_of),
+                                             .withheld = options_.withheld});
+  {
+    MutexLock l(&notes_mu_);
+    if (auto it = preemption_notes_.find(pod.meta.uid); it != preemption_notes_.end()) {
+      verdict.preemption = it->second;
+    }
+  }
   std::vector<std::string_view> names;
   names.reserve(candidates.size());
   for (const schedule::Candidate& c : candidates) {

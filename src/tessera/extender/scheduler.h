@@ -231,6 +231,10 @@ class Scheduler {
   // Settles the nominations now (the requeue's round, before it requeues anyone) and returns
   // the reservations made.
   std::vector<ledger::Reservation> SettleNominations();
+  // Why preemption did not help pod `uid` (Verdict::preemption), for the verdict of its next
+  // refusal; an empty note forgets it. Notes of pods no longer refused are dropped by
+  // ExpireReservations.
+  void NotePreemption(std::string_view uid, std::string note);
   // How many nominations wait for their share; whether pod `uid` has one.
   size_t Nominated() const;
   bool IsNominated(std::string_view uid) const;
@@ -317,6 +321,9 @@ class Scheduler {
   uint64_t next_seq_ ABSL_GUARDED_BY(decide_mu_) = 0;
   // Preemptor uid → its nomination (Nominate).
   absl::flat_hash_map<std::string, Nomination> nominations_ ABSL_GUARDED_BY(decide_mu_);
+  // Pod uid → why preemption did not help it (NotePreemption).
+  mutable Mutex notes_mu_;
+  absl::flat_hash_map<std::string, std::string> preemption_notes_ ABSL_GUARDED_BY(notes_mu_);
 
   // Binds in the lock step with a wait allowed (see max_lock_waiters).
   std::atomic<int> lock_waiters_{0};

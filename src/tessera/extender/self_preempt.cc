@@ -138,6 +138,7 @@ bool SelfPreemptor::PreemptFor(const kube::Pod& pod, const std::vector<std::stri
     return false;
   }
   std::vector<PreemptionCandidate> candidates;
+  size_t guarded = 0;  // nodes whose victims a budget protects
   for (auto& [node, victims] : outcome.added) {
     const int64_t violations = answer->victims.at(node).num_pdb_violations;
     if (victims.empty()) {
@@ -146,6 +147,7 @@ bool SelfPreemptor::PreemptFor(const kube::Pod& pod, const std::vector<std::stri
       return true;
     }
     if (violations > 0) {
+      ++guarded;
       continue;  // the Eviction API would refuse a victim its budget protects
     }
     candidates.push_back({.node = node, .victims = victims, .pdb_violations = violations});
@@ -157,7 +159,14 @@ bool SelfPreemptor::PreemptFor(const kube::Pod& pod, const std::vector<std::stri
       ++counts_.hopeless;
     }
     TESSERA_VLOGS(1, "self-preemption: no eviction of lower-priority pods frees a share", "pod",
-                  pod.Key(), "nodes", nodes.size());
+                  pod.Key(), "nodes", nodes.size(), "guarded", guarded);
+    deps_.scheduler->NotePreemption(
+        pod.meta.uid,
+        guarded > 0 ? fmt::format("no eviction of lower-priority pods frees a GPU share on {} {} "
+                                  "without breaking a PodDisruptionBudget",
+                                  nodes.size(), nodes.size() == 1 ? "node" : "nodes")
+                    : fmt::format("no eviction of lower-priority pods frees a GPU share on {} {}",
+                                  nodes.size(), nodes.size() == 1 ? "node" : "nodes"));
     return false;
   }
   const PreemptionCandidate& chosen = candidates[*pick];
@@ -190,6 +199,7 @@ bool SelfPreemptor::PreemptFor(const kube::Pod& pod, const std::vector<std::stri
         EventType::kNormal);
   }
   deps_.scheduler->Nominate(pod, {chosen.node});
+  deps_.scheduler->NotePreemption(pod.meta.uid, "");
   const std::string names = VictimNames(chosen.victims);
   deps_.scheduler->events().Record(
       pod.meta, "PreemptionVictimsEvicted",

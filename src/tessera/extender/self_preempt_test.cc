@@ -124,6 +124,15 @@ class SelfPreemptTest : public SchedulerTest {
     env_.Create("pods", "default", PodWithPriority(name, mem, priority, never));
   }
   bool Deleting(const std::string& name) { return Pod(name).Deleting(); }
+  // The pod's tessera.io/verdict as the API server stores it (the client keeps only HAMi's
+  // annotations).
+  std::string StoredVerdict(const std::string& name) {
+    absl::StatusOr<std::string> raw =
+        env_.store().Get(*apisim::FindResource("", "v1", "pods"), "default", name);
+    const nlohmann::json doc = nlohmann::json::parse(raw.ok() ? *raw : "{}");
+    return doc.value("/metadata/annotations"_json_pointer, nlohmann::json::object())
+        .value(std::string(device::kVerdictAnnotation), "");
+  }
   // A PodDisruptionBudget over app=`app` allowing `allowed` disruptions.
   void Budget(const std::string& app, int allowed) {
     const nlohmann::json pdb = {
@@ -209,6 +218,13 @@ TEST_F(SelfPreemptTest, NobodyIsEvictedForAPodThatCannotPreemptOrWouldNotFit) {
   EXPECT_FALSE(Deleting("low-old"));
   EXPECT_EQ(self_->counts().hopeless, 1u);
   EXPECT_EQ(self_->counts().evicted, 0u);
+  // The next refusal's verdict says why preemption did not help.
+  scheduler_->Filter(Args("huge", {"n1"}));
+  scheduler_->verdicts().Flush();
+  EXPECT_THAT(
+      StoredVerdict("huge"),
+      ::testing::HasSubstr(
+          R"("preemption":"no eviction of lower-priority pods frees a GPU share on 1 node")"));
 }
 
 TEST_F(SelfPreemptTest, ABudgetOnEveryVictimEvictsNobody) {
@@ -222,6 +238,11 @@ TEST_F(SelfPreemptTest, ABudgetOnEveryVictimEvictsNobody) {
   EXPECT_FALSE(Deleting("low-old"));
   EXPECT_EQ(self_->counts().evicted, 0u);
   EXPECT_FALSE(scheduler_->IsNominated(Pod("high").meta.uid));
+  scheduler_->Filter(Args("high", {"n1"}));
+  scheduler_->verdicts().Flush();
+  EXPECT_THAT(StoredVerdict("high"),
+              ::testing::HasSubstr("frees a GPU share on 1 node without breaking a "
+                                   "PodDisruptionBudget"));
 }
 
 }  // namespace

@@ -270,6 +270,9 @@ nlohmann::json ToJson(const Verdict& v, size_t holders, bool lock, bool nearest,
   if (!v.mig.empty()) {
     j["mig"] = v.mig;
   }
+  if (!v.preemption.empty()) {
+    j["preemption"] = v.preemption;
+  }
   return j;
 }
 
@@ -462,6 +465,7 @@ std::string EncodeVerdict(const Verdict& v) {
       bare.blocked_by.clear();
       bare.quota = Cut(v.quota);
       bare.mig = Cut(v.mig);
+      bare.preemption = Cut(v.preemption);
       return Dump(ToJson(bare, 0, false, false, 0));
     }
   }
@@ -483,7 +487,8 @@ absl::StatusOr<Verdict> DecodeVerdict(std::string_view json) {
   if (!GetString(j, "reason", &v.reason) || !GetInt(j, "nodes", &v.nodes) ||
       !GetInt(j, "unregistered", &v.unregistered) || !GetInt(j, "unhealthy", &v.unhealthy) ||
       !GetInt(j, "blocked", &v.blocked) || !GetString(j, "blocked_by", &v.blocked_by) ||
-      !GetString(j, "quota", &v.quota) || !GetString(j, "mig", &v.mig)) {
+      !GetString(j, "quota", &v.quota) || !GetString(j, "mig", &v.mig) ||
+      !GetString(j, "preemption", &v.preemption)) {
     return Bad("a field has the wrong type");
   }
   if (auto it = j.find("reasons"); it != j.end()) {
@@ -603,6 +608,9 @@ std::string FormatVerdict(const Verdict& v, absl::Time now) {
   }
   if (!v.mig.empty()) {
     out += fmt::format("mig: {}\n", v.mig);
+  }
+  if (!v.preemption.empty()) {
+    out += fmt::format("preemption: {}\n", v.preemption);
   }
   return out;
 }

@@ -111,6 +111,10 @@ struct Verdict {
   // otherwise. At most kMaxMigBytes.
   std::string mig;
   static constexpr size_t kMaxMigBytes = 320;
+  // Why preemption did not help the pod, from its last preemption ("no eviction of
+  // lower-priority pods frees a GPU share on 2 nodes: a, b"; "preemptionPolicy Never"); empty
+  // when none was tried or it found victims (Scheduler::NotePreemption).
+  std::string preemption;
 
   friend bool operator==(const Verdict&, const Verdict&) = default;
 };

@@ -298,6 +298,30 @@ TEST_F(VerdictTest, EncodesAndDecodesTheSameVerdict) {
             json);
 }
 
+// Why preemption did not help travels with the verdict and is printed for people.
+TEST(VerdictPreemption, TheNoteRoundTripsAndIsPrinted) {
+  Verdict v;
+  v.reason = "CardInsufficientMemory";
+  v.nodes = 2;
+  v.preemption = "no eviction of lower-priority pods frees a GPU share on 2 nodes";
+  const std::string json = EncodeVerdict(v);
+  EXPECT_NE(json.find(R"("preemption":"no eviction of lower-priority pods)"), std::string::npos)
+      << json;
+  absl::StatusOr<Verdict> back = DecodeVerdict(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, v);
+  EXPECT_NE(FormatVerdict(v, absl::FromUnixSeconds(0))
+                .find("preemption: no eviction of lower-priority pods frees a GPU share on 2 "
+                      "nodes\n"),
+            std::string::npos)
+      << FormatVerdict(v, absl::FromUnixSeconds(0));
+  Verdict bare = v;
+  bare.preemption.clear();
+  EXPECT_EQ(EncodeVerdict(bare).find("preemption"), std::string::npos)
+      << "a verdict without a note carries no key";
+  EXPECT_FALSE(DecodeVerdict(R"({"v":1,"reason":"x","nodes":1,"preemption":3})").ok());
+}
+
 TEST(VerdictBound, LongNamesLoseDetailNotTheBound) {
   Verdict v;
   v.reason = "CardInsufficientMemory";

@@ -238,6 +238,9 @@ absl::StatusOr<extender::PreemptResult> Scheduling::Preempt(const extender::Pree
                                 : victims > 0           ? metrics::PreemptOutcome::kVictims
                                                         : metrics::PreemptOutcome::kNoVictims,
                                 victims);
+  if (outcome.never && outcome.stored) {
+    scheduler_->NotePreemption(args.pod.meta.uid, extender::PreemptionNote(outcome, *result));
+  }
   if (outcome.pass_through || outcome.never) {
     TESSERA_VLOGS(2, "preempt", "pod", pod, "outcome",
                   outcome.never ? "preemptionPolicy Never" : "no managed device");
@@ -252,6 +255,8 @@ absl::StatusOr<extender::PreemptResult> Scheduling::Preempt(const extender::Pree
   if (!outcome.stored) {
     return result;
   }
+  // The verdict of its next refusal says why preemption did not help (or nothing, if it did).
+  scheduler_->NotePreemption(args.pod.meta.uid, extender::PreemptionNote(outcome, *result));
   if (result->victims.empty()) {
     if (!outcome.dropped.empty()) {
       extender::EventNodeList nodes(

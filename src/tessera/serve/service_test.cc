@@ -407,6 +407,13 @@ TEST_F(ServeTest, PreemptNamesTheOneVictimTheDeviceShareNeeds) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
   EXPECT_EQ(res->body, R"({"NodeNameToMetaVictims":{}})");
+  // The pod's next refusal carries the answer in its verdict.
+  EXPECT_EQ(FilterTo("high", {}, {"a"}, nlohmann::json::object(), false), "");
+  EXPECT_TRUE(Eventually([&] {
+    return StoredAnnotation("high", "tessera.io/verdict")
+               .find(R"("preemption":"no eviction of lower-priority pods frees a GPU share on )"
+                     R"(1 node")") != std::string::npos;
+  })) << StoredAnnotation("high", "tessera.io/verdict");
   res = preempt(R"({"a":{"Pods":[{"UID":""}]}})");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
