@@ -12,11 +12,15 @@
 namespace tessera::extender {
 
 void Scheduler::Nominate(const kube::Pod& pod, std::vector<std::string> nodes) {
-  if (pod.meta.uid.empty() || nodes.empty()) {
+  if (pod.meta.uid.empty()) {
     return;
   }
   const absl::Time expires_at = clock_->Now() + options_.reservation_ttl;
   MutexLock l(&decide_mu_);
+  if (nodes.empty()) {
+    nominations_.erase(pod.meta.uid);
+    return;
+  }
   nominations_.insert_or_assign(
       pod.meta.uid, Nomination{.pod = pod, .nodes = std::move(nodes), .expires_at = expires_at});
 }

@@ -153,6 +153,9 @@ bool SelfPreemptor::PreemptFor(const kube::Pod& pod, const std::vector<std::stri
     candidates.push_back({.node = node, .victims = victims, .pdb_violations = violations});
   }
   std::optional<size_t> pick = PickNode(candidates);
+  // The verb's nomination of every node it kept is not ours: a pod is nominated only on the
+  // node its victims were evicted from, and one not nominated is tried again next round.
+  deps_.scheduler->Nominate(pod, {});
   if (!pick) {
     {
       MutexLock l(&mu_);
@@ -173,8 +176,10 @@ bool SelfPreemptor::PreemptFor(const kube::Pod& pod, const std::vector<std::stri
   uint64_t evicted = 0;
   for (const cycle::PotentialVictim& v : chosen.victims) {
     absl::Status s = deps_.client->EvictPod(v.ns, v.name, v.uid);
-    if (!s.ok() && s.code() != absl::StatusCode::kNotFound &&
-        s.code() != absl::StatusCode::kAborted) {
+    if (s.code() == absl::StatusCode::kNotFound || s.code() == absl::StatusCode::kAborted) {
+      continue;  // gone already (404), or another pod by that name now (409): its share is free
+    }
+    if (!s.ok()) {
       {
         MutexLock l(&mu_);
         counts_.evicted += evicted;
@@ -187,7 +192,7 @@ bool SelfPreemptor::PreemptFor(const kube::Pod& pod, const std::vector<std::stri
                    internal::Message(s));
       return false;
     }
-    ++evicted;  // or gone already (404), or another pod by that name now (409): not ours
+    ++evicted;
     kube::ObjectMeta subject;
     subject.ns = v.ns;
     subject.name = v.name;

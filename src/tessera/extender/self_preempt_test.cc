@@ -76,7 +76,11 @@ class SelfPreemptTest : public SchedulerTest {
             [this](std::string_view node, const std::vector<const kube::Pod*>& pods) {
               return BudgetViolations(env_.client(), node, pods);
             },
-        .nominate = nullptr});
+        // As serve wires it: the verb's answers nominate too.
+        .nominate =
+            [this](const kube::Pod& pod, std::vector<std::string> nodes) {
+              scheduler_->Nominate(pod, std::move(nodes));
+            }});
     self_ = std::make_unique<SelfPreemptor>(SelfPreemptor::Options{},
                                             SelfPreemptor::Deps{.preemptor = preemptor_.get(),
                                                                 .scheduler = scheduler_.get(),
