@@ -1,6 +1,7 @@
 // The nominated reservation (docs/preemption.md "The nominated reservation"): the share a
 // preemption frees is reserved for its preemptor before any other filter decides; and the notes
 // of preemptions that did not help, for the verdict.
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,8 @@ void Scheduler::Nominate(const kube::Pod& pod, std::vector<std::string> nodes) {
     nominations_.erase(pod.meta.uid);
     return;
   }
+  nominations_changed_ = true;
+  next_nomination_expiry_ = std::min(next_nomination_expiry_, expires_at);
   nominations_.insert_or_assign(
       pod.meta.uid, Nomination{.pod = pod, .nodes = std::move(nodes), .expires_at = expires_at});
 }
@@ -53,10 +56,19 @@ bool Scheduler::IsNominated(std::string_view uid) const {
 std::vector<ledger::Reservation> Scheduler::SettleNominationsLocked(absl::Time now,
                                                                     std::string_view deciding) {
   std::vector<ledger::Reservation> reserved;
+  // Read first: a change made while the nominations are tried is seen by the next settle.
+  const uint64_t version = ledger_->CapacityVersion();
+  if (!nominations_changed_ && version == settled_version_ && now < next_nomination_expiry_) {
+    return reserved;  // nothing freed, nothing new, nothing expired since the last settle
+  }
+  nominations_changed_ = false;
+  settled_version_ = version;
+  next_nomination_expiry_ = absl::InfiniteFuture();
   for (auto it = nominations_.begin(); it != nominations_.end();) {
     auto current = it++;
     const std::string& uid = current->first;
     Nomination& n = current->second;
+    next_nomination_expiry_ = std::min(next_nomination_expiry_, n.expires_at);
     if (uid == deciding) {
       continue;
     }

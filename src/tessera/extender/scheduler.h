@@ -321,6 +321,11 @@ class Scheduler {
   uint64_t next_seq_ ABSL_GUARDED_BY(decide_mu_) = 0;
   // Preemptor uid → its nomination (Nominate).
   absl::flat_hash_map<std::string, Nomination> nominations_ ABSL_GUARDED_BY(decide_mu_);
+  // A settle with neither a new nomination, a capacity change (the ledger's version at the last
+  // settle's start) nor an expiry due since has nothing to do: the filters skip it.
+  bool nominations_changed_ ABSL_GUARDED_BY(decide_mu_) = false;
+  uint64_t settled_version_ ABSL_GUARDED_BY(decide_mu_) = 0;
+  absl::Time next_nomination_expiry_ ABSL_GUARDED_BY(decide_mu_) = absl::InfiniteFuture();
   // Pod uid → why preemption did not help it (NotePreemption).
   mutable Mutex notes_mu_;
   absl::flat_hash_map<std::string, std::string> preemption_notes_ ABSL_GUARDED_BY(notes_mu_);

@@ -944,6 +944,11 @@ device::NodeSnapshot Ledger::SnapshotLocked(const NodeSlot& slot) const {
   return out;
 }
 
+uint64_t Ledger::CapacityVersion() const {
+  MutexLock l(&mu_);
+  return capacity_version_;
+}
+
 CapacityChanges Ledger::CapacitySince(uint64_t version) const {
   CapacityChanges out;
   {

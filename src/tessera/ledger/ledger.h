@@ -385,6 +385,9 @@ class Ledger {
   // the node slots, and the changed nodes' devices; O(nodes + changed nodes' devices +
   // namespaces).
   CapacityChanges CapacitySince(uint64_t version) const;
+  // The version CapacitySince would report now: it grows with every change of a node's usage,
+  // registration, blockers or MIG state. O(1).
+  uint64_t CapacityVersion() const;
   // One registered node with per-device usage and holders, or nullopt if it is not registered.
   // O(its devices + the holders on it).
   std::optional<NodeView> View(std::string_view node) const;
