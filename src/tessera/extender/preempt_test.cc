@@ -185,6 +185,25 @@ TEST_F(PreemptorTest, APodThatMayNotPreemptGetsNoNode) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->victims.empty());
   EXPECT_TRUE(outcome.never);
+  EXPECT_EQ(PreemptionNote(outcome, *r),
+            "preemptionPolicy Never: it may not evict pods of lower priority");
+}
+
+// The verdict's note (Verdict::preemption): why an answer does not help, or nothing when it does.
+TEST_F(PreemptorTest, TheNoteSaysOnHowManyNodesNoEvictionHelps) {
+  Running("low", "n1", 4000, 0, 100);
+  Running("peer", "n2", 8000, 1000, 100);  // not lower: never a victim
+  PreemptOutcome outcome;
+  absl::StatusOr<PreemptResult> r =
+      Make().Preempt(Args(High("8000"), {{"n2", {}}, {"ghost", {}}}), &outcome);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->victims.empty());
+  EXPECT_EQ(PreemptionNote(outcome, *r),
+            "no eviction of lower-priority pods frees a GPU share on 2 nodes");
+  r = Make().Preempt(Args(High("8000"), {{"n1", {}}, {"n2", {}}}), &outcome);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->victims.size(), 1u);
+  EXPECT_EQ(PreemptionNote(outcome, *r), "") << "an answer with victims carries no note";
 }
 
 TEST_F(PreemptorTest, APodAskingNoDeviceGetsKubeSchedulersOfferBack) {
