@@ -13,15 +13,11 @@
 namespace tessera::extender {
 
 void Scheduler::Nominate(const kube::Pod& pod, std::vector<std::string> nodes) {
-  if (pod.meta.uid.empty()) {
+  if (pod.meta.uid.empty() || nodes.empty()) {
     return;
   }
   const absl::Time expires_at = clock_->Now() + options_.reservation_ttl;
   MutexLock l(&decide_mu_);
-  if (nodes.empty()) {
-    nominations_.erase(pod.meta.uid);
-    return;
-  }
   nominations_changed_ = true;
   next_nomination_expiry_ = std::min(next_nomination_expiry_, expires_at);
   nominations_.insert_or_assign(

@@ -168,14 +168,6 @@ absl::StatusOr<PreemptResult> Preemptor::Preempt(const PreemptArgs& args,
     }
     out.added.emplace_back(node, std::move(mine->victims));
   }
-  if (out.stored && deps_.nominate && !result.victims.empty()) {
-    std::vector<std::string> nodes;
-    nodes.reserve(result.victims.size());
-    for (const auto& [node, victims] : result.victims) {
-      nodes.push_back(node);  // a std::map: in name order
-    }
-    deps_.nominate(pod, std::move(nodes));
-  }
   return result;
 }
 

@@ -12,8 +12,7 @@
 // Errors: InvalidArgument when the pod's device requests or constraint annotations do not decode
 // (the reply is a 400; kube-scheduler then preempts nothing for it); Unavailable when the
 // disruption budgets cannot be read (victims are never chosen blind to them). Nothing is
-// written: the answer is advisory, kube-scheduler evicts; the nodes answered are handed to
-// Deps::nominate.
+// written: the answer is advisory, kube-scheduler evicts.
 // Thread safety: Preempt is const and may run concurrently; the ledger and lookup must be
 // thread-safe and outlive the Preemptor.
 #pragma once
@@ -72,10 +71,6 @@ class Preemptor {
     std::function<absl::StatusOr<std::vector<bool>>(std::string_view node,
                                                     const std::vector<const kube::Pod*>& pods)>
         budget_violations;
-    // Called with the pod (the informer's copy) and the nodes of an answer that keeps any, in
-    // name order: kube-scheduler evicts on one of them, and the share that frees is held for the
-    // pod (Scheduler::Nominate). Null: nothing is held.
-    std::function<void(const kube::Pod& pod, std::vector<std::string> nodes)> nominate;
   };
 
   explicit Preemptor(Deps deps);

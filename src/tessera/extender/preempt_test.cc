@@ -93,8 +93,7 @@ class PreemptorTest : public ::testing::Test {
              out.push_back(guarded_.contains(pod->meta.name));
            }
            return out;
-         },
-         .nominate = nullptr});
+         }});
   }
 
   std::unique_ptr<device::Vendor> vendor_ = device::NewNvidiaVendor(device::DefaultNvidiaConfig());

@@ -306,7 +306,9 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
       }
       seq = ++next_seq_;
       filter_seq_[decided->meta.uid] = seq;
-      nominations_.erase(decided->meta.uid);
+      if (!nominations_.empty()) {
+        nominations_.erase(decided->meta.uid);
+      }
       busy_.Decided(decided->meta.uid, candidates[*decision.winner].name,
                     now + options_.reservation_ttl);
     } else {

@@ -225,8 +225,8 @@ class Scheduler {
   // reservation"): until reservation_ttl passes, every filter first checks whether `pod` now
   // fits on one of `nodes` (its victims gone) and, when it does, reserves that fit for it — an
   // ordinary reservation from then on — before deciding for anyone else. Replaces the pod's
-  // earlier nomination (no nodes: ends it); ends when the pod's own filter reserves, or it is
-  // bound, deleted or expires.
+  // earlier nomination; ends when the pod's own filter reserves, or it is bound, deleted or
+  // expires.
   void Nominate(const kube::Pod& pod, std::vector<std::string> nodes);
   // Settles the nominations now (the requeue's round, before it requeues anyone) and returns
   // the reservations made.

@@ -153,9 +153,6 @@ bool SelfPreemptor::PreemptFor(const kube::Pod& pod, const std::vector<std::stri
     candidates.push_back({.node = node, .victims = victims, .pdb_violations = violations});
   }
   std::optional<size_t> pick = PickNode(candidates);
-  // The verb's nomination of every node it kept is not ours: a pod is nominated only on the
-  // node its victims were evicted from, and one not nominated is tried again next round.
-  deps_.scheduler->Nominate(pod, {});
   if (!pick) {
     {
       MutexLock l(&mu_);

@@ -67,20 +67,15 @@ class SelfPreemptTest : public SchedulerTest {
       return pod.ok() ? std::optional<kube::Pod>(*pod) : std::nullopt;
     };
     Make(lookup);
-    preemptor_ = std::make_unique<Preemptor>(Preemptor::Deps{
-        .ledger = &ledger_,
-        .lookup = lookup,
-        .vendor = vendor_.get(),
-        .config = {},
-        .budget_violations =
-            [this](std::string_view node, const std::vector<const kube::Pod*>& pods) {
-              return BudgetViolations(env_.client(), node, pods);
-            },
-        // As serve wires it: the verb's answers nominate too.
-        .nominate =
-            [this](const kube::Pod& pod, std::vector<std::string> nodes) {
-              scheduler_->Nominate(pod, std::move(nodes));
-            }});
+    preemptor_ = std::make_unique<Preemptor>(
+        Preemptor::Deps{.ledger = &ledger_,
+                        .lookup = lookup,
+                        .vendor = vendor_.get(),
+                        .config = {},
+                        .budget_violations = [this](std::string_view node,
+                                                    const std::vector<const kube::Pod*>& pods) {
+                          return BudgetViolations(env_.client(), node, pods);
+                        }});
     self_ = std::make_unique<SelfPreemptor>(SelfPreemptor::Options{},
                                             SelfPreemptor::Deps{.preemptor = preemptor_.get(),
                                                                 .scheduler = scheduler_.get(),

@@ -135,15 +135,10 @@ Scheduling::Scheduling(const ServeOptions& options, Parts parts)
       .config = {.node_policy = options.node_policy,
                  .gpu_policy = options.gpu_policy,
                  .quotas = parts.quotas},
-      .budget_violations =
-          [client = parts.client](std::string_view node,
-                                  const std::vector<const kube::Pod*>& victims) {
-            return extender::BudgetViolations(client, node, victims);
-          },
-      .nominate =
-          [this](const kube::Pod& pod, std::vector<std::string> names) {
-            scheduler_->Nominate(pod, std::move(names));
-          }});
+      .budget_violations = [client = parts.client](std::string_view node,
+                                                   const std::vector<const kube::Pod*>& victims) {
+        return extender::BudgetViolations(client, node, victims);
+      }});
   if (mode_ == PreemptionMode::kSelf) {
     scheduler_options.refused = [this](const kube::Pod& pod, std::vector<std::string> names) {
       self_preemptor_->Refused(pod, std::move(names));
@@ -238,8 +233,19 @@ absl::StatusOr<extender::PreemptResult> Scheduling::Preempt(const extender::Pree
                                 : victims > 0           ? metrics::PreemptOutcome::kVictims
                                                         : metrics::PreemptOutcome::kNoVictims,
                                 victims);
-  if (outcome.never && outcome.stored) {
+  if (outcome.stored) {
+    // The verdict of its next refusal says why preemption did not help (or nothing if it did),
+    // and kube-scheduler evicts on one of the nodes kept: the share that frees there is held for
+    // the pod (docs/preemption.md "The nominated reservation").
     scheduler_->NotePreemption(args.pod.meta.uid, extender::PreemptionNote(outcome, *result));
+    std::vector<std::string> kept;
+    kept.reserve(result->victims.size());
+    for (const auto& [node, wire] : result->victims) {
+      kept.push_back(node);
+    }
+    if (!outcome.pass_through) {
+      scheduler_->Nominate(args.pod, std::move(kept));
+    }
   }
   if (outcome.pass_through || outcome.never) {
     TESSERA_VLOGS(2, "preempt", "pod", pod, "outcome",
@@ -255,8 +261,6 @@ absl::StatusOr<extender::PreemptResult> Scheduling::Preempt(const extender::Pree
   if (!outcome.stored) {
     return result;
   }
-  // The verdict of its next refusal says why preemption did not help (or nothing, if it did).
-  scheduler_->NotePreemption(args.pod.meta.uid, extender::PreemptionNote(outcome, *result));
   if (result->victims.empty()) {
     if (!outcome.dropped.empty()) {
       extender::EventNodeList nodes(

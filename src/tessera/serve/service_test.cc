@@ -437,6 +437,18 @@ TEST_F(ServeTest, PreemptNamesTheOneVictimTheDeviceShareNeeds) {
   EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"no_node\""}), 1);
   EXPECT_EQ(Metric("tessera_preempt_total", {"outcome=\"error\""}), 0);
   EXPECT_EQ(Metric("tessera_preempt_victims_total", {}), 3);
+
+  // kube-scheduler evicts the victim of the last answer that kept the node (low-old, the budget
+  // spares low-young): the share it frees is held for the preemptor.
+  ASSERT_TRUE(
+      store().Delete(Res("pods"), "default", "low-old", R"({"gracePeriodSeconds":0})").ok());
+  EXPECT_TRUE(Eventually([&] {
+    const nlohmann::json ledger = nlohmann::json::parse(service()->DebugLedgerJson());
+    return ledger["reservations"].size() == 1 &&
+           ledger["reservations"][0].dump().find("\"high\"") != std::string::npos;
+  })) << service()->DebugLedgerJson();
+  EXPECT_EQ(FilterTo("small", {{.gpus = 1, .mem = 2000}}, {"a"}), "")
+      << "a smaller pod took the preemptor's share";
 }
 
 // --preemption=self end to end (clusters before Kubernetes 1.38, whose kube-scheduler never
