@@ -946,6 +946,10 @@ class Server::Impl {
       SendJson(res, 200, stats.dump());
       return;
     }
+    if (what == "evictions" && req.method == "GET") {
+      SendJson(res, 200, store_.EvictionsJson());
+      return;
+    }
     if (what == "faults") {
       if (req.method == "GET") {
         SendJson(res, 200, FaultsJson(store_.GetFaults()).dump());

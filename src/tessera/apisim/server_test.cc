@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -730,6 +731,51 @@ TEST_F(ApisimTest, EvictionSpendsThePodsBudgetAndRefusesWhenItIsSpent) {
   ExpectStatus(evict("zz"), 404, "NotFound");
   ExpectStatus(Post("/api/v1/namespaces/default/pods/b/eviction", R"({"metadata":{"name":"x"}})"),
                400, "BadRequest");
+}
+
+// Each eviction of a bound pod is recorded with the pods of its node just before it: those bound
+// there and the pending ones an annotation reserves there (what a preemption oracle judges the
+// victims against); a refused eviction, or one of an unbound pod, records nothing.
+TEST_F(ApisimTest, EvictionsAreRecordedWithThePodsOfTheirNode) {
+  CreatePod("a", "n1");
+  CreatePod("b", "n1");
+  CreatePod("elsewhere", "n2");
+  CreatePod("pending");
+  auto r = Post("/api/v1/namespaces/default/pods",
+                R"({"metadata":{"name":"reserved","annotations":{"hami.io/vgpu-node":"n1"}},)"
+                R"("spec":{"containers":[{"name":"c","image":"busybox"}]}})");
+  ASSERT_EQ(r->status, 201) << r->body;
+  auto evict = [&](const std::string& name) {
+    return Post(
+        "/api/v1/namespaces/default/pods/" + name + "/eviction",
+        R"({"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":")" + name + R"("}})");
+  };
+  ExpectStatus(evict("zz"), 404, "NotFound");
+  ASSERT_EQ(evict("pending")->status, 201);
+  const uint64_t before = Rv();
+  ASSERT_EQ(evict("a")->status, 201);
+  Json got = GetJson("/simulator/v1/evictions");
+  ASSERT_EQ(got["evictions"].size(), 1u) << got.dump();
+  const Json& e = got["evictions"][0];
+  EXPECT_EQ(e["name"], "a");
+  EXPECT_EQ(e["namespace"], "default");
+  EXPECT_EQ(e["node"], "n1");
+  EXPECT_FALSE(e["uid"].get<std::string>().empty());
+  EXPECT_EQ(e["resourceVersion"], std::to_string(before));
+  std::set<std::string> names;
+  for (const Json& p : e["nodePods"]) {
+    names.insert(p["metadata"]["name"].get<std::string>());
+    EXPECT_FALSE(p["metadata"].contains("deletionTimestamp")) << "the state before the eviction";
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"a", "b", "reserved"}));
+  ASSERT_EQ(evict("b")->status, 201);
+  got = GetJson("/simulator/v1/evictions");
+  ASSERT_EQ(got["evictions"].size(), 2u);
+  bool a_terminating = false;
+  for (const Json& p : got["evictions"][1]["nodePods"]) {
+    a_terminating |= p["metadata"]["name"] == "a" && p["metadata"].contains("deletionTimestamp");
+  }
+  EXPECT_TRUE(a_terminating) << "the second record sees the first victim being deleted";
 }
 
 // §10.13: graceful deletion played by the built-in kubelet; preconditions.

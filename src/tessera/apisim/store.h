@@ -245,6 +245,11 @@ class Store {
   // the 201 Status. A finished pod, or one being deleted, is deleted without a budget check.
   absl::StatusOr<std::string> Evict(std::string_view ns, std::string_view name,
                                     std::string_view body, const WriteOptions& w = {});
+  // The evictions of bound pods so far, for `tessera simulate`'s preemption oracle, each with the
+  // pods of the victim's node just before it (bound there, or pending with an annotation naming
+  // the node: a scheduler's reservation): {"evictions":[{"namespace","name","uid","node","at",
+  // "resourceVersion","nodePods":[pod, ...]}]} (docs/apisim.md "Eviction"). The newest 10,000.
+  std::string EvictionsJson();
   // POST pods/{name}/binding: the 201 Status.
   absl::StatusOr<std::string> Bind(std::string_view ns, std::string_view name,
                                    std::string_view body, const WriteOptions& w = {});
@@ -303,6 +308,9 @@ class Store {
     bool dropped = false;
   };
   size_t IndexOf(const ResourceInfo& r) const;
+  // The pods of `node` now, for an eviction record (EvictionsJson): node, at, resourceVersion,
+  // nodePods.
+  nlohmann::ordered_json NodeSnapshot(const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<ObjectPtr> Lookup(size_t r, std::string_view ns, std::string_view name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Commit(size_t r, EventType type, ObjectPtr obj, ObjectPtr prev)
@@ -386,6 +394,7 @@ class Store {
   std::optional<Saved> snapshot_ ABSL_GUARDED_BY(mu_);  // Snapshot(), for Restore()
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t events_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<std::string> evictions_ ABSL_GUARDED_BY(mu_);  // EvictionsJson's records
   uint64_t watches_severed_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> watches_open_{0};
   std::atomic<uint64_t> watches_started_{0};

@@ -1,5 +1,6 @@
 // POST pods/{name}/eviction: the pod's PodDisruptionBudget consulted and spent, then a graceful
 // delete (docs/apisim.md "Eviction").
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,7 +84,50 @@ Fields LabelsOf(const Json& doc) {
   return out;
 }
 
+// Unbound pods that a scheduler reserved on a node name it in an annotation.
+bool NamesNode(const StoredObject& pod, const std::string& node) {
+  const Json doc = Json::parse(pod.json, nullptr, false);
+  if (!doc.is_object() || !doc["metadata"].contains("annotations") ||
+      !doc["metadata"]["annotations"].is_object()) {
+    return false;
+  }
+  for (const auto& [key, value] : doc["metadata"]["annotations"].items()) {
+    if (value.is_string() && value.get<std::string>() == node) {
+      return true;
+    }
+  }
+  return false;
+}
+
+constexpr size_t kEvictionsKept = 10000;
+
 }  // namespace
+
+Json Store::NodeSnapshot(const std::string& node) {
+  StoreLock l(this);
+  Json out = Json::object();
+  out["node"] = node;
+  out["at"] = internal::FormatMicroTime(clock_->Now());
+  out["resourceVersion"] = std::to_string(rv_);
+  Json items = Json::array();
+  for (const auto& [key, obj] : objects_[internal::kPods]) {
+    const std::string& bound = obj->fields.at("spec.nodeName");
+    if (bound == node || (bound.empty() && !obj->terminal && NamesNode(*obj, node))) {
+      items.push_back(Json::parse(obj->json));
+    }
+  }
+  out["nodePods"] = std::move(items);
+  return out;
+}
+
+std::string Store::EvictionsJson() {
+  StoreLock l(this);
+  std::string out = R"({"evictions":[)";
+  for (size_t i = 0; i < evictions_.size(); ++i) {
+    out += (i == 0 ? "" : ",") + evictions_[i];
+  }
+  return out + "]}";
+}
 
 absl::StatusOr<std::string> Store::Evict(std::string_view ns, std::string_view name,
                                          std::string_view body, const WriteOptions& w) {
@@ -167,7 +211,23 @@ absl::StatusOr<std::string> Store::Evict(std::string_view ns, std::string_view n
           Update(budgets, ns, pdb["metadata"].value("name", ""), "status", pdb.dump(), w).status());
     }
   }
+  const std::string node =
+      pod.contains("spec") && pod["spec"].is_object() ? pod["spec"].value("nodeName", "") : "";
+  std::optional<Json> record;
+  if (!node.empty() && !w.dry_run) {
+    record = NodeSnapshot(node);
+    (*record)["namespace"] = std::string(ns);
+    (*record)["name"] = std::string(name);
+    (*record)["uid"] = pod["metadata"].value("uid", "");
+  }
   TESSERA_RETURN_IF_ERROR(Delete(pods, ns, name, options, w).status());
+  if (record.has_value()) {
+    StoreLock l(this);
+    evictions_.push_back(record->dump());
+    while (evictions_.size() > kEvictionsKept) {
+      evictions_.pop_front();
+    }
+  }
   Json s = Json::object();
   s["kind"] = "Status";
   s["apiVersion"] = "v1";
