@@ -213,8 +213,10 @@ void AddSimulateCommand(CLI::App& app, Runner* run) {
       "off), and reports both side by side. Exit 1 on any invariant violation of the primary run "
       "(or an over-commit in the comparison; its divergences are expected), 2 on bad flags or a "
       "bad scenario.");
-  sub->add_option("--scenario", flags->scenario,
-                  "A built-in scenario (quick, seed-bug, chaos, scale) or a YAML file")
+  sub->add_option(
+         "--scenario", flags->scenario,
+         "A built-in scenario (quick, seed-bug, chaos, scale, mig, quota, preemption; --list "
+         "shows them) or a YAML file")
       ->capture_default_str();
   sub->add_option("--seed", flags->seed, "Seed of the random choices (default: the scenario's)");
   sub->add_option("--duration", flags->duration,

@@ -1,6 +1,7 @@
 #include "tessera/extender/event_recorder.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include <fmt/core.h>
@@ -21,6 +22,11 @@ EventRecorder::~EventRecorder() { queue_.Stop(); }  // sends what is queued
 
 void EventRecorder::Record(const kube::ObjectMeta& involved, std::string_view reason,
                            std::string message, EventType type) {
+  if (!Admit(fmt::format("{}\n{}",
+                         involved.uid.empty() ? involved.ns + "/" + involved.name : involved.uid,
+                         reason))) {
+    return;
+  }
   Pending e;
   e.ns = involved.ns;
   e.name = involved.name;
@@ -33,11 +39,38 @@ void EventRecorder::Record(const kube::ObjectMeta& involved, std::string_view re
   (void)queue_.Push([this, e = std::move(e)]() mutable { Send(std::move(e)); });
 }
 
+bool EventRecorder::Admit(const std::string& key) {
+  const absl::Time now = clock_->Now();
+  MutexLock l(&spam_mu_);
+  auto [it, fresh] = budgets_.try_emplace(key);
+  Budget& b = it->second;
+  if (fresh) {
+    b.tat = now;
+    by_age_.push_back(key);
+  } else {
+    by_age_.splice(by_age_.end(), by_age_, b.age);
+  }
+  b.age = std::prev(by_age_.end());
+  const absl::Time next = std::max(b.tat, now) + options_.spam_refill;
+  const bool admitted = next - now <= options_.spam_refill * options_.spam_burst;
+  if (admitted) {
+    b.tat = next;
+  } else {
+    ++throttled_;
+  }
+  while (budgets_.size() > options_.spam_pods) {
+    budgets_.erase(by_age_.front());
+    by_age_.pop_front();
+  }
+  return admitted;
+}
+
 void EventRecorder::Flush() { queue_.Flush(); }
 
 EventRecorder::Counts EventRecorder::counts() const {
+  MutexLock l(&spam_mu_);
   return Counts{sent_.load(std::memory_order_relaxed), failed_.load(std::memory_order_relaxed),
-                queue_.dropped()};
+                queue_.dropped(), throttled_};
 }
 
 void EventRecorder::Send(Pending e) {

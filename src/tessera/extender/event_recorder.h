@@ -3,7 +3,10 @@
 // EventRecorder posts core/v1 Events about pods (FilteringSucceed, BindingFailed, ...) from a
 // background thread, so that a /filter or /bind never waits for an event's API round trip and
 // never fails because of one. Events are best effort: a full queue drops the new event, a
-// refused POST is logged; both are counted.
+// refused POST is logged; both are counted. Each pod gets at most `spam_burst` events of one
+// reason, then one per `spam_refill` (client-go's spam filter, which HAMi's recorder applies —
+// 25, then one per 5 minutes — but per reason), so that a pod refused at every retry neither
+// crowds out the others' events nor silences its own of another reason.
 //
 //   EventRecorder events({.component = "hami-scheduler"}, client, clock);
 //   events.Record(pod.meta, "FilteringFailed", "no candidate nodes", EventType::kWarning);
@@ -24,8 +27,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <string>
 #include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
 
 #include "tessera/base/clock.h"
 #include "tessera/base/mutex.h"
@@ -44,14 +51,18 @@ class EventRecorder {
   static constexpr size_t kMessageLimit = 1024;
 
   struct Options {
-    std::string component = "hami-scheduler";  // the events' source.component
-    size_t queue_limit = 1000;                 // events queued beyond this are dropped
+    std::string component = "hami-scheduler";       // the events' source.component
+    size_t queue_limit = 1000;                      // events queued beyond this are dropped
+    int spam_burst = 25;                            // events per pod and reason at once
+    absl::Duration spam_refill = absl::Minutes(5);  // one more per pod and reason each
+    size_t spam_pods = 4096;  // pod and reason pairs remembered (least recently used go)
   };
   // Totals since construction.
   struct Counts {
     uint64_t sent = 0;
-    uint64_t failed = 0;   // the API refused or failed
-    uint64_t dropped = 0;  // the queue was full
+    uint64_t failed = 0;     // the API refused or failed
+    uint64_t dropped = 0;    // the queue was full
+    uint64_t throttled = 0;  // over the budget of its pod and reason
   };
 
   EventRecorder(Options options, kube::ApiClient* client, Clock* clock);
@@ -75,6 +86,17 @@ class EventRecorder {
     EventType type = EventType::kNormal;
   };
   void Send(Pending e);
+  // Takes one of the pod's tokens; false when it has none.
+  // Takes from the budget of `key` (the pod and the reason); false when it is spent.
+  bool Admit(const std::string& key) ABSL_LOCKS_EXCLUDED(spam_mu_);
+
+  // A budget as a theoretical arrival time: each event moves it `spam_refill` on from
+  // max(it, now), and an event that would move it past now + spam_burst × spam_refill is
+  // throttled (a token bucket in exact time).
+  struct Budget {
+    absl::Time tat;
+    std::list<std::string>::iterator age;  // in by_age_
+  };
 
   const Options options_;
   kube::ApiClient* const client_;
@@ -85,6 +107,11 @@ class EventRecorder {
 
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> failed_{0};
+
+  mutable Mutex spam_mu_;
+  absl::flat_hash_map<std::string, Budget> budgets_ ABSL_GUARDED_BY(spam_mu_);
+  std::list<std::string> by_age_ ABSL_GUARDED_BY(spam_mu_);  // least recently used first
+  uint64_t throttled_ ABSL_GUARDED_BY(spam_mu_) = 0;
 
   WorkQueue queue_;  // last: its sender stops before the members it uses go
 };

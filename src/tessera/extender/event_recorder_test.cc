@@ -105,6 +105,51 @@ TEST_F(EventRecorderTest, AFullQueueDropsAndCountsTheNewEvent) {
   EXPECT_EQ(events.counts().dropped, 1u);
 }
 
+// client-go's spam filter, per reason: 25 events per pod and reason, then one per 5 minutes; a
+// pod over its budget neither takes the others' nor loses its events of another reason (the
+// least recently seen pairs are forgotten past `spam_pods`, and start again with a full budget).
+TEST_F(EventRecorderTest, EachPodGetsABurstPerReasonThenOneEventPerRefill) {
+  EventRecorder events({.spam_pods = 3}, env_.client(), &clock_);
+  auto failed = [&](const char* message) {
+    events.Record(PodMeta("busy", "u-busy"), "FilteringFailed", message, EventType::kWarning);
+  };
+  for (int i = 0; i < 30; ++i) {
+    failed("no fit");
+  }
+  events.Record(PodMeta("victim", "u-victim"), "Preempted", "evicted", EventType::kNormal);
+  events.Record(PodMeta("busy", "u-busy"), "Preempted", "its own budget", EventType::kNormal);
+  events.Flush();
+  EXPECT_EQ(events.counts().sent, 27u);
+  EXPECT_EQ(events.counts().throttled, 5u);
+  clock_.Advance(absl::Minutes(4));
+  failed("too early");
+  clock_.Advance(absl::Minutes(1));
+  failed("refilled");
+  failed("spent again");
+  events.Flush();
+  EXPECT_EQ(events.counts().sent, 28u);
+  EXPECT_EQ(events.counts().throttled, 7u);
+  // A fourth pair forgets the least recently seen (victim's), not busy's spent budget.
+  events.Record(PodMeta("p3", "u3"), "R", "x", EventType::kNormal);
+  failed("still spent");
+  events.Flush();
+  EXPECT_EQ(events.counts().throttled, 8u);
+  for (const char* pod : {"p4", "p3", "p5"}) {  // the last forgets busy's
+    events.Record(PodMeta(pod, pod), "R", "x", EventType::kNormal);
+  }
+  failed("a fresh budget");
+  events.Flush();
+  EXPECT_EQ(events.counts().sent, 33u);
+  EXPECT_EQ(events.counts().throttled, 8u);
+  std::vector<std::string> busy;
+  for (const Seen& e : Listed()) {
+    if (e.pod == "busy" && e.reason == "FilteringFailed" && e.message != "no fit") {
+      busy.push_back(e.message);
+    }
+  }
+  EXPECT_THAT(busy, ::testing::UnorderedElementsAre("refilled", "a fresh budget"));
+}
+
 TEST_F(EventRecorderTest, ARefusedEventIsCountedAndNeverRetried) {
   env_.faults()->Inject("POST", "/api/v1/namespaces/default/events", 500, "InternalError");
   EventRecorder events({}, env_.client(), &clock_);

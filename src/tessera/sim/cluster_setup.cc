@@ -39,6 +39,16 @@ absl::Status CreateQuotaNamespaces(const Scenario& scenario, bool real, kube::Tr
   return absl::OkStatus();
 }
 
+absl::Status CreatePriorityClasses(const Scenario& scenario, bool real, kube::Transport& api) {
+  if (!real) {
+    return absl::OkStatus();
+  }
+  for (const auto& [value, weight] : scenario.priorities) {
+    TESSERA_RETURN_IF_ERROR(CreatePriorityClass(api, value));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<SimNode>> CreateScenarioNodes(const Scenario& scenario, bool real,
                                                          kube::Transport& api,
                                                          kube::ApiClient& client, Clock* clock) {

@@ -25,6 +25,9 @@
 namespace tessera::sim {
 
 absl::Status CreateQuotaNamespaces(const Scenario& scenario, bool real, kube::Transport& api);
+// The PriorityClasses of the scenario's priorities, on the real control plane (apisim admits a
+// pod's spec.priority as it is and serves no scheduling.k8s.io).
+absl::Status CreatePriorityClasses(const Scenario& scenario, bool real, kube::Transport& api);
 
 // The scenario's nodes, created and registered (the first handshake report of a v2.5 plugin
 // due 30 s later).

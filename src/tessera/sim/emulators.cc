@@ -167,6 +167,17 @@ absl::Status CreateNamespace(kube::Transport& t, std::string_view ns) {
       fmt::format("Namespace {}", ns));
 }
 
+absl::Status CreatePriorityClass(kube::Transport& t, int32_t value) {
+  const std::string name = PriorityClassName(value);
+  return CreateObject(t, "/apis/scheduling.k8s.io/v1/priorityclasses",
+                      json{{"apiVersion", "scheduling.k8s.io/v1"},
+                           {"kind", "PriorityClass"},
+                           {"metadata", {{"name", name}}},
+                           {"value", value}}
+                          .dump(),
+                      fmt::format("PriorityClass {}", name));
+}
+
 absl::Status CreateResourceQuota(kube::Transport& t, std::string_view ns, std::string_view name,
                                  const std::vector<std::pair<std::string, std::string>>& hard) {
   json spec = json::object();
@@ -213,9 +224,16 @@ std::optional<Shape> ParseShape(std::string_view name) {
   return std::nullopt;
 }
 
+std::string PriorityClassName(int32_t priority) { return fmt::format("sim-priority-{}", priority); }
+
 Workload::Workload(std::map<Shape, double> weights, std::string scheduler_name,
-                   std::string typed_gpu)
+                   std::string typed_gpu, std::map<int32_t, double> priorities)
     : scheduler_name_(std::move(scheduler_name)), typed_gpu_(std::move(typed_gpu)) {
+  double total = 0;
+  for (const auto& [value, weight] : priorities) {
+    total += std::max(0.0, weight);
+    priorities_.emplace_back(value, total);
+  }
   double sum = 0;
   for (int i = 0; i < kShapeCount; ++i) {
     auto it = weights.find(static_cast<Shape>(i));
@@ -290,6 +308,21 @@ std::string Workload::PodJson(Shape shape, std::string_view ns, std::string_view
             std::to_string(::tessera::sim::Pick(rng, {4000, 5000, 9000, 15000, 20000, 35000}))}}));
       break;
   }
+  json spec = {{"schedulerName", scheduler_name_},
+               {"terminationGracePeriodSeconds", 30},
+               {"containers", containers}};
+  if (!priorities_.empty()) {  // drawn last: the shapes and sizes stay those of the seed
+    const double x = std::uniform_real_distribution<double>(0.0, priorities_.back().second)(rng);
+    int32_t priority = priorities_.back().first;
+    for (const auto& [value, upto] : priorities_) {
+      if (x < upto) {
+        priority = value;
+        break;
+      }
+    }
+    spec["priority"] = priority;
+    spec["priorityClassName"] = PriorityClassName(priority);
+  }
   json pod = {{"apiVersion", "v1"},
               {"kind", "Pod"},
               {"metadata",
@@ -297,10 +330,7 @@ std::string Workload::PodJson(Shape shape, std::string_view ns, std::string_view
                 {"namespace", ns},
                 {"labels", {{"app", "sim"}, {"shape", ShapeName(shape)}}},
                 {"annotations", annotations}}},
-              {"spec",
-               {{"schedulerName", scheduler_name_},
-                {"terminationGracePeriodSeconds", 30},
-                {"containers", containers}}},
+              {"spec", spec},
               {"status", {{"phase", "Pending"}}}};
   return pod.dump();
 }

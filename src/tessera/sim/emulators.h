@@ -77,6 +77,9 @@ absl::Status CreateDefaultServiceAccount(kube::Transport& t, std::string_view ns
 // A namespace, and a ResourceQuota `name` in it whose spec.hard is `hard` (key, quantity). An
 // AlreadyExists (a retried create) is success.
 absl::Status CreateNamespace(kube::Transport& t, std::string_view ns);
+// The PriorityClass PriorityClassName(value) of `value` (a real API server's Priority admission
+// wants the class of a pod's priorityClassName). An AlreadyExists is success.
+absl::Status CreatePriorityClass(kube::Transport& t, int32_t value);
 absl::Status CreateResourceQuota(kube::Transport& t, std::string_view ns, std::string_view name,
                                  const std::vector<std::pair<std::string, std::string>>& hard);
 
@@ -102,19 +105,26 @@ std::optional<Shape> ParseShape(std::string_view name);
 class Workload {
  public:
   // `weights` by Shape (missing: 0; all zero: memory only); `typed_gpu` the type a
-  // type-constrained pod asks for (nvidia.com/use-gputype).
-  Workload(std::map<Shape, double> weights, std::string scheduler_name, std::string typed_gpu);
+  // type-constrained pod asks for (nvidia.com/use-gputype); `priorities` value → weight (empty:
+  // none set).
+  Workload(std::map<Shape, double> weights, std::string scheduler_name, std::string typed_gpu,
+           std::map<int32_t, double> priorities = {});
 
   Shape Pick(std::mt19937_64& rng) const;
-  // The pod manifest (JSON) of `shape`, Pending, schedulerName set, sizes drawn from `rng`.
+  // The pod manifest (JSON) of `shape`, Pending, schedulerName set, sizes (and with priorities
+  // a priority, as spec.priority and priorityClassName "sim-priority-<value>") drawn from `rng`.
   std::string PodJson(Shape shape, std::string_view ns, std::string_view name,
                       std::mt19937_64& rng) const;
 
  private:
   std::vector<double> cumulative_;
+  std::vector<std::pair<int32_t, double>> priorities_;  // value, cumulative weight
   std::string scheduler_name_;
   std::string typed_gpu_;
 };
+
+// The PriorityClass a workload pod of `priority` names.
+std::string PriorityClassName(int32_t priority);
 
 // ---- device plugin --------------------------------------------------------------------------
 

@@ -85,6 +85,30 @@ TEST(WorkloadTest, ShapesAskForWhatTheirNameSays) {
   EXPECT_FALSE(ParseShape("huge").has_value());
 }
 
+// With priorities every pod names its class and carries its value, in the weights' proportion;
+// without them no pod has one, and the shapes and sizes drawn are the same either way.
+TEST(WorkloadTest, PrioritiesAreDrawnAfterTheShapeByWeight) {
+  const Workload plain({{Shape::kMemory, 1}}, "hami-scheduler", "A");
+  const Workload ranked({{Shape::kMemory, 1}}, "hami-scheduler", "A", {{0, 3}, {1000, 1}});
+  std::mt19937_64 a(7), b(7);
+  int high = 0;
+  for (int i = 0; i < 400; ++i) {
+    json p = json::parse(plain.PodJson(plain.Pick(a), "default", "p", a));
+    json r = json::parse(ranked.PodJson(ranked.Pick(b), "default", "p", b));
+    EXPECT_FALSE(p["spec"].contains("priority"));
+    EXPECT_FALSE(p["spec"].contains("priorityClassName"));
+    EXPECT_EQ(p["spec"]["containers"], r["spec"]["containers"]) << "pod " << i;
+    const int v = r["spec"]["priority"].get<int>();
+    ASSERT_TRUE(v == 0 || v == 1000) << v;
+    EXPECT_EQ(r["spec"]["priorityClassName"], PriorityClassName(v));
+    high += v == 1000 ? 1 : 0;
+    a.discard(1);  // the priority's draw, which only `b` made
+  }
+  EXPECT_EQ(PriorityClassName(1000), "sim-priority-1000");
+  EXPECT_GT(high, 60);  // a quarter of 400, with room for chance
+  EXPECT_LT(high, 140);
+}
+
 TEST(SchedulingQueueTest, BacksOffLikeKubeScheduler) {
   SchedulingQueue q;
   const absl::Time t = absl::FromUnixSeconds(1000);

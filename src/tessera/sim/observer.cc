@@ -79,6 +79,23 @@ void Observer::Observe() {
     }
     quotas = std::move(ql->items);
   }
+  if (options_.on_evicted) {
+    MutexLock l(&options_.book->mutex);
+    for (const kube::Pod& p : pods) {
+      if (!p.Deleting()) {
+        continue;
+      }
+      auto it = options_.book->pods.find(p.meta.name);
+      if (it == options_.book->pods.end() ||
+          (it->second.stage != Stage::kBound && it->second.stage != Stage::kRunning)) {
+        continue;  // not the workload's, or its own deletion
+      }
+      it->second.stage = Stage::kDeleting;
+      options_.book->terminating.insert(p.meta.name);
+      ++options_.book->result.evicted;
+      options_.on_evicted(p.meta.name);
+    }
+  }
   const absl::Time now = options_.clock->Now();
   kube::Request r;
   r.path = "/metrics";

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -35,6 +36,10 @@ class Observer {
     kube::Transport* metrics = nullptr;  // the scheduler's metrics listener
     RunBook* book = nullptr;
     Clock* clock = nullptr;
+    // apisim: a bound pod of the workload that someone else is deleting (an eviction) was seen;
+    // called once per pod, with the run book's mutex held, after its stage became kDeleting.
+    // Null: not watched (the real control plane's kubelet sees every deletion).
+    std::function<void(const std::string& name)> on_evicted;
   };
   explicit Observer(Options options);
   ~Observer() { Stop(); }

@@ -14,7 +14,8 @@ using nlohmann::json;
 
 PodPipeline::PodPipeline(Options options)
     : options_(std::move(options)),
-      workload_(options_.scenario->shapes, "hami-scheduler", options_.scenario->gpu_types.front()),
+      workload_(options_.scenario->shapes, "hami-scheduler", options_.scenario->gpu_types.front(),
+                options_.scenario->priorities),
       rng_(options_.scenario->seed) {}
 
 uint64_t PodPipeline::Rand() {
@@ -262,6 +263,7 @@ void PodPipeline::FinishTask(const std::string& name) {
   }
   if (p.stage == Stage::kRunning) {
     p.stage = Stage::kSucceeded;
+    p.left_at = Now();
     ++options_.book->result.completed;
     // A TTL controller removes finished pods a moment later.
     options_.tasks->Post(Now() + absl::Seconds(1), [this, name] { CleanupTask(name); });
@@ -309,6 +311,7 @@ void PodPipeline::DeleteTask(const std::string& name, bool force) {
   if (before == Stage::kPending || force) {
     // Unbound or forced: gone at once (a bind racing with it fails on the server).
     p.stage = Stage::kGone;
+    p.left_at = std::min(p.left_at, Now());
     ++options_.book->result.deleted;
     return;
   }
@@ -331,6 +334,7 @@ void PodPipeline::TerminateTask(const std::string& name) {
     options_.tasks->Post(Now() + absl::Milliseconds(500), [this, name] { TerminateTask(name); });
     return;
   }
+  p.left_at = std::min(p.left_at, Now());
   if (p.stage != Stage::kGone) {
     p.stage = Stage::kGone;
     ++options_.book->result.deleted;

@@ -182,6 +182,20 @@ Rows Figures(const RunResult& r, bool compact) {
     row("MIG refusals",
         fmt::format("{} filter answers with CardMigTopologyInfeasible", r.mig_refusals));
   }
+  if (r.preemption.has_value()) {
+    const PreemptionFindings& p = *r.preemption;
+    row("preemptions", compact ? fmt::format("{} ({} victims)", p.preemptions, p.victims)
+                               : fmt::format("{} ({} victims evicted; {} evictions unattributed)",
+                                             p.preemptions, p.victims, p.unattributed));
+    row("preemptions judged",
+        compact
+            ? fmt::format("{} of {}", p.judged, p.preemptions)
+            : fmt::format("{} (not judged: {} node changed, {} nomination held, {} request "
+                          "not modelled)",
+                          p.judged, p.unjudged_changed, p.unjudged_nominated, p.unjudged_request));
+    row("preemptors bound", fmt::format("{} on the freed node, {} elsewhere, {} never",
+                                        p.bound_there, p.bound_elsewhere, p.never_bound));
+  }
   row("pods deleted", fmt::format("{} ({} ran to completion)", r.deleted, r.completed));
   row("device plugin allocations", std::to_string(r.allocations));
   if (r.control_plane == "real") {
@@ -425,6 +439,7 @@ nlohmann::json RunJson(const RunResult& r) {
         {"mig_instances", r.mig_instances},
         {"mig_refusals", r.mig_refusals},
         {"deleted", r.deleted},
+        {"evicted", r.evicted},
         {"completed", r.completed},
         {"allocations", r.allocations}}},
       {"filter",
@@ -451,6 +466,21 @@ nlohmann::json RunJson(const RunResult& r) {
         {{"at_s", absl::ToDoubleSeconds(f.at)}, {"kind", f.kind}, {"detail", f.detail}});
   }
   j["faults"] = faults;
+  if (r.preemption.has_value()) {
+    const PreemptionFindings& p = *r.preemption;
+    j["preemption"] = {{"preemptions", p.preemptions},
+                       {"victims", p.victims},
+                       {"unattributed", p.unattributed},
+                       {"judged", p.judged},
+                       {"not_judged",
+                        {{"node_changed", p.unjudged_changed},
+                         {"nomination_held", p.unjudged_nominated},
+                         {"request_not_modelled", p.unjudged_request}}},
+                       {"preemptors",
+                        {{"bound_on_freed_node", p.bound_there},
+                         {"bound_elsewhere", p.bound_elsewhere},
+                         {"never_bound", p.never_bound}}}};
+  }
   json skipped = json::array();
   for (const FaultRecord& f : r.skipped_faults) {
     skipped.push_back(

@@ -40,6 +40,7 @@ struct SimPod {
   absl::Time created_at = absl::InfiniteFuture();  // created in the API server
   absl::Time refused_at = absl::InfiniteFuture();  // first found unschedulable
   absl::Time bound_at = absl::InfiniteFuture();    // bound to its node
+  absl::Time left_at = absl::InfiniteFuture();     // stopped holding its node's devices
 };
 
 struct SimNode {

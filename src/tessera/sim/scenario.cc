@@ -371,9 +371,9 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
       }
     }
     if (const YAML::Node w = root["workload"]; w) {
-      keys = CheckKeys(
-          w, "workload",
-          {"create_rate", "pods", "delete_rate", "lifetime", "full_nodes_share", "shapes"});
+      keys = CheckKeys(w, "workload",
+                       {"create_rate", "pods", "delete_rate", "lifetime", "full_nodes_share",
+                        "shapes", "priorities"});
       if (!keys.ok()) {
         return keys;
       }
@@ -408,6 +408,24 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& text) {
             return Bad("workload.shapes." + name, "unknown shape");
           }
           s.shapes[*shape] = it->second.as<double>();
+        }
+      }
+      if (const YAML::Node pr = w["priorities"]; pr) {
+        if (!pr.IsMap() || pr.size() == 0) {
+          return Bad("workload.priorities", "want a map of priority: weight");
+        }
+        for (auto it = pr.begin(); it != pr.end(); ++it) {
+          const int64_t value = it->first.as<int64_t>();
+          const std::string where = fmt::format("workload.priorities.{}", value);
+          // A user-defined PriorityClass takes at most one billion; the class name wants no sign.
+          if (value < 0 || value > 1000000000) {
+            return Bad(where, "want a priority in [0, 1000000000]");
+          }
+          const double weight = it->second.as<double>();
+          if (!(weight > 0)) {
+            return Bad(where, "want a positive weight");
+          }
+          s.priorities[static_cast<int32_t>(value)] = weight;
         }
       }
     }

@@ -113,6 +113,10 @@ struct Scenario {
   absl::Duration lifetime_max = absl::Seconds(20);
   double full_nodes_share = 0.1;  // pods also filtered with full Nodes
   std::map<Shape, double> shapes = {{Shape::kMemory, 1}};
+  // Pod priorities (docs/simulate.md "Preemption"): value → weight; each pod draws one and gets
+  // spec.priority with priorityClassName "sim-priority-<value>" (created on the real control
+  // plane). Empty: no priority set (and no draw, so other scenarios' pods are unchanged).
+  std::map<int32_t, double> priorities;
 
   std::vector<FaultSpec> faults;
 

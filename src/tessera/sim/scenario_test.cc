@@ -1,5 +1,6 @@
 #include "tessera/sim/scenario.h"
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,7 +14,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(ScenarioTest, EveryEmbeddedScenarioParses) {
-  for (const char* name : {"quick", "seed-bug", "chaos", "scale", "quota", "mig"}) {
+  for (const char* name : {"quick", "seed-bug", "chaos", "scale", "quota", "mig", "preemption"}) {
     absl::StatusOr<Scenario> s = LoadScenario(name);
     ASSERT_TRUE(s.ok()) << name << ": " << s.status();
     EXPECT_EQ(s->name, name);
@@ -24,6 +25,10 @@ TEST(ScenarioTest, EveryEmbeddedScenarioParses) {
   EXPECT_EQ(quick->nodes, 20);
   EXPECT_EQ(quick->gpus_per_node, 8);
   EXPECT_EQ(quick->max_pods, 1000);
+  // preemption: two priorities, and serve preempting by itself.
+  absl::StatusOr<Scenario> preemption = LoadScenario("preemption");
+  EXPECT_EQ(preemption->priorities.size(), 2u);
+  EXPECT_THAT(preemption->scheduler_args, HasSubstr("--preemption=self"));
   absl::StatusOr<Scenario> scale = LoadScenario("scale");
   EXPECT_EQ(scale->nodes, 1000);
   EXPECT_EQ(scale->max_pods, 20000);
@@ -69,6 +74,21 @@ faults:
   EXPECT_EQ(s->faults[0].code, 429);
   EXPECT_EQ(s->faults[1].event_type, "MODIFIED");
   EXPECT_EQ(s->faults[1].delete_burst, 3);
+}
+
+TEST(ScenarioTest, PrioritiesAreWeightedValues) {
+  absl::StatusOr<Scenario> s = ParseScenario("workload: {priorities: {0: 3, 1000: 1}}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->priorities, (std::map<int32_t, double>{{0, 3}, {1000, 1}}));
+  EXPECT_TRUE(ParseScenario("name: x\n")->priorities.empty());
+  EXPECT_THAT(ParseScenario("workload: {priorities: {-1: 1}}\n").status().message(),
+              HasSubstr("workload.priorities.-1: want a priority in [0, 1000000000]"));
+  EXPECT_THAT(ParseScenario("workload: {priorities: {2000000000: 1}}\n").status().message(),
+              HasSubstr("want a priority in [0, 1000000000]"));
+  EXPECT_THAT(ParseScenario("workload: {priorities: {5: 0}}\n").status().message(),
+              HasSubstr("workload.priorities.5: want a positive weight"));
+  EXPECT_THAT(ParseScenario("workload: {priorities: [1, 2]}\n").status().message(),
+              HasSubstr("workload.priorities: want a map of priority: weight"));
 }
 
 TEST(ScenarioTest, NamespacesWithQuotasTakeThePodsInTurn) {

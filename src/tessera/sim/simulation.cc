@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -29,6 +30,7 @@
 #include "tessera/device/mig_geometry.h"
 #include "tessera/kube/client.h"
 #include "tessera/kube/config.h"
+#include "tessera/kube/decode.h"
 #include "tessera/kube/informer.h"
 #include "tessera/kube/transport.h"
 #include "tessera/sim/child_processes.h"
@@ -74,6 +76,9 @@ class Simulation {
   absl::Status MakeTransports();
   absl::Status CreateNodes();
   absl::Status WaitReady();
+  // apisim, a scenario with priorities: the preemption oracle's judgement of the run's evictions
+  // (apisim's records, Tessera's Preempted events, the run book's pods).
+  absl::StatusOr<PreemptionFindings> JudgeRunPreemptions();
   void Tick(absl::Time now, absl::Duration elapsed);
   // The v2.5 plugins whose handshake report is due (every 30 s, as the plugin does; HAMi v2.5
   // takes a node's devices only from a fresh `Reported`); their next one is scheduled.
@@ -380,6 +385,7 @@ absl::StatusOr<RunResult> Simulation::Run() {
     TESSERA_RETURN_IF_ERROR(CreateDefaultServiceAccount(*api_transport_, kNamespace));
   }
   TESSERA_RETURN_IF_ERROR(CreateQuotaNamespaces(scenario_, real_, *api_transport_));
+  TESSERA_RETURN_IF_ERROR(CreatePriorityClasses(scenario_, real_, *api_transport_));
   TESSERA_RETURN_IF_ERROR(CreateNodes());
   TESSERA_RETURN_IF_ERROR(WaitReady());
   return RunWorkload();
@@ -402,6 +408,60 @@ std::unique_ptr<FaultInjector> Simulation::MakeFaultInjector() {
   };
   fo.random = [this] { return pipeline_->Rand(); };
   return std::make_unique<FaultInjector>(std::move(fo));
+}
+
+// Percent-encodes everything but RFC 3986's unreserved characters.
+std::string QueryEscape(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+        c == '~') {
+      out += c;
+    } else {
+      out += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<PreemptionFindings> Simulation::JudgeRunPreemptions() {
+  kube::Request r;
+  r.path = "/simulator/v1/evictions";
+  TESSERA_ASSIGN_OR_RETURN(kube::Response evictions, kube::Do(*api_transport_, r, QuickRetry()));
+  PreemptionInput in;
+  TESSERA_ASSIGN_OR_RETURN(in.evictions, ParseEvictions(evictions.body));
+  std::string token;
+  do {
+    kube::Request page;
+    page.path =
+        "/api/v1/events?limit=500" + (token.empty() ? "" : "&continue=" + QueryEscape(token));
+    TESSERA_ASSIGN_OR_RETURN(kube::Response events, kube::Do(*api_transport_, page, QuickRetry()));
+    TESSERA_ASSIGN_OR_RETURN(std::vector<PreemptedEvent> found, ParsePreemptedEvents(events.body));
+    in.events.insert(in.events.end(), found.begin(), found.end());
+    const nlohmann::json list = nlohmann::json::parse(events.body, nullptr, false);
+    token = list.is_object() && list.contains("metadata") && list["metadata"].is_object()
+                ? list["metadata"].value("continue", "")
+                : "";
+  } while (!token.empty());
+  TESSERA_ASSIGN_OR_RETURN(kube::NodeList nodes, client_->ListNodes(kube::ListOptions{}));
+  in.nodes = std::move(nodes.items);
+  kube::Decoder decoder;
+  MutexLock l(&book_.mutex);
+  for (const auto& [name, p] : book_.pods) {
+    if (p.json.empty()) {
+      continue;  // never created
+    }
+    absl::StatusOr<kube::Pod> pod = decoder.DecodePod(p.json);
+    if (!pod.ok()) {
+      return pod.status();
+    }
+    const std::string key = pod->meta.ns + "/" + pod->meta.name;
+    in.pods[key] = {.pod = *std::move(pod), .node = p.node, .bound_at = p.bound_at};
+    if (!p.node.empty() && p.left_at != absl::InfiniteFuture()) {
+      in.departures.push_back({.pod = key, .node = p.node, .at = p.left_at});
+    }
+  }
+  return JudgePreemptions(in);
 }
 
 absl::StatusOr<RunResult> Simulation::RunWorkload() {
@@ -431,11 +491,18 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
   // On the real control plane a fault blocks its worker for the restarts it waits out (seconds
   // each, serialised); more workers keep a due restart of serve from waiting behind them.
   fault_tasks_.Start(real_ ? 4 : 2);
+  // apisim: the observer notices evictions for the kubelet (the pipeline, made next, is called
+  // once the observer has started).
+  std::function<void(const std::string&)> on_evicted;
+  if (!real_) {
+    on_evicted = [this](const std::string& name) { pipeline_->OnTerminating(name); };
+  }
   observer_ = std::make_unique<Observer>(Observer::Options{.scenario = &scenario_,
                                                            .client = observer_client_.get(),
                                                            .metrics = metrics_transport_.get(),
                                                            .book = &book_,
-                                                           .clock = clock_});
+                                                           .clock = clock_,
+                                                           .on_evicted = std::move(on_evicted)});
   pipeline_ = std::make_unique<PodPipeline>(PodPipeline::Options{.scenario = &scenario_,
                                                                  .real = real_,
                                                                  .book = &book_,
@@ -552,6 +619,10 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
   node_tasks_.Stop();
   Progress(Now() - start_, true);
   observer_->Finish(Now());
+  std::optional<absl::StatusOr<PreemptionFindings>> preemption;
+  if (!real_ && !scenario_.priorities.empty()) {
+    preemption = JudgeRunPreemptions();
+  }
   {
     // Tessera's own view at the end, for whoever investigates a divergence.
     kube::Request r;
@@ -624,6 +695,19 @@ absl::StatusOr<RunResult> Simulation::RunWorkload() {
     out.filter_p99 = pct(0.99);
   }
   observer_->Report(&out);
+  if (preemption.has_value()) {
+    if (!preemption->ok()) {
+      out.violations.push_back({Now(),
+                                fmt::format("the preemption oracle could not judge the run: {}",
+                                            std::string(preemption->status().message())),
+                                /*overcommit=*/false});
+    } else {
+      out.preemption = **preemption;
+      for (const PreemptionFindings::Finding& v : out.preemption->violations) {
+        out.violations.push_back({v.at, v.what, /*overcommit=*/false});
+      }
+    }
+  }
   out.repair_waits =
       ComputeRepairWaits(out.divergences, out.transient_fault_spans, times, absl::Seconds(1));
   out.elapsed = Now() - start_;

@@ -37,6 +37,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@
 
 #include "tessera/base/clock.h"
 #include "tessera/sim/oracle.h"
+#include "tessera/sim/preemption_oracle.h"
 #include "tessera/sim/scenario.h"
 
 namespace tessera::sim {
@@ -137,6 +139,11 @@ struct RunResult {
   int64_t created = 0, scheduled = 0, unschedulable = 0, unschedulable_attempts = 0;
   int64_t deleted = 0, completed = 0, bind_errors = 0, filter_errors = 0;
   int64_t full_nodes_filters = 0, allocations = 0;
+  // Bound pods of the workload deleted by someone else (the scheduler's evictions).
+  int64_t evicted = 0;
+  // Scenarios with priorities on apisim: the preemption oracle's counts (its violations are in
+  // `violations`); nullopt when not judged.
+  std::optional<PreemptionFindings> preemption;
   // Filter answers without a node whose first reason names ResourceQuotaNotFit (a scenario's
   // namespace quota refusing the pod).
   int64_t quota_refusals = 0;
