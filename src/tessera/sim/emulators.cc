@@ -227,7 +227,7 @@ std::optional<Shape> ParseShape(std::string_view name) {
 std::string PriorityClassName(int32_t priority) { return fmt::format("sim-priority-{}", priority); }
 
 Workload::Workload(std::map<Shape, double> weights, std::string scheduler_name,
-                   std::string typed_gpu, std::map<int32_t, double> priorities)
+                   std::string typed_gpu, const std::map<int32_t, double>& priorities)
     : scheduler_name_(std::move(scheduler_name)), typed_gpu_(std::move(typed_gpu)) {
   double total = 0;
   for (const auto& [value, weight] : priorities) {

@@ -108,7 +108,7 @@ class Workload {
   // type-constrained pod asks for (nvidia.com/use-gputype); `priorities` value → weight (empty:
   // none set).
   Workload(std::map<Shape, double> weights, std::string scheduler_name, std::string typed_gpu,
-           std::map<int32_t, double> priorities = {});
+           const std::map<int32_t, double>& priorities = {});
 
   Shape Pick(std::mt19937_64& rng) const;
   // The pod manifest (JSON) of `shape`, Pending, schedulerName set, sizes (and with priorities

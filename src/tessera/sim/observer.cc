@@ -14,7 +14,8 @@
 
 namespace tessera::sim {
 
-Observer::Observer(Options options) : options_(options), oracle_(options.scenario->window) {}
+Observer::Observer(Options options)
+    : options_(std::move(options)), oracle_(options_.scenario->window) {}
 
 void Observer::Start() {
   thread_ = std::thread([this] { Loop(); });

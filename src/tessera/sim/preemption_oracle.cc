@@ -231,7 +231,8 @@ PreemptionFindings JudgePreemptions(const PreemptionInput& in) {
     }
   }
   for (const auto& [key, rounds] : groups) {
-    const auto& [preemptor, node] = key;
+    const std::string& preemptor = key.first;  // named: lambdas below capture them
+    const std::string& node = key.second;
     for (const auto& round : rounds) {
       ++f.preemptions;
       const EvictionRecord& first = *round.front();
