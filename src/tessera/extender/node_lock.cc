@@ -48,8 +48,9 @@ bool RestsOnHolder(NodeLockOutcome outcome) {
          outcome == NodeLockOutcome::kTookOverElsewhere;
 }
 
-// DecideNodeLock with the holder looked up when the decision needs it, and a takeover that
-// rests on a cached holder state confirmed with a fresh one.
+// DecideNodeLock with the holder looked up when the decision needs it; a takeover that rests on
+// a cached holder state, and a refusal of a lock older than confirm_after, confirmed with a
+// fresh one.
 NodeLockDecision Decide(std::string_view node, const std::string* current, std::string_view ns,
                         std::string_view name, absl::Time now, const NodeLockOptions& options,
                         const HolderLookup& holder);
@@ -158,8 +159,11 @@ NodeLockDecision Decide(std::string_view node, const std::string* current, std::
   }
   absl::StatusOr<NodeLockHolder> h = holder(lock->ns, lock->name, /*fresh=*/false);
   d = DecideNodeLock(node, current, ns, name, now, options.timeout, &h);
-  if (d.action == NodeLockDecision::Action::kWrite && RestsOnHolder(d.outcome) && h.ok() &&
-      !h->fresh) {
+  const bool takeover = d.action == NodeLockDecision::Action::kWrite && RestsOnHolder(d.outcome);
+  const bool old_and_held =
+      d.action == NodeLockDecision::Action::kRefuse && absl::IsAborted(d.refusal) &&
+      options.confirm_after > absl::ZeroDuration() && now - lock->time > options.confirm_after;
+  if ((takeover || old_and_held) && h.ok() && !h->fresh) {
     h = holder(lock->ns, lock->name, /*fresh=*/true);
     d = DecideNodeLock(node, current, ns, name, now, options.timeout, &h);
   }

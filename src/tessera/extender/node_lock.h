@@ -34,6 +34,10 @@ namespace tessera::extender {
 struct NodeLockOptions {
   // A lock older than this is taken over (HAMi --node-lock-timeout, default 5m).
   absl::Duration timeout = absl::Minutes(5);
+  // A lock older than this that the holder's cached state keeps is confirmed with a fresh read
+  // of the holder (its DELETED event may have been lost: the informer's copy then says present
+  // until a resync). Zero: only takeovers are confirmed.
+  absl::Duration confirm_after = absl::Seconds(10);
   // Attempts of the GET + PATCH round when the PATCH answers 409 (HAMi: 5 steps).
   int max_attempts = 5;
   // Delay between attempts (HAMi: 100 ms, ×2, jitter 0.5).

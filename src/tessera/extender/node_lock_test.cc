@@ -59,6 +59,11 @@ class NodeLockTest : public ::testing::Test {
     env_.CreateNode("n1",
                     value.empty() ? "{}" : fmt::format(R"({{"hami.io/mutex.lock":"{}"}})", value));
   }
+  void SetLock(const std::string& value) {
+    kube::MetadataPatch patch;
+    patch.annotations.emplace_back(std::string(device::kNodeLockAnnotation), value);
+    ASSERT_TRUE(env_.client()->PatchNodeMetadata("n1", patch).ok());
+  }
   // The lock value on the server, or "<none>".
   std::string Lock() {
     absl::StatusOr<kube::Node> node = env_.client()->GetNode("n1");
@@ -408,14 +413,54 @@ TEST_F(NodeLockTest, ATakeoverSeenInACachedHolderIsConfirmedWithAFreshRead) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted) << r.status();
   EXPECT_THAT(asked, ::testing::ElementsAre(false, true));
   EXPECT_EQ(Lock(), "2025-12-31T23:54:00Z,default,holder");
-  // A cached state that keeps the lock needs no fresh read.
+  // A cached state that keeps a young lock needs no fresh read (5 s after it was taken).
   asked.clear();
   r = AcquireNodeLock(
-      env_.client(), "n1", "default", "p1", kNow, options_,
+      env_.client(), "n1", "default", "p1", kNow - absl::Minutes(6) + absl::Seconds(5), options_,
       [&](std::string_view, std::string_view, bool fresh) -> absl::StatusOr<NodeLockHolder> {
         asked.push_back(fresh);
         return Holder("n1", "allocating");
       });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted) << r.status();
+  EXPECT_THAT(asked, ::testing::ElementsAre(false));
+}
+
+// The simulate_mig flake: a lock holder force-deleted with its DELETED event lost stays
+// "present" in the informer's copy until a resync, so its young lock kept refusing binds. A lock
+// older than confirm_after that the cached state keeps is confirmed with a fresh read.
+TEST_F(NodeLockTest, AnOldLockKeptByACachedHolderIsConfirmedWithAFreshRead) {
+  NodeWithLock("2025-12-31T23:59:49Z,default,holder");  // 11 s old, far from the timeout
+  std::vector<bool> asked;
+  HolderLookup holder = [&](std::string_view, std::string_view,
+                            bool fresh) -> absl::StatusOr<NodeLockHolder> {
+    asked.push_back(fresh);
+    if (!fresh) {
+      return Holder();  // the informer still has it, pending
+    }
+    NodeLockHolder gone;
+    gone.gone = true;
+    gone.fresh = true;
+    return gone;
+  };
+  absl::StatusOr<NodeLockResult> r = Acquire("p1", holder);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->outcome, NodeLockOutcome::kTookOverOrphan);
+  EXPECT_THAT(asked, ::testing::ElementsAre(false, true));
+  EXPECT_EQ(Lock(), "2026-01-01T00:00:00Z,default,p1");
+  // Still there when asked afresh: refused, as before.
+  SetLock("2025-12-31T23:59:49Z,default,holder");
+  asked.clear();
+  r = Acquire(
+      "p1", [&](std::string_view, std::string_view, bool fresh) -> absl::StatusOr<NodeLockHolder> {
+        asked.push_back(fresh);
+        return Holder("", "", fresh);
+      });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted) << r.status();
+  EXPECT_THAT(asked, ::testing::ElementsAre(false, true));
+  // confirm_after zero: the cached state decides.
+  options_.confirm_after = absl::ZeroDuration();
+  asked.clear();
+  r = Acquire("p1", holder);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted) << r.status();
   EXPECT_THAT(asked, ::testing::ElementsAre(false));
 }
