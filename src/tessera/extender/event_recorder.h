@@ -86,7 +86,6 @@ class EventRecorder {
     EventType type = EventType::kNormal;
   };
   void Send(Pending e);
-  // Takes one of the pod's tokens; false when it has none.
   // Takes from the budget of `key` (the pod and the reason); false when it is spent.
   bool Admit(const std::string& key) ABSL_LOCKS_EXCLUDED(spam_mu_);
 

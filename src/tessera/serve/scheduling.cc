@@ -238,12 +238,12 @@ absl::StatusOr<extender::PreemptResult> Scheduling::Preempt(const extender::Pree
     // and kube-scheduler evicts on one of the nodes kept: the share that frees there is held for
     // the pod (docs/preemption.md "The nominated reservation").
     scheduler_->NotePreemption(args.pod.meta.uid, extender::PreemptionNote(outcome, *result));
-    std::vector<std::string> kept;
-    kept.reserve(result->victims.size());
-    for (const auto& [node, wire] : result->victims) {
-      kept.push_back(node);
-    }
     if (!outcome.pass_through) {
+      std::vector<std::string> kept;
+      kept.reserve(result->victims.size());
+      for (const auto& [node, wire] : result->victims) {
+        kept.push_back(node);
+      }
       scheduler_->Nominate(args.pod, std::move(kept));
     }
   }

@@ -8,11 +8,9 @@
 #include <utility>
 
 #include "absl/strings/match.h"
-#include "absl/time/clock.h"
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "tessera/device/annotations.h"
 #include "tessera/kube/decode.h"
 #include "tessera/sim/oracle.h"
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -410,20 +409,6 @@ std::unique_ptr<FaultInjector> Simulation::MakeFaultInjector() {
   return std::make_unique<FaultInjector>(std::move(fo));
 }
 
-// Percent-encodes everything but RFC 3986's unreserved characters.
-std::string QueryEscape(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
-        c == '~') {
-      out += c;
-    } else {
-      out += fmt::format("%{:02X}", static_cast<unsigned char>(c));
-    }
-  }
-  return out;
-}
-
 absl::StatusOr<PreemptionFindings> Simulation::JudgeRunPreemptions() {
   kube::Request r;
   r.path = "/simulator/v1/evictions";
@@ -432,9 +417,11 @@ absl::StatusOr<PreemptionFindings> Simulation::JudgeRunPreemptions() {
   TESSERA_ASSIGN_OR_RETURN(in.evictions, ParseEvictions(evictions.body));
   std::string token;
   do {
+    kube::ListOptions lo;
+    lo.limit = 500;
+    lo.continue_token = token;
     kube::Request page;
-    page.path =
-        "/api/v1/events?limit=500" + (token.empty() ? "" : "&continue=" + QueryEscape(token));
+    page.path = "/api/v1/events" + kube::ListQuery(lo);
     TESSERA_ASSIGN_OR_RETURN(kube::Response events, kube::Do(*api_transport_, page, QuickRetry()));
     TESSERA_ASSIGN_OR_RETURN(std::vector<PreemptedEvent> found, ParsePreemptedEvents(events.body));
     in.events.insert(in.events.end(), found.begin(), found.end());
