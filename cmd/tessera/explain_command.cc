@@ -260,11 +260,11 @@ int RunExplain(ExplainOptions opts) {
   }
   device::NvidiaConfig config = device::DefaultNvidiaConfig();
   if (!opts.device_config.empty()) {
-    absl::StatusOr<device::NvidiaConfig> loaded = device::LoadDeviceConfigFile(opts.device_config);
+    absl::StatusOr<device::DeviceConfig> loaded = device::LoadDeviceConfigFile(opts.device_config);
     if (!loaded.ok()) {
       return Fail(loaded.status());
     }
-    config = *std::move(loaded);
+    config = std::move(loaded->nvidia);
   }
   Sources sources;
   if (std::optional<int> failed = live ? LoadLive(opts, &sources) : LoadFiles(opts, &sources)) {

@@ -20,11 +20,23 @@
 #include "yaml-cpp/yaml.h"
 
 #include "tessera/base/status_macros.h"
+#include "tessera/device/ascend_config.h"
+#include "tessera/device/config_yaml.h"
 #include "tessera/device/mig_config.h"
 #include "tessera/device/quantity.h"
 
 namespace tessera::device {
 namespace {
+
+using internal::ForEachEntry;
+using internal::GenericIsZero;
+using internal::KeyError;
+using internal::KindName;
+using internal::ParseBool;
+using internal::ParseNonNegativeDouble;
+using internal::ParseNonNegativeInt32;
+using internal::ParseResourceName;
+using internal::ParseString;
 
 // The top-level sections HAMi's config knows (v2.5.2 and v2.10). Only these count when deciding
 // whether the document is empty; any other top-level key is ignored, as HAMi ignores it.
@@ -32,214 +44,6 @@ constexpr std::string_view kVendorSections[] = {
     "nvidia", "cambricon", "hygon",  "metax", "mthreads", "iluvatar", "iluvatars",
     "vnpus",  "enflame",   "kunlun", "amd",   "vastai",   "biren",    "awsneuron",
 };
-
-constexpr std::string_view kYamlIntTag = "tag:yaml.org,2002:int";
-constexpr std::string_view kYamlBoolTag = "tag:yaml.org,2002:bool";
-constexpr std::string_view kYamlFloatTag = "tag:yaml.org,2002:float";
-
-absl::Status KeyError(std::string_view key, std::string_view what) {
-  return absl::InvalidArgumentError(fmt::format("{}: {}", key, what));
-}
-
-std::string_view KindName(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-      return "null";
-    case YAML::NodeType::Scalar:
-      return "a scalar";
-    case YAML::NodeType::Sequence:
-      return "a sequence";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Undefined:
-      break;
-  }
-  return "undefined";
-}
-
-// A scalar that YAML would resolve by itself (no quotes) or that carries the explicit `tag`.
-bool IsPlainOrTagged(const YAML::Node& node, std::string_view tag) {
-  return node.Tag() == "?" || node.Tag() == tag;
-}
-
-// Go's zero value, approximated for sections whose schema Tessera does not model: null, "",
-// "0", "false", an empty sequence, or a mapping of zero values. `budget` bounds the walk
-// (aliases can make a small document a huge tree); running out counts as non-zero.
-bool GenericIsZero(const YAML::Node& node, int depth, int& budget) {
-  if (--budget < 0 || depth > 64) {
-    return false;
-  }
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return true;
-    case YAML::NodeType::Scalar: {
-      const std::string& s = node.Scalar();
-      return s.empty() || s == "0" || s == "false";
-    }
-    case YAML::NodeType::Sequence:
-      return node.size() == 0;
-    case YAML::NodeType::Map:
-      for (const auto& entry : node) {
-        if (!GenericIsZero(entry.second, depth + 1, budget)) {
-          return false;
-        }
-      }
-      return true;
-  }
-  return false;
-}
-
-// The entries of a mapping as (key, value), rejecting non-scalar and duplicate keys.
-absl::Status ForEachEntry(
-    const YAML::Node& map, std::string_view where,
-    const std::function<absl::Status(const std::string& key, const YAML::Node& value)>& fn) {
-  std::set<std::string, std::less<>> seen;
-  for (const auto& entry : map) {
-    if (!entry.first.IsScalar()) {
-      return KeyError(where, fmt::format("a key is {}, not a scalar", KindName(entry.first)));
-    }
-    const std::string& key = entry.first.Scalar();
-    if (!seen.insert(key).second) {
-      return KeyError(where, fmt::format("duplicate key {}", QuoteForError(key)));
-    }
-    TESSERA_RETURN_IF_ERROR(fn(key, entry.second));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status NotScalar(std::string_view key, std::string_view want, const YAML::Node& node) {
-  return KeyError(key, fmt::format("not {}: got {}", want, KindName(node)));
-}
-
-// Each parser leaves `out` untouched for a null value (the key then keeps its default) and
-// sets `nonzero` when the value differs from Go's zero value.
-absl::Status ParseNonNegativeInt32(const YAML::Node& node, std::string_view key, int32_t& out,
-                                   bool& nonzero) {
-  if (node.IsNull()) {
-    return absl::OkStatus();
-  }
-  if (!node.IsScalar()) {
-    return NotScalar(key, "an integer", node);
-  }
-  const std::string& s = node.Scalar();
-  std::string_view digits = s;
-  bool plus = !digits.empty() && digits[0] == '+';
-  if (plus) {
-    digits.remove_prefix(1);
-  }
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  bool whole = !digits.empty() && end == digits.data() + digits.size() &&
-               ((digits[0] == '-' && !plus) || (digits[0] >= '0' && digits[0] <= '9'));
-  if (!IsPlainOrTagged(node, kYamlIntTag) || !whole ||
-      (ec != std::errc() && ec != std::errc::result_out_of_range)) {
-    return KeyError(key, fmt::format("not an integer: {}", QuoteForError(s)));
-  }
-  if (ec == std::errc::result_out_of_range || value > std::numeric_limits<int32_t>::max() ||
-      value < std::numeric_limits<int32_t>::min()) {
-    return KeyError(key, fmt::format("out of range: {}", s));
-  }
-  if (value < 0) {
-    return KeyError(key, fmt::format("must not be negative: {}", s));
-  }
-  out = static_cast<int32_t>(value);
-  nonzero = nonzero || value != 0;
-  return absl::OkStatus();
-}
-
-absl::Status ParseNonNegativeDouble(const YAML::Node& node, std::string_view key, double& out,
-                                    bool& nonzero) {
-  if (node.IsNull()) {
-    return absl::OkStatus();
-  }
-  if (!node.IsScalar()) {
-    return NotScalar(key, "a number", node);
-  }
-  const std::string& s = node.Scalar();
-  std::string_view text = s;
-  bool plus = !text.empty() && text[0] == '+';
-  if (plus) {
-    text.remove_prefix(1);
-  }
-  double value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  bool starts_numeric = !text.empty() && ((text[0] == '-' && !plus) || text[0] == '.' ||
-                                          (text[0] >= '0' && text[0] <= '9'));
-  if (!IsPlainOrTagged(node, kYamlFloatTag) || !starts_numeric || ec != std::errc() ||
-      end != text.data() + text.size() || !std::isfinite(value)) {
-    return KeyError(key, fmt::format("not a finite number: {}", QuoteForError(s)));
-  }
-  if (value < 0) {
-    return KeyError(key, fmt::format("must not be negative: {}", s));
-  }
-  out = value;
-  nonzero = nonzero || value != 0;
-  return absl::OkStatus();
-}
-
-absl::Status ParseBool(const YAML::Node& node, std::string_view key, bool& out, bool& nonzero) {
-  if (node.IsNull()) {
-    return absl::OkStatus();
-  }
-  if (!node.IsScalar()) {
-    return NotScalar(key, "a boolean", node);
-  }
-  // YAML 1.1 booleans, which HAMi's Go YAML decoder accepts.
-  static constexpr std::string_view kTrue[] = {"true", "True", "TRUE", "yes", "Yes",
-                                               "YES",  "on",   "On",   "ON"};
-  static constexpr std::string_view kFalse[] = {"false", "False", "FALSE", "no", "No",
-                                                "NO",    "off",   "Off",   "OFF"};
-  const std::string& s = node.Scalar();
-  if (IsPlainOrTagged(node, kYamlBoolTag)) {
-    for (std::string_view t : kTrue) {
-      if (s == t) {
-        out = true;
-        nonzero = true;
-        return absl::OkStatus();
-      }
-    }
-    for (std::string_view f : kFalse) {
-      if (s == f) {
-        out = false;
-        return absl::OkStatus();
-      }
-    }
-  }
-  return KeyError(key, fmt::format("not a boolean: {}", QuoteForError(s)));
-}
-
-absl::Status ParseString(const YAML::Node& node, std::string_view key, std::string& out,
-                         bool& nonzero) {
-  if (node.IsNull()) {
-    return absl::OkStatus();
-  }
-  if (!node.IsScalar()) {
-    return NotScalar(key, "a string", node);
-  }
-  out = node.Scalar();
-  nonzero = nonzero || !out.empty();
-  return absl::OkStatus();
-}
-
-absl::Status ParseResourceName(const YAML::Node& node, std::string_view key, std::string& out,
-                               bool& nonzero) {
-  std::string value = out;
-  TESSERA_RETURN_IF_ERROR(ParseString(node, key, value, nonzero));
-  if (value.empty()) {
-    return KeyError(key, "must not be empty");
-  }
-  for (char c : value) {
-    auto u = static_cast<unsigned char>(c);
-    if (u <= 0x20 || u == 0x7f) {
-      return KeyError(key, fmt::format("resource name contains whitespace or a control "
-                                       "character: {}",
-                                       QuoteForError(value)));
-    }
-  }
-  out = std::move(value);
-  return absl::OkStatus();
-}
 
 absl::Status ParseGpuCorePolicy(const YAML::Node& node, std::string_view key, GpuCorePolicy& out,
                                 bool& nonzero) {
@@ -331,7 +135,29 @@ absl::Status ParseNvidia(const YAML::Node& section, NvidiaConfig& config, bool& 
       });
 }
 
-absl::StatusOr<NvidiaConfig> ParseDocument(const YAML::Node& root) {
+// A resource name may belong to one vendor only: a pod's request would otherwise be counted
+// twice.
+absl::Status CheckDistinctResources(const DeviceConfig& config) {
+  const NvidiaConfig& nv = config.nvidia;
+  for (const AscendChipConfig& chip : config.ascend.chips) {
+    for (const std::string* name :
+         {&chip.resource_name, &chip.resource_memory_name, &chip.resource_core_name}) {
+      for (const std::string* other :
+           {&nv.resource_count_name, &nv.resource_memory_name, &nv.resource_memory_percentage_name,
+            &nv.resource_core_name, &nv.resource_priority_name}) {
+        if (!name->empty() && *name == *other) {
+          return absl::InvalidArgumentError(
+              fmt::format("device config: resource name {} is both an nvidia and a vnpus ({}) "
+                          "resource",
+                          QuoteForError(*name), chip.common_word));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceConfig> ParseDocument(const YAML::Node& root) {
   if (root.IsNull() || !root.IsDefined()) {
     return absl::InvalidArgumentError("device config: every vendor section is empty");
   }
@@ -339,14 +165,20 @@ absl::StatusOr<NvidiaConfig> ParseDocument(const YAML::Node& root) {
     return absl::InvalidArgumentError(
         fmt::format("device config: the top level is {}, not a mapping", KindName(root)));
   }
-  NvidiaConfig config = DefaultNvidiaConfig();
+  DeviceConfig config = DefaultDeviceConfig();
   bool any_section = false;
   int budget = 100000;
   TESSERA_RETURN_IF_ERROR(
       ForEachEntry(root, "device config", [&](const std::string& key, const YAML::Node& value) {
         if (key == "nvidia") {
           bool nonzero = false;
-          absl::Status status = ParseNvidia(value, config, nonzero);
+          absl::Status status = ParseNvidia(value, config.nvidia, nonzero);
+          any_section = any_section || nonzero;
+          return status;
+        }
+        if (key == "vnpus") {
+          bool nonzero = false;
+          absl::Status status = internal::ParseAscendSection(value, config.ascend, nonzero);
           any_section = any_section || nonzero;
           return status;
         }
@@ -360,6 +192,7 @@ absl::StatusOr<NvidiaConfig> ParseDocument(const YAML::Node& root) {
   if (!any_section) {
     return absl::InvalidArgumentError("device config: every vendor section is empty");
   }
+  TESSERA_RETURN_IF_ERROR(CheckDistinctResources(config));
   return config;
 }
 
@@ -379,7 +212,9 @@ std::string_view GpuCorePolicyName(GpuCorePolicy policy) {
 
 NvidiaConfig DefaultNvidiaConfig() { return NvidiaConfig{}; }
 
-absl::StatusOr<NvidiaConfig> ParseDeviceConfig(std::string_view yaml) {
+DeviceConfig DefaultDeviceConfig() { return DeviceConfig{}; }
+
+absl::StatusOr<DeviceConfig> ParseDeviceConfig(std::string_view yaml) {
   // yaml-cpp reports errors by throwing; nothing it throws may leave this function.
   try {
     YAML::Node root = YAML::Load(std::string(yaml));
@@ -397,7 +232,7 @@ absl::StatusOr<NvidiaConfig> ParseDeviceConfig(std::string_view yaml) {
   }
 }
 
-absl::StatusOr<NvidiaConfig> LoadDeviceConfigFile(const std::string& path) {
+absl::StatusOr<DeviceConfig> LoadDeviceConfigFile(const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (file == nullptr) {
     int err = errno;
@@ -415,7 +250,7 @@ absl::StatusOr<NvidiaConfig> LoadDeviceConfigFile(const std::string& path) {
     return absl::Status(absl::ErrnoToStatusCode(err),
                         fmt::format("device config {}: read failed: {}", path, ErrnoText(err)));
   }
-  absl::StatusOr<NvidiaConfig> config = ParseDeviceConfig(content);
+  absl::StatusOr<DeviceConfig> config = ParseDeviceConfig(content);
   if (!config.ok()) {
     return Annotate(config.status(), path);
   }

@@ -3,9 +3,9 @@
 // HAMi's device configuration: the YAML of the `hami-scheduler-device` ConfigMap
 // (/device-config.yaml, --device-config-file), which HAMi's device plugin reads too. The scheduler
 // uses the `nvidia:` section (resource names, defaults, memoryFactor, gpuCorePolicy,
-// runtimeClassName, ...; every key optional, chart defaults when absent or null); the other vendor
-// sections are accepted and ignored. The keys and their defaults: docs/deploy.md "The device
-// configuration file".
+// runtimeClassName, ...; every key optional, chart defaults when absent or null) and the `vnpus:`
+// section (Huawei Ascend chips, ascend_config.h); the other vendor sections are accepted and
+// ignored. The keys and their defaults: docs/deploy.md "The device configuration file".
 //
 // MIG keys: migProfileAllowlist and knownMigGeometries (docs/mig.md); an allowlist entry
 // without models or profiles, or with a profile name HAMi rejects, is an error, as in HAMi.
@@ -93,6 +93,51 @@ struct NvidiaConfig {
   friend bool operator==(const NvidiaConfig&, const NvidiaConfig&) = default;
 };
 
+// One vnpus.configs[].templates entry: a hard-split vNPU shape of an Ascend chip, `memory` MiB.
+struct AscendTemplate {
+  std::string name;  // "vir05_1c_16g"
+  int64_t memory = 0;
+  int32_t ai_core = 0;
+  int32_t ai_cpu = 0;
+  friend bool operator==(const AscendTemplate&, const AscendTemplate&) = default;
+};
+
+// One vnpus.configs entry: an Ascend chip type, which HAMi schedules as a vendor of its own whose
+// key is `common_word` ("Ascend910B3": the Type of its allocated devices and the infix of its
+// annotations). No chart default: a chip exists only when configured.
+struct AscendChipConfig {
+  std::string common_word;
+  std::string chip_name;             // "910B3" (informational)
+  std::string resource_name;         // "huawei.com/Ascend910B3": the device count
+  std::string resource_memory_name;  // MiB per device
+  std::string resource_core_name;    // percent per device, hami-core mode only; may be empty
+  int64_t memory_allocatable = 0;    // MiB a whole card offers a pod
+  int64_t memory_capacity = 0;       // the largest memory request a whole card takes
+  int32_t memory_factor = 0;         // multiplier of the memory request; 0 and 1 mean none
+  int32_t ai_core = 0;
+  int32_t ai_cpu = 0;
+  std::string runtime_class_name;  // webhook: empty leaves spec.runtimeClassName alone
+  bool overwrite_env = false;      // webhook: ASCEND_VISIBLE_DEVICES="" for containers without
+  bool super_pod = false;          // 910C SuperPod: whole module pairs (a request of 1 becomes 2)
+  std::vector<AscendTemplate> templates;  // memory ascending, as HAMi sorts them (stable)
+  friend bool operator==(const AscendChipConfig&, const AscendChipConfig&) = default;
+};
+
+// The `vnpus:` section. HAMi v2.10 writes it as {hamiVnpuCore, configs}; the v2.5–v2.9 chart as
+// the bare list of configs, accepted here too (hami_vnpu_core false).
+struct AscendConfig {
+  bool hami_vnpu_core = false;  // every node allows hami-core mode unless it says otherwise
+  std::vector<AscendChipConfig> chips;
+  friend bool operator==(const AscendConfig&, const AscendConfig&) = default;
+};
+
+// Everything the scheduler reads from the file.
+struct DeviceConfig {
+  NvidiaConfig nvidia;
+  AscendConfig ascend;
+  friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
+};
+
 // The first entry with a model that is a substring of the card `type` (HAMi's rule for both
 // lists), or nullptr.
 const MigAllowlistEntry* FindMigAllowlist(const NvidiaConfig& config, std::string_view type);
@@ -100,16 +145,18 @@ const MigGeometryEntry* FindMigGeometries(const NvidiaConfig& config, std::strin
 
 // The HAMi chart's defaults (the values shown in the format above).
 NvidiaConfig DefaultNvidiaConfig();
+// The NVIDIA defaults and no Ascend chip: what Tessera runs with when no file is given.
+DeviceConfig DefaultDeviceConfig();
 
 // Parses a device-config document. Returns InvalidArgument naming the key and the problem, for
 // example `nvidia.defaultMemory: not an integer: "x"`, `nvidia: not a mapping`, or
 // `device config: every vendor section is empty`; YAML syntax errors carry yaml-cpp's line and
-// column.
-absl::StatusOr<NvidiaConfig> ParseDeviceConfig(std::string_view yaml);
+// column. The `vnpus:` errors: ascend_config.h.
+absl::StatusOr<DeviceConfig> ParseDeviceConfig(std::string_view yaml);
 
 // Reads and parses the file at `path`. File errors map errno to a status code (NotFound,
 // PermissionDenied, ...) and name the path; parse errors are ParseDeviceConfig's, prefixed
 // with the path.
-absl::StatusOr<NvidiaConfig> LoadDeviceConfigFile(const std::string& path);
+absl::StatusOr<DeviceConfig> LoadDeviceConfigFile(const std::string& path);
 
 }  // namespace tessera::device

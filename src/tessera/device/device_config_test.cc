@@ -5,6 +5,7 @@
 #include <fstream>
 #include <ostream>
 #include <string>
+#include <string_view>
 
 #include <unistd.h>
 
@@ -16,6 +17,23 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
+
+// The nvidia section of a parsed document (most tests here are about it).
+absl::StatusOr<NvidiaConfig> ParseNvidia(std::string_view yaml) {
+  absl::StatusOr<DeviceConfig> config = ParseDeviceConfig(yaml);
+  if (!config.ok()) {
+    return config.status();
+  }
+  return config->nvidia;
+}
+
+absl::StatusOr<NvidiaConfig> LoadNvidia(const std::string& path) {
+  absl::StatusOr<DeviceConfig> config = LoadDeviceConfigFile(path);
+  if (!config.ok()) {
+    return config.status();
+  }
+  return config->nvidia;
+}
 
 std::string SourceDir() {
   const char* dir = std::getenv("TESSERA_SOURCE_DIR");
@@ -42,8 +60,7 @@ TEST(DeviceConfigTest, DefaultsAreTheChartDefaults) {
 }
 
 TEST(DeviceConfigTest, ExampleFileIsTheChartDefaults) {
-  absl::StatusOr<NvidiaConfig> c =
-      LoadDeviceConfigFile(SourceDir() + "/examples/device-config.yaml");
+  absl::StatusOr<NvidiaConfig> c = LoadNvidia(SourceDir() + "/examples/device-config.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   // v2.5.2's chart geometries for A30, A100-40GB and A100-80GB.
   ASSERT_EQ(c->known_mig_geometries.size(), 3U);
@@ -57,7 +74,7 @@ TEST(DeviceConfigTest, ExampleFileIsTheChartDefaults) {
 }
 
 TEST(DeviceConfigTest, ParsesEveryKey) {
-  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(R"(
+  absl::StatusOr<NvidiaConfig> c = ParseNvidia(R"(
 nvidia:
   resourceCountName: example.com/vgpu
   resourceMemoryName: example.com/vmem
@@ -94,8 +111,8 @@ nvidia:
 }
 
 TEST(DeviceConfigTest, AbsentAndNullKeysKeepTheDefaults) {
-  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(
-      "nvidia:\n  defaultMemory: 1024\n  resourceCountName: ~\n  defaultCores:\n");
+  absl::StatusOr<NvidiaConfig> c =
+      ParseNvidia("nvidia:\n  defaultMemory: 1024\n  resourceCountName: ~\n  defaultCores:\n");
   ASSERT_TRUE(c.ok()) << c.status();
   NvidiaConfig want = DefaultNvidiaConfig();
   want.default_memory = 1024;
@@ -103,7 +120,7 @@ TEST(DeviceConfigTest, AbsentAndNullKeysKeepTheDefaults) {
 }
 
 TEST(DeviceConfigTest, OtherVendorsAndUnknownKeysAreIgnored) {
-  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(R"(
+  absl::StatusOr<NvidiaConfig> c = ParseNvidia(R"(
 nvidia:
   defaultCores: 10
   knownMigGeometries:
@@ -113,8 +130,8 @@ nvidia:
   someFutureKey: {a: 1}
 cambricon:
   resourceCountName: cambricon.com/vmlu
-vnpus:
-  - chipName: 910B
+mthreads:
+  - chipName: MTT S4000
 somethingElse: 3
 )");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -126,7 +143,7 @@ somethingElse: 3
 
 // HAMi v2.10 chart (templates/scheduler/device-configmap.yaml), two of its entries.
 TEST(DeviceConfigTest, MigProfileAllowlist) {
-  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(R"(
+  absl::StatusOr<NvidiaConfig> c = ParseNvidia(R"(
 nvidia:
   migProfileAllowlist:
   - models: ["A100-SXM4-40GB", "A100-40GB-PCIe", "A100-PCIE-40GB"]
@@ -164,21 +181,20 @@ TEST(DeviceConfigTest, BadMigKeysAreRejectedNamingTheEntry) {
        "must not be negative"},
   };
   for (const auto& [yaml, want] : kBad) {
-    absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(yaml);
+    absl::StatusOr<NvidiaConfig> c = ParseNvidia(yaml);
     ASSERT_FALSE(c.ok()) << yaml;
     EXPECT_THAT(std::string(c.status().message()), HasSubstr(want)) << yaml;
   }
 }
 
 TEST(DeviceConfigTest, AnotherVendorAloneIsEnoughAndNvidiaTakesDefaults) {
-  absl::StatusOr<NvidiaConfig> c =
-      ParseDeviceConfig("hygon:\n  resourceCountName: hygon.com/dcunum\n");
+  absl::StatusOr<NvidiaConfig> c = ParseNvidia("hygon:\n  resourceCountName: hygon.com/dcunum\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(*c, DefaultNvidiaConfig());
 }
 
 TEST(DeviceConfigTest, ScalarSpellings) {
-  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(
+  absl::StatusOr<NvidiaConfig> c = ParseNvidia(
       "nvidia:\n  overwriteEnv: yes\n  defaultMemory: +12\n  defaultCores: !!int 7\n"
       "  deviceMemoryScaling: 3\n  deviceCoreScaling: .5\n  gpuCorePolicy: disable\n"
       "  resourceCountName: \"quoted.example/gpu\"\n");
@@ -191,14 +207,14 @@ TEST(DeviceConfigTest, ScalarSpellings) {
   EXPECT_EQ(c->gpu_core_policy, GpuCorePolicy::kDisable);
   EXPECT_EQ(c->resource_count_name, "quoted.example/gpu");
   for (const char* spelling : {"true", "True", "TRUE", "on", "On", "Yes"}) {
-    c = ParseDeviceConfig(std::string("nvidia:\n  overwriteEnv: ") + spelling + "\n");
+    c = ParseNvidia(std::string("nvidia:\n  overwriteEnv: ") + spelling + "\n");
     ASSERT_TRUE(c.ok()) << spelling << ": " << c.status();
     EXPECT_TRUE(c->overwrite_env) << spelling;
   }
-  c = ParseDeviceConfig("nvidia:\n  defaultMemory: 1\n  overwriteEnv: Off\n");
+  c = ParseNvidia("nvidia:\n  defaultMemory: 1\n  overwriteEnv: Off\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->overwrite_env);
-  c = ParseDeviceConfig("nvidia:\n  gpuCorePolicy: \"\"\n  defaultMemory: 1\n");
+  c = ParseNvidia("nvidia:\n  gpuCorePolicy: \"\"\n  defaultMemory: 1\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->gpu_core_policy, GpuCorePolicy::kDefault);
 }
@@ -213,7 +229,7 @@ void PrintTo(const Bad& b, std::ostream* os) { *os << b.message; }
 class BadConfigTest : public ::testing::TestWithParam<Bad> {};
 
 TEST_P(BadConfigTest, IsRejectedNamingTheKey) {
-  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(GetParam().yaml);
+  absl::StatusOr<NvidiaConfig> c = ParseNvidia(GetParam().yaml);
   ASSERT_FALSE(c.ok()) << GetParam().yaml;
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(c.status().message(), HasSubstr(GetParam().message));
@@ -289,7 +305,7 @@ TEST(DeviceConfigTest, GpuCorePolicyNames) {
 }
 
 TEST(DeviceConfigTest, MissingFileIsNotFoundNamingThePath) {
-  absl::StatusOr<NvidiaConfig> c = LoadDeviceConfigFile("/nonexistent/tessera/device.yaml");
+  absl::StatusOr<NvidiaConfig> c = LoadNvidia("/nonexistent/tessera/device.yaml");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(c.status().message(), HasSubstr("/nonexistent/tessera/device.yaml"));
@@ -301,7 +317,7 @@ TEST(DeviceConfigTest, FileParseErrorsArePrefixedWithThePath) {
     std::ofstream out(path);
     out << "nvidia:\n  defaultCores: lots\n";
   }
-  absl::StatusOr<NvidiaConfig> c = LoadDeviceConfigFile(path);
+  absl::StatusOr<NvidiaConfig> c = LoadNvidia(path);
   std::remove(path.c_str());
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
@@ -321,10 +337,172 @@ TEST(DeviceConfigTest, AliasBombIsBounded) {
     yaml += "}\n";
   }
   yaml += "cambricon: *a9\n";
-  absl::StatusOr<NvidiaConfig> c = ParseDeviceConfig(yaml);
+  absl::StatusOr<NvidiaConfig> c = ParseNvidia(yaml);
   // The walk gives up after a bounded number of nodes and counts the section as non-empty.
   EXPECT_TRUE(c.ok()) << c.status();
 }
+
+}  // namespace
+}  // namespace tessera::device
+
+namespace tessera::device {
+namespace {
+
+// The vnpus section as HAMi v2.10.0's chart renders it (two of its seven chips; values from
+// charts/hami/templates/scheduler/device-configmap.yaml, templates deliberately out of order).
+constexpr std::string_view kVnpusV210 = R"(
+vnpus:
+  hamiVnpuCore: true
+  configs:
+  - chipName: 910B3
+    commonWord: Ascend910B3
+    resourceName: huawei.com/Ascend910B3
+    resourceMemoryName: huawei.com/Ascend910B3-memory
+    resourceCoreName: huawei.com/Ascend910B3-core
+    memoryAllocatable: 65536
+    memoryCapacity: 65536
+    memoryFactor: 1
+    aiCore: 20
+    aiCPU: 7
+    runtimeClassName: ""
+    overwriteEnv: false
+    templates:
+      - name: vir10_3c_32g
+        memory: 32768
+        aiCore: 10
+        aiCPU: 3
+      - name: vir05_1c_16g
+        memory: 16384
+        aiCore: 5
+        aiCPU: 1
+  - chipName: Ascend910
+    commonWord: Ascend910C
+    resourceName: huawei.com/Ascend910C
+    resourceMemoryName: huawei.com/Ascend910C-memory
+    resourceCoreName: huawei.com/Ascend910C-core
+    memoryAllocatable: 65536
+    memoryCapacity: 65536
+    aiCore: 20
+    runtimeClassName: "ascend"
+    overwriteEnv: true
+    superPod: true
+    templates:
+      - name: vir05_1c_16g
+        memory: 16384
+)";
+
+TEST(AscendConfigTest, ParsesTheV210SectionWithTemplatesSortedByMemory) {
+  absl::StatusOr<DeviceConfig> c = ParseDeviceConfig(kVnpusV210);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->nvidia, DefaultNvidiaConfig());
+  EXPECT_TRUE(c->ascend.hami_vnpu_core);
+  ASSERT_EQ(c->ascend.chips.size(), 2U);
+  const AscendChipConfig& b3 = c->ascend.chips[0];
+  EXPECT_EQ(b3.common_word, "Ascend910B3");
+  EXPECT_EQ(b3.chip_name, "910B3");
+  EXPECT_EQ(b3.resource_name, "huawei.com/Ascend910B3");
+  EXPECT_EQ(b3.resource_memory_name, "huawei.com/Ascend910B3-memory");
+  EXPECT_EQ(b3.resource_core_name, "huawei.com/Ascend910B3-core");
+  EXPECT_EQ(b3.memory_allocatable, 65536);
+  EXPECT_EQ(b3.memory_capacity, 65536);
+  EXPECT_EQ(b3.memory_factor, 1);
+  EXPECT_EQ(b3.ai_core, 20);
+  EXPECT_EQ(b3.ai_cpu, 7);
+  EXPECT_FALSE(b3.super_pod);
+  EXPECT_EQ(b3.templates, (std::vector<AscendTemplate>{{"vir05_1c_16g", 16384, 5, 1},
+                                                       {"vir10_3c_32g", 32768, 10, 3}}));
+  const AscendChipConfig& c910 = c->ascend.chips[1];
+  EXPECT_EQ(c910.common_word, "Ascend910C");
+  EXPECT_TRUE(c910.super_pod);
+  EXPECT_TRUE(c910.overwrite_env);
+  EXPECT_EQ(c910.runtime_class_name, "ascend");
+  EXPECT_EQ(c910.memory_factor, 0);
+}
+
+TEST(AscendConfigTest, AcceptsTheV25ListForm) {
+  absl::StatusOr<DeviceConfig> c = ParseDeviceConfig(R"(
+vnpus:
+- chipName: 910B
+  commonWord: Ascend910A
+  resourceName: huawei.com/Ascend910A
+  resourceMemoryName: huawei.com/Ascend910A-memory
+  memoryAllocatable: 32768
+  memoryCapacity: 32768
+  aiCore: 30
+  templates:
+    - name: vir02
+      memory: 2184
+      aiCore: 2
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->ascend.hami_vnpu_core);
+  ASSERT_EQ(c->ascend.chips.size(), 1U);
+  EXPECT_EQ(c->ascend.chips[0].common_word, "Ascend910A");
+  EXPECT_EQ(c->ascend.chips[0].resource_core_name, "");
+  EXPECT_EQ(c->ascend.chips[0].templates.size(), 1U);
+}
+
+TEST(AscendConfigTest, WithoutTheSectionThereIsNoChip) {
+  absl::StatusOr<DeviceConfig> c = ParseDeviceConfig("nvidia:\n  defaultMemory: 1\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ascend, AscendConfig{});
+  EXPECT_EQ(DefaultDeviceConfig().ascend, AscendConfig{});
+}
+
+TEST(AscendConfigTest, OnlyConfigsMakeTheSectionNonEmptyAsInHami) {
+  absl::StatusOr<DeviceConfig> c = ParseDeviceConfig("vnpus:\n  hamiVnpuCore: true\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "device config: every vendor section is empty");
+}
+
+struct BadAscend {
+  std::string yaml;
+  std::string error;
+};
+
+class AscendConfigErrorTest : public ::testing::TestWithParam<BadAscend> {};
+
+TEST_P(AscendConfigErrorTest, IsRejectedWithItsPath) {
+  absl::StatusOr<DeviceConfig> c = ParseDeviceConfig(GetParam().yaml);
+  ASSERT_FALSE(c.ok()) << GetParam().yaml;
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(), GetParam().error);
+}
+
+constexpr std::string_view kChip =
+    "  - commonWord: Ascend910B3\n"
+    "    resourceName: huawei.com/Ascend910B3\n"
+    "    resourceMemoryName: huawei.com/Ascend910B3-memory\n";
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AscendConfigErrorTest,
+    ::testing::Values(
+        BadAscend{"vnpus: 3\n", "vnpus: not a mapping: got a scalar"},
+        BadAscend{"vnpus:\n  configs: {}\n", "vnpus.configs: not a sequence: got a mapping"},
+        BadAscend{"vnpus:\n  configs:\n  - resourceName: a/b\n    resourceMemoryName: a/c\n",
+                  "vnpus.configs[0].commonWord: required"},
+        BadAscend{"vnpus:\n  configs:\n  - commonWord: \"bad word\"\n",
+                  "vnpus.configs[0].commonWord: \"bad word\" cannot be part of an annotation key "
+                  "(at most 40 of [A-Za-z0-9._-], alphanumeric at both ends)"},
+        BadAscend{"vnpus:\n  configs:\n  - commonWord: Ascend910B3\n    resourceName: a/b\n",
+                  "vnpus.configs[0].resourceMemoryName: required"},
+        BadAscend{"vnpus:\n  configs:\n" + std::string(kChip) + std::string(kChip),
+                  "vnpus.configs[1].commonWord: duplicate \"Ascend910B3\""},
+        BadAscend{
+            "vnpus:\n  configs:\n" + std::string(kChip) + "    memoryAllocatable: \"65536\"\n",
+            "vnpus.configs[0].memoryAllocatable: not an integer: \"65536\""},
+        BadAscend{"vnpus:\n  configs:\n" + std::string(kChip) + "    superPod: maybe\n",
+                  "vnpus.configs[0].superPod: not a boolean: \"maybe\""},
+        BadAscend{"vnpus:\n  configs:\n" + std::string(kChip) +
+                      "    templates:\n    - name: t\n      memory: -1\n",
+                  "vnpus.configs[0].templates[0].memory: must not be negative: -1"},
+        BadAscend{"vnpus:\n  configs:\n  - commonWord: A\n    resourceName: nvidia.com/gpu\n"
+                  "    resourceMemoryName: a/m\n",
+                  "device config: resource name \"nvidia.com/gpu\" is both an nvidia and a vnpus "
+                  "(A) resource"},
+        BadAscend{"vnpus:\n  configs:\n  - commonWord: A\n    resourceName: a/n\n"
+                  "    resourceMemoryName: a/n\n",
+                  "vnpus.configs[0]: resource name \"a/n\" is used twice"}));
 
 }  // namespace
 }  // namespace tessera::device

@@ -200,11 +200,11 @@ class Service::Impl : public extender::Backend {
 };
 
 absl::Status Service::Impl::Init() {
-  device::NvidiaConfig config = device::DefaultNvidiaConfig();
+  device::DeviceConfig config = device::DefaultDeviceConfig();
   if (!options_.device_config_file.empty()) {
     TESSERA_ASSIGN_OR_RETURN(config, device::LoadDeviceConfigFile(options_.device_config_file));
   }
-  vendor_ = device::NewNvidiaVendor(config);
+  vendor_ = device::NewNvidiaVendor(config.nvidia);
   TESSERA_ASSIGN_OR_RETURN(accounting::NodeSelector selector,
                            accounting::NodeSelector::Parse(options_.node_label_selector));
   TESSERA_RETURN_IF_ERROR(ValidateOptions(options_));
@@ -221,9 +221,9 @@ absl::Status Service::Impl::Init() {
   registry_ = std::make_unique<accounting::NodeRegistry>(
       vendor_.get(), &ledger_, accounting::NodeRegistry::Options{.selector = std::move(selector)});
   quotas_ = std::make_unique<accounting::QuotaBook>(
-      accounting::QuotaBook::Options{.memory_name = config.resource_memory_name,
-                                     .cores_name = config.resource_core_name,
-                                     .memory_factor = config.memory_factor});
+      accounting::QuotaBook::Options{.memory_name = config.nvidia.resource_memory_name,
+                                     .cores_name = config.nvidia.resource_core_name,
+                                     .memory_factor = config.nvidia.memory_factor});
   repairs_ = std::make_unique<Repairs>(clock(), metrics_.get());
   informers_ = std::make_unique<Informers>(Informers::Parts{.client = connection_.client.get(),
                                                             .feed = feed_.get(),
@@ -318,7 +318,7 @@ absl::Status Service::Impl::Init() {
       Listeners::Parts{.backend = this,
                        .transport = connection_.transport.get(),
                        .clock = clock(),
-                       .nvidia = config,
+                       .nvidia = config.nvidia,
                        .self_username = connection_.self_username,
                        .metrics = [this] { return MetricsText(); },
                        .after_large_request =
