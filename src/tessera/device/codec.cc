@@ -226,6 +226,56 @@ absl::Status ReadMigProfiles(simdjson::ondemand::value& v, size_t n, std::vector
   return absl::OkStatus();
 }
 
+// custominfo: a JSON object of anything (Go map[string]any) or null; only NetworkID is read, as
+// HAMi's Ascend vendor reads it (a number becomes Go's int(float64)). The last NetworkID wins.
+absl::Status ReadCustomInfo(simdjson::ondemand::value& v, size_t n, DeviceInfo* d) {
+  bool is_null = false;
+  TESSERA_RETURN_IF_ERROR(ExpectType(v, n, "custominfo", simdjson::ondemand::json_type::object,
+                                     "not an object", &is_null));
+  d->network_key = NetworkKey::kNone;
+  d->network_id = 0;
+  if (is_null) {
+    return absl::OkStatus();
+  }
+  simdjson::ondemand::object object;
+  if (auto e = v.get_object().get(object); e) {
+    return DeviceError(n, "custominfo", JsonError(e));
+  }
+  for (auto field_result : object) {
+    simdjson::ondemand::field field;
+    if (auto e = std::move(field_result).get(field); e) {
+      return DeviceError(n, "custominfo", JsonError(e));
+    }
+    std::string_view key;
+    if (auto e = field.unescaped_key().get(key); e) {
+      return DeviceError(n, "custominfo", JsonError(e));
+    }
+    if (key != "NetworkID") {
+      continue;
+    }
+    simdjson::ondemand::json_type type;
+    if (auto e = field.value().type().get(type); e) {
+      return DeviceError(n, "custominfo.NetworkID", JsonError(e));
+    }
+    if (type != simdjson::ondemand::json_type::number) {
+      d->network_key = NetworkKey::kOther;
+      d->network_id = 0;
+      continue;
+    }
+    double value = 0;
+    if (auto e = field.value().get_double().get(value); e) {
+      return DeviceError(n, "custominfo.NetworkID", JsonError(e));
+    }
+    // Go's int(float64) is undefined outside int64's range; such an id is no real network.
+    if (!(value > -9.2e18 && value < 9.2e18)) {
+      return DeviceError(n, "custominfo.NetworkID", fmt::format("out of range: {}", value));
+    }
+    d->network_key = NetworkKey::kNumber;
+    d->network_id = static_cast<int64_t>(value);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DecodeJsonDevice(simdjson::ondemand::value& element, size_t n, DeviceInfo* d) {
   // Go zero values: every key is omitempty, so an omitted key means zero/empty/false.
   d->index = 0;
@@ -236,6 +286,8 @@ absl::Status DecodeJsonDevice(simdjson::ondemand::value& element, size_t n, Devi
   d->health = false;
   d->mode.clear();
   d->mig_profiles.clear();
+  d->network_key = NetworkKey::kNone;
+  d->network_id = 0;
   simdjson::ondemand::object object;
   if (auto e = element.get_object().get(object); e) {
     return absl::InvalidArgumentError(
@@ -275,8 +327,10 @@ absl::Status DecodeJsonDevice(simdjson::ondemand::value& element, size_t n, Devi
       s = ReadBool(v, n, "health", &d->health);
     } else if (KeyIs(key, "migprofiles")) {
       s = ReadMigProfiles(v, n, &d->mig_profiles);
+    } else if (KeyIs(key, "custominfo")) {
+      s = ReadCustomInfo(v, n, d);
     } else {
-      // Unknown keys (migtemplate, devicevendor, custominfo, ...): the iterator skips the
+      // Unknown keys (migtemplate, devicevendor, ...): the iterator skips the
       // value when it moves to the next field.
     }
     if (!s.ok()) {
@@ -425,6 +479,13 @@ std::string EncodeNodeRegisterJson(const std::vector<DeviceInfo>& devices) {
     if (d.health) {
       key("health");
       out += "true";
+    }
+    if (d.network_key != NetworkKey::kNone) {
+      // A NetworkID that is no number is written as null: present, and no number, as read.
+      key("custominfo");
+      out += "{\"NetworkID\":";
+      out += d.network_key == NetworkKey::kNumber ? std::to_string(d.network_id) : "null";
+      out += '}';
     }
     out += '}';
   }

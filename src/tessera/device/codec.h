@@ -39,7 +39,8 @@ struct DecodedRegister {
 // '[' is the JSON array of v2.8+; anything else is the delimited format of v2.5–v2.7.
 //
 // JSON: keys are matched ASCII-case-insensitively (as Go does), unknown keys (migtemplate,
-// devicevendor, …) are ignored, migProfiles is decoded by DecodeMigProfiles (mig.h), null and
+// devicevendor, …) are ignored, migProfiles is decoded by DecodeMigProfiles (mig.h), custominfo
+// must be an object or null and only its NetworkID is read (DeviceInfo::network_key), null and
 // omitted keys take Go zero values (index 0, count 0, numa 0, health false, …) except that an
 // omitted or empty mode means "hami-core". Numbers must be integers in int32 range; index must be
 // non-negative. Delimited: "id,count,devmem,devcore,type,numa,health[,index,mode]:" per device;
@@ -61,7 +62,9 @@ absl::StatusOr<DecodedRegister> DecodeNodeRegister(std::string_view value);
 std::string EncodeNodeRegisterDelimited(const std::vector<DeviceInfo>& devices);
 
 // The JSON form exactly as HAMi's plugin marshals it with Go encoding/json: keys in the order
-// id,index,count,devmem,devcore,type,numa,mode,health, each omitted when zero/empty/false
+// id,index,count,devmem,devcore,type,numa,mode,health,custominfo (only NetworkID: the number,
+// or null for one that is no number),
+// each omitted when zero/empty/false
 // (omitempty), no whitespace, strings escaped as Go does (<, >, & as \u003c…; invalid UTF-8 as
 // \ufffd). An empty list encodes as "[]".
 std::string EncodeNodeRegisterJson(const std::vector<DeviceInfo>& devices);

@@ -53,6 +53,10 @@ struct MigProfile {
   friend bool operator==(const MigProfile&, const MigProfile&) = default;
 };
 
+// Whether a registered device carries custominfo.NetworkID: not at all, as a JSON number, or as
+// another JSON value (HAMi's Ascend Fit then counts the key as present, its grouping ignores it).
+enum class NetworkKey : uint8_t { kNone, kNumber, kOther };
+
 // A device as its node registers it (hami.io/node-nvidia-register), in either format.
 struct DeviceInfo {
   std::string id;  // NVML UUID, "GPU-…"
@@ -66,6 +70,9 @@ struct DeviceInfo {
   // The JSON key migProfiles (v2.10 plugin, mode "mig"); empty otherwise.
   std::vector<MigProfile> mig_profiles = {};
   bool health = true;
+  // custominfo.NetworkID, which Ascend 910 plugins register: the card's network group.
+  NetworkKey network_key = NetworkKey::kNone;
+  int64_t network_id = 0;  // with kNumber: Go's int(float64) of the value
 
   friend bool operator==(const DeviceInfo&, const DeviceInfo&) = default;
 };
@@ -85,6 +92,9 @@ struct NodeDevices {
   // device i's score towards device j, n = devices.size(). Empty when the node has no scores or
   // every score is 0 (HAMi reads both as all zeros), so most nodes pay nothing for it.
   std::vector<int64_t> pair_scores;
+  // Ascend: whether the node allows hami-core (soft split) mode — its hami-vnpu-core annotation
+  // when present, else vnpus.hamiVnpuCore.
+  bool hami_core_allowed = false;
 
   // Index of the device with `uuid` in `devices`, or -1.
   int Find(std::string_view uuid) const {
@@ -154,13 +164,17 @@ using ContainerDevices = std::vector<ContainerDevice>;
 // One entry per container, init containers first. A container without devices has an empty entry.
 using PodDevices = std::vector<ContainerDevices>;
 
+// Which rules fit a request: the device family of the vendor that derived it.
+enum class DeviceFamily : uint8_t { kNvidia, kAscend };
+
 // What one container asks of one vendor (HAMi's ContainerDeviceRequest).
 struct ContainerRequest {
-  int32_t nums = 0;  // number of devices
-  std::string type = std::string(kNvidiaVendor);
-  int32_t memreq = 0;                         // MiB per device; 0 = use the percentage
-  int32_t mem_percentage = kPercentageUnset;  // percent of each device's memory
-  int32_t coresreq = 0;                       // percent per device
+  int32_t nums = 0;                               // number of devices
+  std::string type = std::string(kNvidiaVendor);  // the vendor key: "NVIDIA", "Ascend910B3"
+  int32_t memreq = 0;                             // MiB per device; 0 = use the percentage
+  int32_t mem_percentage = kPercentageUnset;      // percent of each device's memory
+  int32_t coresreq = 0;                           // percent per device
+  DeviceFamily family = DeviceFamily::kNvidia;
 
   friend bool operator==(const ContainerRequest&, const ContainerRequest&) = default;
 };

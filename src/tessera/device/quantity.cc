@@ -310,6 +310,16 @@ absl::StatusOr<int64_t> Quantity::MilliValue() const {
   return negative_ ? -m : m;
 }
 
+int64_t Quantity::Value() const {
+  u128 units = nanos_ / kNanosPerUnit;
+  if (!negative_ && nanos_ % kNanosPerUnit != 0) {
+    ++units;  // towards +infinity; a negative value truncates towards zero, i.e. upwards
+  }
+  // The magnitude is at most 2^63-1 units, so the rounded-up value fits.
+  auto v = static_cast<int64_t>(units);
+  return negative_ ? -v : v;
+}
+
 std::string Quantity::ToString() const {
   if (nanos_ == 0) {
     return "0";

@@ -53,6 +53,10 @@ class Quantity {
   // a Quantity's magnitude is at most 2^63-1.
   absl::StatusOr<int64_t> AsInt64() const;
 
+  // The value in units rounded up (towards +infinity), Kubernetes' Quantity.Value as HAMi's
+  // Ascend webhook uses it: "1.5" -> 2, "-1.5" -> -1, "100m" -> 1, "1Ki" -> 1024.
+  int64_t Value() const;
+
   // The value in thousandths, rounded up (towards +infinity) like Kubernetes' MilliValue:
   // "1.5" -> 1500, "1n" -> 1. Returns OutOfRangeError when the result does not fit int64
   // (magnitudes of about 9.2e15 units and more).

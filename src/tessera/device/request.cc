@@ -103,13 +103,12 @@ absl::StatusOr<std::optional<ContainerRequest>> DeriveContainerRequest(
   return std::optional<ContainerRequest>(std::move(request));
 }
 
-absl::StatusOr<PodRequest> DerivePodRequest(const kube::Pod& pod, const NvidiaConfig& config) {
+absl::StatusOr<PodRequest> DerivePodRequestWith(const kube::Pod& pod, ContainerRule rule) {
   PodRequest out;
   out.containers.reserve(pod.init_containers.size() + pod.containers.size());
   out.init_count = pod.init_containers.size();
   auto derive = [&](const kube::Container& container, std::string_view kind) -> absl::Status {
-    absl::StatusOr<std::optional<ContainerRequest>> request =
-        DeriveContainerRequest(container, config);
+    absl::StatusOr<std::optional<ContainerRequest>> request = rule(container);
     if (!request.ok()) {
       return Annotate(request.status(),
                       fmt::format("pod {}: {} {}", pod.Key(), kind, QuoteForError(container.name)));
@@ -124,6 +123,11 @@ absl::StatusOr<PodRequest> DerivePodRequest(const kube::Pod& pod, const NvidiaCo
     TESSERA_RETURN_IF_ERROR(derive(c, "container"));
   }
   return out;
+}
+
+absl::StatusOr<PodRequest> DerivePodRequest(const kube::Pod& pod, const NvidiaConfig& config) {
+  return DerivePodRequestWith(
+      pod, [&config](const kube::Container& c) { return DeriveContainerRequest(c, config); });
 }
 
 }  // namespace tessera::device

@@ -24,6 +24,7 @@
 
 #include <optional>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 
 #include "tessera/device/device_config.h"
@@ -49,5 +50,13 @@ absl::StatusOr<std::optional<ContainerRequest>> DeriveContainerRequest(
 // path; scheduling such a pod as if it wanted no GPU would place it where the device plugin
 // then fails it, while an error surfaces in the pod's scheduling events.
 absl::StatusOr<PodRequest> DerivePodRequest(const kube::Pod& pod, const NvidiaConfig& config);
+
+// A vendor's rule for one container: its request, nullopt when it asks for none of the vendor's
+// devices, or InvalidArgument naming the resource.
+using ContainerRule =
+    absl::FunctionRef<absl::StatusOr<std::optional<ContainerRequest>>(const kube::Container&)>;
+// The pod's request with `rule` applied to each container, init containers first; errors are
+// prefixed with the pod and container as DerivePodRequest's. Every vendor's pod request.
+absl::StatusOr<PodRequest> DerivePodRequestWith(const kube::Pod& pod, ContainerRule rule);
 
 }  // namespace tessera::device
