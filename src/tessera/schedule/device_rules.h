@@ -27,12 +27,14 @@ namespace tessera::schedule {
 
 enum class DeviceKind : uint8_t {
   kNvidia,  // vendors/nvidia_fit.h
+  kAscend,  // vendors/ascend_fit.h
 };
-inline constexpr size_t kDeviceKindCount = 1;
+inline constexpr size_t kDeviceKindCount = 2;
 
-// The kind whose rules fit a container asking for `request_type`. NVIDIA for every type today:
-// a type that is not NVIDIA's fails each candidate as CardTypeMismatch, as HAMi's NVIDIA Fit does.
-DeviceKind KindOf(std::string_view request_type);
+// The kind whose rules fit `request`: its family's (the vendor that derived it says which). An
+// NVIDIA request whose type is not NVIDIA's fails each candidate as CardTypeMismatch, as HAMi's
+// NVIDIA Fit does.
+DeviceKind KindOf(const device::ContainerRequest& request);
 
 // One container's fit on one node, as a rule set sees it: what it reads (the request, the node,
 // the candidates in policy order), what it fills (the devices taken, the skipped candidates per
@@ -50,6 +52,12 @@ struct ContainerWalk {
   // does not fit); and per Reason, how many candidates were skipped for it.
   std::vector<Fitter::Taken>* taken;
   std::array<int32_t, kReasonCount> counts{};
+  // Out: set by a rule set whose container fails whatever it took (Ascend 910C: the module
+  // pairs do not make the request). Its reasons then always name
+  // AllocatedCardsInsufficientRequest (with the count taken, even 0) and count against
+  // `reason_total` when that is set (else the candidates).
+  bool failed = false;
+  int32_t reason_total = -1;
   bool app = false;          // an app container (else an init container)
   Fitter* fitter = nullptr;  // the Fitter whose quota check QuotaFits runs
 

@@ -96,10 +96,15 @@ ContainerRequest Req(int32_t nums, int32_t mem, std::string type = "NVIDIA") {
 
 int32_t Count(const Walked& w, Reason r) { return w.counts[static_cast<size_t>(r)]; }
 
-TEST(DeviceRulesTest, EveryRequestTypeIsFittedByNvidiasRulesToday) {
-  EXPECT_EQ(KindOf("NVIDIA"), DeviceKind::kNvidia);
-  EXPECT_EQ(KindOf("Ascend910B"), DeviceKind::kNvidia);
+TEST(DeviceRulesTest, TheRequestsFamilyChoosesTheRules) {
+  ContainerRequest r = Req(1, 0, "NVIDIA");
+  EXPECT_EQ(KindOf(r), DeviceKind::kNvidia);
+  r.type = "Ascend910B3";  // an NVIDIA request of another type: NVIDIA's rules refuse it
+  EXPECT_EQ(KindOf(r), DeviceKind::kNvidia);
+  r.family = device::DeviceFamily::kAscend;
+  EXPECT_EQ(KindOf(r), DeviceKind::kAscend);
   EXPECT_NE(NewDeviceRules(DeviceKind::kNvidia), nullptr);
+  EXPECT_NE(NewDeviceRules(DeviceKind::kAscend), nullptr);
 }
 
 TEST(DeviceRulesTest, NvidiaRulesTakeFromTheEndAndCountTheSkipped) {

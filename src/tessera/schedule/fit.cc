@@ -38,6 +38,7 @@ constexpr std::array<std::string_view, kReasonCount> kReasonNames = {
     "CardMigTopologyInfeasible",
     "AllocatedCardsInsufficientRequest",
     "NodeInsufficientDevice",
+    "ModeNotFit",
 };
 
 // Longest rendering: two int32 ("-2147483648" is 11 chars), '/', ' ', the longest name (33).
@@ -166,10 +167,11 @@ std::string ReasonPart::ToString() const {
   return std::string(buf, RenderPart(*this, buf));
 }
 
-void ReasonParts::Assign(const std::array<int32_t, kReasonCount>& counts, int32_t total) {
+void ReasonParts::Assign(const std::array<int32_t, kReasonCount>& counts, int32_t total,
+                         uint32_t keep_zero) {
   size_ = 0;
   for (size_t r = 0; r < kReasonCount; ++r) {
-    if (counts[r] != 0) {
+    if (counts[r] != 0 || (keep_zero >> r & 1U) != 0) {
       parts_[size_++] = ReasonPart{static_cast<Reason>(r), counts[r], total};
     }
   }
@@ -347,7 +349,7 @@ void Fitter::PrepareRules(const device::PodRequest& request,
   for (size_t c = 0; c < request.containers.size(); ++c) {
     const auto& req = request.containers[c];
     if (req.has_value() && req->nums > 0) {
-      kinds_[c] = KindOf(req->type);
+      kinds_[c] = KindOf(*req);
       used[static_cast<size_t>(kinds_[c])] = true;
     }
   }
@@ -838,11 +840,12 @@ bool Fitter::FitContainer(int container, const ContainerRequest& request, const 
     PrepareQuotaBase();
   }
   rules.Walk(container, walk);
-  if (taken_.size() < static_cast<size_t>(request.nums)) {
-    walk.counts[static_cast<size_t>(Reason::kAllocatedCardsInsufficientRequest)] =
-        static_cast<int32_t>(taken_.size());
+  if (walk.failed || taken_.size() < static_cast<size_t>(request.nums)) {
+    constexpr auto kAllocated = static_cast<size_t>(Reason::kAllocatedCardsInsufficientRequest);
+    walk.counts[kAllocated] = static_cast<int32_t>(taken_.size());
     failed_container_ = container;
-    reasons_.Assign(walk.counts, total);
+    reasons_.Assign(walk.counts, walk.reason_total >= 0 ? walk.reason_total : total,
+                    walk.failed ? uint32_t{1} << kAllocated : 0);
     return false;
   }
   for (const Taken& t : taken_) {
@@ -981,9 +984,10 @@ device::PodMigReservations Fitter::BuildMigReservations(const NodeSnapshot& node
 device::PodDevices Fitter::BuildPodDevices(const NodeSnapshot& node) const {
   device::PodDevices out(request_->containers.size());
   for (const Choice& ch : choices_) {
-    out[ch.container].push_back(device::ContainerDevice{node.devices->devices[ch.device].id,
-                                                        std::string(device::kNvidiaVendor),
-                                                        ch.usedmem, ch.usedcores});
+    // The request's type, as HAMi writes it ("NVIDIA", "Ascend910B3").
+    out[ch.container].push_back(device::ContainerDevice{
+        node.devices->devices[ch.device].id,
+        request_->containers[static_cast<size_t>(ch.container)]->type, ch.usedmem, ch.usedcores});
   }
   return out;
 }

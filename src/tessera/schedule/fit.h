@@ -72,8 +72,10 @@ enum class Reason : uint8_t {
   kCardMigTopologyInfeasible,
   kAllocatedCardsInsufficientRequest,
   kNodeInsufficientDevice,
+  // Ascend: the pod asks for hami-core mode on a node that does not allow it.
+  kModeNotFit,
 };
-inline constexpr size_t kReasonCount = 14;
+inline constexpr size_t kReasonCount = 15;
 
 // The wire name, e.g. "CardInsufficientMemory".
 std::string_view ReasonName(Reason reason);
@@ -100,8 +102,10 @@ class ReasonParts {
   const ReasonPart* end() const { return parts_.data() + size_; }
   void clear() { size_ = 0; }
 
-  // Builds the sorted parts from per-reason counters (zero counters are left out).
-  void Assign(const std::array<int32_t, kReasonCount>& counts, int32_t total);
+  // Builds the sorted parts from per-reason counters (zero counters are left out, except the
+  // reasons whose bit is set in `keep_zero`).
+  void Assign(const std::array<int32_t, kReasonCount>& counts, int32_t total,
+              uint32_t keep_zero = 0);
   // A single part (used for NodeInsufficientDevice).
   void AssignOne(ReasonPart part);
 
@@ -169,7 +173,8 @@ double ComputeDeviceScore(const device::DeviceInfo& info, const device::DeviceUs
 // The outcome of fitting one pod on one node.
 struct FitResult {
   bool fit = false;
-  // On success: one entry per container of the request (init first), Type "NVIDIA".
+  // On success: one entry per container of the request (init first), Type the request's ("NVIDIA",
+  // "Ascend910B3").
   device::PodDevices devices;
   // On success: devices' MIG instances (profile and placement), parallel to `devices`; nullopt
   // for a device that is not one. Empty when the pod got no MIG instance.
