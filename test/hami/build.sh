@@ -4,6 +4,8 @@
 # the binary's path. See test/hami/README.md.
 #
 # --cached: only print the path of a binary built earlier; exit 1 (nothing built) without one.
+# --oracle: VERSION/ascendoracle instead (HAMi's Ascend vendor answering generated cases for
+# Tessera's differential test, tools/gen/ascend_vectors.sh), cached like our main.
 # --own: HAMi's own, unmodified cmd/scheduler instead (with its metrics listener), built in the
 # export with HAMi's go.mod and go.sum, for `tessera simulate --scheduler hami`; cached in
 # $HAMI_BIN_DIR/<version>-own/hami-scheduler (a tag's source does not change).
@@ -19,13 +21,19 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OWN=0
 CACHED=0
+ORACLE=0
 [[ "${1:-}" == --own ]] && { OWN=1; shift; }
+[[ "${1:-}" == --oracle ]] && { ORACLE=1; shift; }
 [[ "${1:-}" == --cached ]] && { CACHED=1; shift; }
-V="${1:?usage: test/hami/build.sh [--own] VERSION (v2.5.2 or v2.10.0)}"
+V="${1:?usage: test/hami/build.sh [--own|--oracle] [--cached] VERSION (v2.5.2 or v2.10.0)}"
 MOD="$HERE/$V"
 [[ -f "$MOD/go.mod" ]] || { echo "build.sh: no module for $V in $MOD" >&2; exit 2; }
 if ((OWN)); then
   out="${HAMI_BIN_DIR:-$HOME/.cache/tessera/hami}/$V-own/hami-scheduler"
+elif ((ORACLE)); then
+  [[ -d "$MOD/ascendoracle" ]] || { echo "build.sh: no ascend oracle for $V" >&2; exit 2; }
+  key="$(cat "$MOD/ascendoracle/main.go" "$MOD/go.mod" "$MOD/go.sum" | sha256sum | cut -c1-16)"
+  out="${HAMI_BIN_DIR:-$HOME/.cache/tessera/hami}/$V-$key/ascend-oracle"
 else
   key="$(cat "$MOD/main.go" "$MOD/go.mod" "$MOD/go.sum" | sha256sum | cut -c1-16)"
   out="${HAMI_BIN_DIR:-$HOME/.cache/tessera/hami}/$V-$key/hami-scheduler-bench"
@@ -45,6 +53,8 @@ if ((OWN)); then
   echo "$out"
   exit 0
 fi
-(cd "$MOD" && GOFLAGS="-p=1 -buildvcs=false -mod=readonly" nice -n 10 go build -trimpath -o "$out.tmp" .)
+pkg=.
+((ORACLE)) && pkg=./ascendoracle
+(cd "$MOD" && GOFLAGS="-p=1 -buildvcs=false -mod=readonly" nice -n 10 go build -trimpath -o "$out.tmp" "$pkg")
 mv "$out.tmp" "$out"
 echo "$out"
