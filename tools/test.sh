@@ -23,6 +23,18 @@ if command -v ccache >/dev/null; then
   export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 fi
 
+# Disk: a run needs about 15 GiB (three builds, the Go and ccache caches). On a machine short of
+# it, our own caches are trimmed first (rebuilt as needed) rather than failing halfway with
+# "No space left on device".
+free_kib=$(df -Pk . | awk 'NR == 2 {print $4}')
+echo "disk: $((free_kib / 1048576)) GiB free for the clone"
+if ((free_kib < 15 * 1048576)); then
+  echo "disk: under 15 GiB free: trimming the Go build cache and ccache to 4 GiB"
+  if command -v go >/dev/null; then go clean -cache || true; fi
+  if command -v ccache >/dev/null; then CCACHE_MAXSIZE=4G ccache -c >/dev/null || true; fi
+  echo "disk: now $(($(df -Pk . | awk 'NR == 2 {print $4}') / 1048576)) GiB free"
+fi
+
 stage "helm, kubeconform (tools/helm.sh: Go modules, cached) and the e2e release's JSON schemas"
 bash tools/helm.sh build >/dev/null; bash tools/helm.sh schemas >/dev/null
 export TESSERA_HELM_REQUIRED=1   # helm_chart_test fails rather than skips without them
