@@ -68,7 +68,8 @@ std::string_view InternKey(std::string_view key) {
 }
 
 bool TrackedAnnotation(std::string_view key) {
-  return key.starts_with("hami.io/") || key.starts_with("nvidia.com/");
+  return key.starts_with("hami.io/") || key.starts_with("nvidia.com/") ||
+         key.starts_with("huawei.com/") || key == "hami-vnpu-core";
 }
 
 PodPhase ParsePodPhase(std::string_view phase) {

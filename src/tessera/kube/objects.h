@@ -12,9 +12,10 @@
 // annotation and label keys the decoder keeps (below), node label keys and resource names.
 //
 // What the decoder keeps (tessera/kube/decode.h), to hold a tracked pod under 1 KiB:
-//   - Pod and Node annotations: only keys under "hami.io/" and "nvidia.com/" (TrackedAnnotation).
-//     Every annotation Tessera reads or writes is there (tessera/device/annotations.h: the HAMi
-//     protocol, the node lock, the user's GPU constraints); kubectl's last-applied-configuration,
+//   - Pod and Node annotations: only keys under "hami.io/", "nvidia.com/" and "huawei.com/", and
+//     the Ascend plugin's "hami-vnpu-core" (TrackedAnnotation). Every annotation Tessera reads or
+//     writes is there (tessera/device/annotations.h: the HAMi protocol, the node lock, the user's
+//     GPU constraints; tessera/device/ascend.h); kubectl's last-applied-configuration,
 //     prometheus.io/* and the like are dropped.
 //   - Pod labels: the same prefixes (TrackedPodLabel). Tessera never reads pod labels; it writes
 //     hami.io/vgpu-node, which is kept. Label selectors on pods are applied by the API server.
@@ -41,9 +42,10 @@ namespace tessera::kube {
 // data pointer) for equal keys. Thread-safe; a thread-local cache makes repeated keys lock-free.
 std::string_view InternKey(std::string_view key);
 
-// Whether the decoder keeps annotation `key` of a Pod or Node: "hami.io/..." and "nvidia.com/...".
+// Whether the decoder keeps annotation `key` of a Pod or Node: "hami.io/...", "nvidia.com/...",
+// "huawei.com/..." and "hami-vnpu-core".
 bool TrackedAnnotation(std::string_view key);
-// Whether the decoder keeps label `key` of a Pod: the same prefixes as TrackedAnnotation.
+// Whether the decoder keeps label `key` of a Pod: the same keys as TrackedAnnotation.
 inline bool TrackedPodLabel(std::string_view key) { return TrackedAnnotation(key); }
 
 // A string stored in 16 bytes: up to 15 bytes inline, longer ones on the heap. Resource

@@ -41,6 +41,11 @@ TEST(StringMapTest, KeysAreInternedAndCopiesStayValid) {
 TEST(StringMapTest, TrackedKeys) {
   EXPECT_TRUE(TrackedAnnotation("hami.io/vgpu-node"));
   EXPECT_TRUE(TrackedAnnotation("nvidia.com/use-gputype"));
+  // Ascend: the pod's mode and runtime info, the node's consent to hami-core mode.
+  EXPECT_TRUE(TrackedAnnotation("huawei.com/vnpu-mode"));
+  EXPECT_TRUE(TrackedAnnotation("huawei.com/Ascend910B3"));
+  EXPECT_TRUE(TrackedAnnotation("hami-vnpu-core"));
+  EXPECT_FALSE(TrackedAnnotation("hami-vnpu-core-x"));
   EXPECT_FALSE(TrackedAnnotation("kubectl.kubernetes.io/last-applied-configuration"));
   EXPECT_FALSE(TrackedAnnotation("hami.io"));
   EXPECT_FALSE(TrackedAnnotation("xhami.io/a"));
