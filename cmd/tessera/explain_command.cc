@@ -16,6 +16,7 @@
 
 #include "tessera/base/clock.h"
 #include "tessera/base/status_macros.h"
+#include "tessera/device/ascend.h"
 #include "tessera/device/codec.h"
 #include "tessera/device/device_config.h"
 #include "tessera/device/vendor.h"
@@ -115,8 +116,33 @@ struct Sources {
   std::vector<kube::Pod> pods;
   std::vector<kube::ResourceQuota> quotas;
   kube::Pod pod;
+  bool pod_from_file = false;  // as a user submits it: the admission webhook has not run
   std::vector<std::string> warnings;
 };
+
+// The Ascend chip of `config` whose count resource a container of `pod` names (limits or
+// requests), or nullptr for an NVIDIA pod. Two chips in one pod: InvalidArgument.
+absl::StatusOr<const device::AscendChipConfig*> AscendChipOf(const device::AscendConfig& config,
+                                                             const kube::Pod& pod) {
+  const device::AscendChipConfig* found = nullptr;
+  for (const device::AscendChipConfig& chip : config.chips) {
+    for (const auto* list : {&pod.init_containers, &pod.containers}) {
+      for (const kube::Container& c : *list) {
+        if (c.limits.Find(chip.resource_name) == nullptr &&
+            c.requests.Find(chip.resource_name) == nullptr) {
+          continue;
+        }
+        if (found != nullptr && found != &chip) {
+          return absl::InvalidArgumentError(
+              fmt::format("pod {} asks for {} and {}: Tessera schedules one device kind per pod",
+                          pod.Key(), found->resource_name, chip.resource_name));
+        }
+        found = &chip;
+      }
+    }
+  }
+  return found;
+}
 
 // Loads --pod as a manifest file. Errors are bad input (exit 2).
 absl::StatusOr<kube::Pod> LoadPodFile(const std::string& path) {
@@ -153,6 +179,7 @@ std::optional<int> LoadLive(const ExplainOptions& opts, Sources* sources) {
       return Fail(pod.status());
     }
     sources->pod = *std::move(pod);
+    sources->pod_from_file = true;
   }
   kube::KubeconfigOptions kc;
   kc.path = opts.kubeconfig;
@@ -227,6 +254,7 @@ std::optional<int> LoadFiles(const ExplainOptions& opts, Sources* sources) {
   sources->pods = std::move(cluster->pods);
   sources->quotas = std::move(cluster->quotas);
   sources->pod = *std::move(pod);
+  sources->pod_from_file = true;
   sources->warnings = std::move(cluster->warnings);
   return std::nullopt;
 }
@@ -258,14 +286,15 @@ int RunExplain(ExplainOptions opts) {
     return Fail(absl::InvalidArgumentError(
         fmt::format("--reservation-ttl: not a duration: \"{}\"", opts.reservation_ttl)));
   }
-  device::NvidiaConfig config = device::DefaultNvidiaConfig();
+  device::DeviceConfig devices = device::DefaultDeviceConfig();
   if (!opts.device_config.empty()) {
     absl::StatusOr<device::DeviceConfig> loaded = device::LoadDeviceConfigFile(opts.device_config);
     if (!loaded.ok()) {
       return Fail(loaded.status());
     }
-    config = std::move(loaded->nvidia);
+    devices = *std::move(loaded);
   }
+  const device::NvidiaConfig& config = devices.nvidia;
   Sources sources;
   if (std::optional<int> failed = live ? LoadLive(opts, &sources) : LoadFiles(opts, &sources)) {
     return *failed;
@@ -286,11 +315,48 @@ int RunExplain(ExplainOptions opts) {
   input.gpu_policy = *gpu_policy;
   input.now = opts.now_unix != 0 ? absl::FromUnixSeconds(opts.now_unix) : opts.clock->Now();
   input.reservation_ttl = ttl;
-  std::unique_ptr<device::Vendor> vendor = device::NewNvidiaVendor(config);
-  absl::StatusOr<explain::ExplainResult> result = explain::Explain(*vendor, input);
+
+  // The pod's device kind decides; the others' registrations join the nodes (docs/ascend.md).
+  absl::StatusOr<const device::AscendChipConfig*> chip = AscendChipOf(devices.ascend, input.pod);
+  if (!chip.ok()) {
+    return Fail(chip.status());
+  }
+  std::vector<std::string> webhook;
+  if (*chip != nullptr && sources.pod_from_file) {
+    // As the user submits it: HAMi's webhook rewrites or refuses it first.
+    absl::StatusOr<device::AscendPodAdmission> admitted =
+        device::AdmitAscendPod(**chip, &input.pod);
+    if (!admitted.ok()) {
+      fmt::print(stderr,
+                 "tessera explain: the admission webhook refuses pod {}: {} (HAMi's webhook "
+                 "answers HTTP 500 with this text)\n",
+                 input.pod.Key(), std::string(admitted.status().message()));
+      return kExitFailure;
+    }
+    webhook = std::move(admitted->notes);
+  }
+  std::vector<std::unique_ptr<device::Vendor>> kinds;
+  kinds.push_back(*chip != nullptr ? device::NewAscendVendor(**chip, devices.ascend.hami_vnpu_core)
+                                   : device::NewNvidiaVendor(config));
+  if (*chip != nullptr) {
+    kinds.push_back(device::NewNvidiaVendor(config));
+    input.quota_names = {.memory_name = (*chip)->resource_memory_name,
+                         .cores_name = (*chip)->resource_core_name,
+                         .memory_factor = (*chip)->memory_factor};
+  }
+  for (const device::AscendChipConfig& other : devices.ascend.chips) {
+    if (&other != *chip) {
+      kinds.push_back(device::NewAscendVendor(other, devices.ascend.hami_vnpu_core));
+    }
+  }
+  for (size_t k = 1; k < kinds.size(); ++k) {
+    input.node_vendors.push_back(kinds[k].get());
+  }
+  absl::StatusOr<explain::ExplainResult> result = explain::Explain(*kinds.front(), input);
   if (!result.ok()) {
     return Fail(result.status());
   }
+  result->webhook = std::move(webhook);
   for (const std::string& w : sources.warnings) {
     result->warnings.push_back(w);
   }
@@ -345,7 +411,8 @@ void AddExplainCommand(CLI::App& app, Runner* run) {
       ->capture_default_str();
   sub->add_option("--device-config", opts->device_config,
                   "HAMi device-config YAML (resource names, defaultMemory, defaultCores, "
-                  "memoryFactor); default: HAMi's chart defaults")
+                  "memoryFactor; its vnpus section's Ascend chips, whose pods are explained "
+                  "with HAMi's Ascend rules after its webhook); default: HAMi's chart defaults")
       ->check(CLI::ExistingFile);
   sub->add_option("-o,--output", opts->output,
                   "Output format: text, wide (text with each node's GPUs, shared allocations and "

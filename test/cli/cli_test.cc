@@ -103,6 +103,52 @@ TEST(CliTest, ExplainTextNamesTheDecisionAndEveryNode) {
   EXPECT_THAT(r.output, HasSubstr("node unregistered"));
 }
 
+// Ascend (docs/ascend.md): the pod as submitted goes through HAMi's webhook first, then the
+// chip's rules; the NVIDIA node lacks the pod's devices rather than being unregistered.
+TEST(CliTest, ExplainAnAscendPodShowsTheWebhookAndTheChipsAnnotations) {
+  Result r = RunTessera(
+      "explain --cluster test/testdata/cli/ascend-cluster.yaml --pod "
+      "test/testdata/cli/ascend-pod.yaml --device-config "
+      "test/testdata/cli/ascend-device-config.yaml --now 1765155600");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("admission webhook: container \"main\": huawei.com/Ascend910B3-memory "
+                        "3000 becomes 16384 (template vir05_1c_16g)\n"));
+  EXPECT_THAT(r.output, HasSubstr("pod ml/infer-1 → node npu-1 "));
+  EXPECT_THAT(r.output, HasSubstr("container main: npu1-6 (#6 Ascend910B3) 16384 MiB"));
+  EXPECT_THAT(r.output, HasSubstr("hami.io/Ascend910B3-devices-allocated: "
+                                  "npu1-6,Ascend910B3,16384,0:;\n"));
+  EXPECT_THAT(r.output,
+              HasSubstr("huawei.com/Ascend910B3: "
+                        "[{\"UUID\":\"npu1-6\",\"temp\":\"vir05_1c_16g\",\"memory\":16384}]"));
+  EXPECT_THAT(r.output, HasSubstr("predicate-time: 1765155600\n"));
+  Result json = RunTessera(
+      "explain --cluster test/testdata/cli/ascend-cluster.yaml --pod "
+      "test/testdata/cli/ascend-pod.yaml --device-config "
+      "test/testdata/cli/ascend-device-config.yaml --now 1765155600 -o json",
+      false);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  nlohmann::json doc = nlohmann::json::parse(json.output);
+  EXPECT_EQ(doc["nodes"]["gpu-1"]["reasons"][0], "1/0 NodeInsufficientDevice");
+  EXPECT_EQ(doc["webhook"].size(), 1U);
+  // Without the device config the chip is unknown: NVIDIA's rules refuse the pod, naming it.
+  Result plain = RunTessera(
+      "explain --cluster test/testdata/cli/ascend-cluster.yaml --pod "
+      "test/testdata/cli/ascend-pod.yaml");
+  EXPECT_EQ(plain.exit_code, 2) << plain.output;
+  EXPECT_THAT(plain.output, HasSubstr("Huawei Ascend"));
+}
+
+TEST(CliTest, ExplainAnAscendPodTheWebhookRefusesExitsOneWithHamisText) {
+  Result r = RunTessera(
+      "explain --cluster test/testdata/cli/ascend-cluster.yaml --pod "
+      "test/testdata/cli/ascend-pod-refused.yaml --device-config "
+      "test/testdata/cli/ascend-device-config.yaml");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("the admission webhook refuses pod ml/infer-2: vNPU not "
+                                  "supported for multiple devices"));
+}
+
 TEST(CliTest, ExplainNoFitExitsOneWithReasons) {
   Result r = RunTessera(
       "explain --cluster examples/cluster.yaml --pod test/testdata/cli/too-big.yaml -o json",

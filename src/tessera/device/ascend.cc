@@ -179,6 +179,14 @@ class AscendVendor : public Vendor {
     return EncodePodDevices(devices);
   }
 
+  void AddFilterAnnotations(const kube::Pod& pod, const PodDevices& devices, absl::Time now,
+                            kube::StringMap* out) const override {
+    const std::string* mode = pod.meta.annotations.Find(kVnpuModeAnnotation);
+    const bool hami_core = mode != nullptr && *mode == kVnpuModeHamiCore;
+    out->Set(std::string(kPredicateTimeAnnotation), std::to_string(absl::ToUnixSeconds(now)));
+    out->Set(keys_.runtime_info, EncodeAscendRuntimeInfo(chip_, devices, hami_core));
+  }
+
  private:
   AscendChipConfig chip_;
   AscendKeys keys_;
@@ -260,6 +268,60 @@ absl::StatusOr<AscendAdmission> AdmitAscendContainer(const AscendChipConfig& chi
   }
   out.found = true;
   out.memory = memory;
+  return out;
+}
+
+absl::StatusOr<AscendPodAdmission> AdmitAscendPod(const AscendChipConfig& chip, kube::Pod* pod) {
+  AscendPodAdmission out;
+  const std::string* mode = pod->meta.annotations.Find(kVnpuModeAnnotation);
+  const bool hami_core = mode != nullptr && *mode == kVnpuModeHamiCore;
+  auto admit = [&](kube::Container& c) -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(AscendAdmission a, AdmitAscendContainer(chip, c, hami_core));
+    const std::string who = fmt::format("container {}", QuoteForError(c.name));
+    if (a.empty_visible_devices) {
+      out.notes.push_back(fmt::format("{}: ASCEND_VISIBLE_DEVICES=\"\" added (overwriteEnv)", who));
+    }
+    if (!a.found) {
+      return absl::OkStatus();
+    }
+    out.found = true;
+    if (a.count.has_value()) {
+      const std::string count = Quantity::FromInt64(*a.count).ToString();
+      out.notes.push_back(fmt::format("{}: {} {} becomes {} (whole modules of two NPUs)", who,
+                                      chip.resource_name, c.limits.Get(chip.resource_name), count));
+      c.limits.Set(chip.resource_name, count);
+      if (c.requests.Find(chip.resource_name) != nullptr) {
+        c.requests.Set(chip.resource_name, count);
+      }
+    }
+    const std::string memory = Quantity::FromInt64(a.memory).ToString();
+    const kube::ShortString* asked = c.limits.Find(chip.resource_memory_name);
+    const std::string why =
+        hami_core ? "hami-core mode"
+        : TrimAscendMemory(chip, a.memory).template_name.empty()
+            ? "the whole card"
+            : fmt::format("template {}", TrimAscendMemory(chip, a.memory).template_name);
+    if (asked == nullptr) {
+      out.notes.push_back(
+          fmt::format("{}: {} set to {} ({})", who, chip.resource_memory_name, memory, why));
+    } else if (asked->view() != memory) {
+      out.notes.push_back(fmt::format("{}: {} {} becomes {} ({})", who, chip.resource_memory_name,
+                                      asked->view(), memory, why));
+    }
+    c.limits.Set(chip.resource_memory_name, memory);
+    c.requests.Set(chip.resource_memory_name, memory);
+    return absl::OkStatus();
+  };
+  for (kube::Container& c : pod->init_containers) {
+    TESSERA_RETURN_IF_ERROR(admit(c));
+  }
+  for (kube::Container& c : pod->containers) {
+    TESSERA_RETURN_IF_ERROR(admit(c));
+  }
+  if (out.found && !chip.runtime_class_name.empty()) {
+    out.notes.push_back(fmt::format("runtimeClassName {} unless the pod names one",
+                                    QuoteForError(chip.runtime_class_name)));
+  }
   return out;
 }
 

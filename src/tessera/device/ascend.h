@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -84,6 +85,17 @@ struct AscendAdmission {
 absl::StatusOr<AscendAdmission> AdmitAscendContainer(const AscendChipConfig& chip,
                                                      const kube::Container& container,
                                                      bool hami_core);
+
+// The webhook for one chip over a whole pod, applied to it: each container (init containers
+// first) admitted as above, its count and memory written into its limits and requests (the count
+// into requests only where they had it), and a note per change for a reader, e.g. `container
+// "main": huawei.com/Ascend910B3-memory 3000 becomes 16384 (template vir05_1c_16g)`. `found`:
+// some container asks for the chip. Errors: the first refusal, HAMi's text unchanged.
+struct AscendPodAdmission {
+  bool found = false;
+  std::vector<std::string> notes;
+};
+absl::StatusOr<AscendPodAdmission> AdmitAscendPod(const AscendChipConfig& chip, kube::Pod* pod);
 
 // HAMi's GenerateResourceRequests for one container: nullopt when the container asks for none
 // of the chip (count absent or 0). count: limits, else requests; mem: MiB, limits else requests,

@@ -409,3 +409,55 @@ TEST(AscendNetworkScoreTest, IsTheSameNetworkShareTimesTen) {
 
 }  // namespace
 }  // namespace tessera::device
+
+namespace tessera::device {
+namespace {
+
+TEST(AscendPodAdmissionTest, RewritesTheResourcesAndSaysWhat) {
+  AscendChipConfig chip = Chip910A();
+  chip.runtime_class_name = "ascend";
+  chip.overwrite_env = true;
+  kube::Pod pod;
+  kube::Container init = C({});
+  init.name = "setup";
+  pod.init_containers = {init};
+  pod.containers = {C({{"huawei.com/Ascend910A", "1"}, {"huawei.com/Ascend910A-memory", "3000"}},
+                      {{"huawei.com/Ascend910A-memory", "3000"}}),
+                    C({{"huawei.com/Ascend910A", "1"}})};
+  pod.containers[1].name = "whole";
+  absl::StatusOr<AscendPodAdmission> a = AdmitAscendPod(chip, &pod);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->found);
+  EXPECT_EQ(a->notes,
+            (std::vector<std::string>{
+                "container \"setup\": ASCEND_VISIBLE_DEVICES=\"\" added (overwriteEnv)",
+                "container \"main\": huawei.com/Ascend910A-memory 3000 becomes 4369 (template "
+                "vir04)",
+                "container \"whole\": huawei.com/Ascend910A-memory set to 32768 (the whole card)",
+                "runtimeClassName \"ascend\" unless the pod names one"}));
+  EXPECT_EQ(pod.containers[0].limits.Get("huawei.com/Ascend910A-memory"), "4369");
+  EXPECT_EQ(pod.containers[0].requests.Get("huawei.com/Ascend910A-memory"), "4369");
+  EXPECT_EQ(pod.containers[1].limits.Get("huawei.com/Ascend910A-memory"), "32768");
+  // Applied again, the webhook changes nothing.
+  absl::StatusOr<AscendPodAdmission> again = AdmitAscendPod(chip, &pod);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->notes.size(), 2U);  // the env and runtime class notes only
+}
+
+TEST(AscendPodAdmissionTest, A910CPairAndARefusal) {
+  kube::Pod pod;
+  pod.containers = {C({{"huawei.com/Ascend910C", "1"}}, {{"huawei.com/Ascend910C", "1"}})};
+  absl::StatusOr<AscendPodAdmission> a = AdmitAscendPod(Chip910C(), &pod);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(pod.containers[0].limits.Get("huawei.com/Ascend910C"), "2");
+  EXPECT_EQ(pod.containers[0].requests.Get("huawei.com/Ascend910C"), "2");
+  EXPECT_EQ(pod.containers[0].limits.Get("huawei.com/Ascend910C-memory"), "65536");
+  EXPECT_EQ(a->notes.front(),
+            "container \"main\": huawei.com/Ascend910C 1 becomes 2 (whole modules of two NPUs)");
+  pod.containers = {C({{"huawei.com/Ascend910C", "3"}})};
+  EXPECT_EQ(AdmitAscendPod(Chip910C(), &pod).status().message(),
+            "Ascend910C device request must be 1 or 2*n, got 3");
+}
+
+}  // namespace
+}  // namespace tessera::device

@@ -102,7 +102,7 @@ std::unique_ptr<Vendor> NewNvidiaVendor(NvidiaConfig config) {
   return std::make_unique<NvidiaVendor>(std::move(config));
 }
 
-kube::StringMap FilterAnnotations(const Vendor& vendor, std::string_view node,
+kube::StringMap FilterAnnotations(const Vendor& vendor, const kube::Pod& pod, std::string_view node,
                                   const PodDevices& devices, absl::Time now,
                                   const PodMigReservations& mig) {
   kube::StringMap out;
@@ -111,6 +111,7 @@ kube::StringMap FilterAnnotations(const Vendor& vendor, std::string_view node,
   out.Set(std::string(kVgpuTimeAnnotation), std::to_string(absl::ToUnixSeconds(now)));
   out.Set(std::string(vendor.ToAllocateAnnotation()), encoded);
   out.Set(std::string(vendor.AllocatedAnnotation()), encoded);
+  vendor.AddFilterAnnotations(pod, devices, now, &out);
   if (std::string allocations = EncodeMigAllocations(MigAllocationsOf(devices, mig));
       !allocations.empty()) {
     out.Set(std::string(kMigAllocationsAnnotation), std::move(allocations));

@@ -59,17 +59,22 @@ class Vendor {
   virtual absl::StatusOr<PodDevices> DecodeAllocation(const kube::Pod& pod) const = 0;
   // The annotation value for `devices` (the same string goes to both pod annotations).
   virtual std::string EncodeAllocation(const PodDevices& devices) const = 0;
+  // The vendor's own annotations a filter writes beside the allocation for `pod` (Ascend:
+  // predicate-time and huawei.com/<chip>); none by default.
+  virtual void AddFilterAnnotations(const kube::Pod& /*pod*/, const PodDevices& /*devices*/,
+                                    absl::Time /*now*/, kube::StringMap* /*out*/) const {}
 };
 
 // The NVIDIA vendor with the resource names and defaults of `config`.
 std::unique_ptr<Vendor> NewNvidiaVendor(NvidiaConfig config);
 
-// The annotations a successful filter writes on the pod, in one merge patch: the node
-// (hami.io/vgpu-node), the decision time in Unix seconds (hami.io/vgpu-time), and the encoded
-// allocation under both of the vendor's pod keys. The same patch also sets the label
-// hami.io/vgpu-node=<node> (FilterLabels). With MIG instances among the devices (`mig`, parallel
-// to `devices`) it also writes hami.io/vgpu-mig-allocations as HAMi v2.10 does (mig.h).
-kube::StringMap FilterAnnotations(const Vendor& vendor, std::string_view node,
+// The annotations a successful filter writes on `pod`, in one merge patch: the node
+// (hami.io/vgpu-node), the decision time in Unix seconds (hami.io/vgpu-time), the encoded
+// allocation under both of the vendor's pod keys, and the vendor's own (AddFilterAnnotations).
+// The same patch also sets the label hami.io/vgpu-node=<node> (FilterLabels). With MIG instances
+// among the devices (`mig`, parallel to `devices`) it also writes hami.io/vgpu-mig-allocations as
+// HAMi v2.10 does (mig.h).
+kube::StringMap FilterAnnotations(const Vendor& vendor, const kube::Pod& pod, std::string_view node,
                                   const PodDevices& devices, absl::Time now,
                                   const PodMigReservations& mig = {});
 kube::StringMap FilterLabels(std::string_view node);

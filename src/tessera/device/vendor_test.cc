@@ -39,7 +39,8 @@ TEST(NvidiaVendorTest, AllocationRoundTripAndFilterAnnotations) {
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(*decoded, devices);
 
-  kube::StringMap a = FilterAnnotations(*v, "node-1", devices, absl::FromUnixSeconds(1705054796));
+  kube::StringMap a =
+      FilterAnnotations(*v, kube::Pod{}, "node-1", devices, absl::FromUnixSeconds(1705054796));
   EXPECT_EQ(a, (kube::StringMap{{"hami.io/vgpu-node", "node-1"},
                                 {"hami.io/vgpu-time", "1705054796"},
                                 {"hami.io/vgpu-devices-to-allocate", encoded},

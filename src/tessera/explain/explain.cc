@@ -31,6 +31,42 @@ std::optional<absl::Time> FilterTime(const kube::Pod& pod) {
   return absl::FromUnixSeconds(seconds);
 }
 
+// `node`'s devices of `vendor` followed by those of the other kinds: NotFound when no kind
+// registers there; another kind's registration that does not decode is a warning.
+absl::StatusOr<std::shared_ptr<const device::NodeDevices>> MergedNode(
+    const device::Vendor& vendor, const std::vector<const device::Vendor*>& others,
+    const kube::Node& node, std::vector<std::string>* warnings) {
+  absl::StatusOr<std::shared_ptr<const device::NodeDevices>> own =
+      accounting::ProjectNode(vendor, node);
+  if (!own.ok() && !absl::IsNotFound(own.status())) {
+    return own;
+  }
+  std::shared_ptr<device::NodeDevices> merged;
+  for (const device::Vendor* other : others) {
+    absl::StatusOr<std::shared_ptr<const device::NodeDevices>> more =
+        accounting::ProjectNode(*other, node);
+    if (!more.ok()) {
+      if (!absl::IsNotFound(more.status())) {
+        warnings->push_back(std::string(more.status().message()));
+      }
+      continue;
+    }
+    if (merged == nullptr) {
+      merged = own.ok() ? std::make_shared<device::NodeDevices>(**own)
+                        : std::make_shared<device::NodeDevices>(**more);
+      if (!own.ok()) {
+        continue;
+      }
+    }
+    merged->devices.insert(merged->devices.end(), (*more)->devices.begin(), (*more)->devices.end());
+    merged->pair_scores.clear();  // pair scores are one kind's, over its own devices
+  }
+  if (merged == nullptr) {
+    return own;
+  }
+  return std::shared_ptr<const device::NodeDevices>(std::move(merged));
+}
+
 }  // namespace
 
 absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const ExplainInput& input) {
@@ -60,7 +96,7 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
   for (size_t i = 0; i < input.nodes.size(); ++i) {
     const kube::Node& node = input.nodes[i];
     absl::StatusOr<std::shared_ptr<const device::NodeDevices>> devices =
-        accounting::ProjectNode(vendor, node);
+        MergedNode(vendor, input.node_vendors, node, &result.warnings);
     if (!devices.ok()) {
       if (!absl::IsNotFound(devices.status())) {
         result.warnings.push_back(std::string(devices.status().message()));
@@ -204,8 +240,8 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
       }
       result.containers.push_back(std::move(out));
     }
-    result.annotations =
-        device::FilterAnnotations(vendor, winner.name, decision.devices, input.now, decision.mig);
+    result.annotations = device::FilterAnnotations(vendor, input.pod, winner.name, decision.devices,
+                                                   input.now, decision.mig);
     result.labels = device::FilterLabels(winner.name);
   }
   return result;
@@ -213,6 +249,9 @@ absl::StatusOr<ExplainResult> Explain(const device::Vendor& vendor, const Explai
 
 std::string RenderExplainText(const ExplainResult& r, bool wide) {
   std::string out;
+  for (const std::string& note : r.webhook) {
+    out += fmt::format("admission webhook: {}\n", note);
+  }
   if (r.no_request) {
     out +=
         fmt::format("pod {} requests no GPU: Tessera passes every node through unchanged\n", r.pod);
@@ -320,6 +359,7 @@ std::string RenderExplainJson(const ExplainResult& r) {
   doc["nodes"] = std::move(nodes);
   doc["policies"] = {{"node", r.node_policy}, {"gpu", r.gpu_policy}};
   doc["warnings"] = r.warnings;
+  doc["webhook"] = r.webhook;
   doc["quota"] =
       r.quota.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.quota);
   return doc.dump(2) + "\n";

@@ -40,6 +40,10 @@ struct ExplainInput {
   // holds its devices as a filter reservation would.
   absl::Time now;
   absl::Duration reservation_ttl = absl::Minutes(5);
+  // The other device kinds of the cluster: their registrations join each node's devices, so a
+  // node of another kind is a node without the pod's devices (HAMi's NodeInsufficientDevice),
+  // not an unregistered one. The pod's own vendor is Explain's argument.
+  std::vector<const device::Vendor*> node_vendors;
 };
 
 // One device given to one container.
@@ -78,6 +82,9 @@ struct ExplainResult {
   std::string node_policy;         // effective policies, e.g. "binpack" and "spread"
   std::string gpu_policy;
   std::vector<std::string> warnings;  // objects that could not be projected, in-flight pods
+  // What the admission webhook did to the pod as given (Ascend: templates, pairs); set by the
+  // caller that applied it (device::AdmitAscendPod).
+  std::vector<std::string> webhook;
   // The namespace quota refused a card: "namespace ml: limits.nvidia.com/gpumem 40000, used
   // 36000 + 8000 asked" (the text of /filter's event); empty otherwise.
   std::string quota;

@@ -368,9 +368,9 @@ FilterResult Scheduler::Filter(const FilterArgs& args, FilterOutcome* outcome) {
   job.uid = decided->meta.uid;
   job.seq = seq;
   job.created = now;
-  job.patch = ToPatch(
-      device::FilterAnnotations(*options_.vendor, winner, decision.devices, now, decision.mig),
-      device::FilterLabels(winner));
+  job.patch = ToPatch(device::FilterAnnotations(*options_.vendor, *decided, winner,
+                                                decision.devices, now, decision.mig),
+                      device::FilterLabels(winner));
   job.patch.uid = decided->meta.uid;  // this pod, never another of the same name
   if (decision.mig.empty() &&
       decided->meta.annotations.Find(device::kMigAllocationsAnnotation) != nullptr) {
