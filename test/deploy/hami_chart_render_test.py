@@ -8,7 +8,11 @@ charts/hami of HAMi v2.5.2 and v2.10.0 with `helm template` (default values, and
 file) and checks that the extender container's command, fixed environment values and image are
 exactly what those facts and that derivation say.
 
-    hami_chart_render_test.py SOURCE_DIR
+    hami_chart_render_test.py SOURCE_DIR [TESSERA]
+
+With the tessera binary it also reads the device ConfigMap each chart renders by default: the
+`vnpus:` section (Huawei Ascend chips, v2.5.2's list and v2.10.0's object) must carry over, which
+`tessera explain` of an Ascend910A pod shows (the chart's template for 3000 MiB, vir04).
 
 Needs helm (tools/helm.sh build) and a git repository of HAMi with both tags ($HAMI_GIT, else
 /work/.mirror/Project-HAMi+HAMi/repo when it exists); exit 77 (skipped) without either, since
@@ -45,8 +49,54 @@ def extender(rendered):
     return None
 
 
+ASCEND_NODE = {
+    "apiVersion": "v1", "kind": "Node",
+    "metadata": {"name": "npu-1", "annotations": {
+        "hami.io/node-register-Ascend910A": json.dumps(
+            [{"id": "npu-0", "count": 4, "devmem": 32768, "devcore": 30, "type": "Ascend910A",
+              "health": True}]),
+        "hami-vnpu-core": "false"}},
+    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+}
+ASCEND_POD = {
+    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "npu-pod", "namespace": "default"},
+    "spec": {"containers": [{"name": "main", "resources": {"limits": {
+        "huawei.com/Ascend910A": "1", "huawei.com/Ascend910A-memory": "3000"}}}]},
+}
+
+
+def check_device_config(version, rendered, tessera, tmp):
+    """The chart's device config, read by tessera: its Ascend910A chip as HAMi's chart has it."""
+    config = None
+    for doc in yaml.safe_load_all(rendered):
+        if doc and doc.get("kind") == "ConfigMap" and "device-config.yaml" in (doc.get("data") or {}):
+            config = doc["data"]["device-config.yaml"]
+    if config is None:
+        return [f"{version}: no ConfigMap with device-config.yaml"]
+    paths = {}
+    for name, content in (("config", config), ("cluster", json.dumps(ASCEND_NODE)),
+                          ("pod", json.dumps(ASCEND_POD))):
+        paths[name] = f"{tmp}/{version}-{name}.yaml"
+        with open(paths[name], "w") as f:
+            f.write(content)
+    out = subprocess.run([tessera, "explain", "--cluster", paths["cluster"], "--pod", paths["pod"],
+                          "--device-config", paths["config"], "-o", "json", "--now", "1"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        return [f"{version}: tessera explain with the chart's device config exits "
+                f"{out.returncode}: {out.stderr.strip()}"]
+    doc = json.loads(out.stdout)
+    info = doc["annotations"].get("huawei.com/Ascend910A", "")
+    if doc["node"] != "npu-1" or '"temp":"vir04"' not in info:
+        return [f"{version}: the chart's Ascend910A chip did not carry over: node {doc['node']}, "
+                f"huawei.com/Ascend910A {info!r}, webhook {doc['webhook']}"]
+    print(f"ok   {version} device config: Ascend910A, 3000 MiB as {info}")
+    return []
+
+
 def main():
     source = sys.argv[1]
+    tessera = sys.argv[2] if len(sys.argv) > 2 else None
     helm = helm_binary(source)
     git = os.environ.get("HAMI_GIT") or (MIRROR if os.path.isdir(MIRROR) else "")
     if not helm or not git:
@@ -77,6 +127,8 @@ def main():
                 if out.returncode != 0:
                     failures.append(f"{version}: helm template {extra}: {out.stderr.strip()}")
                     return None
+                if tessera and not extra:
+                    failures.extend(check_device_config(version, out.stdout, tessera, tmp))
                 c = extender(out.stdout)
                 if c is None:
                     failures.append(f"{version}: no container runs `scheduler`")
